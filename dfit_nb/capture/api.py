@@ -1,0 +1,266 @@
+"""``capture(fn, *args, mode=...)``: trace, walk, lower, optionally measure."""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+import jax.extend.core as jcore
+import numpy as np
+
+from .. import __version__
+from ..errors import CaptureError, MeasurementWarning
+from . import counts as counts_mod
+from . import probes, tables
+from .lowering import build_fusion_map, hlo_module_name
+from .trace import Overhead, Trace
+from .walk import Walk, walk_closed_jaxpr
+
+MODES = ("static", "profile", "eager")
+
+WhileHint = int | Mapping[int | str, int] | None
+
+
+def _is_dynamic(leaf: Any) -> bool:
+    """Arrays and shape specs are traced; everything else is static (as equinox's filter_jit)."""
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+
+
+def _describe(leaf: Any) -> str:
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+    return f"{dtype}[{','.join(map(str, shape))}]" if shape is not None else repr(leaf)
+
+
+def _fn_name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", None) or getattr(type(fn), "__name__", "fn")
+
+
+def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"capture() needs a callable as its first argument, got {type(fn).__name__}: {fn!r:.80}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    if (while_trips is not None and not isinstance(while_trips, (int, Mapping))) or isinstance(while_trips, bool):
+        raise TypeError(
+            "while_trips must be None, an int (every while loop), or a mapping from a while op id (int) "
+            f"or region path (str) to an int; got {type(while_trips).__name__}"
+        )
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins and some C callables have no signature: let tracing decide
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as err:
+        raise TypeError(f"arguments do not match {_fn_name(fn)}{sig}: {err}") from err
+
+
+def _resolve_while_hints(walk: Walk, while_trips: WhileHint) -> tuple[dict[int, float], dict[int, str]]:
+    whiles = [r for r in walk.records if r.container == "while"]
+    trips: dict[int, float] = {}
+    sources: dict[int, str] = {}
+    if while_trips is None:
+        return trips, sources
+    if isinstance(while_trips, int):
+        items: list[tuple[int | str, Any]] = [(r.id, while_trips) for r in whiles]
+    else:
+        items = list(while_trips.items())
+    available = ", ".join(f"{r.id} ({r.region or '<root>'})" for r in whiles) or "none"
+    for key, value in items:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise TypeError(f"while_trips[{key!r}] must be a non-negative int, got {value!r}")
+        if isinstance(key, bool) or not isinstance(key, (int, str)):
+            raise TypeError(f"while_trips keys must be op ids (int) or region paths (str), got {key!r}")
+        targets = [r for r in whiles if (r.id == key if isinstance(key, int) else r.region == key)]
+        if not targets:
+            raise ValueError(f"while_trips key {key!r} names no while loop; while loops (op id (region)): {available}")
+        for r in targets:
+            trips[r.id] = float(value)
+            sources[r.id] = "hint"
+    return trips, sources
+
+
+def capture(
+    fn: Callable[..., Any],
+    *args: Any,
+    mode: str = "static",
+    while_trips: WhileHint = None,
+    profile_rounds: int = 5,
+    profile_calls: int = 10,
+    **kwargs: Any,
+) -> Trace:
+    """Capture a JAX function as an instrumented graph IR.
+
+    Parameters
+    ----------
+    fn : callable
+        A JAX-traceable function (jitted or not).
+    *args, **kwargs
+        Its arguments: any pytree. Array leaves (``jax.Array``, NumPy arrays)
+        and ``jax.ShapeDtypeStruct`` leaves are traced; every other leaf is
+        static (closed over), like ``equinox.filter_jit``.
+    mode : {"static", "profile", "eager"}
+        ``static`` executes nothing; ``profile`` runs the compiled program under
+        ``jax.profiler`` and attributes per-HLO-instruction times to ops and
+        regions; ``eager`` times every primitive on its own. Runtime modes need
+        concrete arrays, not shape specs.
+    while_trips : int or mapping, optional
+        Static trip-count hints for while loops: one int for all, or a
+        mapping from op id or region path to an int. Unhinted loops are
+        assumed to run once (``count_source == "assumed"``); runtime modes
+        measure them.
+    profile_rounds, profile_calls : int
+        Profile mode runs ``profile_rounds`` blocks of ``profile_calls``
+        plain calls, each followed by a block of profiled calls.
+
+    Returns
+    -------
+    Trace
+
+    Raises
+    ------
+    TypeError
+        ``fn`` is not callable, the arguments do not fit its signature, or a
+        hint has the wrong type.
+    ValueError
+        Unknown ``mode``, or a hint naming no while loop.
+    CaptureError
+        JAX failed to trace or compile ``fn`` (its error is chained).
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, dfit_nb
+    >>> def f(x, w):
+    ...     with jax.named_scope("layer"):
+    ...         return jnp.tanh(x @ w)
+    >>> t = dfit_nb.capture(f, jax.ShapeDtypeStruct((8, 16), jnp.float32), jnp.ones((16, 4)))
+    >>> t.ops[["primitive", "region", "flops", "m", "k", "n"]].to_dataframe()
+       primitive region  flops  m   k  n
+    op
+    0  dot_general  layer    1024  8  16  4
+    1         tanh  layer       0  0   0  0
+
+    Flax NNX and Equinox models are captured through their split into a pure
+    function of arrays (the recipe; shown here with Equinox):
+
+    >>> import equinox as eqx
+    >>> model = eqx.nn.MLP(4, 2, 8, 1, key=jax.random.PRNGKey(0))
+    >>> params, static = eqx.partition(model, eqx.is_array)
+    >>> t = dfit_nb.capture(lambda p, x: eqx.combine(p, static)(x), params, jnp.ones(4))
+    >>> int(t.ops["flops"].where(t.ops["primitive"] == "dot_general", 0).sum())
+    96
+
+    With Flax NNX: ``graphdef, state = nnx.split(model)`` then
+    ``dfit_nb.capture(lambda s, x: nnx.merge(graphdef, s)(x), state, x)``.
+    """
+    t_start = time.perf_counter()
+    _check_inputs(fn, args, kwargs, mode, while_trips)
+    leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
+    dyn_pos = [i for i, leaf in enumerate(leaves) if _is_dynamic(leaf)]
+    dyn = [leaves[i] for i in dyn_pos]
+    if mode != "static":
+        specs = [f"leaf {i}: {_describe(leaves[i])}" for i in dyn_pos if isinstance(leaves[i], jax.ShapeDtypeStruct)]
+        if specs:
+            raise TypeError(
+                f"mode={mode!r} executes the function, so every traced argument must be a concrete array; "
+                f"got jax.ShapeDtypeStruct at {'; '.join(specs)}. Pass arrays, or use mode='static'."
+            )
+
+    def flat_fn(*dyn_leaves: Any) -> Any:
+        full = list(leaves)
+        for i, v in zip(dyn_pos, dyn_leaves, strict=True):
+            full[i] = v
+        a, k = jax.tree_util.tree_unflatten(treedef, full)
+        return fn(*a, **k)
+
+    name = _fn_name(fn)
+    try:
+        closed = jax.make_jaxpr(flat_fn)(*dyn)
+    except Exception as err:
+        raise CaptureError(f"JAX could not trace {name}: {type(err).__name__}: {err}") from err
+
+    walk = walk_closed_jaxpr(closed)
+    tagged_fn = jax.jit(jcore.jaxpr_as_fun(walk.tagged))
+    try:
+        lowered = tagged_fn.lower(*dyn)
+        compiled = lowered.compile()
+    except Exception as err:
+        raise CaptureError(f"XLA could not lower/compile {name}: {type(err).__name__}: {err}") from err
+    hlo_text = compiled.as_text()
+    fusion_map = build_fusion_map(hlo_text)
+    module = hlo_module_name(hlo_text)
+    xla_cost = compiled.cost_analysis() or {}
+    if isinstance(xla_cost, list):
+        xla_cost = xla_cost[0] if xla_cost else {}
+    xla_cost = {k: v for k, v in xla_cost.items() if k in ("flops", "transcendentals", "bytes accessed")}
+
+    trips, trip_sources = _resolve_while_hints(walk, while_trips)
+    fracs = counts_mod.static_branch_fractions(walk.records, trips)
+    branch_source = "assumed"
+    time_s = np.full(len(walk.records), np.nan)
+    executions: dict[str, float] | None = None
+    fusion_times: dict[str, float] | None = None
+    baseline = instrumented = float("nan")
+    n_calls = 0
+
+    if mode != "static":
+        plain = jax.jit(flat_fn)
+        if mode == "profile":
+            m = probes.run_profile(plain, compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
+                                   rounds=profile_rounds, calls_per_round=profile_calls)
+            if not m.fusion_executions:
+                import warnings
+
+                warnings.warn("the profiler recorded no HLO events for this program; times are NaN",
+                              MeasurementWarning, stacklevel=2)
+
+            def counts_for(t, f):
+                return counts_mod.assign_counts(walk.records, trips=t, trip_sources={}, branch_fractions=f,
+                                                branch_source="assumed")[0]
+
+            trips, fracs, measured = probes.infer_control(walk.records, m.exec_per_call, counts_for, trips, fracs)
+            trip_sources = {**trip_sources, **{op: "measured" for op in measured if op in trips}}
+            branch_source = "measured" if any(op in measured for op in fracs) else "assumed"
+            executions, fusion_times = m.fusion_executions, m.fusion_time_s
+        else:
+            m = probes.run_eager(plain, walk, dyn)
+            trips = {**trips, **m.trips}
+            trip_sources = {**trip_sources, **{op: "measured" for op in m.trips}}
+            fracs = {**fracs, **m.branch_fractions}
+            branch_source = "measured"
+        baseline, instrumented, n_calls = m.baseline_s, m.instrumented_s, m.n_calls
+        op_time_per_call = m.op_time_per_call
+
+    count, sources = counts_mod.assign_counts(
+        walk.records, trips=trips, trip_sources=trip_sources, branch_fractions=fracs, branch_source=branch_source,
+    )
+    if mode != "static":
+        time_s = np.where(count > 0, op_time_per_call / np.maximum(count, 1), np.nan)
+
+    ops = tables.ops_dataset(walk, count, sources, trips, fusion_map, time_s)
+    lowering = tables.lowering_dataset(
+        fusion_map, ops, stablehlo=lowered.as_text(), hlo=hlo_text, xla_cost=xla_cost, module=module,
+        executions=executions, times=fusion_times,
+    )
+    attrs = {
+        "function": name,
+        "arg_shapes": "; ".join(_describe(leaf) for leaf in dyn),
+        "static_args": "; ".join(_describe(leaves[i]) for i in range(len(leaves)) if i not in set(dyn_pos)),
+        "dfit_nb_version": __version__,
+        "jax_version": jax.__version__,
+        "backend": jax.default_backend(),
+        "device_kind": jax.devices()[0].device_kind,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "opaque_primitives": ",".join(walk.opaque_primitives),
+        "jaxpr_text": str(closed),
+    }
+    overhead = Overhead(mode=mode, baseline_s=baseline, instrumented_s=instrumented, n_calls=n_calls,
+                        capture_s=time.perf_counter() - t_start)
+    return Trace(
+        ops=ops, edges=tables.edges_dataset(walk.edges), regions=tables.regions_dataset(ops),
+        lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed,
+    )

@@ -1,0 +1,581 @@
+"""Map jaxpr ops to the HLO instructions that XLA actually executes.
+
+How the mapping works
+---------------------
+The capture stage gives every jaxpr equation (nested ones included) its own
+name-stack scope ``dfit_op<N>``, where ``N`` is the op id.  JAX copies the name
+stack of an equation into the ``op_name`` metadata of every HLO instruction it
+lowers that equation to, and XLA keeps that metadata on instructions while it
+optimises: a fusion carries the metadata of its root, the instructions *inside*
+a fused computation keep their own, a ``while`` keeps the scan/while op's name.
+An ``op_name`` such as::
+
+    jit(f)/enc/dfit_op1/while/body/closed_call/inner/dfit_op2/dot_general
+
+therefore says: "made by op 2, which sits inside container op 1".  The last
+``dfit_op`` id is the producing op; earlier ones are enclosing containers.
+Transform wrappers are fine too (``transpose(jvp(dfit_op7))`` names op 7).
+
+This module parses the optimised HLO text (``compiled.as_text()``), keeps the
+instructions that run on their own (fusions and standalone instructions of
+non-fused computations), and collects for each of them the ids found on it and,
+for fusions, on every instruction of the computations it calls.  The result is
+a :class:`FusionMap` from op ids to executed instruction names, the names that
+the profiler reports as ``hlo_op``.
+
+Everything here is plain text and number processing; it imports no JAX.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CONTROL_OPCODES",
+    "FREE_OPCODES",
+    "TAG_PREFIX",
+    "FusionMap",
+    "FusionRecord",
+    "HloComputation",
+    "HloInstruction",
+    "build_fusion_map",
+    "executed_instructions",
+    "hlo_module_name",
+    "op_ids_in",
+    "parse_hlo_module",
+    "shape_bytes",
+]
+
+TAG_PREFIX = "dfit_op"
+
+#: Instructions that do no work at run time (aliasing, tuple plumbing, literals);
+#: they never become records.
+FREE_OPCODES = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "after-all",
+        "opt-barrier",
+        "add-dependency",
+    }
+)
+
+#: Instructions that run other computations instruction by instruction; their
+#: records carry only their own op ids (the bodies are records of their own).
+CONTROL_OPCODES = frozenset({"while", "conditional", "call", "async-start", "async-update", "async-done"})
+
+# Attribute keys whose values name computations.
+_CALL_KEYS = (
+    "calls",
+    "to_apply",
+    "body",
+    "condition",
+    "branch_computations",
+    "true_computation",
+    "false_computation",
+    "called_computations",
+    "select",
+    "scatter",
+)
+# (opcode, key) pairs whose target computations are executed as real code.
+_CONTROL_EDGES = {
+    ("while", "body"),
+    ("while", "condition"),
+    ("conditional", "branch_computations"),
+    ("conditional", "true_computation"),
+    ("conditional", "false_computation"),
+    ("call", "to_apply"),
+    ("call", "calls"),
+    ("async-start", "calls"),
+    ("async-start", "called_computations"),
+}
+
+_TAG_RE = re.compile(r"(?<![A-Za-z0-9_])" + TAG_PREFIX + r"(\d+)")
+_OP_NAME_RE = re.compile(r'op_name="((?:[^"\\]|\\.)*)"')
+_ARRAY_RE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\]")
+_COMP_HEADER_RE = re.compile(r"^(ENTRY\s+)?%?([^\s(]+)\s*(?:\(.*\))?\s*(?:->.*)?\{\s*$")
+_INSTR_HEAD_RE = re.compile(r"^(ROOT\s+)?%?([^\s=]+)\s*=\s*")
+_OPCODE_RE = re.compile(r"\s*([A-Za-z][\w\-]*)\(")
+_NAME_RE = re.compile(r"%([^\s,(){}]+)")
+_COMMENT_RE = re.compile(r"/\*.*?\*/")
+
+
+# --------------------------------------------------------------------------
+# Parsed HLO
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HloInstruction:
+    """One HLO instruction as printed in the module text."""
+
+    name: str
+    opcode: str
+    shape: str
+    operands: tuple[str, ...]
+    op_name: str
+    calls: tuple[str, ...]
+    fusion_kind: str
+    computation: str
+    is_root: bool
+    custom_call_target: str = ""
+    call_edges: tuple[tuple[str, str], ...] = ()  # (attribute key, computation)
+
+
+@dataclass(frozen=True)
+class HloComputation:
+    """A named HLO computation and its instructions in printed order."""
+
+    name: str
+    is_entry: bool
+    instructions: tuple[HloInstruction, ...]
+
+
+def hlo_module_name(text: str) -> str:
+    """Return the module name from the ``HloModule <name>, ...`` header.
+
+    Examples
+    --------
+    >>> hlo_module_name("HloModule jit_f, is_scheduled=true\\n")
+    'jit_f'
+    """
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("HloModule"):
+            return line[len("HloModule") :].strip().split(",")[0].split()[0]
+        if line:
+            break
+    raise ValueError("no 'HloModule <name>' header found")
+
+
+def op_ids_in(op_name: str) -> list[int]:
+    """Return every ``dfit_op<N>`` id in an ``op_name``, in order.
+
+    The last id is the op that produced the instruction; the earlier ones
+    are the container ops (scan, cond, jit, custom_jvp, ...) around it.
+
+    Examples
+    --------
+    >>> op_ids_in("jit(f)/dfit_op1/while/body/transpose(jvp(dfit_op12))/dot")
+    [1, 12]
+    >>> op_ids_in("jit(f)/mul")
+    []
+    """
+    return [int(m) for m in _TAG_RE.findall(op_name)]
+
+
+def _skip_quoted(text: str, i: int) -> int:
+    """Index just past the string literal that starts at ``text[i] == '"'``."""
+    i += 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == '"':
+            return i + 1
+        i += 1
+    return i
+
+
+def _closing(text: str, i: int) -> int:
+    """Index of the bracket closing the one at ``text[i]`` (quotes respected)."""
+    depth = 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i = _skip_quoted(text, i)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i
+        i += 1
+    raise ValueError(f"unbalanced brackets in: {text[:200]!r}")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas that are outside brackets and string literals."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c == '"':
+            i = _skip_quoted(text, i)
+            continue
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _operand_names(opcode: str, text: str) -> tuple[str, ...]:
+    text = _COMMENT_RE.sub("", text)
+    if opcode in ("parameter", "constant", "iota"):
+        return ()
+    names = _NAME_RE.findall(text)
+    if names or "%" in text:
+        return tuple(names)
+    # Printers that omit '%': each operand is "[shape ]name".
+    return tuple(p.split()[-1] for p in _split_top(text))
+
+
+def _parse_attributes(text: str) -> dict[str, str]:
+    attrs: dict[str, str] = {}
+    for part in _split_top(text):
+        key, sep, value = part.partition("=")
+        if sep:
+            attrs.setdefault(key.strip(), value.strip())
+    return attrs
+
+
+def _parse_instruction(line: str, computation: str) -> HloInstruction:
+    head = _INSTR_HEAD_RE.match(line)
+    if head is None:
+        raise ValueError(f"not an HLO instruction: {line[:200]!r}")
+    i = head.end()
+    if line[i] == "(":  # tuple shape
+        j = _closing(line, i) + 1
+    else:
+        j = i
+        while j < len(line) and not line[j].isspace():
+            j += 1
+    shape = line[i:j]
+    op = _OPCODE_RE.match(line, j)
+    if op is None:
+        raise ValueError(f"no opcode in HLO instruction: {line[:200]!r}")
+    opcode = op.group(1)
+    open_paren = op.end() - 1
+    close_paren = _closing(line, open_paren)
+    attrs = _parse_attributes(line[close_paren + 1 :].lstrip(", "))
+    edges = []
+    for key in _CALL_KEYS:
+        if key in attrs:
+            value = attrs[key].strip("{} ")
+            edges += [(key, n.strip().lstrip("%")) for n in value.split(",") if n.strip()]
+    meta = _OP_NAME_RE.search(attrs.get("metadata", ""))
+    return HloInstruction(
+        name=head.group(2),
+        opcode=opcode,
+        shape=shape,
+        operands=_operand_names(opcode, line[open_paren + 1 : close_paren]),
+        op_name=meta.group(1).replace('\\"', '"') if meta else "",
+        calls=tuple(dict.fromkeys(name for _, name in edges)),
+        fusion_kind=attrs.get("kind", "") if opcode == "fusion" else "",
+        computation=computation,
+        is_root=head.group(1) is not None,
+        custom_call_target=attrs.get("custom_call_target", "").strip('"'),
+        call_edges=tuple(edges),
+    )
+
+
+def parse_hlo_module(text: str) -> dict[str, HloComputation]:
+    """Parse HLO module text into computations keyed by name (text order).
+
+    Header lines and the ``FileNames``/``FunctionNames``/``FileLocations``/
+    ``StackFrames`` sections are skipped.  Each instruction must sit on one
+    line, as ``compiled.as_text()`` prints them.
+
+    Examples
+    --------
+    >>> comps = parse_hlo_module('''HloModule m
+    ... ENTRY %main (p: f32[2]) -> f32[2] {
+    ...   %p = f32[2]{0} parameter(0)
+    ...   ROOT %n = f32[2]{0} negate(%p), metadata={op_name="jit(f)/dfit_op0/neg"}
+    ... }''')
+    >>> comps["main"].is_entry, comps["main"].instructions[1].opcode
+    (True, 'negate')
+    """
+    comps: dict[str, HloComputation] = {}
+    current: tuple[str, bool] | None = None
+    body: list[HloInstruction] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if current is None:
+            if raw[:1].isspace() or not line.endswith("{"):
+                continue
+            header = _COMP_HEADER_RE.match(line)
+            if header and not line.startswith("HloModule"):
+                current, body = (header.group(2), header.group(1) is not None), []
+        elif line == "}":
+            comps[current[0]] = HloComputation(current[0], current[1], tuple(body))
+            current = None
+        elif line:
+            body.append(_parse_instruction(line, current[0]))
+    if current is not None:
+        raise ValueError(f"computation {current[0]!r} is not closed")
+    return comps
+
+
+# --------------------------------------------------------------------------
+# Sizes
+# --------------------------------------------------------------------------
+_ZERO_SIZE_TYPES = {"token", "opaque"}
+
+
+def _element_bytes(dtype: str) -> int:
+    """Bytes per element; sub-byte types (s4, u4, f4e2m1fn, ...) count as 1."""
+    if dtype in _ZERO_SIZE_TYPES:
+        return 0
+    if dtype == "pred":
+        return 1
+    bits = re.search(r"\d+", dtype)
+    if bits is None:
+        raise ValueError(f"unknown HLO element type {dtype!r}")
+    return max(1, (int(bits.group()) + 7) // 8)
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape string; tuple shapes are summed over leaves.
+
+    Dynamic dimensions (``<=8``) count at their bound, unknown ones (``?``) as
+    zero; layouts are ignored.  Element sizes: pred/s8/u8/f8* 1, bf16/f16/s16/u16
+    2, f32/s32/u32 4, f64/s64/u64/c64 8, c128 16; sub-byte types (s4, u4, s2,
+    f4*) are counted as one byte each, i.e. unpacked.
+
+    Examples
+    --------
+    >>> shape_bytes("(s32[], f32[64,128]{1,0})")
+    32772
+    """
+    total = 0
+    for dtype, dims in _ARRAY_RE.findall(shape):
+        n = 1
+        for d in dims.split(","):
+            digits = re.sub(r"[^0-9]", "", d)
+            if d.strip():
+                n *= int(digits) if digits else 0
+        total += n * _element_bytes(dtype)
+    return total
+
+
+# --------------------------------------------------------------------------
+# Executed instructions
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FusionRecord:
+    """An instruction that the runtime executes as one unit.
+
+    ``op_ids`` are the producing op ids (last ``dfit_op`` of each op_name) of
+    the instruction and, unless it is a control instruction, of every
+    instruction in the computations it calls.  ``enclosing_op_ids`` are the
+    container ids seen on the way (earlier ``dfit_op`` components).  When the
+    instruction itself carries no id, XLA sometimes left the metadata only on
+    a ``bitcast`` user; those ids are then used and ``op_ids_inferred`` is set.
+    """
+
+    name: str
+    opcode: str
+    kind: str
+    computation: str
+    op_ids: tuple[int, ...]
+    bytes_accessed: int
+    custom_call_target: str = ""
+    enclosing_op_ids: tuple[int, ...] = ()
+    op_ids_inferred: bool = False
+
+
+def _executed_computations(comps: dict[str, HloComputation]) -> list[str]:
+    """Computations run instruction by instruction, in text order.
+
+    These are ENTRY plus everything reachable from it through while bodies and
+    conditions, conditional branches, ``call`` and async computations.  Fused
+    computations and reducers (``to_apply`` of reduce, sort, scatter, ...) are
+    never reached this way.  Without an ENTRY, every computation that nobody
+    calls is taken as a root.
+    """
+    roots = [c.name for c in comps.values() if c.is_entry]
+    if not roots:
+        called = {n for c in comps.values() for i in c.instructions for n in i.calls}
+        roots = [n for n in comps if n not in called]
+    seen, stack = set(roots), list(roots)
+    while stack:
+        for instr in comps[stack.pop()].instructions:
+            for key, target in instr.call_edges:
+                known = target in comps and target not in seen
+                if known and (instr.opcode, key) in _CONTROL_EDGES:
+                    seen.add(target)
+                    stack.append(target)
+    return [n for n in comps if n in seen]
+
+
+def _collect_ids(instr: HloInstruction, comps: dict[str, HloComputation], recurse: bool) -> tuple[set[int], set[int]]:
+    """(producing ids, enclosing ids) of ``instr`` and, if asked, its callees."""
+    produced: set[int] = set()
+    enclosing: set[int] = set()
+    todo, seen = [instr], set()
+    while todo:
+        cur = todo.pop()
+        ids = op_ids_in(cur.op_name)
+        if ids:
+            produced.add(ids[-1])
+            enclosing.update(ids[:-1])
+        if recurse:
+            for callee in cur.calls:
+                if callee in comps and callee not in seen:
+                    seen.add(callee)
+                    todo.extend(comps[callee].instructions)
+    return produced, enclosing
+
+
+def _bitcast_users(comp: HloComputation) -> dict[str, list[HloInstruction]]:
+    users: dict[str, list[HloInstruction]] = {}
+    for instr in comp.instructions:
+        if instr.opcode == "bitcast":
+            for operand in instr.operands:
+                users.setdefault(operand, []).append(instr)
+    return users
+
+
+def _bitcast_user_ids(name: str, users: dict[str, list[HloInstruction]]) -> tuple[set[int], set[int]]:
+    """Ids on bitcast users (followed through bitcast chains) of ``name``."""
+    produced: set[int] = set()
+    enclosing: set[int] = set()
+    todo, seen = [name], {name}
+    while todo:
+        for user in users.get(todo.pop(), ()):
+            ids = op_ids_in(user.op_name)
+            if ids:
+                produced.add(ids[-1])
+                enclosing.update(ids[:-1])
+            elif user.name not in seen:
+                seen.add(user.name)
+                todo.append(user.name)
+    return produced, enclosing
+
+
+def _bytes_accessed(instr: HloInstruction, shapes: dict[str, str]) -> int:
+    """Output bytes plus bytes of each distinct operand."""
+    operands = dict.fromkeys(instr.operands)
+    return shape_bytes(instr.shape) + sum(shape_bytes(shapes.get(o, "")) for o in operands)
+
+
+def _record(
+    instr: HloInstruction,
+    comp: HloComputation,
+    comps: dict[str, HloComputation],
+    shapes: dict[str, str],
+    bitcast_users: dict[str, list[HloInstruction]],
+) -> FusionRecord:
+    control = instr.opcode in CONTROL_OPCODES
+    produced, enclosing = _collect_ids(instr, comps, recurse=not control)
+    inferred = False
+    if not produced:
+        produced, extra = _bitcast_user_ids(instr.name, bitcast_users)
+        enclosing |= extra
+        inferred = bool(produced)
+    if control:
+        kind = "control"
+    elif instr.opcode == "fusion":
+        kind = instr.fusion_kind or "fusion"
+    else:
+        kind = "unfused"
+    return FusionRecord(
+        name=instr.name,
+        opcode=instr.opcode,
+        kind=kind,
+        computation=comp.name,
+        op_ids=tuple(sorted(produced)),
+        bytes_accessed=_bytes_accessed(instr, shapes),
+        custom_call_target=instr.custom_call_target,
+        enclosing_op_ids=tuple(sorted(enclosing - produced)),
+        op_ids_inferred=inferred,
+    )
+
+
+def executed_instructions(comps: dict[str, HloComputation]) -> list[FusionRecord]:
+    """Records for every instruction that runs as a unit, in text order.
+
+    Instructions of fused computations and reducers are folded into the
+    records of the instructions that call them; instructions in
+    :data:`FREE_OPCODES` are skipped; ``while``/``conditional``/``call``
+    become ``kind="control"`` records whose bodies yield records of their own.
+
+    Examples
+    --------
+    >>> comps = parse_hlo_module('''HloModule m
+    ... ENTRY %main (p: f32[2]) -> f32[2] {
+    ...   %p = f32[2]{0} parameter(0)
+    ...   ROOT %n = f32[2]{0} negate(%p), metadata={op_name="jit(f)/dfit_op3/neg"}
+    ... }''')
+    >>> [(r.name, r.kind, r.op_ids, r.bytes_accessed) for r in executed_instructions(comps)]
+    [('n', 'unfused', (3,), 16)]
+    """
+    records = []
+    for cname in _executed_computations(comps):
+        comp = comps[cname]
+        shapes = {i.name: i.shape for i in comp.instructions}
+        users = _bitcast_users(comp)
+        for instr in comp.instructions:
+            if instr.opcode not in FREE_OPCODES:
+                records.append(_record(instr, comp, comps, shapes, users))
+    return records
+
+
+@dataclass(frozen=True)
+class FusionMap:
+    """Executed instructions and, per op id, the instructions holding it."""
+
+    records: tuple[FusionRecord, ...]
+    op_to_fusions: dict[int, tuple[str, ...]] = field(compare=False)
+    module_name: str = ""
+    _by_name: dict[str, FusionRecord] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {r.name: r for r in self.records})
+
+    def fusions_of(self, op_id: int) -> tuple[str, ...]:
+        """Names of the executed instructions holding ``op_id`` (maybe empty)."""
+        return self.op_to_fusions.get(op_id, ())
+
+    def record(self, name: str) -> FusionRecord:
+        """The record of the executed instruction called ``name`` (KeyError if none)."""
+        return self._by_name[name]
+
+    @property
+    def op_ids(self) -> frozenset[int]:
+        """Every op id that reached at least one executed instruction."""
+        return frozenset(self.op_to_fusions)
+
+
+def _invert(records: Iterable[FusionRecord]) -> dict[int, tuple[str, ...]]:
+    mapping: dict[int, list[str]] = {}
+    for rec in records:
+        for op_id in rec.op_ids:
+            mapping.setdefault(op_id, []).append(rec.name)
+    return {k: tuple(v) for k, v in sorted(mapping.items())}
+
+
+def build_fusion_map(hlo_text: str) -> FusionMap:
+    """Parse optimised HLO text and map op ids to executed instructions.
+
+    Examples
+    --------
+    >>> fm = build_fusion_map('''HloModule jit_f
+    ... %fc (a: f32[4]) -> f32[4] {
+    ...   %a = f32[4]{0} parameter(0)
+    ...   %e = f32[4]{0} exponential(%a), metadata={op_name="jit(f)/dfit_op0/exp"}
+    ...   ROOT %n = f32[4]{0} negate(%e), metadata={op_name="jit(f)/dfit_op1/neg"}
+    ... }
+    ... ENTRY %main (p: f32[4]) -> f32[4] {
+    ...   %p = f32[4]{0} parameter(0)
+    ...   ROOT %fusion = f32[4]{0} fusion(%p), kind=kLoop, calls=%fc
+    ... }''')
+    >>> fm.fusions_of(0), fm.record("fusion").op_ids, fm.module_name
+    (('fusion',), (0, 1), 'jit_f')
+    """
+    records = tuple(executed_instructions(parse_hlo_module(hlo_text)))
+    try:
+        name = hlo_module_name(hlo_text)
+    except ValueError:
+        name = ""
+    return FusionMap(records=records, op_to_fusions=_invert(records), module_name=name)

@@ -1,0 +1,290 @@
+"""Runtime modes: measure the program on the host and report what measuring cost.
+
+``profile``
+    Runs the compiled program under ``jax.profiler`` and reads the per-HLO-
+    instruction events back from the XSpace file (``jax.profiler.ProfileData``).
+    An instruction's *exclusive* time (its span minus the instructions nested
+    in it, e.g. a while loop minus its body) is split over the jaxpr ops it
+    holds: each op gets the mean of its share of the instruction's FLOPs and
+    its share of the instruction's unfused bytes (equal shares when both are
+    zero). Event counts give executions per call, hence measured while-loop
+    trip counts and cond branch frequencies.
+``eager``
+    Interprets the tagged jaxpr op by op, blocking after each primitive, and
+    times every op; loops and branches run as they really do, so counts are
+    exact. Slow by nature: its overhead is reported, not hidden.
+
+Overhead is measured against the plain jitted call: blocks of plain calls and
+blocks of instrumented calls alternate, and each side's median per-call time
+is compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend.core as jcore
+import numpy as np
+
+from .lowering import FusionMap
+from .profile_events import find_xplane_files, read_hlo_op_timings
+from .walk import OpRecord, Walk
+
+
+@dataclasses.dataclass
+class Measurement:
+    """What a runtime mode measured."""
+
+    op_time_per_call: np.ndarray  # seconds per call, per op (NaN where unmeasured)
+    trips: dict[int, float]  # while op -> trips per execution
+    branch_fractions: dict[int, list[float]]  # cond op -> fraction per branch
+    baseline_s: float
+    instrumented_s: float
+    n_calls: int
+    fusion_executions: dict[str, float] = dataclasses.field(default_factory=dict)
+    fusion_time_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    exec_per_call: dict[int, float] = dataclasses.field(default_factory=dict)
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    return time.perf_counter() - t0
+
+
+# ---------------------------------------------------------------- profile mode
+def run_profile(
+    plain: Callable[..., Any],
+    compiled: Callable[..., Any],
+    args: Sequence[Any],
+    *,
+    walk: Walk,
+    fusion_map: FusionMap,
+    module: str,
+    rounds: int = 5,
+    calls_per_round: int = 10,
+) -> Measurement:
+    """Profile ``compiled`` (the tagged program) against ``plain`` (the user's jitted call)."""
+    jax.block_until_ready(plain(*args))
+    jax.block_until_ready(compiled(*args))
+    base: list[float] = []
+    inst: list[float] = []
+    files = []
+    with tempfile.TemporaryDirectory(prefix="dfit_profile_") as root:
+        for r in range(rounds):
+            base.extend(_timed(lambda: plain(*args)) for _ in range(calls_per_round))
+            log_dir = f"{root}/round{r}"
+            jax.profiler.start_trace(log_dir)
+            try:
+                inst.extend(_timed(lambda: compiled(*args)) for _ in range(calls_per_round))
+            finally:
+                jax.profiler.stop_trace()
+            files.extend(find_xplane_files(log_dir))
+        timings = [read_hlo_op_timings(f, module) for f in files]
+    n_events: dict[str, float] = defaultdict(float)
+    excl_ns: dict[str, float] = defaultdict(float)
+    runs = 0
+    for per_file in timings:
+        runs += max((t.runs for t in per_file.values()), default=0)
+        for name, t in per_file.items():
+            n_events[name] += t.n_events
+            excl_ns[name] += t.exclusive_ns
+    runs = max(runs, 1)
+    executions = {name: n / runs for name, n in n_events.items()}
+    fusion_time = {name: ns * 1e-9 / runs for name, ns in excl_ns.items()}
+    op_time = _split_fusion_time(walk.records, fusion_map, fusion_time)
+    exec_per_call = {
+        op: max(executions.get(f, 0.0) for f in names)
+        for op, names in fusion_map.op_to_fusions.items() if names
+    }
+    return Measurement(
+        op_time_per_call=op_time,
+        trips={}, branch_fractions={},
+        baseline_s=statistics.median(base), instrumented_s=statistics.median(inst),
+        n_calls=len(inst), fusion_executions=executions, fusion_time_s=fusion_time,
+        exec_per_call=exec_per_call,
+    )
+
+
+def _split_fusion_time(records: Sequence[OpRecord], fusion_map: FusionMap, fusion_time: dict[str, float]) -> np.ndarray:
+    op_time = np.full(len(records), np.nan)
+    for rec in fusion_map.records:
+        t = fusion_time.get(rec.name)
+        if t is None or not rec.op_ids:
+            continue
+        ids = [o for o in rec.op_ids if o < len(records)]
+        flops = np.array([records[o].cost.flops for o in ids], dtype=np.float64)
+        nbytes = np.array([records[o].cost.bytes_read + records[o].cost.bytes_written for o in ids], dtype=np.float64)
+        shares = [s / s.sum() for s in (flops, nbytes) if s.sum() > 0]
+        weight = np.mean(shares, axis=0) if shares else np.full(len(ids), 1.0 / len(ids))
+        for o, w in zip(ids, weight, strict=True):
+            op_time[o] = (0.0 if np.isnan(op_time[o]) else op_time[o]) + t * w
+    return op_time
+
+
+def _free_descendants(records: Sequence[OpRecord], root: int, context_prefix: str) -> list[int]:
+    """Leaf ops under ``root``'s jaxpr(s) named ``context_prefix`` reached through 1x containers only."""
+    kids = defaultdict(list)
+    for r in records:
+        kids[r.parent].append(r)
+    out, stack = [], [r for r in kids[root] if r.context.startswith(context_prefix)]
+    while stack:
+        r = stack.pop()
+        if not r.container:
+            out.append(r.id)
+        elif r.container not in ("scan", "while", "cond"):
+            stack.extend(kids[r.id])
+    return out
+
+
+def infer_control(
+    records: Sequence[OpRecord],
+    exec_per_call: dict[int, float],
+    counts_fn: Callable[[dict[int, float], dict[int, list[float]]], np.ndarray],
+    static_trips: dict[int, float],
+    static_fracs: dict[int, list[float]],
+) -> tuple[dict[int, float], dict[int, list[float]], set[int]]:
+    """Measured while trips and cond branch fractions from per-op executions.
+
+    Returns ``(trips, fractions, measured_ids)`` where ``measured_ids`` are the
+    control ops whose figures came from measurement.
+    """
+    trips, fracs = dict(static_trips), {k: list(v) for k, v in static_fracs.items()}
+    measured: set[int] = set()
+    for r in records:  # pre-order: outer loops are settled before inner ones
+        if r.container not in ("while", "cond"):
+            continue
+        counts = counts_fn(trips, fracs)
+        own = float(counts[r.id])
+        if own <= 0:
+            continue
+        if r.container == "while":
+            seen = [exec_per_call[o] for o in _free_descendants(records, r.id, "body") if o in exec_per_call]
+            if seen:
+                trips[r.id] = max(seen) / own
+                measured.add(r.id)
+        else:
+            per_branch = []
+            for b in range(r.n_branches):
+                seen = [exec_per_call[o] for o in _free_descendants(records, r.id, f"branch{b}") if o in exec_per_call]
+                per_branch.append(max(seen) / own if seen else None)
+            if any(p is not None for p in per_branch):
+                known = sum(p for p in per_branch if p is not None)
+                missing = [b for b, p in enumerate(per_branch) if p is None]
+                rest = max(0.0, 1.0 - known) / len(missing) if missing else 0.0
+                fracs[r.id] = [rest if p is None else p for p in per_branch]
+                measured.add(r.id)
+    return trips, fracs, measured
+
+
+# ------------------------------------------------------------------ eager mode
+class _EagerInterpreter:
+    """Runs a tagged jaxpr one primitive at a time, timing and counting."""
+
+    def __init__(self, walk: Walk) -> None:
+        self.eqn_op = walk.eqn_op
+        self.records = walk.records
+        self.time = np.zeros(len(walk.records))
+        self.execs = np.zeros(len(walk.records))
+        self.trips: dict[int, float] = defaultdict(float)
+        self.branch_runs: dict[int, list[float]] = {}
+
+    def run(self, jaxpr: jcore.Jaxpr, consts: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        env: dict[Any, Any] = {}
+
+        def read(v: Any) -> Any:
+            return v.val if isinstance(v, jcore.Literal) else env[v]
+
+        for v, x in zip(jaxpr.constvars, consts, strict=True):
+            env[v] = x
+        for v, x in zip(jaxpr.invars, args, strict=True):
+            env[v] = x
+        for eqn in jaxpr.eqns:
+            op = self.eqn_op[id(eqn)]
+            self.execs[op] += 1
+            invals = [read(v) for v in eqn.invars]
+            outs = self._eval(op, eqn, invals)
+            for v, x in zip(eqn.outvars, outs, strict=True):
+                if not isinstance(v, jcore.DropVar):
+                    env[v] = x
+        return [read(v) for v in jaxpr.outvars]
+
+    def _sub(self, j: Any, args: Sequence[Any]) -> list[Any]:
+        if isinstance(j, jcore.ClosedJaxpr):
+            return self.run(j.jaxpr, j.consts, args)
+        return self.run(j, [], args)
+
+    def _eval(self, op: int, eqn: Any, invals: list[Any]) -> list[Any]:
+        kind = self.records[op].container
+        p = eqn.params
+        if kind == "scan":
+            return self._scan(p, invals)
+        if kind == "while":
+            cn, bn = p["cond_nconsts"], p["body_nconsts"]
+            cconsts, bconsts, carry = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
+            while bool(self._sub(p["cond_jaxpr"], cconsts + carry)[0]):
+                carry = self._sub(p["body_jaxpr"], bconsts + carry)
+                self.trips[op] += 1
+            return carry
+        if kind == "cond":
+            branches = p["branches"]
+            index = int(np.clip(int(invals[0]), 0, len(branches) - 1))
+            self.branch_runs.setdefault(op, [0.0] * len(branches))[index] += 1
+            return self._sub(branches[index], invals[1:])
+        if kind in ("jit", "call", "remat", "custom_jvp", "custom_vjp"):
+            sub = next(v for v in p.values() if isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)))
+            n_in = len((sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub).invars)
+            return self._sub(sub, invals[len(invals) - n_in:])
+        t0 = time.perf_counter()
+        out = eqn.primitive.bind(*invals, **p)
+        jax.block_until_ready(out)
+        self.time[op] += time.perf_counter() - t0
+        return list(out) if eqn.primitive.multiple_results else [out]
+
+    def _scan(self, p: dict[str, Any], invals: list[Any]) -> list[Any]:
+        nc, nk = p["num_consts"], p["num_carry"]
+        consts, carry, xs = invals[:nc], invals[nc:nc + nk], invals[nc + nk:]
+        ys = []
+        steps = range(p["length"] - 1, -1, -1) if p["reverse"] else range(p["length"])
+        for i in steps:
+            outs = self._sub(p["jaxpr"], consts + carry + [x[i] for x in xs])
+            carry, y = outs[:nk], outs[nk:]
+            ys.append(y)
+        if p["reverse"]:
+            ys.reverse()
+        n_ys = len(p["jaxpr"].out_avals) - nk
+        stacked = [jax.numpy.stack([y[j] for y in ys]) if ys else None for j in range(n_ys)]
+        return carry + stacked
+
+
+def run_eager(plain: Callable[..., Any], walk: Walk, args: Sequence[Any], *, repeats: int = 3) -> Measurement:
+    """Interpret the tagged jaxpr op by op ``repeats`` times after one warm-up run."""
+    closed = walk.tagged
+    jax.block_until_ready(plain(*args))
+    _EagerInterpreter(walk).run(closed.jaxpr, closed.consts, args)  # warm-up: compiles each primitive
+    interp = _EagerInterpreter(walk)
+    base, inst = [], []
+    for _ in range(repeats):
+        base.append(_timed(lambda: plain(*args)))
+        inst.append(_timed(lambda: interp.run(closed.jaxpr, closed.consts, args)))
+        base.append(_timed(lambda: plain(*args)))
+    n_exec = {r.id: interp.execs[r.id] / repeats for r in walk.records}
+    trips = {op: t / interp.execs[op] for op, t in interp.trips.items() if interp.execs[op] > 0}
+    for r in walk.records:
+        if r.container == "while" and r.id not in trips and interp.execs[r.id] > 0:
+            trips[r.id] = 0.0
+    fracs = {op: [b / interp.execs[op] for b in runs] for op, runs in interp.branch_runs.items()}
+    op_time = np.where(interp.execs > 0, interp.time / repeats, np.nan)
+    op_time[[r.id for r in walk.records if r.container]] = np.nan
+    return Measurement(
+        op_time_per_call=op_time, trips=trips, branch_fractions=fracs,
+        baseline_s=statistics.median(base), instrumented_s=statistics.median(inst), n_calls=repeats,
+        exec_per_call=n_exec,
+    )

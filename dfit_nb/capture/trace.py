@@ -1,0 +1,244 @@
+"""``Trace``: the captured program as xarray Datasets, saved and loaded without pickle."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ..errors import DfitError
+
+_PARTS = ("ops", "edges", "regions", "lowering")
+
+
+@dataclasses.dataclass(frozen=True)
+class Overhead:
+    """A mode's measured cost against the plain jitted call.
+
+    ``baseline_s`` and ``instrumented_s`` are medians of per-call wall times
+    over ``n_calls`` interleaved calls each; ``ratio`` is their quotient and
+    ``percent`` is ``100 * (ratio - 1)``. Static mode runs nothing: its ratio
+    is 1 by construction and its times are NaN. ``capture_s`` is the wall
+    time the whole capture took (tracing, lowering, compiling, measuring).
+    """
+
+    mode: str
+    baseline_s: float = float("nan")
+    instrumented_s: float = float("nan")
+    n_calls: int = 0
+    capture_s: float = float("nan")
+
+    @property
+    def ratio(self) -> float:
+        """instrumented / baseline (1.0 in static mode)."""
+        if self.mode == "static":
+            return 1.0
+        return self.instrumented_s / self.baseline_s
+
+    @property
+    def percent(self) -> float:
+        """Overhead in percent of the plain jitted call."""
+        return 100.0 * (self.ratio - 1.0)
+
+    def to_attrs(self) -> dict[str, Any]:
+        """Flat attrs for netCDF."""
+        return {f"overhead_{f.name}": getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_attrs(cls, attrs: dict[str, Any]) -> Overhead:
+        """Inverse of :meth:`to_attrs`."""
+        kw = {f.name: attrs[f"overhead_{f.name}"] for f in dataclasses.fields(cls) if f"overhead_{f.name}" in attrs}
+        kw["mode"] = str(kw.get("mode", attrs.get("mode", "static")))
+        if "n_calls" in kw:
+            kw["n_calls"] = int(kw["n_calls"])
+        for name in ("baseline_s", "instrumented_s", "capture_s"):
+            if name in kw:
+                kw[name] = float(kw[name])
+        return cls(**kw)
+
+
+class Trace:
+    """A captured JAX program: ops, dataflow edges, regions and the lowering record.
+
+    Attributes
+    ----------
+    ops : xarray.Dataset
+        Dim ``op``: one row per jaxpr equation, nested ones included (see
+        ``docs/architecture.md`` for every variable). Figures are per
+        execution; ``count`` says how often the op runs.
+    edges : xarray.Dataset
+        Dim ``edge``: ``src`` -> ``dst`` op ids and the ``bytes`` passed.
+    regions : xarray.Dataset
+        Dim ``region``: the region tree with totals rolled up from ops.
+    lowering : xarray.Dataset
+        Dim ``fusion``: the executed instructions of the optimized HLO and
+        the ops each holds; ``stablehlo`` and ``hlo`` hold the texts.
+    jaxpr : jax.extend.core.ClosedJaxpr or None
+        The traced program (``None`` after :func:`load_trace`; its text is
+        kept in ``attrs['jaxpr_text']``).
+    mode : str
+        ``"static"``, ``"profile"`` or ``"eager"``.
+    overhead : Overhead
+        The mode's measured overhead against the plain jitted call.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((4, 8)), jnp.ones((8, 2)))
+    >>> int(t.total_flops())
+    128
+    """
+
+    def __init__(
+        self,
+        ops: xr.Dataset,
+        edges: xr.Dataset,
+        regions: xr.Dataset,
+        lowering: xr.Dataset,
+        *,
+        attrs: dict[str, Any],
+        overhead: Overhead,
+        jaxpr: Any = None,
+    ) -> None:
+        self.ops = ops
+        self.edges = edges
+        self.regions = regions
+        self.lowering = lowering
+        self.attrs = dict(attrs)
+        self.overhead = overhead
+        self.jaxpr = jaxpr
+
+    @property
+    def mode(self) -> str:
+        """The instrumentation mode that produced this trace."""
+        return self.overhead.mode
+
+    # ---- totals ---------------------------------------------------------------
+    def total_flops(self) -> int:
+        """Σ flops × count over all ops."""
+        return int((self.ops["flops"] * self.ops["count"]).sum())
+
+    def total_bytes(self) -> int:
+        """Σ (bytes_read + bytes_written) × count over all ops (the unfused view)."""
+        return int(((self.ops["bytes_read"] + self.ops["bytes_written"]) * self.ops["count"]).sum())
+
+    def region_table(self, max_depth: int | None = None) -> str:
+        """The region tree as a fixed-width text table (what the CLI prints)."""
+        rows = [("region", "ops", "GFLOP", "MB moved", "time ms")]
+        r = self.regions
+        for i in range(r.sizes["region"]):
+            depth = int(r["depth"][i])
+            if max_depth is not None and depth > max_depth:
+                continue
+            name = str(r["region"][i].item())
+            label = "  " * depth + (name.rsplit("/", 1)[-1] if name else "<root>")
+            t = float(r["time_s"][i])
+            rows.append((
+                label, str(int(r["n_ops"][i])), f"{float(r['flops'][i]) / 1e9:.4f}",
+                f"{float(r['bytes_read'][i] + r['bytes_written'][i]) / 1e6:.3f}",
+                "-" if np.isnan(t) else f"{t * 1e3:.3f}",
+            ))
+        widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+        lines = [
+            "  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
+                      for c, (cell, w) in enumerate(zip(row, widths, strict=True)))
+            for row in rows
+        ]
+        lines.insert(1, "-" * len(lines[0]))
+        return "\n".join(lines)
+
+    # ---- persistence ----------------------------------------------------------
+    def to_datatree(self) -> xr.DataTree:
+        """The whole trace as one ``xarray.DataTree`` (root attrs + four children)."""
+        root = xr.Dataset(attrs={**self.attrs, **self.overhead.to_attrs(), "mode": self.mode})
+        return xr.DataTree.from_dict({"/": root, **{f"/{p}": getattr(self, p) for p in _PARTS}})
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the trace to ``path`` (netCDF4 via h5netcdf; ``.zarr`` for Zarr).
+
+        The file is written next to ``path`` and moved into place only once
+        complete, so a failure never leaves a half-written result behind.
+        """
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tree = self.to_datatree()
+        try:
+            if path.suffix == ".zarr":
+                tree.to_zarr(tmp, consolidated=False)
+            else:
+                tree.to_netcdf(tmp, engine="h5netcdf")
+            _replace(tmp, path)
+        finally:
+            _remove(tmp)
+        return path
+
+    # ---- display --------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (
+            f"<dfit_nb.Trace {self.attrs.get('function', '?')} mode={self.mode} "
+            f"ops={self.ops.sizes.get('op', 0)} regions={self.regions.sizes.get('region', 0)} "
+            f"fusions={self.lowering.sizes.get('fusion', 0)} GFLOP={self.total_flops() / 1e9:.4g}>"
+        )
+
+    def _repr_html_(self) -> str:
+        head = html.escape(repr(self))
+        overhead = "" if self.mode == "static" else f" · overhead {self.overhead.percent:+.2f}%"
+        table = html.escape(self.region_table(max_depth=4))
+        return (
+            f"<div><b>{head}</b>{html.escape(overhead)}"
+            f"<pre style='font-size:11px;line-height:1.2'>{table}</pre></div>"
+        )
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+
+
+def _remove(tmp: Path) -> None:
+    import shutil
+
+    if tmp.is_dir():
+        shutil.rmtree(tmp, ignore_errors=True)
+    elif tmp.exists():
+        tmp.unlink()
+
+
+def load_trace(path: str | os.PathLike[str]) -> Trace:
+    """Load a trace written by :meth:`Trace.save` (no code is executed on load).
+
+    Examples
+    --------
+    >>> import tempfile, os, jax.numpy as jnp, dfit_nb
+    >>> t = dfit_nb.capture(lambda a: a * 2, jnp.ones(3))
+    >>> p = t.save(os.path.join(tempfile.mkdtemp(), "t.nc"))
+    >>> dfit_nb.load_trace(p).total_flops() == t.total_flops()
+    True
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no trace at {path}")
+    try:
+        if path.suffix == ".zarr":
+            tree = xr.open_datatree(path, engine="zarr", consolidated=False)
+        else:
+            tree = xr.open_datatree(path, engine="h5netcdf")
+        tree = tree.load()
+    except Exception as err:
+        raise DfitError(f"{path} is not a dfit_nb trace file: {err}") from err
+    missing = [p for p in _PARTS if p not in tree.children]
+    if missing:
+        raise DfitError(f"{path} is not a dfit_nb trace: groups {missing} are missing")
+    attrs = dict(tree.attrs)
+    overhead = Overhead.from_attrs(attrs)
+    attrs = {k: v for k, v in attrs.items() if not k.startswith("overhead_") and k != "mode"}
+    parts = {p: tree[p].to_dataset() for p in _PARTS}
+    return Trace(**parts, attrs=attrs, overhead=overhead)

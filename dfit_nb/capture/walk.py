@@ -1,0 +1,333 @@
+"""Walk a ClosedJaxpr and every jaxpr nested in it, one row per equation.
+
+The walk is a depth-first pre-order traversal: an equation gets its op id, then
+the jaxprs in its params get theirs, in parameter order. In the same pass it
+builds a *tagged* copy of the jaxpr where every equation runs under one extra
+name scope ``dfit_op<id>``; lowering that copy stamps the op id into the
+``op_name`` metadata of every HLO instruction the op turns into (see
+``lowering.py``), and the eager probe interprets the same copy.
+
+Regions: an equation's name stack is relative to the jaxpr that holds it, so
+the path of an op is the path of its enclosing container plus its own stack.
+Nested ``jit`` calls add a ``jit(<name>)`` segment (the nested-jit path); other
+containers (scan, while, cond, remat, custom_jvp/vjp) add none: their nesting is
+recorded in ``parent``, ``context`` and ``branch`` instead.
+
+Dataflow edges connect *leaf* ops (ops that compute) through containers: a
+nested jaxpr's inputs are bound to whatever produced the container's inputs,
+and a container's outputs to the leaf ops that produced its jaxpr's outputs
+(for ``cond``, every branch's). Loop-carried edges (a scan body's output
+feeding the next iteration) are not listed; a cond's predicate is an edge into
+the cond op itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import jax.extend.core as jcore
+
+from ..errors import OpaquePrimitiveWarning
+from . import _jax_internals as internals
+from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, cost_of
+
+TAG_PREFIX = "dfit_op"
+
+
+@dataclasses.dataclass
+class OpRecord:
+    """One jaxpr equation as captured (per single execution)."""
+
+    id: int
+    primitive: str
+    region: str
+    parent: int  # enclosing container op, -1 at the top level
+    context: str  # which jaxpr of the parent holds it: body, cond, branch1, jit, ...
+    branch: int  # index of the innermost enclosing cond branch, -1 if none
+    depth: int
+    container: str  # canonical container kind ('' for leaf ops)
+    trip_count: int  # scan length; 0 for while (unknown statically); 1 otherwise
+    n_branches: int  # cond only
+    in_shapes: str
+    out_shapes: str
+    dtype: str
+    source: str
+    cost: OpCost
+    opaque: bool = False
+
+
+@dataclasses.dataclass
+class Walk:
+    """What a walk produces."""
+
+    records: list[OpRecord]
+    edges: list[tuple[int, int, int]]  # (src, dst, bytes)
+    tagged: jcore.ClosedJaxpr
+    eqn_op: dict[int, int]  # id(tagged eqn) -> op id, for interpreters
+    live: set[int]  # ops whose outputs are used (or are outputs)
+    constant: set[int]  # ops whose inputs are all literals or closed-over constants
+    opaque_primitives: tuple[str, ...]
+
+
+def sub_jaxprs(eqn: Any) -> list[tuple[str, Any]]:
+    """The jaxprs held in an equation's params, with a context label each.
+
+    Order is parameter order (and position inside tuples), which fixes op ids.
+    """
+    found: list[tuple[str, Any]] = []
+    for key, value in eqn.params.items():
+        if isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+            found.append((_context_label(eqn.primitive.name, key, None), value))
+        elif isinstance(value, (tuple, list)):
+            for i, item in enumerate(value):
+                if isinstance(item, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+                    found.append((_context_label(eqn.primitive.name, key, i), item))
+    return found
+
+
+def _context_label(primitive: str, key: str, index: int | None) -> str:
+    kind = internals.CONTAINER_ALIASES.get(primitive, "")
+    if kind == "cond" and key == "branches":
+        return f"branch{index}"
+    if kind == "while":
+        return "cond" if key.startswith("cond") else "body"
+    if kind == "scan":
+        return "body"
+    if kind:
+        return kind
+    return key if index is None else f"{key}{index}"
+
+
+def _open(j: Any) -> tuple[jcore.Jaxpr, list[Any]]:
+    if isinstance(j, jcore.ClosedJaxpr):
+        return j.jaxpr, list(j.consts)
+    return j, []
+
+
+def _shapes(avals: Iterator[Any]) -> str:
+    parts = []
+    for a in avals:
+        shape = getattr(a, "shape", None)
+        dtype = getattr(a, "dtype", None)
+        if shape is None:
+            parts.append(type(a).__name__)
+        else:
+            parts.append(f"{dtype}[{','.join(str(d) for d in shape)}]")
+    return " ".join(parts)
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+class _Walker:
+    def __init__(self) -> None:
+        self.records: list[OpRecord] = []
+        self.edges: list[tuple[int, int, int]] = []
+        self.eqn_op: dict[int, int] = {}
+        self.live: set[int] = set()
+        self.constant: set[int] = set()
+        self.const_vars: set[Any] = set()
+        self.opaque: dict[str, None] = {}
+        self.whole_program_jit = False
+
+    # env maps a Var to the set of leaf ops that may have produced it
+    def walk(
+        self,
+        jaxpr: jcore.Jaxpr,
+        env_in: list[frozenset[int]],
+        *,
+        region: str,
+        parent: int,
+        context: str,
+        branch: int,
+        depth: int,
+    ) -> tuple[jcore.Jaxpr, list[frozenset[int]]]:
+        env: dict[Any, frozenset[int]] = {}
+        for var, producers in zip(jaxpr.invars, env_in, strict=False):
+            env[var] = producers
+        self.const_vars.update(jaxpr.constvars)
+        used = _used_vars(jaxpr)
+        new_eqns = []
+        for eqn in jaxpr.eqns:
+            op_id = len(self.records)
+            own = internals.name_stack_str(eqn.source_info)
+            op_region = _join(region, own)
+            in_prod = [env.get(v, frozenset()) if not isinstance(v, jcore.Literal) else frozenset()
+                       for v in eqn.invars]
+            name = eqn.primitive.name
+            kind = internals.CONTAINER_ALIASES.get(name, "")
+            subs = sub_jaxprs(eqn)
+            record = OpRecord(
+                id=op_id, primitive=name, region=op_region, parent=parent, context=context,
+                branch=branch, depth=depth, container=kind if subs else "",
+                trip_count=int(eqn.params.get("length", 1)) if kind == "scan" else (0 if kind == "while" else 1),
+                n_branches=len(eqn.params.get("branches", ())) if kind == "cond" else 0,
+                in_shapes=_shapes(v.aval for v in eqn.invars),
+                out_shapes=_shapes(v.aval for v in eqn.outvars),
+                dtype=str(getattr(eqn.outvars[0].aval, "dtype", "")) if eqn.outvars else "",
+                source=internals.user_source(eqn.source_info),
+                cost=OpCost(op_class="control"),
+            )
+            self.records.append(record)
+            if any(not isinstance(v, jcore.DropVar) and v in used for v in eqn.outvars):
+                self.live.add(op_id)
+            if all(isinstance(v, jcore.Literal) or v in self.const_vars for v in eqn.invars):
+                self.constant.add(op_id)
+                self.const_vars.update(eqn.outvars)
+            if subs and kind:
+                new_params, out_prod = self._descend(eqn, record, subs, in_prod, op_region, depth)
+            else:
+                new_params = dict(eqn.params)
+                if subs:  # unknown higher-order primitive: walk its jaxprs for ops, treat it as a leaf
+                    new_params = self._descend_opaque(eqn, record, subs, op_region, depth)
+                record.cost, record.opaque = self._cost(eqn, bool(subs))
+                for producers, var in zip(in_prod, eqn.invars, strict=True):
+                    for src in producers:
+                        self.edges.append((src, op_id, aval_nbytes(var.aval)))
+                out_prod = [frozenset({op_id})] * len(eqn.outvars)
+            for var, producers in zip(eqn.outvars, out_prod, strict=True):
+                if not isinstance(var, jcore.DropVar):
+                    env[var] = producers
+            tagged_eqn = eqn.replace(
+                params=new_params,
+                source_info=internals.tag_source_info(eqn.source_info, f"{TAG_PREFIX}{op_id}"),
+            )
+            self.eqn_op[id(tagged_eqn)] = op_id
+            new_eqns.append(tagged_eqn)
+        outs = [env.get(v, frozenset()) if not isinstance(v, jcore.Literal) else frozenset()
+                for v in jaxpr.outvars]
+        return jaxpr.replace(eqns=new_eqns), outs
+
+    def _cost(self, eqn: Any, has_subs: bool) -> tuple[OpCost, bool]:
+        in_avals = tuple(v.aval for v in eqn.invars)
+        out_avals = tuple(v.aval for v in eqn.outvars)
+        try:
+            return cost_of(eqn.primitive.name, eqn.params, in_avals, out_avals), False
+        except UnknownPrimitiveError:
+            self.opaque.setdefault(eqn.primitive.name, None)
+            nbytes_in = sum(aval_nbytes(a) for a in in_avals)
+            nbytes_out = sum(aval_nbytes(a) for a in out_avals)
+            return OpCost(bytes_read=nbytes_in, bytes_written=nbytes_out, op_class="opaque"), True
+
+    def _descend(self, eqn, record, subs, in_prod, op_region, depth):
+        kind = record.container
+        region = op_region
+        if kind == "jit" and not (record.parent < 0 and self.whole_program_jit):
+            region = _join(op_region, f"jit({eqn.params.get('name', '')})")
+        new_params = dict(eqn.params)
+        out_prod: list[frozenset[int]] = [frozenset()] * len(eqn.outvars)
+        if kind == "cond":
+            self.edges.extend((src, record.id, aval_nbytes(eqn.invars[0].aval)) for src in in_prod[0])
+        rewritten: dict[tuple[str, int | None], Any] = {}
+        for label, sub in subs:
+            inner, consts = _open(sub)
+            sub_in = _bind_inputs(kind, eqn, label, in_prod, len(inner.invars))
+            is_const = _bind_inputs(kind, eqn, label, [
+                isinstance(v, jcore.Literal) or v in self.const_vars for v in eqn.invars], len(inner.invars))
+            self.const_vars.update(v for v, c in zip(inner.invars, is_const, strict=True) if c is True)
+            branch = int(label[6:]) if label.startswith("branch") else record.branch
+            new_inner, sub_out = self.walk(
+                inner, sub_in, region=region, parent=record.id, context=label,
+                branch=branch, depth=depth + 1,
+            )
+            rewritten[label] = (
+                jcore.ClosedJaxpr(new_inner, consts) if isinstance(sub, jcore.ClosedJaxpr) else new_inner
+            )
+            if label != "cond":  # a while's cond jaxpr outputs only the predicate
+                if kind == "while":
+                    sub_out = [p | init for p, init in zip(sub_out, in_prod[-len(sub_out):], strict=True)]
+                out_prod = [a | b for a, b in zip(out_prod, _pad(sub_out, len(eqn.outvars)), strict=True)]
+        for key, value in eqn.params.items():
+            if isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+                new_params[key] = rewritten[_context_label(eqn.primitive.name, key, None)]
+            elif isinstance(value, (tuple, list)) and any(
+                isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)) for v in value
+            ):
+                new_params[key] = type(value)(
+                    rewritten.get(_context_label(eqn.primitive.name, key, i), v) for i, v in enumerate(value)
+                )
+        return new_params, out_prod
+
+    def _descend_opaque(self, eqn, record, subs, op_region, depth):
+        new_params = dict(eqn.params)
+        for key, value in eqn.params.items():
+            items = value if isinstance(value, (tuple, list)) else (value,)
+            new_items = []
+            for item in items:
+                if isinstance(item, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+                    inner, consts = _open(item)
+                    new_inner, _ = self.walk(
+                        inner, [frozenset()] * len(inner.invars), region=op_region, parent=record.id,
+                        context=key, branch=record.branch, depth=depth + 1,
+                    )
+                    item = jcore.ClosedJaxpr(new_inner, consts) if isinstance(item, jcore.ClosedJaxpr) else new_inner
+                new_items.append(item)
+            if isinstance(value, (tuple, list)):
+                new_params[key] = type(value)(new_items)
+            elif isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+                new_params[key] = new_items[0]
+        return new_params
+
+
+def _pad(seq: list[frozenset[int]], n: int) -> list[frozenset[int]]:
+    return (list(seq) + [frozenset()] * n)[:n]
+
+
+def _bind_inputs(kind: str, eqn: Any, label: str, in_prod: list[frozenset[int]], n_in: int):
+    """Producers for a nested jaxpr's inputs, given the container's inputs."""
+    if kind == "cond":
+        return _pad(in_prod[1:], n_in)
+    if kind == "while":
+        cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
+        carry = in_prod[cn + bn:]
+        consts = in_prod[:cn] if label == "cond" else in_prod[cn:cn + bn]
+        return _pad(consts + carry, n_in)
+    # scan (consts, carry, xs), jit, call, remat, custom_jvp/vjp: positional
+    if len(in_prod) >= n_in:
+        return in_prod[len(in_prod) - n_in:]
+    return _pad(in_prod, n_in)
+
+
+def _used_vars(jaxpr: jcore.Jaxpr) -> set[Any]:
+    used = {v for v in jaxpr.outvars if not isinstance(v, jcore.Literal)}
+    for eqn in jaxpr.eqns:
+        used.update(v for v in eqn.invars if not isinstance(v, jcore.Literal))
+    return used
+
+
+def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
+    """Walk ``closed`` and everything nested in it.
+
+    Unknown primitives become opaque ops; one :class:`OpaquePrimitiveWarning`
+    names all of them.
+    """
+    walker = _Walker()
+    # a jitted function traces to one jit equation holding everything: no region segment for it
+    eqns = closed.jaxpr.eqns
+    walker.whole_program_jit = len(eqns) == 1 and internals.CONTAINER_ALIASES.get(eqns[0].primitive.name) == "jit"
+    tagged, _ = walker.walk(
+        closed.jaxpr, [frozenset()] * len(closed.jaxpr.invars),
+        region="", parent=-1, context="", branch=-1, depth=0,
+    )
+    if walker.opaque:
+        names = ", ".join(sorted(walker.opaque))
+        warnings.warn(
+            f"dfit_nb has no cost rule for primitive(s) {names}; they are recorded as 'opaque' ops "
+            "(bytes counted, FLOPs unknown). Register one with "
+            "dfit_nb.capture.register_cost_rule(...) to cost them.",
+            OpaquePrimitiveWarning,
+            stacklevel=3,
+        )
+    return Walk(
+        records=walker.records,
+        edges=walker.edges,
+        tagged=jcore.ClosedJaxpr(tagged, closed.consts),
+        eqn_op=walker.eqn_op,
+        live=walker.live,
+        constant=walker.constant,
+        opaque_primitives=tuple(walker.opaque),
+    )

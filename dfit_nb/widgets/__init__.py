@@ -1,0 +1,4 @@
+"""ipywidgets views over traces and runs (issue: views and widgets).
+
+The only layer (with ``magics``) allowed to import ipywidgets.
+"""

@@ -1,0 +1,437 @@
+"""Tests for dfit_nb.capture.lowering and dfit_nb.capture.profile_events."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import jax
+import jax.extend.core as jc
+import jax.numpy as jnp
+import pytest
+from jax import lax
+
+from dfit_nb.capture.lowering import (
+    FusionMap,
+    build_fusion_map,
+    executed_instructions,
+    hlo_module_name,
+    op_ids_in,
+    parse_hlo_module,
+    shape_bytes,
+)
+from dfit_nb.capture.profile_events import (
+    HloModuleMismatchError,
+    find_xplane_files,
+    read_hlo_op_timings,
+)
+
+
+# --------------------------------------------------------------------------
+# A minimal stand-in for the capture stage's tagging rewrite.
+# --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class OpInfo:
+    primitive: str
+    parent: int  # enclosing container op id, -1 at top level
+    slot: str  # param holding the sub-jaxpr in the parent: "jaxpr", "branches[1]", ...
+
+
+def _tagged(fn, *args) -> tuple[dict[int, OpInfo], str]:
+    """Tag every eqn with a ``dfit_op<N>`` scope; return op infos and HLO text."""
+    infos: dict[int, OpInfo] = {}
+
+    def rw_val(v, parent, slot):
+        if isinstance(v, jc.ClosedJaxpr):
+            return jc.ClosedJaxpr(rw(v.jaxpr, parent, slot), v.consts)
+        if isinstance(v, jc.Jaxpr):
+            return rw(v, parent, slot)
+        if isinstance(v, tuple | list) and any(isinstance(x, jc.ClosedJaxpr | jc.Jaxpr) for x in v):
+            return type(v)(rw_val(x, parent, f"{slot}[{i}]") for i, x in enumerate(v))
+        return v
+
+    def rw(j, parent=-1, slot=""):
+        eqns = []
+        for e in j.eqns:
+            i = len(infos)
+            infos[i] = OpInfo(e.primitive.name, parent, slot)
+            si = e.source_info.replace(name_stack=e.source_info.name_stack.extend(f"dfit_op{i}"))
+            params = {k: rw_val(v, i, k) for k, v in e.params.items()}
+            eqns.append(e.replace(params=params, source_info=si))
+        return j.replace(eqns=eqns)
+
+    cj = jax.make_jaxpr(fn)(*args)
+    g = jax.jit(jc.jaxpr_as_fun(jc.ClosedJaxpr(rw(cj.jaxpr), cj.consts)))
+    return infos, g.lower(*args).compile().as_text()
+
+
+def _ids(infos, primitive, parent=None, slot=None) -> list[int]:
+    return [
+        i
+        for i, o in infos.items()
+        if o.primitive == primitive and (parent is None or o.parent == parent) and (slot is None or o.slot == slot)
+    ]
+
+
+def _example(x, w):
+    with jax.named_scope("enc"):
+        y = x @ w
+
+        def body(c, _):
+            with jax.named_scope("inner"):
+                return jnp.tanh(c @ w), None
+
+        y, _ = lax.scan(body, y, None, length=3)
+        y = lax.cond(y.sum() > 0, lambda a: a * 2, lambda a: a + 1, y)
+        y = lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 1.01), (0, y))[1]
+    return jax.nn.softmax(jax.nn.relu(y)).sum()
+
+
+@pytest.fixture(scope="module")
+def example():
+    x, w = jnp.ones((64, 128)), jnp.ones((128, 128))
+    infos, text = _tagged(_example, x, w)
+    return infos, text, parse_hlo_module(text), build_fusion_map(text)
+
+
+def _record_of(fm: FusionMap, op_id: int):
+    names = fm.fusions_of(op_id)
+    assert names, f"op {op_id} has no executed instruction"
+    return fm.record(names[0])
+
+
+def _instruction(comps, name):
+    return next(i for c in comps.values() for i in c.instructions if i.name == name)
+
+
+# --------------------------------------------------------------------------
+# Parsing and mapping of a real module
+# --------------------------------------------------------------------------
+def test_parse_example_structure(example):
+    _, text, comps, fm = example
+    assert len(comps) == len(re.findall(r"^}$", text, flags=re.M))
+    entries = [c for c in comps.values() if c.is_entry]
+    assert len(entries) == 1
+    assert entries[0].name == re.search(r"^ENTRY %(\S+)", text, flags=re.M).group(1)
+    assert sum(i.is_root for i in entries[0].instructions) == 1
+    assert fm.module_name == hlo_module_name(text) == "jit_jaxpr_as_fun"
+    names = [r.name for r in fm.records]
+    assert len(names) == len(set(names))
+    assert all(r.kind != "control" or r.opcode in {"while", "conditional", "call"} for r in fm.records)
+
+
+def test_every_surviving_tag_is_mapped(example):
+    infos, text, _, fm = example
+    # Independent of the parser: every id that is the producing (last) tag of
+    # some op_name in the text must reach an executed instruction.
+    surviving = {op_ids_in(m)[-1] for m in re.findall(r'op_name="([^"]*dfit_op[^"]*)"', text)}
+    assert surviving <= fm.op_ids
+    assert fm.op_ids <= set(infos)
+    survivors = "dot_general tanh reduce_sum gt cond while scan add mul lt max reduce_max sub exp div"
+    for prim in survivors.split():
+        assert any(fm.fusions_of(i) for i in _ids(infos, prim)), prim
+    # stop_gradient lowers to nothing: no instruction holds it.
+    assert not any(fm.fusions_of(i) for i in _ids(infos, "stop_gradient"))
+    # Container-only ops (custom_jvp_call, nested jit) show up as enclosing ids.
+    enclosing = {i for r in fm.records for i in r.enclosing_op_ids}
+    assert set(_ids(infos, "custom_jvp_call")) <= enclosing
+
+
+def test_scan_body_ops_land_in_while_body(example):
+    infos, _, comps, fm = example
+    (scan,) = _ids(infos, "scan")
+    scan_rec = next(r for r in fm.records if r.opcode == "while" and scan in r.op_ids)
+    assert scan_rec.kind == "control" and scan_rec.op_ids == (scan,)
+    edges = dict(_instruction(comps, scan_rec.name).call_edges)
+    (dot,) = _ids(infos, "dot_general", parent=scan)
+    (tanh,) = _ids(infos, "tanh", parent=scan)
+    for op in (dot, tanh):
+        recs = [fm.record(n) for n in fm.fusions_of(op)]
+        assert recs and all(r.computation == edges["body"] for r in recs)
+        assert all(scan in r.enclosing_op_ids for r in recs)
+    dot_rec = _record_of(fm, dot)
+    if dot_rec.kind == "kCustom":  # e.g. ynn_fusion on x86 CPUs
+        assert dot_rec.op_ids == (dot,)
+
+
+def test_cond_branches_land_in_branch_computations(example):
+    infos, _, comps, fm = example
+    (cond,) = _ids(infos, "cond")
+    cond_rec = next(r for r in fm.records if r.opcode == "conditional")
+    assert cond_rec.op_ids == (cond,) and cond_rec.kind == "control"
+    branches = _instruction(comps, cond_rec.name).call_edges
+    branches = [c for k, c in branches if k == "branch_computations"]
+    assert len(branches) == 2
+    (add,) = _ids(infos, "add", parent=cond, slot="branches[0]")
+    (mul,) = _ids(infos, "mul", parent=cond, slot="branches[1]")
+    assert _record_of(fm, add).computation == branches[0]
+    assert _record_of(fm, mul).computation == branches[1]
+
+
+def test_fusions_bytes_and_contents(example):
+    infos, _, comps, fm = example
+    fusions = [r for r in fm.records if r.opcode == "fusion"]
+    assert fusions and all(r.bytes_accessed > 0 for r in fusions)
+    # The top-level x @ w reads 64x128 + 128x128 f32 and writes 64x128 f32.
+    top_dot = _ids(infos, "dot_general", parent=-1)[0]
+    rec = _record_of(fm, top_dot)
+    assert rec.bytes_accessed == (64 * 128 + 128 * 128 + 64 * 128) * 4
+    entry = next(c.name for c in comps.values() if c.is_entry)
+    assert rec.computation == entry
+    # Softmax: exp and the reduce_max feeding it end up in one fusion.
+    (exp,) = _ids(infos, "exp")
+    (rmax,) = _ids(infos, "reduce_max")
+    exp_rec = _record_of(fm, exp)
+    assert exp_rec.kind in {"kLoop", "kInput", "kOutput", "kCustom"}
+    assert rmax in exp_rec.op_ids
+    # gt and convert_element_type fuse into one instruction: several op ids.
+    (gt,) = _ids(infos, "gt")
+    (cvt,) = _ids(infos, "convert_element_type")
+    assert set(fm.fusions_of(gt)) & set(fm.fusions_of(cvt))
+
+
+def test_executed_instructions_skip_fused_and_reducer_computations(example):
+    _, _, comps, fm = example
+    fused = {c for comp in comps.values() for i in comp.instructions if i.opcode == "fusion" for c in i.calls}
+    reducers = {
+        c
+        for comp in comps.values()
+        for i in comp.instructions
+        if i.opcode in {"reduce", "reduce-window", "scatter", "sort"}
+        for c in i.calls
+    }
+    record_comps = {r.computation for r in fm.records}
+    assert record_comps.isdisjoint(fused | reducers)
+    assert not any(r.opcode in {"parameter", "constant", "tuple", "get-tuple-element", "bitcast"} for r in fm.records)
+    assert executed_instructions(comps) == list(fm.records)
+
+
+# --------------------------------------------------------------------------
+# Conv net
+# --------------------------------------------------------------------------
+def _convnet(x, k1, k2, wd):
+    dn = ("NHWC", "HWIO", "NHWC")
+    y = jax.nn.relu(lax.conv_general_dilated(x, k1, (1, 1), "SAME", dimension_numbers=dn))
+    y = lax.reduce_window(y, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    y = lax.conv_general_dilated(y, k2, (1, 1), "SAME", dimension_numbers=dn)
+    y = lax.reduce_window(y, 0.0, lax.add, (1, 2, 2, 1), (1, 2, 2, 1), "VALID") / 4
+    return jax.nn.log_softmax(y.reshape(y.shape[0], -1) @ wd).mean()
+
+
+def test_conv_net_and_its_gradient():
+    ks = jax.random.split(jax.random.PRNGKey(0), 4)
+    args = (
+        jax.random.normal(ks[0], (2, 16, 16, 3)),
+        jax.random.normal(ks[1], (3, 3, 3, 8)),
+        jax.random.normal(ks[2], (3, 3, 8, 8)),
+        jax.random.normal(ks[3], (128, 10)),
+    )
+    infos, text = _tagged(_convnet, *args)
+    fm = build_fusion_map(text)
+    for prim in ("conv_general_dilated", "reduce_window_max", "reduce_window_sum", "dot_general"):
+        ids = _ids(infos, prim)
+        assert ids and all(fm.fusions_of(i) for i in ids), prim
+    convs = [fm.record(n) for i in _ids(infos, "conv_general_dilated") for n in fm.fusions_of(i)]
+    assert all(r.bytes_accessed > 0 for r in convs)
+    assert {r.computation for r in fm.records} == {c.name for c in parse_hlo_module(text).values() if c.is_entry}
+
+    infos, text = _tagged(jax.grad(_convnet, argnums=(1, 2, 3)), *args)
+    fm = build_fusion_map(text)
+    # Every conv of the forward and backward pass reaches an executed
+    # instruction (weight-gradient convs may only via a bitcast user's tag).
+    for i in _ids(infos, "conv_general_dilated"):
+        assert fm.fusions_of(i), i
+    assert all(r.op_ids for r in fm.records if r.op_ids_inferred)
+
+
+# --------------------------------------------------------------------------
+# Hand-written HLO with awkward syntax
+# --------------------------------------------------------------------------
+TRICKY_HLO = r"""HloModule jit_tricky, is_scheduled=true, entry_computation_layout={(f32[8,4]{1,0}, s32[])->(f32[8,4]{1,0}, bf16[4]{0})}, frontend_attributes={a="{x}"}
+
+FileNames
+1 "/tmp/some file {with braces}.py"
+
+FunctionNames
+1 "f"
+
+FileLocations
+1 {file_name_id=1 function_name_id=1 line=3 end_line=3 column=1 end_column=9}
+
+StackFrames
+1 {file_location_id=1 parent_frame_id=1}
+
+
+%add_reducer (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0), metadata={op_name="reduce_sum"}
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b), metadata={op_name="jit(f)/dfit_op4/reduce_sum"}
+}
+
+%fused_exp (p0: f32[8,4], p1: f32[]) -> f32[4] {
+  %p0 = f32[8,4]{1,0} parameter(0)
+  %e = f32[8,4]{1,0} exponential(%p0), metadata={op_name="jit(f)/dfit_op3/exp"}
+  %p1 = f32[] parameter(1)
+  ROOT %r = f32[4]{0} reduce(%e, %p1), dimensions={0}, to_apply=%add_reducer, metadata={op_name="jit(f)/dfit_op4/reduce_sum"}
+}
+
+%gemm (g0: f32[8,4], g1: f32[4,4]) -> f32[8,4] {
+  %g0 = f32[8,4]{1,0} parameter(0)
+  %g1 = f32[4,4]{1,0} parameter(1)
+  ROOT %d = f32[8,4]{1,0} dot(%g0, %g1), lhs_contracting_dims={1}, rhs_contracting_dims={0}, metadata={op_name="jit(f)/dfit_op1/while/body/transpose(jvp(dfit_op2))/dot_general"}
+}
+
+%body (t: (s32[], f32[8,4], f32[4,4])) -> (s32[], f32[8,4], f32[4,4]) {
+  %t = (s32[], f32[8,4]{1,0}, f32[4,4]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[8,4]{1,0} get-tuple-element(%t), index=1
+  %w = f32[4,4]{1,0} get-tuple-element(%t), index=2
+  %ynn_fusion = f32[8,4]{1,0} fusion(%x, %w), kind=kCustom, calls=%gemm, metadata={op_name="jit(f)/dfit_op1/while/body/transpose(jvp(dfit_op2))/dot_general"}, backend_config={"fusion_config":{"kind":"__ynn_fusion","odd":"a},b{"},"outer_dimension_partitions":[]}
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one), metadata={op_name="jit(f)/dfit_op1/while/body/add"}
+  ROOT %out = (s32[], f32[8,4]{1,0}, f32[4,4]{1,0}) tuple(%i1, %ynn_fusion, %w)
+}
+
+%cond (c: (s32[], f32[8,4], f32[4,4])) -> pred[] {
+  %c = (s32[], f32[8,4]{1,0}, f32[4,4]{1,0}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%ci, %n), direction=LT, metadata={op_name="jit(f)/dfit_op1/while/cond/lt"}
+}
+
+%yes (y: f32[8,4]) -> f32[8,4] {
+  %y = f32[8,4]{1,0} parameter(0)
+  ROOT %neg = f32[8,4]{1,0} negate(%y), metadata={op_name="jit(f)/dfit_op5/cond/branch_1_fun/dfit_op7/neg"}
+}
+
+%no (z: f32[8,4]) -> f32[8,4] {
+  ROOT %z = f32[8,4]{1,0} parameter(0)
+}
+
+ENTRY %main.9 (arg0: f32[8,4], arg1: s32[]) -> (f32[8,4], bf16[4]) {
+  %arg0 = f32[8,4]{1,0} parameter(0), metadata={op_name="args[0]"}
+  %arg1 = s32[] parameter(1)
+  %zero = f32[] constant(0)
+  %eye = f32[4,4]{1,0} constant({ {1, 0, 0, 0}, {0, 1, 0, 0}, {0, 0, 1, 0}, {0, 0, 0, 1} })
+  %c0 = s32[] constant(0)
+  %copy.3 = s32[] copy(%c0)
+  %init = (s32[], f32[8,4]{1,0}, f32[4,4]{1,0}) tuple(%copy.3, %arg0, %eye)
+  %while.9 = (s32[], f32[8,4]{1,0}, f32[4,4]{1,0}) while(%init), condition=%cond, body=%body, metadata={op_name="jit(f)/dfit_op1/while"}, backend_config={"known_trip_count":{"n":"3"}}
+  %xw = f32[8,4]{1,0} get-tuple-element(%while.9), index=1
+  %p = pred[] compare(%arg1, %c0), direction=GT, metadata={op_name="jit(f)/dfit_op6/gt"}
+  %cond.2 = f32[8,4]{1,0} conditional(%p, %xw, %xw), true_computation=%yes, false_computation=%no, metadata={op_name="jit(f)/dfit_op5/cond"}
+  %exp_reduce_fusion = f32[4]{0} fusion(%cond.2, %zero), kind=kInput, calls=%fused_exp, metadata={op_name="jit(f)/dfit_op4/reduce_sum"}
+  %custom-call.1 = bf16[4]{0} custom-call(%exp_reduce_fusion, %cond.2, %xw, %arg1, %zero, /*index=5*/%exp_reduce_fusion), custom_call_target="my_target", api_version=API_VERSION_TYPED_FFI, backend_config="{\"k\": \"v, w}\"}", metadata={op_name="jit(f)/dfit_op8/ffi_call \"q\""}
+  %transpose.4 = f32[4,8]{1,0} transpose(%cond.2), dimensions={1,0}
+  %bitcast.5 = f32[32]{0} bitcast(%transpose.4), metadata={op_name="jit(f)/dfit_op9/reshape"}
+  %s4 = s4[10]{0} constant({1,2,3,4,5,6,7,0,1,2})
+  ROOT %res = (f32[8,4]{1,0}, bf16[4]{0}) tuple(%cond.2, %custom-call.1)
+}
+"""  # noqa: E501
+
+
+def test_tricky_hlo_parse():
+    comps = parse_hlo_module(TRICKY_HLO)
+    assert hlo_module_name(TRICKY_HLO) == "jit_tricky"
+    assert list(comps) == ["add_reducer", "fused_exp", "gemm", "body", "cond", "yes", "no", "main.9"]
+    assert [c.name for c in comps.values() if c.is_entry] == ["main.9"]
+    entry = comps["main.9"]
+    byname = {i.name: i for i in entry.instructions}
+    assert byname["res"].is_root and byname["res"].opcode == "tuple"
+    assert byname["res"].shape == "(f32[8,4]{1,0}, bf16[4]{0})"
+    cc = byname["custom-call.1"]
+    assert cc.opcode == "custom-call" and cc.custom_call_target == "my_target"
+    assert cc.operands == ("exp_reduce_fusion", "cond.2", "xw", "arg1", "zero", "exp_reduce_fusion")
+    assert cc.op_name == 'jit(f)/dfit_op8/ffi_call "q"'
+    assert byname["eye"].operands == ()
+    assert byname["while.9"].call_edges == (("body", "body"), ("condition", "cond"))
+    assert byname["cond.2"].calls == ("yes", "no")
+    ynn = next(i for i in comps["body"].instructions if i.name == "ynn_fusion")
+    assert ynn.fusion_kind == "kCustom" and ynn.calls == ("gemm",)
+    assert comps["fused_exp"].instructions[-1].calls == ("add_reducer",)
+
+
+def test_tricky_hlo_records():
+    fm = build_fusion_map(TRICKY_HLO)
+    recs = {r.name: r for r in fm.records}
+    # fused computations, the reducer and free instructions give no records
+    assert set(recs) == {
+        *("ynn_fusion", "i1", "lt", "neg", "copy.3", "while.9", "p", "cond.2"),
+        *("exp_reduce_fusion", "custom-call.1", "transpose.4"),
+    }
+    assert recs["ynn_fusion"].op_ids == (2,) and recs["ynn_fusion"].enclosing_op_ids == (1,)
+    assert recs["ynn_fusion"].kind == "kCustom" and recs["ynn_fusion"].computation == "body"
+    assert recs["i1"].op_ids == (1,) and recs["lt"].computation == "cond"
+    assert recs["while.9"].kind == "control" and recs["while.9"].op_ids == (1,)
+    assert recs["cond.2"].kind == "control" and recs["cond.2"].op_ids == (5,)
+    assert recs["neg"].computation == "yes" and recs["neg"].enclosing_op_ids == (5,)
+    assert recs["exp_reduce_fusion"].op_ids == (3, 4) and recs["exp_reduce_fusion"].kind == "kInput"
+    assert recs["copy.3"].op_ids == () and recs["copy.3"].kind == "unfused"
+    assert recs["custom-call.1"].custom_call_target == "my_target"
+    # a tag left only on a bitcast user is borrowed, and flagged
+    assert recs["transpose.4"].op_ids == (9,) and recs["transpose.4"].op_ids_inferred
+    assert fm.fusions_of(4) == ("exp_reduce_fusion",) and fm.fusions_of(99) == ()
+    # bytes: operands (duplicates once) + output
+    assert recs["ynn_fusion"].bytes_accessed == (32 + 16 + 32) * 4
+    assert recs["custom-call.1"].bytes_accessed == 4 * 4 + 32 * 4 + 32 * 4 + 4 + 4 + 4 * 2
+    assert recs["while.9"].bytes_accessed == 2 * (4 + 32 * 4 + 16 * 4)
+    assert recs["p"].bytes_accessed == 4 + 4 + 1
+
+
+def test_shape_bytes_and_tags():
+    assert shape_bytes("f32[]") == 4
+    assert shape_bytes("bf16[3,5]{1,0}") == 30
+    assert shape_bytes("(pred[2], s4[4], c128[1], f8e4m3fn[2], token[])") == 2 + 4 + 16 + 2
+    assert shape_bytes("f32[<=6,2]{1,0}") == 48
+    assert op_ids_in("jit(f)/xdfit_op3/dfit_op12/transpose(jvp(dfit_op40))/mul") == [12, 40]
+
+
+# --------------------------------------------------------------------------
+# Profiler
+# --------------------------------------------------------------------------
+TRIPS, RUNS = 4, 2
+
+
+def _loop(x):
+    return lax.fori_loop(0, TRIPS, lambda i, c: jnp.tanh(c @ c) + 1.0, x).sum()
+
+
+def test_profiler_timings(tmp_path):
+    x = jnp.ones((16, 16))
+    jf = jax.jit(_loop)
+    text = jf.lower(x).compile().as_text()
+    fm = build_fusion_map(text)
+    jf(x).block_until_ready()  # compile outside the trace
+    jax.profiler.start_trace(str(tmp_path))
+    try:
+        for _ in range(RUNS):
+            jf(x).block_until_ready()
+    finally:
+        jax.profiler.stop_trace()
+    (xplane,) = find_xplane_files(tmp_path)
+
+    timings = read_hlo_op_timings(xplane, fm.module_name)
+    assert timings.exact and timings.matched == (fm.module_name,) and timings.note == ""
+    assert set(timings) <= {r.name for r in fm.records}
+    (loop,) = [r for r in fm.records if r.opcode == "while"]
+    body = _instruction(parse_hlo_module(text), loop.name).call_edges[0][1]
+    body_recs = [r for r in fm.records if r.computation == body]
+    assert body_recs
+    for rec in body_recs:
+        t = timings[rec.name]
+        assert t.runs == RUNS
+        assert t.n_events == TRIPS * RUNS, rec.name
+    w = timings[loop.name]
+    assert w.n_events == RUNS and 0 <= w.exclusive_ns < w.total_ns
+    assert w.total_ns >= sum(timings[r.name].total_ns for r in body_recs)
+    for t in timings.values():
+        assert t.exclusive_ns <= t.total_ns
+
+    # bytes work too; a module name that only prefixes the real one is noted
+    prefixed = read_hlo_op_timings(xplane.read_bytes(), fm.module_name[:-1])
+    assert not prefixed.exact and fm.module_name in prefixed.note
+    assert prefixed[loop.name] == w
+
+    with pytest.raises(HloModuleMismatchError, match=re.escape(fm.module_name)) as err:
+        read_hlo_op_timings(xplane, "no_such_module")
+    assert fm.module_name in err.value.seen

@@ -1,0 +1,34 @@
+"""Shared, session-scoped captures: each example is traced and compiled once per test run."""
+
+from __future__ import annotations
+
+import pytest
+
+import dfit_nb
+from dfit_nb import examples
+
+
+@pytest.fixture(scope="session")
+def built():
+    """name -> (fn, args) for every bundled example at its default sizes."""
+    return {name: examples.get(name).build() for name in examples.names()}
+
+
+@pytest.fixture(scope="session")
+def static_traces(built):
+    """name -> static-mode Trace for every bundled example."""
+    return {name: dfit_nb.capture(fn, *args) for name, (fn, args) in built.items()}
+
+
+@pytest.fixture(scope="session")
+def profile_scan_trace(built):
+    """Profile-mode trace of the scan model (loops, cond, while inside)."""
+    fn, args = built["scan_model"]
+    return dfit_nb.capture(fn, *args, mode="profile", profile_rounds=3, profile_calls=5)
+
+
+@pytest.fixture(scope="session")
+def eager_scan_trace(built):
+    """Eager-mode trace of the scan model."""
+    fn, args = built["scan_model"]
+    return dfit_nb.capture(fn, *args, mode="eager")
