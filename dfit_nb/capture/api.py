@@ -256,7 +256,6 @@ def capture(
         "device_kind": jax.devices()[0].device_kind,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "opaque_primitives": ",".join(walk.opaque_primitives),
-        "jaxpr_text": str(closed),
     }
     overhead = Overhead(mode=mode, baseline_s=baseline, instrumented_s=instrumented, n_calls=n_calls,
                         capture_s=time.perf_counter() - t_start)

@@ -105,6 +105,8 @@ def assign_counts(
             mult = float(trips.get(p.id, 1.0))
             mult = mult + 1.0 if r.context == "cond" else mult
             src = trip_sources.get(p.id, "assumed")
+        elif p.container == "opaque":  # an unknown higher-order primitive: once per execution, assumed
+            src = "assumed"
         elif p.container == "cond":
             fr = branch_fractions.get(p.id, ())
             b = int(r.context[6:])

@@ -124,7 +124,8 @@ def ops_dataset(
     data_vars = {}
     for name, values in cols.items():
         if name in _STR_VARS:
-            arr = np.asarray(values, dtype=object).astype(str).astype(object)
+            arr = np.empty(len(recs), dtype=object)
+            arr[:] = [str(v) for v in values]
         elif name in ("opaque", "live"):
             arr = np.asarray(values, dtype=bool)
         elif name in ("trip_count", "time_s"):

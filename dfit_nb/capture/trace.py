@@ -80,7 +80,7 @@ class Trace:
         the ops each holds; ``stablehlo`` and ``hlo`` hold the texts.
     jaxpr : jax.extend.core.ClosedJaxpr or None
         The traced program (``None`` after :func:`load_trace`; its text is
-        kept in ``attrs['jaxpr_text']``).
+        kept: :attr:`jaxpr_text`).
     mode : str
         ``"static"``, ``"profile"`` or ``"eager"``.
     overhead : Overhead
@@ -112,6 +112,13 @@ class Trace:
         self.attrs = dict(attrs)
         self.overhead = overhead
         self.jaxpr = jaxpr
+
+    @property
+    def jaxpr_text(self) -> str:
+        """The jaxpr as text (printed on demand; kept in the file by :meth:`save`)."""
+        if self.jaxpr is not None:
+            return str(self.jaxpr)
+        return str(self.attrs.get("jaxpr_text", ""))
 
     @property
     def mode(self) -> str:
@@ -155,7 +162,8 @@ class Trace:
     # ---- persistence ----------------------------------------------------------
     def to_datatree(self) -> xr.DataTree:
         """The whole trace as one ``xarray.DataTree`` (root attrs + four children)."""
-        root = xr.Dataset(attrs={**self.attrs, **self.overhead.to_attrs(), "mode": self.mode})
+        root = xr.Dataset(attrs={**self.attrs, "jaxpr_text": self.jaxpr_text, **self.overhead.to_attrs(),
+                                 "mode": self.mode})
         return xr.DataTree.from_dict({"/": root, **{f"/{p}": getattr(self, p) for p in _PARTS}})
 
     def save(self, path: str | os.PathLike[str]) -> Path:

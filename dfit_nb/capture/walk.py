@@ -24,6 +24,7 @@ the cond op itself.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +33,7 @@ import jax.extend.core as jcore
 
 from ..errors import OpaquePrimitiveWarning
 from . import _jax_internals as internals
-from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, cost_of
+from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, cost_of, has_cost_rule
 
 TAG_PREFIX = "dfit_op"
 
@@ -107,15 +108,19 @@ def _open(j: Any) -> tuple[jcore.Jaxpr, list[Any]]:
     return j, []
 
 
+@functools.cache
+def _dtype_name(dtype: Any) -> str:
+    return str(dtype)  # numpy's dtype.__str__ is slow and called for every aval
+
+
 def _shapes(avals: Iterator[Any]) -> str:
     parts = []
     for a in avals:
         shape = getattr(a, "shape", None)
-        dtype = getattr(a, "dtype", None)
         if shape is None:
             parts.append(type(a).__name__)
         else:
-            parts.append(f"{dtype}[{','.join(str(d) for d in shape)}]")
+            parts.append(f"{_dtype_name(a.dtype)}[{','.join(map(str, shape))}]")
     return " ".join(parts)
 
 
@@ -163,12 +168,12 @@ class _Walker:
             subs = sub_jaxprs(eqn)
             record = OpRecord(
                 id=op_id, primitive=name, region=op_region, parent=parent, context=context,
-                branch=branch, depth=depth, container=kind if subs else "",
+                branch=branch, depth=depth, container=kind if subs and kind else "",
                 trip_count=int(eqn.params.get("length", 1)) if kind == "scan" else (0 if kind == "while" else 1),
                 n_branches=len(eqn.params.get("branches", ())) if kind == "cond" else 0,
                 in_shapes=_shapes(v.aval for v in eqn.invars),
                 out_shapes=_shapes(v.aval for v in eqn.outvars),
-                dtype=str(getattr(eqn.outvars[0].aval, "dtype", "")) if eqn.outvars else "",
+                dtype=_dtype_name(getattr(eqn.outvars[0].aval, "dtype", "")) if eqn.outvars else "",
                 source=internals.user_source(eqn.source_info),
                 cost=OpCost(op_class="control"),
             )
@@ -182,9 +187,15 @@ class _Walker:
                 new_params, out_prod = self._descend(eqn, record, subs, in_prod, op_region, depth)
             else:
                 new_params = dict(eqn.params)
-                if subs:  # unknown higher-order primitive: walk its jaxprs for ops, treat it as a leaf
+                # A primitive with jaxprs in its params and a cost rule (reduce, scatter with an
+                # update_jaxpr, ...) is a leaf: its rule already costs the inner computation.
+                # Without a rule it is an opaque container: its jaxprs are walked so their ops
+                # are visible, each assumed to run once per execution, and it stays a leaf for
+                # dataflow.
+                if subs and not has_cost_rule(name):
+                    record.container = "opaque"
                     new_params = self._descend_opaque(eqn, record, subs, op_region, depth)
-                record.cost, record.opaque = self._cost(eqn, bool(subs))
+                record.cost, record.opaque = self._cost(eqn)
                 for producers, var in zip(in_prod, eqn.invars, strict=True):
                     for src in producers:
                         self.edges.append((src, op_id, aval_nbytes(var.aval)))
@@ -202,7 +213,7 @@ class _Walker:
                 for v in jaxpr.outvars]
         return jaxpr.replace(eqns=new_eqns), outs
 
-    def _cost(self, eqn: Any, has_subs: bool) -> tuple[OpCost, bool]:
+    def _cost(self, eqn: Any) -> tuple[OpCost, bool]:
         in_avals = tuple(v.aval for v in eqn.invars)
         out_avals = tuple(v.aval for v in eqn.outvars)
         try:

@@ -139,3 +139,16 @@ def test_edges_follow_dataflow_through_containers(trace):
     # containers carry no cost of their own, so totals do not double count
     containers = ops["container"].values != ""
     assert (ops["flops"].values[containers] == 0).all()
+
+
+def test_a_costed_primitive_holding_a_jaxpr_is_a_leaf():
+    # lax.reduce with a custom reducer is the generic `reduce` primitive, whose params hold the
+    # reducer's jaxpr; its cost rule already charges the reducer, so the walk must not descend.
+    def f(x):
+        return lax.reduce(x, 0.0, lambda a, b: a + 2.0 * b, (1,))
+
+    x = jnp.ones((4, 8))
+    t = dfit_nb.capture(f, x)
+    assert list(t.ops["primitive"].values) == ["reduce"]
+    cost = jax.jit(f).lower(x).compile().cost_analysis()
+    assert t.total_flops() == int(cost["flops"])
