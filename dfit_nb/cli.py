@@ -35,7 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         o = trace.overhead
         print(f"{trace.mode} mode: plain call {o.baseline_s * 1e3:.3f} ms, "
               f"instrumented {o.instrumented_s * 1e3:.3f} ms ({o.percent:+.2f}%, median of {o.n_calls} calls)")
-    print(f"XLA cost analysis FLOPs: {trace.lowering.attrs.get('xla_flops', float('nan')):.0f}; "
+    low = trace.lowering.attrs
+    print(f"XLA cost analysis FLOPs: {low.get('xla_flops', float('nan')):.0f} ({low.get('xla_flops_note', '')}); "
           f"dfit_nb FLOPs (flops x count): {trace.total_flops()}")
     print(trace.region_table(max_depth=args.depth))
     if args.output:

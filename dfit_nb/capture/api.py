@@ -13,7 +13,7 @@ import jax.extend.core as jcore
 import numpy as np
 
 from .. import __version__
-from ..errors import CaptureError, MeasurementWarning
+from ..errors import CaptureError
 from . import counts as counts_mod
 from . import probes, tables
 from .lowering import build_fusion_map, hlo_module_name
@@ -197,6 +197,8 @@ def capture(
     if isinstance(xla_cost, list):
         xla_cost = xla_cost[0] if xla_cost else {}
     xla_cost = {k: v for k, v in xla_cost.items() if k in ("flops", "transcendentals", "bytes accessed")}
+    loops = sum(r.container in ("scan", "while") for r in walk.records)
+    conds = sum(r.container == "cond" for r in walk.records)
 
     trips, trip_sources = _resolve_while_hints(walk, while_trips)
     fracs = counts_mod.static_branch_fractions(walk.records, trips)
@@ -212,12 +214,6 @@ def capture(
         if mode == "profile":
             m = probes.run_profile(plain, compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
                                    rounds=profile_rounds, calls_per_round=profile_calls)
-            if not m.fusion_executions:
-                import warnings
-
-                warnings.warn("the profiler recorded no HLO events for this program; times are NaN",
-                              MeasurementWarning, stacklevel=2)
-
             def counts_for(t, f):
                 return counts_mod.assign_counts(walk.records, trips=t, trip_sources={}, branch_fractions=f,
                                                 branch_source="assumed")[0]
@@ -246,6 +242,14 @@ def capture(
         fusion_map, ops, stablehlo=lowered.as_text(), hlo=hlo_text, xla_cost=xla_cost, module=module,
         executions=executions, times=fusion_times,
     )
+    # XLA's cost analysis is a per-program static count: say when it is not a per-call total
+    notes = []
+    if loops:
+        notes.append(f"{loops} scan/while loop(s): XLA counts each loop body once, not per iteration")
+    if conds:
+        notes.append(f"{conds} cond(s): XLA counts the most expensive branch")
+    lowering.attrs["xla_flops_note"] = "; ".join(notes) or "straight-line program: a per-call total"
+
     attrs = {
         "function": name,
         "arg_shapes": "; ".join(_describe(leaf) for leaf in dyn),

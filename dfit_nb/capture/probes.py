@@ -25,6 +25,7 @@ import dataclasses
 import statistics
 import tempfile
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,8 +34,9 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
+from ..errors import MeasurementWarning
 from .lowering import FusionMap
-from .profile_events import find_xplane_files, read_hlo_op_timings
+from .profile_events import HloModuleMismatchError, find_xplane_files, read_hlo_op_timings
 from .walk import OpRecord, Walk
 
 
@@ -77,6 +79,7 @@ def run_profile(
     base: list[float] = []
     inst: list[float] = []
     files = []
+    note = ""
     with tempfile.TemporaryDirectory(prefix="dfit_profile_") as root:
         for r in range(rounds):
             base.extend(_timed(lambda: plain(*args)) for _ in range(calls_per_round))
@@ -87,7 +90,16 @@ def run_profile(
             finally:
                 jax.profiler.stop_trace()
             files.extend(find_xplane_files(log_dir))
-        timings = [read_hlo_op_timings(f, module) for f in files]
+        timings = []
+        for f in files:
+            try:
+                timings.append(read_hlo_op_timings(f, module))
+            except HloModuleMismatchError as err:  # the caller warns when nothing was seen
+                timings.append({})
+                note = str(err)
+    if not any(timings):
+        warnings.warn(f"the profiler recorded no HLO events for module {module!r}; times are NaN. "
+                      f"{note if files else 'No profile file was written.'}", MeasurementWarning, stacklevel=3)
     n_events: dict[str, float] = defaultdict(float)
     excl_ns: dict[str, float] = defaultdict(float)
     runs = 0

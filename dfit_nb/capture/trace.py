@@ -136,7 +136,7 @@ class Trace:
 
     def region_table(self, max_depth: int | None = None) -> str:
         """The region tree as a fixed-width text table (what the CLI prints)."""
-        rows = [("region", "ops", "GFLOP", "MB moved", "time ms")]
+        rows = [("region", "ops", "MFLOP", "MB moved", "time ms")]
         r = self.regions
         for i in range(r.sizes["region"]):
             depth = int(r["depth"][i])
@@ -146,7 +146,7 @@ class Trace:
             label = "  " * depth + (name.rsplit("/", 1)[-1] if name else "<root>")
             t = float(r["time_s"][i])
             rows.append((
-                label, str(int(r["n_ops"][i])), f"{float(r['flops'][i]) / 1e9:.4f}",
+                label, str(int(r["n_ops"][i])), f"{float(r['flops'][i]) / 1e6:.3f}",
                 f"{float(r['bytes_read'][i] + r['bytes_written'][i]) / 1e6:.3f}",
                 "-" if np.isnan(t) else f"{t * 1e3:.3f}",
             ))

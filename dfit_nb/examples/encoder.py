@@ -98,6 +98,8 @@ def make(*, layers: int, batch: int, seq: int, d_model: int, heads: int, d_ff: i
     def encoder_fn(params, x):
         return encoder(params, x, heads=heads)
 
+    encoder_fn.__name__ = encoder_fn.__qualname__ = "encoder"
+
     return jax.jit(encoder_fn), (params, x)
 
 

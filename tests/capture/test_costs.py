@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import doctest
+import importlib
+import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -680,5 +682,8 @@ def test_literal_operands_count_bytes() -> None:
 
 
 def test_docstring_examples() -> None:
-    result = doctest.testmod(costs, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0 and result.attempted > 10
+    modules = [costs] + [importlib.import_module(m.name)
+                         for m in pkgutil.iter_modules(costs.__path__, costs.__name__ + ".")]
+    results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+               for m in modules]
+    assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 10

@@ -115,7 +115,7 @@ def test_region_paths_concatenate_through_nesting(trace):
 
 
 def test_region_rollup_is_consistent(trace):
-    r = trace.regions.set_index(region="region") if "region" not in trace.regions.indexes else trace.regions
+    r = trace.regions
     assert int(r["flops"].sel(region="")) == trace.total_flops()
     children = [p for p in r["region"].values if r["parent"].sel(region=p).item() == "outer"]
     total = int(r["self_flops"].sel(region="outer")) + sum(int(r["flops"].sel(region=c)) for c in children)
