@@ -22,8 +22,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=10)
-    p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--calls", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="independent captures; the median is reported")
     a = p.parse_args()
     sizes = {

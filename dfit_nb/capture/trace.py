@@ -134,22 +134,27 @@ class Trace:
         """Σ (bytes_read + bytes_written) × count over all ops (the unfused view)."""
         return int(((self.ops["bytes_read"] + self.ops["bytes_written"]) * self.ops["count"]).sum())
 
-    def region_table(self, max_depth: int | None = None) -> str:
-        """The region tree as a fixed-width text table (what the CLI prints)."""
-        rows = [("region", "ops", "MFLOP", "MB moved", "time ms")]
+    def _region_rows(self, max_depth: int | None) -> list[tuple[int, str, str, str, str, str]]:
+        """(depth, name, ops, MFLOP, MB moved, time ms) per region, in tree order."""
         r = self.regions
+        rows = []
         for i in range(r.sizes["region"]):
             depth = int(r["depth"][i])
             if max_depth is not None and depth > max_depth:
                 continue
             name = str(r["region"][i].item())
-            label = "  " * depth + (name.rsplit("/", 1)[-1] if name else "<root>")
             t = float(r["time_s"][i])
             rows.append((
-                label, str(int(r["n_ops"][i])), f"{float(r['flops'][i]) / 1e6:.3f}",
-                f"{float(r['bytes_read'][i] + r['bytes_written'][i]) / 1e6:.3f}",
+                depth, name.rsplit("/", 1)[-1] if name else "<root>", str(int(r["n_ops"][i])),
+                f"{float(r['flops'][i]) / 1e6:.3f}", f"{float(r['bytes_read'][i] + r['bytes_written'][i]) / 1e6:.3f}",
                 "-" if np.isnan(t) else f"{t * 1e3:.3f}",
             ))
+        return rows
+
+    def region_table(self, max_depth: int | None = None) -> str:
+        """The region tree as a fixed-width text table (what the CLI prints)."""
+        rows = [("region", "ops", "MFLOP", "MB moved", "time ms")]
+        rows += [("  " * depth + name, *rest) for depth, name, *rest in self._region_rows(max_depth)]
         widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
         lines = [
             "  ".join(cell.ljust(w) if c == 0 else cell.rjust(w)
@@ -196,10 +201,16 @@ class Trace:
     def _repr_html_(self) -> str:
         head = html.escape(repr(self))
         overhead = "" if self.mode == "static" else f" · overhead {self.overhead.percent:+.2f}%"
-        table = html.escape(self.region_table(max_depth=4))
+        cells = "".join(
+            f"<tr><td style='text-align:left;padding-left:{0.4 + 1.2 * depth:.1f}em'>{html.escape(name)}</td>"
+            + "".join(f"<td>{html.escape(v)}</td>" for v in rest) + "</tr>"
+            for depth, name, *rest in self._region_rows(max_depth=4)
+        )
+        header = "".join(f"<th>{h}</th>" for h in ("region", "ops", "MFLOP", "MB moved", "time ms"))
         return (
             f"<div><b>{head}</b>{html.escape(overhead)}"
-            f"<pre style='font-size:11px;line-height:1.2'>{table}</pre></div>"
+            f"<table style='font-size:11px;text-align:right'><thead><tr>{header}</tr></thead>"
+            f"<tbody>{cells}</tbody></table></div>"
         )
 
 

@@ -260,7 +260,7 @@ def test_repr_and_html(static_traces):
     t = static_traces["encoder"]
     assert "encoder" in repr(t) and "mode=static" in repr(t)
     html = t._repr_html_()
-    assert "<pre" in html and "layer_0" in html and "attn" in html
+    assert "<table" in html and "layer_0" in html and "attn" in html and html.count("<tr>") > 10
 
 
 def test_flax_nnx_recipe():
