@@ -218,7 +218,8 @@ def capture(
                 return counts_mod.assign_counts(walk.records, trips=t, trip_sources={}, branch_fractions=f,
                                                 branch_source="assumed")[0]
 
-            trips, fracs, measured = probes.infer_control(walk.records, m.exec_per_call, counts_for, trips, fracs)
+            trips, fracs, measured = probes.infer_control(walk.records, m.exec_per_call, counts_for, trips, fracs,
+                                                          m.loops_seen)
             trip_sources = {**trip_sources, **{op: "measured" for op in measured if op in trips}}
             branch_source = "measured" if any(op in measured for op in fracs) else "assumed"
             executions, fusion_times = m.fusion_executions, m.fusion_time_s

@@ -53,6 +53,7 @@ class Measurement:
     fusion_executions: dict[str, float] = dataclasses.field(default_factory=dict)
     fusion_time_s: dict[str, float] = dataclasses.field(default_factory=dict)
     exec_per_call: dict[int, float] = dataclasses.field(default_factory=dict)
+    loops_seen: set[int] = dataclasses.field(default_factory=set)  # while ops whose loop instruction ran
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -127,16 +128,23 @@ def run_profile(
     executions = {name: n / runs for name, n in n_events.items()}
     fusion_time = {name: ns * 1e-9 / runs for name, ns in excl_ns.items()}
     op_time = _split_fusion_time(walk.records, fusion_map, fusion_time)
+    # Only instructions the profiler saw count as measured. An instruction with no event either
+    # did not run (a branch not taken, a loop body run zero times) or ran unseen: the CPU runtime
+    # emits no per-instruction events inside computations it outlined into a `call`.
     exec_per_call = {
-        op: max(executions.get(f, 0.0) for f in names)
-        for op, names in fusion_map.op_to_fusions.items() if names
+        op: max(executions[f] for f in names if f in executions)
+        for op, names in fusion_map.op_to_fusions.items() if any(f in executions for f in names)
+    }
+    loops_seen = {
+        op for op, names in fusion_map.op_to_fusions.items()
+        if any(f in executions and fusion_map.record(f).opcode == "while" for f in names)
     }
     return Measurement(
         op_time_per_call=op_time,
         trips={}, branch_fractions={},
         baseline_s=statistics.median(base), instrumented_s=statistics.median(inst),
         n_calls=len(inst), fusion_executions=executions, fusion_time_s=fusion_time,
-        exec_per_call=exec_per_call,
+        exec_per_call=exec_per_call, loops_seen=loops_seen,
     )
 
 
@@ -177,11 +185,15 @@ def infer_control(
     counts_fn: Callable[[dict[int, float], dict[int, list[float]]], np.ndarray],
     static_trips: dict[int, float],
     static_fracs: dict[int, list[float]],
+    loops_seen: set[int] = frozenset(),
 ) -> tuple[dict[int, float], dict[int, list[float]], set[int]]:
     """Measured while trips and cond branch fractions from per-op executions.
 
-    Returns ``(trips, fractions, measured_ids)`` where ``measured_ids`` are the
-    control ops whose figures came from measurement.
+    ``exec_per_call`` holds only ops the measurement saw. A while loop whose body
+    was not seen ran zero times if its loop instruction was seen (``loops_seen``);
+    otherwise it stays unmeasured. A cond branch not seen gets the executions the
+    seen branches leave over. Returns ``(trips, fractions, measured_ids)`` where
+    ``measured_ids`` are the control ops whose figures came from measurement.
     """
     trips, fracs = dict(static_trips), {k: list(v) for k, v in static_fracs.items()}
     measured: set[int] = set()
@@ -196,6 +208,9 @@ def infer_control(
             seen = [exec_per_call[o] for o in _free_descendants(records, r.id, "body") if o in exec_per_call]
             if seen:
                 trips[r.id] = max(seen) / own
+                measured.add(r.id)
+            elif r.id in loops_seen:
+                trips[r.id] = 0.0
                 measured.add(r.id)
         else:
             per_branch = []
@@ -286,8 +301,11 @@ class _EagerInterpreter:
             ys.append(y)
         if p["reverse"]:
             ys.reverse()
-        n_ys = len(p["jaxpr"].out_avals) - nk
-        stacked = [jax.numpy.stack([y[j] for y in ys]) if ys else None for j in range(n_ys)]
+        y_avals = p["jaxpr"].out_avals[nk:]
+        stacked = [
+            jax.numpy.stack([y[j] for y in ys]) if ys else jax.numpy.zeros((0, *a.shape), a.dtype)
+            for j, a in enumerate(y_avals)
+        ]
         return carry + stacked
 
 

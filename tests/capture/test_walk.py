@@ -152,3 +152,36 @@ def test_a_costed_primitive_holding_a_jaxpr_is_a_leaf():
     assert list(t.ops["primitive"].values) == ["reduce"]
     cost = jax.jit(f).lower(x).compile().cost_analysis()
     assert t.total_flops() == int(cost["flops"])
+
+
+@pytest.mark.parametrize("mode", ["eager", "profile"])
+def test_runtime_modes_count_every_container_as_it_ran(mode):
+    x, w = jnp.ones((4, 8)), jnp.ones((8, 8)) * 0.1
+    t = dfit_nb.capture(nested, x, w, mode=mode, profile_rounds=1, profile_calls=3)
+    ops = t.ops
+    # lax.switch(1, ...): only branch 1 ran
+    cid = int(_ops(t, container="cond")["op"][0])
+    for b, expected in ((0, 0), (1, 1), (2, 0)):
+        in_b = (ops["parent"].values == cid) & (ops["branch"].values == b)
+        assert set(ops["count"].values[in_b]) == {expected}, (mode, b)
+    # scan bodies still run 5 times, custom_jvp/custom_vjp/remat/jit bodies once
+    assert set(_ops(t, parent=int(_ops(t, container="scan")["op"][0]))["count"].values) == {5}
+    for kind in ("custom_jvp", "custom_vjp", "remat", "jit"):
+        for op in _ops(t, container=kind)["op"].values:
+            assert set(_ops(t, parent=int(op))["count"].values) == {1}, kind
+    # the while loop halves until the sum is <= 1: its trip count is what really ran
+    wid = int(_ops(t, container="while")["op"][0])
+    body = _ops(t, parent=wid, context="body")
+    unseen = set(t.lowering["fusion"].values[~np.isfinite(t.lowering["time_s"].values)])
+    if mode == "profile" and set(body["fusion"].values) <= unseen:
+        # XLA outlined this loop into a `call`, inside which the CPU runtime emits no events:
+        # profile mode must then not claim a measurement
+        assert set(body["count_source"].values) == {"assumed"}
+        return
+    c = np.asarray(jax.jit(lambda x, w: jax.lax.scan(
+        lambda c, xs: (jnp.tanh(c @ w) + xs, None), x, jnp.ones((5, 4, 8)))[0] @ w)(x, w))
+    trips = 0
+    while c.sum() > 1.0:
+        c, trips = c * 0.5, trips + 1
+    assert float(ops["trip_count"].values[wid]) == trips and trips > 0
+    assert set(body["count"].values) == {trips} and set(body["count_source"].values) == {"measured"}
