@@ -1,5 +1,19 @@
-"""The simulator of a tiled dataflow accelerator (issue: simulator core).
+"""The simulator of a tiled dataflow accelerator.
 
-Pure ``jax.numpy``; never imports altair or ipywidgets. Its hardware model,
-presets and per-op cost model arrive with the simulator-core issue.
+Pure ``jax.numpy``; never imports altair or ipywidgets.
+
+>>> from dfit_nb import sim
+>>> hw = sim.presets.get("scalesim_32")
+>>> ds = sim.cost({"m": [128], "k": [256], "n": [64]}, hw, "os", memory="ideal")
+>>> int(ds["cycles"][0])
+1256
 """
+
+from . import presets as presets
+from .cost import cost as cost
+from .dataflow import DATAFLOWS as DATAFLOWS
+from .grid import sweep as sweep
+from .hardware import Hardware as Hardware
+from .hardware import HardwareError as HardwareError
+
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "cost", "presets", "sweep")

@@ -1,0 +1,208 @@
+"""``cost(ops, hw, dataflow)``: the per-op cost model as an xarray Dataset."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+
+from ..errors import DfitError
+from .dataflow import DATAFLOWS, op_cost
+from .hardware import FIELDS, Hardware
+
+MEMORY_MODES = ("finite", "ideal")
+
+# variable -> (units, description)
+VARIABLES: dict[str, tuple[str, str]] = {
+    "cycles": ("cycle", "cycles per execution: compute + stall"),
+    "compute_cycles": ("cycle", "cycles the PE arrays (or vector units) compute, SCALE-Sim fold accounting"),
+    "stall_cycles": ("cycle", "cycles waiting on DRAM or the NoC beyond compute (0 with memory='ideal')"),
+    "dram_cycles": ("cycle", "cycles DRAM needs for the op's traffic, plus latency once"),
+    "noc_cycles": ("cycle", "cycles the NoC needs to deliver the op's operands to its tiles"),
+    "seconds": ("s", "cycles / clock"),
+    "macs": ("MAC", "multiply-accumulates (0 for non-GEMM ops)"),
+    "utilization": ("1", "MACs / (cycles x peak MACs per cycle)"),
+    "tiles_used": ("1", "tiles the op occupies"),
+    "noc_bytes": ("B", "bytes delivered to tiles over the mesh NoC"),
+    "energy_pj": ("pJ", "total energy per execution"),
+    "energy_j": ("J", "total energy per execution"),
+    **{f"energy_{lv}_pj": ("pJ", f"energy at the {lv} level") for lv in ("mac", "rf", "sram", "noc", "dram")},
+    **{f"energy_{o}_pj": ("pJ", f"SRAM + DRAM energy of {o} traffic") for o in ("input", "weight", "output")},
+    "sram_reads_input": ("B", "SRAM bytes read of the input (ifmap) operand"),
+    "sram_reads_weight": ("B", "SRAM bytes read of the weight (filter) operand"),
+    "sram_reads_output": ("B", "SRAM bytes of partial sums read back"),
+    "sram_writes_output": ("B", "SRAM bytes of outputs and partial sums written"),
+    "dram_reads_input": ("B", "DRAM bytes read of the input operand"),
+    "dram_reads_weight": ("B", "DRAM bytes read of the weight operand"),
+    "dram_reads_output": ("B", "DRAM bytes of spilled partial sums read back"),
+    "dram_writes_output": ("B", "DRAM bytes of outputs (and spilled partial sums) written"),
+    **{
+        f"reuse_{lv}_{o}": ("MAC/B", f"reuse factor: MACs per byte of {o} moved at the {lv} level")
+        for lv in ("sram", "dram") for o in ("input", "weight", "output")
+    },
+}
+
+
+class CostInputError(DfitError, ValueError):
+    """The ops table or the dataflow argument is invalid."""
+
+
+def _column(table: Any, name: str) -> np.ndarray | None:
+    if isinstance(table, xr.Dataset):
+        return table[name].values if name in table else None
+    if isinstance(table, Mapping):
+        return np.asarray(table[name]) if name in table else None
+    columns = getattr(table, "columns", None)  # pandas.DataFrame
+    if columns is not None:
+        return table[name].to_numpy() if name in columns else None
+    raise CostInputError(
+        f"ops must be a dfit_nb Trace, an xarray Dataset, a pandas DataFrame or a mapping of columns; "
+        f"got {type(table).__name__}"
+    )
+
+
+def _itemsize(dtype: Any) -> float:
+    try:
+        return float(np.dtype(str(dtype)).itemsize)
+    except TypeError:
+        return 4.0
+
+
+def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Normalise ``ops`` to float64 columns for the model, plus the op coordinate."""
+    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
+    cols = {name: _column(table, name) for name in ("m", "k", "n")}
+    missing = [name for name, v in cols.items() if v is None]
+    if missing:
+        raise CostInputError(f"the ops table has no {', '.join(missing)} column(s); cost() needs m, k, n "
+                             "(and optionally batch, dtype, flops, transcendentals, bytes_read, bytes_written)")
+    size = len(cols["m"])
+    out: dict[str, np.ndarray] = {}
+    for name in ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written"):
+        raw = cols.get(name) if name in cols else _column(table, name)
+        if raw is None:
+            raw = np.ones(size) if name == "batch" else np.zeros(size)
+        try:
+            arr = np.asarray(raw, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as err:
+            raise CostInputError(f"ops column {name!r} must be numeric, got {np.asarray(raw).dtype}") from err
+        bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise CostInputError(f"ops column {name!r} must hold finite non-negative whole numbers; "
+                                 f"row {i} is {arr[i]:g}")
+        out[name] = arr
+    dtypes = _column(table, "dtype")
+    itemsize = np.array([_itemsize(d) for d in dtypes]) if dtypes is not None else np.full(size, 4.0)
+    out["elems_in"] = np.ceil(out.pop("bytes_read") / itemsize)
+    out["elems_out"] = np.ceil(out.pop("bytes_written") / itemsize)
+    coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
+    return out, coord
+
+
+def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | None]:
+    """Codes (0 ws, 1 os, 2 is) shaped ``(n_ops,)`` or ``(n_dataflows, 1)``, and the names for a dim."""
+    def code(name: Any) -> int:
+        try:
+            return DATAFLOWS.index(str(name).lower())
+        except ValueError:
+            raise CostInputError(f"unknown dataflow {name!r}; valid: {', '.join(DATAFLOWS)}") from None
+
+    if isinstance(dataflow, str):
+        return np.full(n_ops, code(dataflow)), None
+    if isinstance(dataflow, (list, tuple)):
+        if not dataflow:
+            raise CostInputError(f"dataflow list is empty; give one or more of {', '.join(DATAFLOWS)}")
+        names = [str(d).lower() for d in dataflow]
+        return np.array([[code(d)] for d in names]), names
+    per_op = np.asarray(getattr(dataflow, "values", dataflow)).reshape(-1)
+    if per_op.size != n_ops:
+        raise CostInputError(f"a per-op dataflow array needs one entry per op ({n_ops}), got {per_op.size}; "
+                             "pass a list or tuple to ask for several dataflows instead")
+    return np.array([code(d) for d in per_op]), None
+
+
+@functools.partial(jax.jit, static_argnames="ideal")
+def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool) -> dict[str, Any]:
+    return op_cost(ops, hw, df, ideal)
+
+
+def _check_scalar_hw(hw: Any) -> Hardware:
+    if not isinstance(hw, Hardware):
+        raise CostInputError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
+    if hw.batch_shape != ():
+        raise CostInputError("cost() takes one machine; for a batch of machines use dfit_nb.sim.sweep()")
+    return hw
+
+
+def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Mapping[str, Any],
+               attrs: Mapping[str, Any]) -> xr.Dataset:
+    """Wrap model outputs with units and descriptions."""
+    data = {}
+    for name, arr in values.items():
+        units, description = VARIABLES[name]
+        data[name] = xr.DataArray(np.asarray(arr), dims=tuple(dims), attrs={"units": units, "description": description})
+    return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))
+
+
+def hardware_attrs(hw: Hardware) -> dict[str, Any]:
+    """Provenance: the machine's name and every field."""
+    return {"hardware": hw.name, **{f"hw_{f}": float(np.asarray(getattr(hw, f))) for f in FIELDS}}
+
+
+def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> xr.Dataset:
+    """Per-op cycles, traffic and energy of ``ops`` on ``hw``.
+
+    Parameters
+    ----------
+    ops : Trace, xarray.Dataset, pandas.DataFrame or mapping
+        A table with ``m``, ``k``, ``n`` columns (the GEMM view; 0 for non-GEMM
+        ops) and optionally ``batch``, ``dtype``, ``flops``,
+        ``transcendentals``, ``bytes_read``, ``bytes_written``.
+    hw : Hardware
+        One machine (``dfit_nb.sim.presets.get(name)`` or your own).
+    dataflow : str, list of str, or per-op array
+        ``"ws"``, ``"os"`` or ``"is"``; a list or tuple asks for several (a
+        ``dataflow`` dim); an array with one name per op chooses per op.
+    memory : {"finite", "ideal"}
+        ``"ideal"``: SRAM and DRAM never stall (SCALE-Sim's computed-bandwidth mode).
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``op`` (and ``dataflow``); every variable of
+        :data:`VARIABLES`, per single execution, with units.
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import cost, presets
+    >>> ds = cost({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os", "ws"], memory="ideal")
+    >>> ds["cycles"].values.tolist()
+    [[1016.0], [1120.0]]
+    """
+    if memory not in MEMORY_MODES:
+        raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
+    hw = _check_scalar_hw(hw)
+    arrays, coord = ops_arrays(ops)
+    codes, names = dataflow_codes(dataflow, len(coord))
+    with jax.enable_x64(True):
+        out = jax.device_get(_evaluate(arrays, hw, codes, memory == "ideal"))
+    out = finish(out, hw)
+    dims = ("dataflow", "op") if names else ("op",)
+    coords = {"op": coord, **({"dataflow": names} if names else {})}
+    attrs = {**hardware_attrs(hw), "memory": memory,
+             "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
+    return to_dataset({k: np.broadcast_to(v, (*codes.shape[:1], len(coord)) if names else (len(coord),))
+                       for k, v in out.items()}, dims, coords, attrs)
+
+
+def finish(out: dict[str, np.ndarray], hw: Hardware) -> dict[str, np.ndarray]:
+    """Add the derived variables (seconds, joules)."""
+    out = {k: np.asarray(v) for k, v in out.items()}
+    out["seconds"] = out["cycles"] / (np.asarray(hw.clock_ghz, np.float64) * 1e9)
+    out["energy_j"] = out["energy_pj"] * 1e-12
+    return out

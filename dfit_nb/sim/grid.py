@@ -1,0 +1,175 @@
+"""Machine grids and ``sweep``: the cost model over many machines and dataflows in one vmapped call."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
+
+from .cost import (
+    MEMORY_MODES,
+    CostInputError,
+    dataflow_codes,
+    hardware_attrs,
+    ops_arrays,
+    to_dataset,
+)
+from .dataflow import op_cost
+from .hardware import FIELDS, Hardware
+
+#: Grid keys that are not Hardware fields: name -> (fields it sets, description)
+ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "pe": (("pe_rows", "pe_cols"), "(R, C) of each tile's PE array"),
+    "tiles": (("tile_rows", "tile_cols"), "(rows, cols) of the tile grid"),
+    "sram_kb": (("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes"),
+                "SRAM per tile in KiB, split in the base machine's proportions"),
+    "dram_bw": (("dram_bytes_per_cycle",), "DRAM bytes per cycle"),
+    "noc_bw": (("noc_link_bytes_per_cycle",), "NoC link bytes per cycle"),
+}
+
+#: machine-op-dataflow evaluations per chunk (bounds memory; a progress bar shows chunks)
+CHUNK_EVALS = 4_000_000
+
+
+def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.ndarray], list[Any]]:
+    """Field arrays set by one grid axis, and the axis' coordinate labels."""
+    if key not in FIELDS and key not in ALIASES:
+        raise CostInputError(f"cannot sweep {key!r}; sweepable: {', '.join([*ALIASES, *FIELDS])}")
+    values = list(values) if isinstance(values, (list, tuple, np.ndarray, range)) else [values]
+    if not values:
+        raise CostInputError(f"sweep axis {key!r} has no values")
+    if key in FIELDS:
+        return {key: np.asarray(values, dtype=np.float64)}, values
+    fields = ALIASES[key][0]
+    if key in ("pe", "tiles"):
+        pairs = [tuple(v) if isinstance(v, (tuple, list)) else (v, v) for v in values]
+        if any(len(p) != 2 for p in pairs):
+            raise CostInputError(f"sweep axis {key!r} takes (rows, cols) pairs, got {values!r}")
+        labels = [f"{a}x{b}" for a, b in pairs]
+        rows, cols = (np.array([p[i] for p in pairs], float) for i in (0, 1))
+        return {fields[0]: rows, fields[1]: cols}, labels
+    if key == "sram_kb":
+        parts = np.array([float(np.asarray(getattr(base, f))) for f in fields])
+        share = parts / parts.sum()
+        total = np.asarray(values, dtype=np.float64) * 1024
+        return {f: np.floor(total * s) for f, s in zip(fields, share, strict=True)}, values
+    return {fields[0]: np.asarray(values, dtype=np.float64)}, values
+
+
+def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[str, list[Any]], tuple[int, ...]]:
+    """The cartesian product of ``grid`` over ``base`` as one batched Hardware (flat)."""
+    axes = {key: _grid_values(key, values, base) for key, values in grid.items()}
+    shape = tuple(len(labels) for _, labels in axes.values())
+    n = int(np.prod(shape)) if shape else 1
+    index = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), int)
+    fields = {f: np.full(n, float(np.asarray(getattr(base, f)))) for f in FIELDS}
+    for axis, (sets, _) in enumerate(axes.values()):
+        for field, vals in sets.items():
+            fields[field] = vals[index[axis]]
+    return Hardware(name=base.name, **fields), {k: labels for k, (_, labels) in axes.items()}, shape
+
+
+@functools.partial(jax.jit, static_argnames="ideal")
+def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool) -> dict[str, Any]:
+    return jax.vmap(lambda h: op_cost(ops, h, df, ideal))(hw)
+
+
+def _take(hw: Hardware, lo: int, hi: int, pad_to: int) -> Hardware:
+    def part(x: Any) -> np.ndarray:
+        x = np.asarray(x)[lo:hi]
+        return np.concatenate([x, np.repeat(x[-1:], pad_to - len(x), axis=0)]) if pad_to > len(x) else x
+
+    return jax.tree.map(part, hw)
+
+
+def sweep(
+    ops: Any,
+    hw: Hardware,
+    dataflow: Sequence[str] | str = ("ws", "os", "is"),
+    memory: str = "finite",
+    progress: bool = True,
+    **grid: Any,
+) -> xr.Dataset:
+    """Cost ``ops`` on every combination of the ``grid`` axes and ``dataflow``.
+
+    Parameters
+    ----------
+    ops : Trace, Dataset, DataFrame or mapping
+        As for :func:`dfit_nb.sim.cost`.
+    hw : Hardware
+        The base machine; swept fields replace its values.
+    dataflow : str or sequence of str
+        Dataflows to evaluate (a ``dataflow`` dim).
+    memory : {"finite", "ideal"}
+    progress : bool
+        Show a progress bar when the grid is evaluated in several chunks.
+    **grid
+        Axis name -> values: any Hardware field, or ``pe=[(R, C), ...]``,
+        ``tiles=[(rows, cols), ...]``, ``sram_kb=[...]``, ``dram_bw=[...]``,
+        ``noc_bw=[...]``.
+
+    Returns
+    -------
+    xarray.Dataset
+        One dim per grid axis (in the order given), then ``dataflow`` and ``op``.
+        All machines run in one jitted ``vmap``; with several local JAX devices
+        each chunk is sharded over them.
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import presets, sweep
+    >>> ds = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"),
+    ...            dataflow=["os"], memory="ideal", pe=[(8, 8), (32, 32)])
+    >>> ds["cycles"].sel(dataflow="os", op=0).values.tolist()
+    [5952.0, 504.0]
+    """
+    if memory not in MEMORY_MODES:
+        raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
+    if not isinstance(hw, Hardware) or hw.batch_shape != ():
+        raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
+    arrays, coord = ops_arrays(ops)
+    names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
+    codes, _ = dataflow_codes(names, len(coord))
+    machines, labels, shape = machine_grid(hw, grid)
+    total = int(np.prod(shape)) if shape else 1
+    devices = jax.local_devices()
+    per_chunk = max(len(devices), CHUNK_EVALS // max(1, len(names) * len(coord)))
+    per_chunk -= per_chunk % len(devices)
+    chunks = range(0, total, per_chunk)
+    sharding = NamedSharding(Mesh(np.array(devices), ("machine",)), PartitionSpec("machine"))
+    results: list[dict[str, np.ndarray]] = []
+    with jax.enable_x64(True):
+        for lo in tqdm(chunks, desc="sweep", unit="chunk", disable=not progress or len(chunks) < 2):
+            hi = min(lo + per_chunk, total)
+            size = hi - lo if len(chunks) == 1 else per_chunk  # one compiled shape for every chunk
+            size += (-size) % len(devices)
+            part = _take(machines, lo, hi, size)
+            if len(devices) > 1:
+                part = jax.device_put(part, sharding)
+            out = jax.device_get(_evaluate_batch(arrays, part, codes, memory == "ideal"))
+            results.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
+    merged = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+    clock = np.asarray(machines.clock_ghz, np.float64)[:, None, None] * 1e9
+    merged["seconds"] = merged["cycles"] / clock
+    merged["energy_j"] = merged["energy_pj"] * 1e-12
+    full = (*shape, len(names), len(coord))
+    merged = {k: np.broadcast_to(v, (total, len(names), len(coord))).reshape(full) for k, v in merged.items()}
+    dims = (*labels, "dataflow", "op")
+    coords = {**{k: (k, np.asarray(v, dtype=object if isinstance(v[0], str) else None)) for k, v in labels.items()},
+              "dataflow": names, "op": coord}
+    attrs = {**hardware_attrs(hw), "memory": memory, "swept": ",".join(labels),
+             **{f"axis_{k}": ALIASES[k][1] if k in ALIASES else FIELDS[k][1] for k in labels}}
+    ds = to_dataset(merged, dims, coords, attrs)
+    for key in labels:
+        ds[key].attrs["units"] = "" if key in ("pe", "tiles") else ("KiB" if key == "sram_kb" else
+                                                                     (FIELDS[key][0] if key in FIELDS else "B/cycle"))
+    return ds
+
+
+__all__ = ("ALIASES", "machine_grid", "sweep")

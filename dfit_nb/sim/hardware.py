@@ -1,0 +1,220 @@
+"""``Hardware``: a tiled dataflow accelerator as a JAX pytree.
+
+A machine is a grid of ``tile_rows x tile_cols`` tiles joined by a 2-D mesh
+network-on-chip; each tile holds an ``pe_rows x pe_cols`` systolic array of
+processing elements (PEs), a vector unit of ``vector_lanes`` lanes for
+non-GEMM work, and local SRAM split into input (ifmap), weight (filter) and
+output (ofmap) buffers. Off-chip DRAM feeds the grid.
+
+Every numeric field is a pytree leaf, so a batch of machines is one
+``Hardware`` whose leaves are arrays of the same shape, and a sweep is a
+``vmap`` (see :func:`dfit_nb.sim.sweep`); ``name`` is static metadata.
+
+Energy defaults and their sources
+---------------------------------
+* MAC energy by word size, Horowitz, "Computing's energy problem", ISSCC 2014,
+  45 nm, 0.9 V: 8-bit integer multiply 0.2 pJ + add 0.03 pJ -> 0.23 pJ;
+  16-bit float multiply 1.1 pJ + add 0.4 pJ -> 1.5 pJ; 32-bit float multiply
+  3.7 pJ + add 0.9 pJ -> 4.6 pJ.
+* SRAM: Horowitz (same talk) gives 10 pJ per 64-bit read of an 8 KB SRAM,
+  i.e. 1.25 pJ per byte (larger arrays cost more: 100 pJ per 64 bits at 1 MB).
+* DRAM: Horowitz gives 1.3-2.6 nJ per 64-bit access; the default takes the low
+  end, 1.3 nJ / 8 B = 162.5 pJ per byte.
+* Register file and NoC hop: Eyeriss (Chen, Emer, Sze, ISCA 2016) normalises
+  access energy to the global buffer (SRAM) at 6x, array NoC at 2x and the
+  register file at 1x; the defaults keep those ratios to the SRAM figure
+  above: RF = 1.25 / 6 pJ per byte, NoC hop = 2 x RF.
+
+Examples
+--------
+>>> from dfit_nb.sim import Hardware
+>>> hw = Hardware(pe_rows=32, pe_cols=32)
+>>> hw.peak_macs_per_cycle
+1024
+>>> hw.replace(pe_rows=64).pe_rows
+64
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..errors import DfitError
+
+
+class HardwareError(DfitError, ValueError):
+    """A hardware field has an invalid value."""
+
+
+# field -> (unit, description, kind, lower bound, upper bound); kind: "count" (a positive
+# integer), "size" (a non-negative integer number of bytes), "positive" or "nonneg" (reals)
+FIELDS: dict[str, tuple[str, str, str, float, float]] = {
+    "tile_rows": ("1", "rows of tiles in the grid", "count", 1, 1e6),
+    "tile_cols": ("1", "columns of tiles in the grid", "count", 1, 1e6),
+    "pe_rows": ("1", "rows R of each tile's systolic PE array", "count", 1, 1e5),
+    "pe_cols": ("1", "columns C of each tile's systolic PE array", "count", 1, 1e5),
+    "sram_input_bytes": ("B", "SRAM per tile for input (ifmap) operands", "size", 1, 1e12),
+    "sram_weight_bytes": ("B", "SRAM per tile for weight (filter) operands", "size", 1, 1e12),
+    "sram_output_bytes": ("B", "SRAM per tile for outputs and partial sums", "size", 1, 1e12),
+    "word_bytes": ("B", "bytes per operand word on the datapath (1 int8, 2 bf16/fp16, 4 fp32)", "count", 1, 8),
+    "vector_lanes": ("1", "lanes of each tile's vector unit (elements per cycle)", "count", 1, 1e6),
+    "noc_link_bytes_per_cycle": ("B/cycle", "bandwidth of one mesh NoC link", "positive", 0, math.inf),
+    "noc_hop_cycles": ("cycle", "latency of one NoC hop", "nonneg", 0, 1e6),
+    "dram_bytes_per_cycle": ("B/cycle", "off-chip DRAM bandwidth of the whole chip", "positive", 0, math.inf),
+    "dram_latency_cycles": ("cycle", "DRAM access latency", "nonneg", 0, 1e9),
+    "clock_ghz": ("GHz", "clock frequency", "positive", 0, 1e3),
+    "mac_pj": ("pJ", "energy of one MAC at the machine's word size", "nonneg", 0, math.inf),
+    "rf_pj_per_byte": ("pJ/B", "register-file access energy per byte", "nonneg", 0, math.inf),
+    "sram_pj_per_byte": ("pJ/B", "SRAM access energy per byte", "nonneg", 0, math.inf),
+    "noc_pj_per_byte_hop": ("pJ/B", "NoC energy per byte per hop", "nonneg", 0, math.inf),
+    "dram_pj_per_byte": ("pJ/B", "DRAM access energy per byte", "nonneg", 0, math.inf),
+}
+
+_USER_TYPES = (numbers.Number, np.ndarray, np.generic, jax.Array, list, tuple, str)
+
+#: Horowitz ISSCC 2014 (45 nm) MAC energy by word size in bytes (see the module docstring).
+MAC_PJ_BY_WORD = {1: 0.23, 2: 1.5, 4: 4.6}
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """A tiled dataflow accelerator (see the module docstring for the model and sources).
+
+    Every field but ``name`` may be a scalar or an array (a batch of machines).
+    Invalid values raise :class:`HardwareError` naming the field, the value and
+    the valid range; traced values (inside ``jit``/``vmap``) are not checked.
+    """
+
+    name: str = "custom"
+    tile_rows: Any = 1
+    tile_cols: Any = 1
+    pe_rows: Any = 32
+    pe_cols: Any = 32
+    sram_input_bytes: Any = 256 * 1024
+    sram_weight_bytes: Any = 256 * 1024
+    sram_output_bytes: Any = 128 * 1024
+    word_bytes: Any = 1
+    vector_lanes: Any = 32
+    noc_link_bytes_per_cycle: Any = 32.0
+    noc_hop_cycles: Any = 1.0
+    dram_bytes_per_cycle: Any = 16.0
+    dram_latency_cycles: Any = 100.0
+    clock_ghz: Any = 1.0
+    mac_pj: Any = MAC_PJ_BY_WORD[1]
+    rf_pj_per_byte: Any = 1.25 / 6
+    sram_pj_per_byte: Any = 1.25
+    noc_pj_per_byte_hop: Any = 2 * 1.25 / 6
+    dram_pj_per_byte: Any = 162.5
+
+    def __post_init__(self) -> None:
+        for field, (_, _, kind, lo, hi) in FIELDS.items():
+            value = getattr(self, field)
+            # JAX rebuilds the pytree with tracers, shape specs or placeholders inside
+            # transformations: only values a user can pass are checked
+            if isinstance(value, jax.core.Tracer) or not isinstance(value, _USER_TYPES):
+                continue
+            _check(field, value, kind, lo, hi)
+        self._check_buffers()
+
+    def _check_buffers(self) -> None:
+        """Each SRAM partition must hold one array row of operands, double-buffered."""
+        values = [getattr(self, f) for f in ("pe_rows", "pe_cols", "word_bytes")]
+        if any(isinstance(v, jax.core.Tracer) or not isinstance(v, _USER_TYPES) for v in values):
+            return
+        need = 2 * np.maximum(np.asarray(values[0]), np.asarray(values[1])) * np.asarray(values[2])
+        for field in ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes"):
+            have = getattr(self, field)
+            if isinstance(have, jax.core.Tracer) or not isinstance(have, _USER_TYPES):
+                continue
+            short = np.asarray(have) < need
+            if np.any(short):
+                raise HardwareError(
+                    f"Hardware.{field} = {have!r} B is too small: it must hold one row of the "
+                    f"{values[0]}x{values[1]} PE array's operands, double-buffered "
+                    f"(>= 2 x max(pe_rows, pe_cols) x word_bytes = {np.max(need):g} B)"
+                )
+
+    # ---- derived ------------------------------------------------------------
+    @property
+    def tiles(self) -> Any:
+        """Number of tiles."""
+        return self.tile_rows * self.tile_cols
+
+    @property
+    def peak_macs_per_cycle(self) -> Any:
+        """MACs per cycle of the whole chip: tiles x R x C."""
+        return self.tiles * self.pe_rows * self.pe_cols
+
+    @property
+    def sram_bytes(self) -> Any:
+        """SRAM per tile, all three buffers."""
+        return self.sram_input_bytes + self.sram_weight_bytes + self.sram_output_bytes
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """Shape of a batch of machines (``()`` for one)."""
+        return np.broadcast_shapes(*(np.shape(getattr(self, f)) for f in FIELDS))
+
+    def replace(self, **changes: Any) -> Hardware:
+        """A copy with ``changes`` applied (validated); unknown fields are named."""
+        unknown = set(changes) - set(FIELDS) - {"name"}
+        if unknown:
+            raise HardwareError(f"Hardware has no field(s) {sorted(unknown)}; fields: {', '.join(FIELDS)}")
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """A readable table of every field with its unit and meaning."""
+        rows = [(f, _fmt(getattr(self, f)), unit, desc) for f, (unit, desc, *_) in FIELDS.items()]
+        rows += [
+            ("tiles", _fmt(self.tiles), "1", "tile_rows x tile_cols"),
+            ("peak_macs_per_cycle", _fmt(self.peak_macs_per_cycle), "MAC/cycle", "tiles x R x C"),
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"Hardware {self.name!r}"]
+        lines += [f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c.ljust(widths[2])}  {d}" for a, b, c, d in rows]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<pre>{html.escape(self.describe())}</pre>"
+
+
+def _fmt(value: Any) -> str:
+    arr = np.asarray(value)
+    if arr.ndim:
+        return f"[{arr.size} values: {arr.min():g}..{arr.max():g}]"
+    return f"{arr.item():g}" if arr.dtype.kind == "f" else str(arr.item())
+
+
+def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise HardwareError(f"Hardware.{field} must be a number, got {value!r}") from err
+    def shown(mask: np.ndarray) -> str:
+        if arr.ndim == 0:
+            return repr(value)
+        i = int(np.flatnonzero(mask.reshape(-1))[0])
+        return f"{arr.reshape(-1)[i]:g} (element {i} of a batch of {arr.size})"
+
+    if not np.all(np.isfinite(arr)):
+        raise HardwareError(f"Hardware.{field} must be finite, got {shown(~np.isfinite(arr))}")
+    integer = kind in ("count", "size")
+    if integer and not np.all(arr == np.round(arr)):
+        raise HardwareError(f"Hardware.{field} must be a whole number, got {shown(arr != np.round(arr))}")
+    strict = kind in ("count", "positive")
+    bad = (arr < lo) | (arr > hi) if not strict or lo > 0 else (arr <= lo) | (arr > hi)
+    if np.any(bad):
+        valid = f"{'>' if strict and lo == 0 else '>='} {lo:g}" + ("" if math.isinf(hi) else f" and <= {hi:g}")
+        unit = FIELDS[field][0]
+        raise HardwareError(f"Hardware.{field} = {shown(bad)} is out of range: it must be {valid} ({unit})")
+
+
+jax.tree_util.register_dataclass(Hardware, data_fields=list(FIELDS), meta_fields=["name"])

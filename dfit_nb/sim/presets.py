@@ -1,0 +1,126 @@
+"""Named machines: what each approximates and where its numbers come from.
+
+A preset is one :func:`register` call; the tool logic never changes between
+them. Figures marked "public" come from the cited papers or vendor material;
+where a vendor publishes no number the value is an assumption, said so.
+
+>>> from dfit_nb.sim import presets
+>>> presets.names()
+('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like')
+>>> presets.get("scalesim_32").pe_rows
+32
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .hardware import MAC_PJ_BY_WORD, Hardware
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A named machine with the story of its numbers."""
+
+    hardware: Hardware
+    approximates: str
+    sources: str
+
+
+_PRESETS: dict[str, Preset] = {}
+
+
+def register(hw: Hardware, *, approximates: str, sources: str) -> Hardware:
+    """Add ``hw`` under ``hw.name`` (replacing one of the same name) and return it."""
+    _PRESETS[hw.name] = Preset(hw, approximates, sources)
+    return hw
+
+
+def get(name: str) -> Hardware:
+    """The preset called ``name``; the error lists the valid names."""
+    try:
+        return _PRESETS[name].hardware
+    except KeyError:
+        raise KeyError(f"no hardware preset {name!r}; valid: {', '.join(_PRESETS)}") from None
+
+
+def info(name: str) -> Preset:
+    """The preset with what it approximates and its sources."""
+    get(name)
+    return _PRESETS[name]
+
+
+def names() -> tuple[str, ...]:
+    """Names of the registered presets, in registration order."""
+    return tuple(_PRESETS)
+
+
+KB = 1024
+MB = 1024 * KB
+
+register(
+    Hardware(name="scalesim_32", pe_rows=32, pe_cols=32, sram_input_bytes=256 * KB, sram_weight_bytes=256 * KB,
+             sram_output_bytes=128 * KB, word_bytes=1, dram_bytes_per_cycle=10.0),
+    approximates="SCALE-Sim's sample 32x32 machine (scale.cfg): one systolic array, 1-byte words",
+    sources="SCALE-Sim v2/v3 sample config: ArrayHeight/Width 32, IfmapSramSzkB 256, FilterSramSzkB 256, "
+            "OfmapSramSzkB 128, word size 1 byte; 10 words/cycle is its sample user bandwidth. Energy: defaults "
+            "(Horowitz ISSCC 2014, Eyeriss ISCA 2016 ratios).",
+)
+register(
+    Hardware(name="scalesim_128", pe_rows=128, pe_cols=128, sram_input_bytes=6144 * KB,
+             sram_weight_bytes=6144 * KB, sram_output_bytes=2048 * KB, word_bytes=1, dram_bytes_per_cycle=10.0),
+    approximates="SCALE-Sim's sample 128x128 machine (a TPU-v1-sized array), 1-byte words",
+    sources="SCALE-Sim sample config: 128x128 array, 6144/6144/2048 KB SRAM, word size 1 byte.",
+)
+register(
+    Hardware(name="tpu_like", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
+             sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=1024,
+             noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1140.0, dram_latency_cycles=500.0,
+             clock_ghz=1.05, mac_pj=MAC_PJ_BY_WORD[2]),
+    approximates="a TPU v4 chip: 2 TensorCores x 4 MXUs of 128x128 bf16 MACs, time-multiplexed",
+    sources="Public: Jouppi et al., 'TPU v4', ISCA 2023 (8 MXUs of 128x128 per chip, 1050 MHz, 1.2 TB/s HBM "
+            "-> ~1140 B/cycle, 32 MiB of CMEM/VMEM-class on-chip memory spread here as 4 MiB per MXU tile). "
+            "NoC link width is an assumption.",
+)
+register(
+    Hardware(name="cerebras_like", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8, sram_input_bytes=16 * KB,
+             sram_weight_bytes=24 * KB, sram_output_bytes=8 * KB, word_bytes=2, vector_lanes=4,
+             noc_link_bytes_per_cycle=8.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=1100.0,
+             dram_latency_cycles=2000.0, clock_ghz=1.1, mac_pj=MAC_PJ_BY_WORD[2]),
+    approximates="a scaled-down Cerebras WSE-2-style wafer: a large mesh of small cores, 48 KB SRAM each, "
+                 "weights streamed in from off-wafer memory, layer-pipelined",
+    sources="Public: Cerebras WSE-2 (850,000 cores, 48 KB SRAM per core, 2-D mesh fabric, ~1.1 GHz); Lie, "
+            "'Cerebras Architecture Deep Dive', Hot Chips 34 (2022). Here 4096 tiles of 8x8 PEs stand for a "
+            "region of the wafer; off-wafer (MemoryX) bandwidth is an assumption.",
+)
+register(
+    Hardware(name="sambanova_like", tile_rows=16, tile_cols=20, pe_rows=16, pe_cols=6, sram_input_bytes=256 * KB,
+             sram_weight_bytes=128 * KB, sram_output_bytes=128 * KB, word_bytes=2, vector_lanes=16,
+             noc_link_bytes_per_cycle=64.0, dram_bytes_per_cycle=100.0, dram_latency_cycles=300.0,
+             clock_ghz=1.5, mac_pj=MAC_PJ_BY_WORD[2]),
+    approximates="a SambaNova SN10 RDU-style reconfigurable dataflow chip: pattern compute units (16 lanes x "
+                 "6 stages) beside 0.5 MB pattern memory units, spatially pipelined",
+    sources="Public: Prabhakar et al., 'SambaNova SN10 RDU', Hot Chips 33 (2021) / ISSCC 2022 (640 PCUs, 640 "
+            "PMUs of 0.5 MB, 1.5 GHz, DDR4 ~150 GB/s). 320 tiles each pair one PCU-like array with one PMU; "
+            "DRAM bandwidth per cycle derived from ~150 GB/s at 1.5 GHz.",
+)
+register(
+    Hardware(name="npu_like", tile_rows=4, tile_cols=5, pe_rows=16, pe_cols=16, sram_input_bytes=32 * KB,
+             sram_weight_bytes=16 * KB, sram_output_bytes=16 * KB, word_bytes=1, vector_lanes=32,
+             noc_link_bytes_per_cycle=32.0, dram_bytes_per_cycle=60.0, dram_latency_cycles=200.0,
+             clock_ghz=1.0),
+    approximates="an AMD Ryzen AI (XDNA, Phoenix) NPU: a 4x5 array of AIE-ML tiles, 256 int8 MACs per tile "
+                 "per cycle, 64 KB data memory per tile",
+    sources="Public: AMD XDNA / AIE-ML architecture manual (AM020): 256 int8 MACs/cycle and 64 KB data memory "
+            "per AIE-ML tile; Phoenix NPU 4x5 compute tiles at ~1 GHz; LPDDR5 ~60 GB/s -> 60 B/cycle "
+            "(assumption). Dato (task-based dataflow programming) targets this NPU.",
+)
+register(
+    Hardware(name="eyeriss_like", pe_rows=12, pe_cols=14, sram_input_bytes=54 * KB, sram_weight_bytes=27 * KB,
+             sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, dram_bytes_per_cycle=4.0,
+             dram_latency_cycles=100.0, clock_ghz=0.2, mac_pj=MAC_PJ_BY_WORD[2]),
+    approximates="Eyeriss v1: a 12x14 PE array with a 108 KB global buffer, 16-bit fixed point, 200 MHz",
+    sources="Public: Chen et al., 'Eyeriss', ISSCC 2016 / JSSC 2017 (168 PEs in 12x14, 108 KB global buffer, "
+            "16-bit, 100-250 MHz); the buffer split and DRAM bandwidth (64-bit at ~200 MHz, ~4 B/cycle "
+            "effective) are assumptions.",
+)

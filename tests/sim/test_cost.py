@@ -1,0 +1,168 @@
+"""The per-op cost model: SCALE-Sim parity, invariants (hypothesis), traces, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dfit_nb import sim
+from dfit_nb.sim import Hardware, cost, presets
+from dfit_nb.sim.cost import CostInputError
+
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "scalesim_reference.csv"
+MACHINES = {"scale_32": "scalesim_32", "scale_128": "scalesim_128"}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    d = pd.read_csv(FIXTURE)
+    return d[d["bandwidth_mode"] == "calc"].reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def ours(reference):
+    """Our model on every fixture row, ideal memory, on the matching scalesim preset."""
+    parts = []
+    for (machine, dataflow), rows in reference.groupby(["machine", "dataflow"]):
+        ds = cost(rows[["m", "k", "n"]].reset_index(drop=True), presets.get(MACHINES[machine]), dataflow,
+                  memory="ideal")
+        parts.append(ds.to_dataframe().set_index(rows.index))
+    return pd.concat(parts).sort_index()
+
+
+def test_fixture_covers_the_required_workloads(reference):
+    assert set(reference["dataflow"]) == {"os", "ws", "is"}
+    assert set(reference["machine"]) == set(MACHINES)
+    assert {"odd_shapes"} <= set(reference["workload"])
+
+
+def test_cycles_equal_scalesim_on_every_row(reference, ours):
+    mismatch = reference.loc[ours["cycles"].values != reference["total_cycles"].values,
+                             ["machine", "dataflow", "workload", "layer", "total_cycles"]]
+    assert mismatch.empty, mismatch.assign(ours=ours["cycles"]).to_string()
+
+
+def test_sram_reads_equal_scalesim(reference, ours):
+    np.testing.assert_array_equal(ours["sram_reads_input"].values, reference["sram_ifmap_reads"].values)
+    np.testing.assert_array_equal(ours["sram_reads_weight"].values, reference["sram_filter_reads"].values)
+
+
+def test_sram_output_writes_equal_scalesim_for_ws_and_is(reference, ours):
+    keep = reference["dataflow"] != "os"
+    np.testing.assert_array_equal(ours["sram_writes_output"].values[keep],
+                                  reference["sram_ofmap_writes"].values[keep])
+
+
+def test_cost_takes_a_trace_and_reports_units(static_traces):
+    t = static_traces["encoder"]
+    ds = cost(t, presets.get("tpu_like"), ["ws", "os", "is"])
+    assert ds["cycles"].dims == ("dataflow", "op") and ds.sizes["op"] == t.ops.sizes["op"]
+    for name, var in ds.data_vars.items():
+        assert "units" in var.attrs and var.attrs["description"], name
+    dots = t.ops["primitive"].values == "dot_general"
+    assert (ds["macs"].values[:, dots] > 0).all()
+    assert ds.attrs["hardware"] == "tpu_like"
+
+
+def test_counts_are_exact_beyond_2_to_the_31(monkeypatch):
+    before = jax.config.jax_enable_x64
+    ds = cost({"m": [65536], "k": [65536], "n": [65536]}, presets.get("scalesim_32"), "os", memory="ideal")
+    # 2048 x 2048 folds x (65536 + 62) cycles - 1, far beyond int32 and float32
+    assert int(ds["cycles"][0]) == 2048 * 2048 * (65536 + 32 + 32 - 2) - 1
+    assert ds["cycles"].dtype == np.float64
+    assert jax.config.jax_enable_x64 == before  # the x64 switch is scoped
+
+
+def test_per_op_dataflow_choice():
+    ops = {"m": [64, 64], "k": [64, 64], "n": [64, 64]}
+    hw = presets.get("scalesim_32")
+    mixed = cost(ops, hw, np.array(["os", "ws"]), memory="ideal")["cycles"].values
+    both = cost(ops, hw, ["os", "ws"], memory="ideal")["cycles"].values
+    assert mixed.tolist() == [both[0, 0], both[1, 1]]
+
+
+def test_non_gemm_ops_use_the_vector_path(static_traces):
+    ds = cost(static_traces["encoder"], presets.get("npu_like"), "ws")
+    ops = static_traces["encoder"].ops
+    vec = (ops["m"].values == 0) & (ops["flops"].values > 0)
+    assert (ds["compute_cycles"].values[vec] > 0).all() and (ds["macs"].values[vec] == 0).all()
+
+
+# ---------------------------------------------------------------- invariants
+dims = st.integers(1, 3000)
+machines = st.fixed_dictionaries({
+    "pe_rows": st.sampled_from([4, 8, 16, 32, 128]),
+    "pe_cols": st.sampled_from([4, 8, 16, 32, 128]),
+    "tile_rows": st.integers(1, 4),
+    "tile_cols": st.integers(1, 4),
+    "sram_kb": st.sampled_from([4, 16, 64, 256, 2048]),
+    "dram": st.sampled_from([1.0, 8.0, 64.0, 512.0]),
+    "noc": st.sampled_from([4.0, 32.0, 256.0]),
+})
+
+
+def _hw(p, sram_scale=1.0, bw_scale=1.0):
+    kb = int(p["sram_kb"] * 1024 * sram_scale)
+    return Hardware(pe_rows=p["pe_rows"], pe_cols=p["pe_cols"], tile_rows=p["tile_rows"], tile_cols=p["tile_cols"],
+                    sram_input_bytes=kb, sram_weight_bytes=kb, sram_output_bytes=kb,
+                    dram_bytes_per_cycle=p["dram"] * bw_scale, noc_link_bytes_per_cycle=p["noc"] * bw_scale)
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=dims, k=dims, n=dims, batch=st.integers(1, 8), p=machines, df=st.sampled_from(["ws", "os", "is"]))
+def test_invariants_of_the_cost_model(m, k, n, batch, p, df):
+    ops = {"m": [m], "k": [k], "n": [n], "batch": [batch]}
+    hw = _hw(p)
+    c = cost(ops, hw, df)
+    macs = batch * m * k * n
+    peak = hw.tiles * hw.pe_rows * hw.pe_cols
+    assert float(c["macs"][0]) == macs
+    assert float(c["cycles"][0]) >= macs / peak
+    assert 0.0 <= float(c["utilization"][0]) <= 1.0
+    assert float(c["energy_pj"][0]) >= macs * hw.mac_pj
+    # traffic is conserved between levels: what DRAM supplies passes through SRAM
+    for x in ("input", "weight"):
+        assert float(c[f"sram_reads_{x}"][0]) >= float(c[f"dram_reads_{x}"][0]) > 0
+    assert float(c["sram_writes_output"][0]) >= float(c["dram_writes_output"][0]) >= m * n * batch * hw.word_bytes
+    # more SRAM or more bandwidth never costs more cycles or DRAM bytes
+    dram = lambda d: sum(float(d[v][0]) for v in ("dram_reads_input", "dram_reads_weight",
+                                                   "dram_reads_output", "dram_writes_output"))
+    for better in (_hw(p, sram_scale=4.0), _hw(p, bw_scale=4.0)):
+        b = cost(ops, better, df)
+        assert float(b["cycles"][0]) <= float(c["cycles"][0])
+        assert dram(b) <= dram(c)
+    ideal = cost(ops, hw, df, memory="ideal")
+    assert float(ideal["stall_cycles"][0]) == 0.0 and float(ideal["cycles"][0]) <= float(c["cycles"][0])
+
+
+# ---------------------------------------------------------------- bad input
+def test_bad_inputs_are_named():
+    hw = presets.get("scalesim_32")
+    with pytest.raises(CostInputError, match="no k column"):
+        cost({"m": [1], "n": [1]}, hw)
+    with pytest.raises(CostInputError, match="'m' must hold finite non-negative whole numbers; row 1 is -3"):
+        cost({"m": [1, -3], "k": [1, 1], "n": [1, 1]}, hw)
+    with pytest.raises(CostInputError, match=r"row 0 is 2\.5"):
+        cost({"m": [1], "k": [2.5], "n": [1]}, hw)
+    with pytest.raises(CostInputError, match="row 0 is nan"):
+        cost({"m": [1], "k": [1], "n": [float("nan")]}, hw)
+    with pytest.raises(CostInputError, match="unknown dataflow 'rs'; valid: ws, os, is"):
+        cost({"m": [1], "k": [1], "n": [1]}, hw, "rs")
+    with pytest.raises(CostInputError, match="one entry per op"):
+        cost({"m": [1, 2], "k": [1, 2], "n": [1, 2]}, hw, np.array(["ws"]))
+    with pytest.raises(CostInputError, match="unknown memory mode 'infinite'"):
+        cost({"m": [1], "k": [1], "n": [1]}, hw, memory="infinite")
+    with pytest.raises(CostInputError, match=r"must be a dfit_nb\.sim\.Hardware"):
+        cost({"m": [1], "k": [1], "n": [1]}, "tpu_like")
+    with pytest.raises(CostInputError, match="ops must be"):
+        cost(42, hw)
+
+
+def test_public_surface():
+    assert {"Hardware", "cost", "sweep", "presets"} <= set(sim.__all__)

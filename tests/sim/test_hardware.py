@@ -1,0 +1,73 @@
+"""Hardware: a validated pytree; presets: a documented registry."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from dfit_nb.sim import Hardware, HardwareError, presets
+
+
+def test_hardware_is_a_pytree_and_vmaps_over_a_batch_of_machines():
+    hw = Hardware(pe_rows=np.array([8, 16, 32]), pe_cols=np.array([8, 16, 32]),
+                  **{f: np.full(3, getattr(Hardware(), f)) for f in ("tile_rows", "tile_cols")})
+    leaves = jax.tree.leaves(hw)
+    assert len(leaves) == 19
+    batched = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (3,)), hw)
+    peak = jax.vmap(lambda h: h.peak_macs_per_cycle)(batched)
+    assert peak.tolist() == [64, 256, 1024]
+
+
+def test_replace_and_describe():
+    hw = presets.get("tpu_like")
+    assert hw.replace(pe_rows=64).pe_rows == 64 and hw.pe_rows == 128
+    text = hw.describe()
+    assert "tpu_like" in text and "dram_bytes_per_cycle" in text and "B/cycle" in text
+    with pytest.raises(HardwareError, match="no field"):
+        hw.replace(pe=64)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("pe_rows", 0, r"pe_rows = 0 is out of range: it must be >= 1"),
+        ("pe_rows", -4, r"pe_rows = -4 is out of range"),
+        ("pe_cols", 2.5, r"pe_cols must be a whole number"),
+        ("dram_bytes_per_cycle", math.nan, r"dram_bytes_per_cycle must be finite"),
+        ("noc_link_bytes_per_cycle", math.inf, r"noc_link_bytes_per_cycle must be finite"),
+        ("clock_ghz", 0.0, r"clock_ghz = 0.0 is out of range: it must be > 0"),
+        ("dram_bytes_per_cycle", -1.0, r"it must be > 0"),
+        ("sram_weight_bytes", 10, r"sram_weight_bytes = 10 B is too small"),
+        ("word_bytes", "bf16", r"word_bytes must be a number"),
+    ],
+)
+def test_invalid_fields_are_named_with_value_and_range(field, value, match):
+    with pytest.raises(HardwareError, match=match):
+        Hardware(**{field: value})
+
+
+def test_every_preset_documents_what_it_approximates_and_its_sources():
+    assert set(presets.names()) >= {"tpu_like", "cerebras_like", "sambanova_like", "npu_like", "eyeriss_like",
+                                    "scalesim_32", "scalesim_128"}
+    for name in presets.names():
+        info = presets.info(name)
+        assert info.hardware.name == name
+        assert len(info.approximates) > 20 and len(info.sources) > 20
+    s32, s128 = presets.get("scalesim_32"), presets.get("scalesim_128")
+    assert (s32.pe_rows, s32.sram_input_bytes, s32.sram_weight_bytes, s32.sram_output_bytes, s32.word_bytes) == (
+        32, 256 * 1024, 256 * 1024, 128 * 1024, 1)
+    assert (s128.pe_rows, s128.sram_input_bytes, s128.sram_output_bytes) == (128, 6144 * 1024, 2048 * 1024)
+    with pytest.raises(KeyError, match="valid: scalesim_32"):
+        presets.get("tpu")
+
+
+def test_adding_a_preset_is_one_registration():
+    hw = presets.register(Hardware(name="test_tiny", pe_rows=4, pe_cols=4), approximates="a tiny test machine",
+                          sources="made up for a test")
+    try:
+        assert presets.get("test_tiny") is hw and "test_tiny" in presets.names()
+    finally:
+        presets._PRESETS.pop("test_tiny")
