@@ -10,8 +10,8 @@ The model
 ---------
 **Splitting over tiles.** An op is a batch of ``B`` GEMMs ``(M x K) @ (K x N)``.
 With ``T`` tiles, each tile runs ``ceil(B / T)`` GEMMs one after the other; when
-``B < T`` the spare tiles split ``M``: ``s = min(T // B, M)`` tiles share one
-GEMM, each taking ``m_t = ceil(M / s)`` rows. Replay (``dfit_nb.replay``) owns
+``B < T`` the spare tiles split ``M``: ``s = min(T // B, ceil(M / R))`` tiles share one
+GEMM, each taking ``m_t = ceil(M / s)`` rows (no piece thinner than one array height). Replay (``dfit_nb.replay``) owns
 smarter placements; this is the default spread used to cost one op alone.
 
 **Compute cycles** follow SCALE-Sim's fold structure on an ``R x C`` array. A
@@ -129,7 +129,7 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
 
     # ---- split over tiles
     gemms_per_tile = _cdiv(b, tiles, xp)
-    split = xp.where(b >= tiles, 1.0, xp.minimum(xp.floor(tiles / b), xp.maximum(m, 1.0)))
+    split = xp.where(b >= tiles, 1.0, xp.minimum(xp.floor(tiles / b), xp.maximum(_cdiv(m, r, xp), 1.0)))
     mt = _cdiv(m, split, xp)
     pieces = b * split
     tiles_used = xp.minimum(tiles, pieces)
@@ -172,7 +172,10 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
     # ---- NoC: bytes delivered to tiles on a multi-tile grid
     multi = tiles > 1
     weight_copies = xp.where(gemm, xp.minimum(split, tiles_used), 1.0)
-    noc_bytes = xp.where(multi, (dram["input"] + dram["weight"] * weight_copies + dram["output_w"]) * word, 0.0)
+    # weights that fit are fetched once and multicast to every tile sharing them; weights that
+    # do not fit are streamed by each tile on its own (already counted per piece)
+    noc_weight = xp.where(gemm & w_fits, dram["weight"] * weight_copies, dram["weight"])
+    noc_bytes = xp.where(multi, (dram["input"] + noc_weight + dram["output_w"]) * word, 0.0)
     avg_hops = (xp.asarray(hw.tile_cols, f64) + 1.0) / 2.0
     noc_cycles = xp.where(
         multi,

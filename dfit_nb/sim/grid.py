@@ -153,8 +153,8 @@ def sweep(
             if len(devices) > 1:
                 part = jax.device_put(part, sharding)
             out = jax.device_get(_evaluate_batch(arrays, part, codes, memory == "ideal"))
-            results.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
-    merged = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+            results.append({k: v[: hi - lo] if size > hi - lo else v for k, v in out.items()})
+    merged = results[0] if len(results) == 1 else {k: np.concatenate([r[k] for r in results]) for k in results[0]}
     clock = np.asarray(machines.clock_ghz, np.float64)[:, None, None] * 1e9
     merged["seconds"] = merged["cycles"] / clock
     merged["energy_j"] = merged["energy_pj"] * 1e-12
