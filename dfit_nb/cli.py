@@ -58,18 +58,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def cost_table(trace, names: Sequence[str]) -> str:
     """Σ over ops of (per-op cost x count) for each preset and dataflow, ops costed one at a time."""
-    count = trace.ops["count"].values
     lines = ["ops costed one at a time on each preset (no overlap between ops; replay models that):",
              f"{'preset':16s} {'dataflow':8s} {'cycles':>14s} {'ms':>10s} {'mJ':>10s} {'util':>6s}"]
     for name in names:
         hw = presets.get(name)
         ds = cost(trace, hw, list(DATAFLOWS))
-        for i, df in enumerate(DATAFLOWS):
-            cycles = float((ds["cycles"].values[i] * count).sum())
-            macs = float((ds["macs"].values[i] * count).sum())
+        for df in DATAFLOWS:
+            tot = ds.sel(dataflow=df)
+            cycles, macs = float(tot["total_cycles"]), float(tot["total_macs"])
             util = macs / (cycles * hw.peak_macs_per_cycle) if cycles else 0.0
             lines.append(f"{name:16s} {df:8s} {cycles:14,.0f} {cycles / (hw.clock_ghz * 1e6):10.3f} "
-                         f"{float((ds['energy_j'].values[i] * count).sum()) * 1e3:10.4f} {util:6.1%}")
+                         f"{float(tot['total_energy_j']) * 1e3:10.4f} {util:6.1%}")
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ Pure ``jax.numpy``; never imports altair or ipywidgets.
 >>> hw = sim.presets.get("scalesim_32")
 >>> ds = sim.cost({"m": [128], "k": [256], "n": [64]}, hw, "os", memory="ideal")
 >>> int(ds["cycles"][0])
-1256
+2543
 """
 
 from . import presets as presets

@@ -182,7 +182,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     >>> from dfit_nb.sim import cost, presets
     >>> ds = cost({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os", "ws"], memory="ideal")
     >>> ds["cycles"].values.tolist()
-    [[1016.0], [1120.0]]
+    [[503.0], [631.0]]
     """
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
@@ -196,8 +196,22 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     coords = {"op": coord, **({"dataflow": names} if names else {})}
     attrs = {**hardware_attrs(hw), "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
-    return to_dataset({k: np.broadcast_to(v, (*codes.shape[:1], len(coord)) if names else (len(coord),))
-                       for k, v in out.items()}, dims, coords, attrs)
+    ds = to_dataset({k: np.broadcast_to(v, (*codes.shape[:1], len(coord)) if names else (len(coord),))
+                     for k, v in out.items()}, dims, coords, attrs)
+    return add_totals(ds, ops)
+
+
+def add_totals(ds: xr.Dataset, ops: Any) -> xr.Dataset:
+    """``count`` (executions per call, from the ops table if it has one) and per-call totals."""
+    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
+    count = _column(table, "count")
+    count = np.ones(ds.sizes["op"]) if count is None else np.asarray(count, dtype=np.float64)
+    ds["count"] = xr.DataArray(count, dims=("op",), attrs={"units": "1", "description": "executions per call"})
+    for name, var, units in (("total_cycles", "cycles", "cycle"), ("total_energy_j", "energy_j", "J"),
+                             ("total_macs", "macs", "MAC")):
+        ds[name] = (ds[var] * ds["count"]).sum("op")
+        ds[name].attrs = {"units": units, "description": f"sum over ops of {var} x count (ops one at a time)"}
+    return ds
 
 
 def finish(out: dict[str, np.ndarray], hw: Hardware) -> dict[str, np.ndarray]:

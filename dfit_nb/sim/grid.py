@@ -127,7 +127,7 @@ def sweep(
     >>> ds = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"),
     ...            dataflow=["os"], memory="ideal", pe=[(8, 8), (32, 32)])
     >>> ds["cycles"].sel(dataflow="os", op=0).values.tolist()
-    [5952.0, 504.0]
+    [4991.0, 503.0]
     """
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")

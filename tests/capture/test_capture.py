@@ -275,11 +275,13 @@ def test_flax_nnx_recipe():
 
 def test_cli_prints_the_region_table(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "dfit_nb", "report", "--example", "mlp", "-o", str(tmp_path / "m.nc")],
+        [sys.executable, "-m", "dfit_nb", "report", "--example", "mlp", "-o", str(tmp_path / "m.nc"),
+         "--hw", "scalesim_32", "npu_like"],
         capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "error"},
     ).stdout
     assert "mlp/dense_0" in out.replace("  ", "") or "dense_0" in out
     assert "MFLOP" in out and (tmp_path / "m.nc").exists()
+    assert "npu_like" in out and "scalesim_32" in out and "tpu_like" not in out
 
 
 def test_warnings_are_errors_in_this_suite():
