@@ -44,7 +44,14 @@ VARIABLES: dict[str, tuple[str, str]] = {
         f"reuse_{lv}_{o}": ("MAC/B", f"reuse factor: MACs per byte of {o} moved at the {lv} level")
         for lv in ("sram", "dram") for o in ("input", "weight", "output")
     },
+    "count": ("1", "executions per call (from the ops table; 1 if it has no count)"),
+    "total_cycles": ("cycle", "sum over ops of cycles x count (ops costed one at a time)"),
+    "total_energy_j": ("J", "sum over ops of energy_j x count"),
+    "total_macs": ("MAC", "sum over ops of macs x count"),
 }
+
+#: per-call totals -> the per-op variable they sum
+TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": "macs"}
 
 
 class CostInputError(DfitError, ValueError):
@@ -140,13 +147,30 @@ def _check_scalar_hw(hw: Any) -> Hardware:
 
 
 def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Mapping[str, Any],
-               attrs: Mapping[str, Any]) -> xr.Dataset:
-    """Wrap model outputs with units and descriptions."""
-    data = {}
-    for name, arr in values.items():
-        units, description = VARIABLES[name]
-        data[name] = xr.DataArray(np.asarray(arr), dims=tuple(dims), attrs={"units": units, "description": description})
+               attrs: Mapping[str, Any], count: np.ndarray) -> xr.Dataset:
+    """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
+
+    Built in one ``xr.Dataset`` call from ``(dims, array, attrs)`` tuples: assigning
+    variables one by one re-aligns the Dataset each time (it was most of cost()'s time).
+    """
+    dims = tuple(dims)
+    data: dict[str, Any] = {name: (dims, np.asarray(arr), _attrs(name)) for name, arr in values.items()}
+    data["count"] = (("op",), count, _attrs("count"))
+    for total, var in TOTALS.items():
+        data[total] = (dims[:-1], (np.asarray(values[var]) * count).sum(axis=-1), _attrs(total))
     return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))
+
+
+def _attrs(name: str) -> dict[str, str]:
+    units, description = VARIABLES[name]
+    return {"units": units, "description": description}
+
+
+def op_counts(ops: Any, n_ops: int) -> np.ndarray:
+    """Executions per call from the ops table's ``count`` column (1 when it has none)."""
+    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
+    count = _column(table, "count")
+    return np.ones(n_ops) if count is None else np.asarray(count, dtype=np.float64)
 
 
 def hardware_attrs(hw: Hardware) -> dict[str, Any]:
@@ -196,22 +220,9 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     coords = {"op": coord, **({"dataflow": names} if names else {})}
     attrs = {**hardware_attrs(hw), "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
-    ds = to_dataset({k: np.broadcast_to(v, (*codes.shape[:1], len(coord)) if names else (len(coord),))
-                     for k, v in out.items()}, dims, coords, attrs)
-    return add_totals(ds, ops)
-
-
-def add_totals(ds: xr.Dataset, ops: Any) -> xr.Dataset:
-    """``count`` (executions per call, from the ops table if it has one) and per-call totals."""
-    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
-    count = _column(table, "count")
-    count = np.ones(ds.sizes["op"]) if count is None else np.asarray(count, dtype=np.float64)
-    ds["count"] = xr.DataArray(count, dims=("op",), attrs={"units": "1", "description": "executions per call"})
-    for name, var, units in (("total_cycles", "cycles", "cycle"), ("total_energy_j", "energy_j", "J"),
-                             ("total_macs", "macs", "MAC")):
-        ds[name] = (ds[var] * ds["count"]).sum("op")
-        ds[name].attrs = {"units": units, "description": f"sum over ops of {var} x count (ops one at a time)"}
-    return ds
+    shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
+    return to_dataset({k: np.broadcast_to(v, shape) for k, v in out.items()}, dims, coords, attrs,
+                      op_counts(ops, len(coord)))
 
 
 def finish(out: dict[str, np.ndarray], hw: Hardware) -> dict[str, np.ndarray]:

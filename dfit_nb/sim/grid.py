@@ -17,6 +17,7 @@ from .cost import (
     CostInputError,
     dataflow_codes,
     hardware_attrs,
+    op_counts,
     ops_arrays,
     to_dataset,
 )
@@ -165,7 +166,7 @@ def sweep(
               "dataflow": names, "op": coord}
     attrs = {**hardware_attrs(hw), "memory": memory, "swept": ",".join(labels),
              **{f"axis_{k}": ALIASES[k][1] if k in ALIASES else FIELDS[k][1] for k in labels}}
-    ds = to_dataset(merged, dims, coords, attrs)
+    ds = to_dataset(merged, dims, coords, attrs, op_counts(ops, len(coord)))
     for key in labels:
         ds[key].attrs["units"] = "" if key in ("pe", "tiles") else ("KiB" if key == "sram_kb" else
                                                                      (FIELDS[key][0] if key in FIELDS else "B/cycle"))
