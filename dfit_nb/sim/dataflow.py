@@ -199,7 +199,7 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
         "dram": dram_bytes * xp.asarray(hw.dram_pj_per_byte, f64),
     }
     peak = tiles * r * c
-    mem_e = xp.asarray(hw.sram_pj_per_byte, f64) + xp.asarray(hw.dram_pj_per_byte, f64)
+    e_sram, e_dram = xp.asarray(hw.sram_pj_per_byte, f64) * word, xp.asarray(hw.dram_pj_per_byte, f64) * word
     out = {
         "cycles": cycles,
         "compute_cycles": compute,
@@ -212,9 +212,10 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
         "noc_bytes": noc_bytes,
         "energy_pj": sum(e_level.values()),
         **{f"energy_{lv}_pj": e for lv, e in e_level.items()},
-        "energy_input_pj": (sram["input"] + dram["input"]) * word * mem_e,
-        "energy_weight_pj": (sram["weight"] + dram["weight"]) * word * mem_e,
-        "energy_output_pj": (sram["output_w"] + sram["output_r"] + dram["output_w"] + dram["output_r"]) * word * mem_e,
+        "energy_input_pj": sram["input"] * e_sram + dram["input"] * e_dram,
+        "energy_weight_pj": sram["weight"] * e_sram + dram["weight"] * e_dram,
+        "energy_output_pj": (sram["output_w"] + sram["output_r"]) * e_sram
+        + (dram["output_w"] + dram["output_r"]) * e_dram,
         "sram_reads_input": sram["input"] * word,
         "sram_reads_weight": sram["weight"] * word,
         "sram_reads_output": sram["output_r"] * word,

@@ -161,6 +161,21 @@ class Hardware:
         """Shape of a batch of machines (``()`` for one)."""
         return np.broadcast_shapes(*(np.shape(getattr(self, f)) for f in FIELDS))
 
+    @classmethod
+    def stack(cls, machines: list[Hardware], name: str = "batch") -> Hardware:
+        """One batched machine (leading axis) from several, e.g. to ``vmap`` over them.
+
+        Examples
+        --------
+        >>> from dfit_nb.sim import Hardware, presets
+        >>> Hardware.stack([presets.get("scalesim_32"), presets.get("npu_like")]).pe_rows.tolist()
+        [32.0, 16.0]
+        """
+        if not machines:
+            raise HardwareError("Hardware.stack needs at least one machine")
+        return cls(name=name, **{f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines])
+                                 for f in FIELDS})
+
     def replace(self, **changes: Any) -> Hardware:
         """A copy with ``changes`` applied (validated); unknown fields are named."""
         unknown = set(changes) - set(FIELDS) - {"name"}

@@ -130,6 +130,10 @@ def test_invariants_of_the_cost_model(m, k, n, batch, p, df):
     assert float(c["cycles"][0]) >= macs / peak
     assert 0.0 <= float(c["utilization"][0]) <= 1.0
     assert float(c["energy_pj"][0]) >= macs * hw.mac_pj
+    levels = sum(float(c[f"energy_{lv}_pj"][0]) for lv in ("mac", "rf", "sram", "noc", "dram"))
+    assert float(c["energy_pj"][0]) == pytest.approx(levels, rel=1e-12)
+    operands = sum(float(c[f"energy_{o}_pj"][0]) for o in ("input", "weight", "output"))
+    assert operands == pytest.approx(float(c["energy_sram_pj"][0]) + float(c["energy_dram_pj"][0]), rel=1e-12)
     # traffic is conserved between levels: what DRAM supplies passes through SRAM
     for x in ("input", "weight"):
         assert float(c[f"sram_reads_{x}"][0]) >= float(c[f"dram_reads_{x}"][0]) > 0
@@ -181,3 +185,19 @@ def test_os_output_writes_differ_from_scalesim_by_its_documented_quirk(reference
     folds = np.ceil(ref["m"].values / r) * np.ceil(ref["n"].values / c)
     np.testing.assert_array_equal(ours["sram_writes_output"].values[os_rows], ref["m"].values * ref["n"].values)
     np.testing.assert_array_equal(ref["sram_ofmap_writes"].values, ref["m"].values * ref["n"].values + folds * (r + c))
+
+
+def test_the_model_jits_and_vmaps_over_ops_and_hardware_together():
+    from dfit_nb.sim.cost import ops_arrays
+    from dfit_nb.sim.dataflow import op_cost
+
+    arrays, _ = ops_arrays({"m": [64, 300, 7], "k": [64, 128, 4096], "n": [64, 9, 16]})
+    machines = [presets.get("scalesim_32"), presets.get("npu_like"), presets.get("tpu_like")]
+    stacked = Hardware.stack(machines)
+    with jax.enable_x64(True):
+        # one op per machine: map over the op axis and the machine axis at once
+        per_pair = jax.jit(jax.vmap(lambda o, h: op_cost(o, h, np.int64(1), False)))(arrays, stacked)
+        for i, hw in enumerate(machines):
+            single = op_cost({k: v[i] for k, v in arrays.items()}, hw, np.int64(1), False, xp=np)
+            for var in ("cycles", "energy_pj", "dram_reads_weight", "noc_bytes"):
+                assert float(per_pair[var][i]) == pytest.approx(float(single[var]), rel=1e-12), (var, hw.name)
