@@ -73,10 +73,16 @@ def _column(table: Any, name: str) -> np.ndarray | None:
 
 
 def _itemsize(dtype: Any) -> float:
+    """Bytes per element of ``dtype`` (0 when it is not a known array dtype)."""
     try:
         return float(np.dtype(str(dtype)).itemsize)
     except TypeError:
-        return 4.0
+        import ml_dtypes  # bfloat16, float8 kinds: registered with NumPy by ml_dtypes (a JAX dependency)
+
+        try:
+            return float(np.dtype(getattr(ml_dtypes, str(dtype))).itemsize)
+        except (AttributeError, TypeError):
+            return 0.0
 
 
 def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -104,9 +110,11 @@ def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
                                  f"row {i} is {arr[i]:g}")
         out[name] = arr
     dtypes = _column(table, "dtype")
-    itemsize = np.array([_itemsize(d) for d in dtypes]) if dtypes is not None else np.full(size, 4.0)
-    out["elems_in"] = np.ceil(out.pop("bytes_read") / itemsize)
-    out["elems_out"] = np.ceil(out.pop("bytes_written") / itemsize)
+    itemsize = np.array([_itemsize(d) for d in dtypes]) if dtypes is not None else np.zeros(size)
+    per_elem = np.where(itemsize > 0, itemsize, 4.0)  # bytes columns without a dtype: float32, JAX's default
+    out["elems_in"] = np.ceil(out.pop("bytes_read") / per_elem)
+    out["elems_out"] = np.ceil(out.pop("bytes_written") / per_elem)
+    out["itemsize"] = itemsize  # 0: unknown, the machine's native word is used
     coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
     return out, coord
 

@@ -58,7 +58,13 @@ through ``tile_rows`` links.
 ``max(compute, dram, noc)`` cycles, plus the DRAM latency once; ``stall_cycles``
 is the excess over compute. ``memory="ideal"`` sets stalls to zero.
 
-**Energy** (pJ): MACs x ``mac_pj``; register file 3 words per MAC (two operand
+**Words.** An op moves words of its dtype's width, cast down to the machine's widest
+native word (``word_bytes``): a float32 program on a bf16 machine moves 2-byte words,
+an int8 op stays 1 byte. Tables without a dtype use the native word.
+
+**Energy** (pJ): MACs x the MAC energy of the op's word (``mac_pj_1/2/4``; an
+8-byte MAC is charged 4x the 4-byte one, multiplier area growing with the square
+of the width); register file 3 words per MAC (two operand
 reads, one accumulate); SRAM bytes read and written; NoC byte-hops; DRAM bytes.
 
 **Non-GEMM ops** (``m == 0``) run on the tiles' vector units: ``flops`` plus 8
@@ -114,7 +120,7 @@ def gemm_sram_elements(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any 
 def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = jnp) -> dict[str, Any]:
     """Cost of every op (arrays broadcast together) on ``hw`` with dataflow codes ``df``.
 
-    ``ops`` holds ``m, k, n, batch, flops, transcendentals, elems_in, elems_out``
+    ``ops`` holds ``m, k, n, batch, flops, transcendentals, elems_in, elems_out, itemsize``
     (float64 arrays). Returns a dict of float64 arrays, one per output variable.
     ``xp`` is the array namespace: ``jax.numpy`` (jit/vmap) or ``numpy`` (the
     reference the benchmarks compare against).
@@ -124,7 +130,12 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
     b = xp.maximum(xp.asarray(ops["batch"], f64), 1.0)
     r, c = xp.asarray(hw.pe_rows, f64), xp.asarray(hw.pe_cols, f64)
     tiles = xp.asarray(hw.tile_rows, f64) * xp.asarray(hw.tile_cols, f64)
-    word = xp.asarray(hw.word_bytes, f64)
+    # an op's word: its dtype's width, cast down to the machine's widest native word
+    native = xp.asarray(hw.word_bytes, f64)
+    itemsize = xp.asarray(ops["itemsize"], f64)
+    word = xp.where(itemsize > 0, xp.minimum(itemsize, native), native)
+    mac_pj = xp.where(word <= 1, xp.asarray(hw.mac_pj_1, f64), xp.where(
+        word <= 2, xp.asarray(hw.mac_pj_2, f64), xp.asarray(hw.mac_pj_4, f64) * xp.maximum(word / 4.0, 1.0) ** 2))
     gemm = (m > 0) & (k > 0) & (n > 0)
 
     # ---- split over tiles
@@ -192,7 +203,7 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
     # ---- energy (pJ)
     sram_bytes = (sram["input"] + sram["weight"] + sram["output_w"] + sram["output_r"]) * word
     e_level = {
-        "mac": macs * xp.asarray(hw.mac_pj, f64),
+        "mac": macs * mac_pj,
         "rf": xp.where(gemm, 3.0 * macs, work) * word * xp.asarray(hw.rf_pj_per_byte, f64),
         "sram": sram_bytes * xp.asarray(hw.sram_pj_per_byte, f64),
         "noc": noc_bytes * avg_hops * xp.asarray(hw.noc_pj_per_byte_hop, f64),

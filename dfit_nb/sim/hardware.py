@@ -62,14 +62,18 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "sram_input_bytes": ("B", "SRAM per tile for input (ifmap) operands", "size", 1, 1e12),
     "sram_weight_bytes": ("B", "SRAM per tile for weight (filter) operands", "size", 1, 1e12),
     "sram_output_bytes": ("B", "SRAM per tile for outputs and partial sums", "size", 1, 1e12),
-    "word_bytes": ("B", "bytes per operand word on the datapath (1 int8, 2 bf16/fp16, 4 fp32)", "count", 1, 8),
+    "word_bytes": ("B", "widest native word of the datapath (1 int8, 2 bf16/fp16, 4 fp32); wider dtypes are cast "
+                   "down to it, narrower ones keep their width", "count", 1, 8),
     "vector_lanes": ("1", "lanes of each tile's vector unit (elements per cycle)", "count", 1, 1e6),
     "noc_link_bytes_per_cycle": ("B/cycle", "bandwidth of one mesh NoC link", "positive", 0, math.inf),
     "noc_hop_cycles": ("cycle", "latency of one NoC hop", "nonneg", 0, 1e6),
     "dram_bytes_per_cycle": ("B/cycle", "off-chip DRAM bandwidth of the whole chip", "positive", 0, math.inf),
     "dram_latency_cycles": ("cycle", "DRAM access latency", "nonneg", 0, 1e9),
     "clock_ghz": ("GHz", "clock frequency", "positive", 0, 1e3),
-    "mac_pj": ("pJ", "energy of one MAC at the machine's word size", "nonneg", 0, math.inf),
+    "mac_pj_1": ("pJ", "energy of one MAC on 1-byte words (int8)", "nonneg", 0, math.inf),
+    "mac_pj_2": ("pJ", "energy of one MAC on 2-byte words (bf16/fp16)", "nonneg", 0, math.inf),
+    "mac_pj_4": ("pJ", "energy of one MAC on 4-byte words (fp32; 8-byte words are charged 4x this)", "nonneg", 0,
+                 math.inf),
     "rf_pj_per_byte": ("pJ/B", "register-file access energy per byte", "nonneg", 0, math.inf),
     "sram_pj_per_byte": ("pJ/B", "SRAM access energy per byte", "nonneg", 0, math.inf),
     "noc_pj_per_byte_hop": ("pJ/B", "NoC energy per byte per hop", "nonneg", 0, math.inf),
@@ -106,7 +110,9 @@ class Hardware:
     dram_bytes_per_cycle: Any = 16.0
     dram_latency_cycles: Any = 100.0
     clock_ghz: Any = 1.0
-    mac_pj: Any = MAC_PJ_BY_WORD[1]
+    mac_pj_1: Any = MAC_PJ_BY_WORD[1]
+    mac_pj_2: Any = MAC_PJ_BY_WORD[2]
+    mac_pj_4: Any = MAC_PJ_BY_WORD[4]
     rf_pj_per_byte: Any = 1.25 / 6
     sram_pj_per_byte: Any = 1.25
     noc_pj_per_byte_hop: Any = 2 * 1.25 / 6

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .hardware import MAC_PJ_BY_WORD, Hardware
+from .hardware import Hardware
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ register(
     Hardware(name="tpu_like", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
              sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=1024,
              noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1140.0, dram_latency_cycles=500.0,
-             clock_ghz=1.05, mac_pj=MAC_PJ_BY_WORD[2]),
+             clock_ghz=1.05),
     approximates="a TPU v4 chip: 2 TensorCores x 4 MXUs of 128x128 bf16 MACs, time-multiplexed",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023 (8 MXUs of 128x128 per chip, 1050 MHz, 1.2 TB/s HBM "
             "-> ~1140 B/cycle, 32 MiB of CMEM/VMEM-class on-chip memory spread here as 4 MiB per MXU tile). "
@@ -86,7 +86,7 @@ register(
     Hardware(name="cerebras_like", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8, sram_input_bytes=16 * KB,
              sram_weight_bytes=24 * KB, sram_output_bytes=8 * KB, word_bytes=2, vector_lanes=4,
              noc_link_bytes_per_cycle=8.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=1100.0,
-             dram_latency_cycles=2000.0, clock_ghz=1.1, mac_pj=MAC_PJ_BY_WORD[2]),
+             dram_latency_cycles=2000.0, clock_ghz=1.1),
     approximates="a scaled-down Cerebras WSE-2-style wafer: a large mesh of small cores, 48 KB SRAM each, "
                  "weights streamed in from off-wafer memory, layer-pipelined",
     sources="Public: Cerebras WSE-2 (850,000 cores, 48 KB SRAM per core, 2-D mesh fabric, ~1.1 GHz); Lie, "
@@ -97,7 +97,7 @@ register(
     Hardware(name="sambanova_like", tile_rows=16, tile_cols=20, pe_rows=16, pe_cols=6, sram_input_bytes=256 * KB,
              sram_weight_bytes=128 * KB, sram_output_bytes=128 * KB, word_bytes=2, vector_lanes=16,
              noc_link_bytes_per_cycle=64.0, dram_bytes_per_cycle=100.0, dram_latency_cycles=300.0,
-             clock_ghz=1.5, mac_pj=MAC_PJ_BY_WORD[2]),
+             clock_ghz=1.5),
     approximates="a SambaNova SN10 RDU-style reconfigurable dataflow chip: pattern compute units (16 lanes x "
                  "6 stages) beside 0.5 MB pattern memory units, spatially pipelined",
     sources="Public: Prabhakar et al., 'SambaNova SN10 RDU', Hot Chips 33 (2021) / ISSCC 2022 (640 PCUs, 640 "
@@ -118,7 +118,7 @@ register(
 register(
     Hardware(name="eyeriss_like", pe_rows=12, pe_cols=14, sram_input_bytes=54 * KB, sram_weight_bytes=27 * KB,
              sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, dram_bytes_per_cycle=4.0,
-             dram_latency_cycles=100.0, clock_ghz=0.2, mac_pj=MAC_PJ_BY_WORD[2]),
+             dram_latency_cycles=100.0, clock_ghz=0.2),
     approximates="Eyeriss v1: a 12x14 PE array with a 108 KB global buffer, 16-bit fixed point, 200 MHz",
     sources="Public: Chen et al., 'Eyeriss', ISSCC 2016 / JSSC 2017 (168 PEs in 12x14, 108 KB global buffer, "
             "16-bit, 100-250 MHz); the buffer split and DRAM bandwidth (64-bit at ~200 MHz, ~4 B/cycle "

@@ -83,6 +83,17 @@ def test_counts_are_exact_beyond_2_to_the_31(monkeypatch):
     assert jax.config.jax_enable_x64 == before  # the x64 switch is scoped
 
 
+def test_an_op_moves_words_of_its_dtype_cast_down_to_the_native_word():
+    ops = {"m": [64, 64, 64], "k": [64, 64, 64], "n": [64, 64, 64], "dtype": ["float32", "bfloat16", "int8"]}
+    tpu = presets.get("tpu_like")  # bf16 native
+    ds = cost(ops, tpu, "ws", memory="ideal")
+    assert ds["dram_reads_weight"].values.tolist() == [64 * 64 * 2, 64 * 64 * 2, 64 * 64 * 1]
+    macs = 64 ** 3
+    assert ds["energy_mac_pj"].values.tolist() == pytest.approx([macs * tpu.mac_pj_2] * 2 + [macs * tpu.mac_pj_1])
+    fp32 = tpu.replace(word_bytes=4)
+    assert float(cost(ops, fp32, "ws")["dram_reads_weight"][0]) == 64 * 64 * 4
+
+
 def test_per_op_dataflow_choice():
     ops = {"m": [64, 64], "k": [64, 64], "n": [64, 64]}
     hw = presets.get("scalesim_32")
@@ -129,7 +140,7 @@ def test_invariants_of_the_cost_model(m, k, n, batch, p, df):
     assert float(c["macs"][0]) == macs
     assert float(c["cycles"][0]) >= macs / peak
     assert 0.0 <= float(c["utilization"][0]) <= 1.0
-    assert float(c["energy_pj"][0]) >= macs * hw.mac_pj
+    assert float(c["energy_pj"][0]) >= macs * hw.mac_pj_1  # no dtype given: the native 1-byte word
     levels = sum(float(c[f"energy_{lv}_pj"][0]) for lv in ("mac", "rf", "sram", "noc", "dram"))
     assert float(c["energy_pj"][0]) == pytest.approx(levels, rel=1e-12)
     operands = sum(float(c[f"energy_{o}_pj"][0]) for o in ("input", "weight", "output"))
