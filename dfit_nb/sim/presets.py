@@ -78,9 +78,9 @@ register(
              noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1140.0, dram_latency_cycles=500.0,
              clock_ghz=1.05),
     approximates="a TPU v4 chip: 2 TensorCores x 4 MXUs of 128x128 bf16 MACs, time-multiplexed",
-    sources="Public: Jouppi et al., 'TPU v4', ISCA 2023 (8 MXUs of 128x128 per chip, 1050 MHz, 1.2 TB/s HBM "
-            "-> ~1140 B/cycle, 32 MiB of CMEM/VMEM-class on-chip memory spread here as 4 MiB per MXU tile). "
-            "NoC link width is an assumption.",
+    sources="Public: Jouppi et al., 'TPU v4', ISCA 2023 (2 TensorCores x 4 MXUs of 128x128 per chip, 1050 MHz, "
+            "1.2 TB/s HBM -> ~1140 B/cycle). On-chip memory here: 4 MiB per MXU tile, 32 MiB per chip, the "
+            "vector-memory scale (the chip's larger 128 MiB CMEM is not modelled). NoC link width is an assumption.",
 )
 register(
     Hardware(name="cerebras_like", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8, sram_input_bytes=16 * KB,
@@ -100,9 +100,10 @@ register(
              clock_ghz=1.5),
     approximates="a SambaNova SN10 RDU-style reconfigurable dataflow chip: pattern compute units (16 lanes x "
                  "6 stages) beside 0.5 MB pattern memory units, spatially pipelined",
-    sources="Public: Prabhakar et al., 'SambaNova SN10 RDU', Hot Chips 33 (2021) / ISSCC 2022 (640 PCUs, 640 "
-            "PMUs of 0.5 MB, 1.5 GHz, DDR4 ~150 GB/s). 320 tiles each pair one PCU-like array with one PMU; "
-            "DRAM bandwidth per cycle derived from ~150 GB/s at 1.5 GHz.",
+    sources="Public: Prabhakar et al., 'SambaNova SN10 RDU', Hot Chips 33 (2021) / ISSCC 2022 (640 PCUs and "
+            "640 PMUs of 0.5 MB, i.e. 320 MB on chip; DDR4 off chip). Here 320 tiles each pair one PCU-like "
+            "array with a PMU's worth of SRAM. Assumptions: the 1.5 GHz clock and ~150 GB/s of DDR bandwidth "
+            "(100 B/cycle).",
 )
 register(
     Hardware(name="npu_like", tile_rows=4, tile_cols=5, pe_rows=16, pe_cols=16, sram_input_bytes=32 * KB,
