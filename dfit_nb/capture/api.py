@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import inspect
 import time
@@ -82,6 +83,33 @@ def _resolve_while_hints(walk: Walk, while_trips: WhileHint) -> tuple[dict[int, 
             trips[r.id] = float(value)
             sources[r.id] = "hint"
     return trips, sources
+
+
+@dataclasses.dataclass
+class _Control:
+    """While trip counts and cond branch fractions, and where each came from."""
+
+    trips: dict[int, float]
+    trip_sources: dict[int, str]
+    fracs: dict[int, list[float]] = dataclasses.field(default_factory=dict)
+    branch_source: str = "assumed"
+
+    def update_from_profile(self, walk: Walk, m: probes.Measurement) -> None:
+        def counts_for(trips, fracs):
+            return counts_mod.assign_counts(walk.records, trips=trips, trip_sources={}, branch_fractions=fracs,
+                                            branch_source="assumed")[0]
+
+        self.trips, self.fracs, measured = probes.infer_control(
+            walk.records, m.exec_per_call, counts_for, self.trips, self.fracs, m.loops_seen)
+        self.trip_sources = {**self.trip_sources, **{op: "measured" for op in measured if op in self.trips}}
+        if any(op in measured for op in self.fracs):
+            self.branch_source = "measured"
+
+    def update_from_eager(self, m: probes.Measurement) -> None:
+        self.trips = {**self.trips, **m.trips}
+        self.trip_sources = {**self.trip_sources, **{op: "measured" for op in m.trips}}
+        self.fracs = {**self.fracs, **m.branch_fractions}
+        self.branch_source = "measured"
 
 
 def capture(
@@ -200,48 +228,30 @@ def capture(
     loops = sum(r.container in ("scan", "while") for r in walk.records)
     conds = sum(r.container == "cond" for r in walk.records)
 
-    trips, trip_sources = _resolve_while_hints(walk, while_trips)
-    fracs = counts_mod.static_branch_fractions(walk.records, trips)
-    branch_source = "assumed"
-    time_s = np.full(len(walk.records), np.nan)
-    executions: dict[str, float] | None = None
-    fusion_times: dict[str, float] | None = None
-    baseline = instrumented = float("nan")
-    n_calls = 0
-
-    if mode != "static":
-        plain = jax.jit(flat_fn)
-        if mode == "profile":
-            m = probes.run_profile(plain, compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
-                                   rounds=profile_rounds, calls_per_round=profile_calls)
-            def counts_for(t, f):
-                return counts_mod.assign_counts(walk.records, trips=t, trip_sources={}, branch_fractions=f,
-                                                branch_source="assumed")[0]
-
-            trips, fracs, measured = probes.infer_control(walk.records, m.exec_per_call, counts_for, trips, fracs,
-                                                          m.loops_seen)
-            trip_sources = {**trip_sources, **{op: "measured" for op in measured if op in trips}}
-            branch_source = "measured" if any(op in measured for op in fracs) else "assumed"
-            executions, fusion_times = m.fusion_executions, m.fusion_time_s
-        else:
-            m = probes.run_eager(plain, walk, dyn)
-            trips = {**trips, **m.trips}
-            trip_sources = {**trip_sources, **{op: "measured" for op in m.trips}}
-            fracs = {**fracs, **m.branch_fractions}
-            branch_source = "measured"
-        baseline, instrumented, n_calls = m.baseline_s, m.instrumented_s, m.n_calls
-        op_time_per_call = m.op_time_per_call
+    control = _Control(*_resolve_while_hints(walk, while_trips))
+    control.fracs = counts_mod.static_branch_fractions(walk.records, control.trips)
+    m = None
+    if mode == "profile":
+        m = probes.run_profile(jax.jit(flat_fn), compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
+                               rounds=profile_rounds, calls_per_round=profile_calls)
+        control.update_from_profile(walk, m)
+    elif mode == "eager":
+        m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
+        control.update_from_eager(m)
 
     count, sources = counts_mod.assign_counts(
-        walk.records, trips=trips, trip_sources=trip_sources, branch_fractions=fracs, branch_source=branch_source,
+        walk.records, trips=control.trips, trip_sources=control.trip_sources, branch_fractions=control.fracs,
+        branch_source=control.branch_source,
     )
-    if mode != "static":
-        time_s = np.where(count > 0, op_time_per_call / np.maximum(count, 1), np.nan)
+    time_s = np.full(len(walk.records), np.nan)
+    if m is not None:
+        time_s = np.where(count > 0, m.op_time_per_call / np.maximum(count, 1), np.nan)
 
-    ops = tables.ops_dataset(walk, count, sources, trips, fusion_map, time_s)
+    ops = tables.ops_dataset(walk, count, sources, control.trips, fusion_map, time_s)
     lowering = tables.lowering_dataset(
         fusion_map, ops, stablehlo=lowered.as_text(), hlo=hlo_text, xla_cost=xla_cost, module=module,
-        executions=executions, times=fusion_times,
+        executions=m.fusion_executions if mode == "profile" else None,
+        times=m.fusion_time_s if mode == "profile" else None,
     )
     # XLA's cost analysis is a per-program static count: say when it is not a per-call total
     notes = []
@@ -262,8 +272,8 @@ def capture(
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "opaque_primitives": ",".join(walk.opaque_primitives),
     }
-    overhead = Overhead(mode=mode, baseline_s=baseline, instrumented_s=instrumented, n_calls=n_calls,
-                        capture_s=time.perf_counter() - t_start)
+    overhead = Overhead(mode=mode, capture_s=time.perf_counter() - t_start, **(
+        {"baseline_s": m.baseline_s, "instrumented_s": m.instrumented_s, "n_calls": m.n_calls} if m else {}))
     return Trace(
         ops=ops, edges=tables.edges_dataset(walk.edges), regions=tables.regions_dataset(ops),
         lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed,
