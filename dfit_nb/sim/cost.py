@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -146,6 +147,15 @@ def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool) -> dict[s
     return op_cost(ops, hw, df, ideal)
 
 
+def for_jit(hw: Hardware) -> Hardware:
+    """``hw`` with float64 leaves and no name, so one compiled program serves every machine.
+
+    The name is static pytree metadata and Python ints and floats trace differently: either
+    would make ``jit`` compile again for each preset.
+    """
+    return dataclasses.replace(jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="")
+
+
 def _check_scalar_hw(hw: Any) -> Hardware:
     if not isinstance(hw, Hardware):
         raise CostInputError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
@@ -222,7 +232,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     arrays, coord = ops_arrays(ops)
     codes, names = dataflow_codes(dataflow, len(coord))
     with jax.enable_x64(True):
-        out = jax.device_get(_evaluate(arrays, hw, codes, memory == "ideal"))
+        out = jax.device_get(_evaluate(arrays, for_jit(hw), codes, memory == "ideal"))
     out = finish(out, hw)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}

@@ -73,7 +73,8 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
     for axis, (sets, _) in enumerate(axes.values()):
         for field, vals in sets.items():
             fields[field] = vals[index[axis]]
-    return Hardware(name=base.name, **fields), {k: labels for k, (_, labels) in axes.items()}, shape
+    # no name: the name is static pytree metadata, and one compiled program should serve every base
+    return Hardware(name="", **fields), {k: labels for k, (_, labels) in axes.items()}, shape
 
 
 @functools.partial(jax.jit, static_argnames="ideal")

@@ -212,3 +212,15 @@ def test_the_model_jits_and_vmaps_over_ops_and_hardware_together():
             single = op_cost({k: v[i] for k, v in arrays.items()}, hw, np.int64(1), False, xp=np)
             for var in ("cycles", "energy_pj", "dram_reads_weight", "noc_bytes"):
                 assert float(per_pair[var][i]) == pytest.approx(float(single[var]), rel=1e-12), (var, hw.name)
+
+
+@pytest.mark.parametrize("preset", presets.names())
+def test_every_example_costs_on_every_preset(static_traces, preset):
+    hw = presets.get(preset)
+    for name, trace in static_traces.items():
+        ds = cost(trace, hw, ["ws", "os", "is"])
+        for var in ("cycles", "energy_pj", "utilization", "dram_reads_input"):
+            assert np.isfinite(ds[var].values).all(), (name, var)
+        computes = (trace.ops["m"].values > 0) | (trace.ops["flops"].values > 0)
+        assert (ds["cycles"].values[:, computes] > 0).all(), name
+        assert (ds["utilization"].values <= 1.0).all() and float(ds["total_energy_j"].min()) > 0, name
