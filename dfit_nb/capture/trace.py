@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -215,16 +216,12 @@ class Trace:
 
 
 def _replace(tmp: Path, path: Path) -> None:
-    import shutil
-
     if path.is_dir():
         shutil.rmtree(path)
     os.replace(tmp, path)
 
 
 def _remove(tmp: Path) -> None:
-    import shutil
-
     if tmp.is_dir():
         shutil.rmtree(tmp, ignore_errors=True)
     elif tmp.exists():

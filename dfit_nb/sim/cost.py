@@ -233,7 +233,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     codes, names = dataflow_codes(dataflow, len(coord))
     with jax.enable_x64(True):
         out = jax.device_get(_evaluate(arrays, for_jit(hw), codes, memory == "ideal"))
-    out = finish(out, hw)
+    out = finish(out, hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}
     attrs = {**hardware_attrs(hw), "memory": memory,
@@ -243,9 +243,9 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
                       op_counts(ops, len(coord)))
 
 
-def finish(out: dict[str, np.ndarray], hw: Hardware) -> dict[str, np.ndarray]:
-    """Add the derived variables (seconds, joules)."""
+def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:
+    """Add the derived variables (seconds, joules); ``clock_ghz`` broadcasts against the outputs."""
     out = {k: np.asarray(v) for k, v in out.items()}
-    out["seconds"] = out["cycles"] / (np.asarray(hw.clock_ghz, np.float64) * 1e9)
+    out["seconds"] = out["cycles"] / (np.asarray(clock_ghz, np.float64) * 1e9)
     out["energy_j"] = out["energy_pj"] * 1e-12
     return out

@@ -16,6 +16,7 @@ from .cost import (
     MEMORY_MODES,
     CostInputError,
     dataflow_codes,
+    finish,
     hardware_attrs,
     op_counts,
     ops_arrays,
@@ -157,9 +158,7 @@ def sweep(
             out = jax.device_get(_evaluate_batch(arrays, part, codes, memory == "ideal"))
             results.append({k: v[: hi - lo] if size > hi - lo else v for k, v in out.items()})
     merged = results[0] if len(results) == 1 else {k: np.concatenate([r[k] for r in results]) for k in results[0]}
-    clock = np.asarray(machines.clock_ghz, np.float64)[:, None, None] * 1e9
-    merged["seconds"] = merged["cycles"] / clock
-    merged["energy_j"] = merged["energy_pj"] * 1e-12
+    merged = finish(merged, np.asarray(machines.clock_ghz, np.float64)[:, None, None])
     full = (*shape, len(names), len(coord))
     merged = {k: np.broadcast_to(v, (total, len(names), len(coord))).reshape(full) for k, v in merged.items()}
     dims = (*labels, "dataflow", "op")
