@@ -13,6 +13,8 @@ PKG = Path(__file__).resolve().parents[1] / "dfit_nb"
 FORBIDDEN = {
     "capture": {"altair", "ipywidgets", "anywidget", "IPython", "dfit_nb.sim", "dfit_nb.views",
                 "dfit_nb.widgets", "dfit_nb.magics"},
+    "events": {"altair", "ipywidgets", "anywidget", "IPython", "dfit_nb.sim", "dfit_nb.views", "dfit_nb.widgets",
+               "dfit_nb.magics"},
     "sim": {"altair", "ipywidgets", "anywidget", "IPython", "dfit_nb.views", "dfit_nb.widgets", "dfit_nb.magics"},
 }
 

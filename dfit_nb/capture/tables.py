@@ -136,14 +136,16 @@ def ops_dataset(
     return xr.Dataset(data_vars, coords={"op": np.arange(len(recs), dtype=np.int64)})
 
 
-def edges_dataset(edges: Sequence[tuple[int, int, int]]) -> xr.Dataset:
+def edges_dataset(edges: Sequence[tuple[int, int, int, int]]) -> xr.Dataset:
     """The ``trace.edges`` Dataset (dataflow between leaf ops)."""
-    arr = np.asarray(sorted(set(edges)), dtype=np.int64).reshape(-1, 3)
+    arr = np.asarray(sorted(set(edges)), dtype=np.int64).reshape(-1, 4)
     return xr.Dataset(
         {
             "src": _with_attrs(arr[:, 0], "edge", ("", "producing op id")),
             "dst": _with_attrs(arr[:, 1], "edge", ("", "consuming op id")),
-            "bytes": _with_attrs(arr[:, 2], "edge", ("B", "bytes of the tensor passed, per execution")),
+            "operand": _with_attrs(arr[:, 2], "edge", ("", "input position of the tensor in the consuming op "
+                                                          "(dot_general/conv: 0 lhs, 1 rhs)")),
+            "bytes": _with_attrs(arr[:, 3], "edge", ("B", "bytes of the tensor passed, per execution")),
         },
         coords={"edge": np.arange(len(arr), dtype=np.int64)},
     )

@@ -65,7 +65,7 @@ class Walk:
     """What a walk produces."""
 
     records: list[OpRecord]
-    edges: list[tuple[int, int, int]]  # (src, dst, bytes)
+    edges: list[tuple[int, int, int, int]]  # (src, dst, operand position in dst, bytes)
     tagged: jcore.ClosedJaxpr
     eqn_op: dict[int, int]  # id(tagged eqn) -> op id, for interpreters
     live: set[int]  # ops whose outputs are used (or are outputs)
@@ -131,7 +131,7 @@ def _join(*parts: str) -> str:
 class _Walker:
     def __init__(self) -> None:
         self.records: list[OpRecord] = []
-        self.edges: list[tuple[int, int, int]] = []
+        self.edges: list[tuple[int, int, int, int]] = []
         self.eqn_op: dict[int, int] = {}
         self.live: set[int] = set()
         self.constant: set[int] = set()
@@ -196,9 +196,9 @@ class _Walker:
                     record.container = "opaque"
                     new_params = self._descend_opaque(eqn, record, subs, op_region, depth)
                 record.cost, record.opaque = self._cost(eqn)
-                for producers, var in zip(in_prod, eqn.invars, strict=True):
+                for position, (producers, var) in enumerate(zip(in_prod, eqn.invars, strict=True)):
                     for src in producers:
-                        self.edges.append((src, op_id, aval_nbytes(var.aval)))
+                        self.edges.append((src, op_id, position, aval_nbytes(var.aval)))
                 out_prod = [frozenset({op_id})] * len(eqn.outvars)
             for var, producers in zip(eqn.outvars, out_prod, strict=True):
                 if not isinstance(var, jcore.DropVar):
@@ -232,7 +232,7 @@ class _Walker:
         new_params = dict(eqn.params)
         out_prod: list[frozenset[int]] = [frozenset()] * len(eqn.outvars)
         if kind == "cond":
-            self.edges.extend((src, record.id, aval_nbytes(eqn.invars[0].aval)) for src in in_prod[0])
+            self.edges.extend((src, record.id, 0, aval_nbytes(eqn.invars[0].aval)) for src in in_prod[0])
         rewritten: dict[tuple[str, int | None], Any] = {}
         for label, sub in subs:
             inner, consts = _open(sub)

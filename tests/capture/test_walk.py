@@ -136,6 +136,12 @@ def test_edges_follow_dataflow_through_containers(trace):
     body_mul = {int(o) for o in _ops(trace, parent=wid, context="body")["op"].values}
     assert any(s in body_mul and d > wid for s, d in zip(src, dst, strict=True))
     assert (trace.edges["bytes"].values > 0).all()
+    # the operand position names which input of the consumer the tensor feeds
+    n_in = np.array([len(s.split()) for s in ops["in_shapes"].values])
+    pos = trace.edges["operand"].values
+    assert ((pos >= 0) & (pos < n_in[dst])).all()
+    # edges run forward in op order: the op id order is a topological order of the leaves
+    assert (src < dst).all()
     # containers carry no cost of their own, so totals do not double count
     containers = ops["container"].values != ""
     assert (ops["flops"].values[containers] == 0).all()
