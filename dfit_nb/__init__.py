@@ -7,14 +7,20 @@ Quick start::
     trace = dfit_nb.capture(fn, *args)          # jaxpr + regions + lowering
     print(trace.region_table())
     dfit_nb.sim.cost(trace, dfit_nb.sim.presets.get("tpu_like"), ["ws", "os", "is"])
+    run = dfit_nb.replay(trace, dfit_nb.sim.presets.get("cerebras_like"), "ws")   # the event cube
 """
 
 from ._version import __version__ as __version__
 from . import errors as errors
 from . import examples as examples
+from . import events as events
 from . import sim as sim
 from .capture import Trace as Trace
 from .capture import capture as capture
 from .capture import load_trace as load_trace
+from .sim.replay import replay as replay
+from .sim.run import Run as Run
+from .sim.run import load_run as load_run
 
-__all__ = ("Trace", "__version__", "capture", "errors", "examples", "load_trace", "sim")
+__all__ = ("Run", "Trace", "__version__", "capture", "errors", "events", "examples", "load_run", "load_trace",
+           "replay", "sim")

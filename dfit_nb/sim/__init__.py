@@ -15,5 +15,8 @@ from .dataflow import DATAFLOWS as DATAFLOWS
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
+from .replay import replay as replay
+from .run import Run as Run
+from .run import load_run as load_run
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "cost", "presets", "sweep")
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "sweep")

@@ -153,7 +153,7 @@ def for_jit(hw: Hardware) -> Hardware:
     The name is static pytree metadata and Python ints and floats trace differently: either
     would make ``jit`` compile again for each preset.
     """
-    return dataclasses.replace(jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="")
+    return dataclasses.replace(jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="", execution="time")
 
 
 def _check_scalar_hw(hw: Any) -> Hardware:

@@ -82,6 +82,12 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
 
 _USER_TYPES = (numbers.Number, np.ndarray, np.generic, jax.Array, list, tuple, str)
 
+#: How ops share the tile grid (static: it changes the shape of the schedule, not a number in it).
+#: "time": time-multiplexed, each op has the whole grid in turn (TPU-like); "spatial": layer-pipelined,
+#: ops hold disjoint tile regions and run concurrently, activations streaming tile to tile
+#: (Cerebras- and SambaNova-like). See :func:`dfit_nb.replay`.
+EXECUTION_STYLES = ("time", "spatial")
+
 #: Horowitz ISSCC 2014 (45 nm) MAC energy by word size in bytes (see the module docstring).
 MAC_PJ_BY_WORD = {1: 0.23, 2: 1.5, 4: 4.6}
 
@@ -96,6 +102,7 @@ class Hardware:
     """
 
     name: str = "custom"
+    execution: str = "time"
     tile_rows: Any = 1
     tile_cols: Any = 1
     pe_rows: Any = 32
@@ -119,6 +126,9 @@ class Hardware:
     dram_pj_per_byte: Any = 162.5
 
     def __post_init__(self) -> None:
+        if self.execution not in EXECUTION_STYLES:
+            raise HardwareError(f"Hardware.execution = {self.execution!r} is not an execution style; valid: "
+                                f"{', '.join(EXECUTION_STYLES)}")
         for field, (_, _, kind, lo, hi) in FIELDS.items():
             value = getattr(self, field)
             # JAX rebuilds the pytree with tracers, shape specs or placeholders inside
@@ -179,12 +189,16 @@ class Hardware:
         """
         if not machines:
             raise HardwareError("Hardware.stack needs at least one machine")
-        return cls(name=name, **{f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines])
-                                 for f in FIELDS})
+        styles = {m.execution for m in machines}
+        if len(styles) > 1:
+            raise HardwareError(f"Hardware.stack: machines differ in execution style {sorted(styles)}; "
+                                "stack machines of one style (it is static: it shapes the schedule)")
+        fields = {f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines]) for f in FIELDS}
+        return cls(name=name, execution=styles.pop(), **fields)
 
     def replace(self, **changes: Any) -> Hardware:
         """A copy with ``changes`` applied (validated); unknown fields are named."""
-        unknown = set(changes) - set(FIELDS) - {"name"}
+        unknown = set(changes) - set(FIELDS) - {"name", "execution"}
         if unknown:
             raise HardwareError(f"Hardware has no field(s) {sorted(unknown)}; fields: {', '.join(FIELDS)}")
         return dataclasses.replace(self, **changes)
@@ -197,7 +211,7 @@ class Hardware:
             ("peak_macs_per_cycle", _fmt(self.peak_macs_per_cycle), "MAC/cycle", "tiles x R x C"),
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [f"Hardware {self.name!r}"]
+        lines = [f"Hardware {self.name!r} (execution: {self.execution})"]
         lines += [f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c.ljust(widths[2])}  {d}" for a, b, c, d in rows]
         return "\n".join(lines)
 
@@ -238,4 +252,4 @@ def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
         raise HardwareError(f"Hardware.{field} = {shown(bad)} is out of range: it must be {valid} ({unit})")
 
 
-jax.tree_util.register_dataclass(Hardware, data_fields=list(FIELDS), meta_fields=["name"])
+jax.tree_util.register_dataclass(Hardware, data_fields=list(FIELDS), meta_fields=["name", "execution"])

@@ -83,8 +83,9 @@ register(
             "vector-memory scale (the chip's larger 128 MiB CMEM is not modelled). NoC link width is an assumption.",
 )
 register(
-    Hardware(name="cerebras_like", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8, sram_input_bytes=16 * KB,
-             sram_weight_bytes=24 * KB, sram_output_bytes=8 * KB, word_bytes=2, vector_lanes=4,
+    Hardware(name="cerebras_like", execution="spatial", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8,
+             sram_input_bytes=16 * KB, sram_weight_bytes=24 * KB, sram_output_bytes=8 * KB, word_bytes=2,
+             vector_lanes=4,
              noc_link_bytes_per_cycle=8.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=1100.0,
              dram_latency_cycles=2000.0, clock_ghz=1.1),
     approximates="a scaled-down Cerebras WSE-2-style wafer: a large mesh of small cores, 48 KB SRAM each, "
@@ -94,8 +95,9 @@ register(
             "region of the wafer; off-wafer (MemoryX) bandwidth is an assumption.",
 )
 register(
-    Hardware(name="sambanova_like", tile_rows=16, tile_cols=20, pe_rows=16, pe_cols=6, sram_input_bytes=256 * KB,
-             sram_weight_bytes=128 * KB, sram_output_bytes=128 * KB, word_bytes=2, vector_lanes=16,
+    Hardware(name="sambanova_like", execution="spatial", tile_rows=16, tile_cols=20, pe_rows=16, pe_cols=6,
+             sram_input_bytes=256 * KB, sram_weight_bytes=128 * KB, sram_output_bytes=128 * KB, word_bytes=2,
+             vector_lanes=16,
              noc_link_bytes_per_cycle=64.0, dram_bytes_per_cycle=100.0, dram_latency_cycles=300.0,
              clock_ghz=1.5),
     approximates="a SambaNova SN10 RDU-style reconfigurable dataflow chip: pattern compute units (16 lanes x "

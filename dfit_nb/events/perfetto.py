@@ -1,0 +1,699 @@
+"""Export an events Dataset to Chrome trace-event JSON, which Perfetto and chrome://tracing open.
+
+The file is the trace-event *JSON Object Format*: ``{"traceEvents": [...],
+"displayTimeUnit": "ns", "otherData": {...}}``. Its layout:
+
+- process 1 is the simulated chip (its name states the clock, so the reader can
+  turn microseconds back into cycles); process 2, ``host (measured)``, holds
+  measured events, shifted so that the first one starts at 0;
+- one thread per (tile, kind), named ``tile 3,7 · compute`` and sorted so that a
+  tile's kinds sit together in tile order. Kinds overlap in time on a tile and
+  Perfetto needs the slices of one thread to nest, so each kind has its own
+  thread; should two events of one (tile, kind) overlap, the later one goes to
+  an extra lane (``tile 3,7 · dram · 2``): slices on a thread never overlap;
+- every event is a complete slice (``"ph": "X"``) with ``ts``/``dur`` in
+  microseconds of *simulated* time, rounded to whole nanoseconds (Perfetto's
+  resolution) so that the reader sees exactly the order written here;
+- an optional NoC link-load cube becomes one counter track per link group.
+
+Runs larger than ``max_events`` slices are merged into time bins per (tile
+block, kind) instead of failing (``aggregate="auto"``); the merged slices carry
+the summed bytes, MACs and energy and the number of events merged, so totals
+are kept.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from .._version import __version__
+from ..errors import DfitError, DfitWarning
+from .schema import EVENT_VARS, KINDS, SOURCES, EventSchemaError
+
+__all__ = ["PerfettoAggregationWarning", "PerfettoExportError", "to_perfetto"]
+
+CHIP_PID = 1
+HOST_PID = 2
+# Thread ids stay clear of the pids (Perfetto takes tid == pid for the process's main thread) and are unique
+# across both processes (Perfetto's JSON importer keys threads by tid).
+_TID_BASE = 10
+# When merging, a tile block grows until every (block, kind) track gets at least this many time bins.
+_MIN_BINS = 200
+_CHUNK = 65536  # lines per write
+_UNITS = "ts and dur in microseconds of simulated time (measured events: of host time, first one at 0)"
+
+
+class PerfettoExportError(DfitError, ValueError):
+    """The events (or the export options) cannot be written as a Perfetto trace."""
+
+
+class PerfettoAggregationWarning(DfitWarning):
+    """A run had more slices than ``max_events``; events were merged into time bins."""
+
+
+class _Null:
+    """Formats as JSON ``null`` through ``%r`` (stands in for NaN/inf, which JSON cannot hold)."""
+
+    def __repr__(self) -> str:
+        return "null"
+
+
+_NULL = _Null()
+
+
+def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: float, chip: str = "chip",
+                link_load: xr.DataArray | None = None, max_events: int = 1_000_000,
+                aggregate: Literal["auto", "none"] | int = "auto") -> Path:
+    """Write ``events`` as a Chrome trace-event JSON file that Perfetto (ui.perfetto.dev) opens.
+
+    Parameters
+    ----------
+    events : xarray.Dataset
+        Events following :mod:`dfit_nb.events.schema` (dim ``event``).
+    path : str or os.PathLike
+        Output file (conventionally ``*.json``); written to a temporary file
+        beside it and moved into place, so a reader never sees half a file.
+    clock_ghz : float
+        The simulated machine's clock. It labels the chip's process (``1 us =
+        N cycles``), places the link-load bins (given in cycles) on the time
+        axis, and must agree with the events' ``start``/``start_s``.
+    chip : str
+        Name of the simulated machine, shown as the process name.
+    link_load : xarray.DataArray, optional
+        Load fraction of each NoC link group per time bin, over dims ``time``
+        (coordinate: bin start in cycles; the last bin ends at coordinate
+        ``time_end``, else after attr ``bin_cycles``, else after the usual bin width) and
+        ``link`` (string names such as ``row3.east``). Each link group becomes
+        a counter track ``noc <link> load`` in the chip's process; NaN loads
+        are written as 0.
+    max_events : int
+        Most slices to write. Larger runs are merged (see ``aggregate``).
+        Metadata and counter events do not count.
+    aggregate : {"auto", "none"} or int
+        What to do with more than ``max_events`` slices: ``"auto"`` warns
+        (:class:`PerfettoAggregationWarning`) and merges events into time bins
+        per (tile block, kind), choosing the bin count and block size to fit;
+        ``"none"`` raises :class:`PerfettoExportError`. An int always merges,
+        into that many time bins (tile blocks grow if needed to fit
+        ``max_events``). An event counts in the bin where it starts; a merged
+        slice runs from its first event's start to its last event's end, cut
+        at the next merged slice of its track; its args hold the summed
+        ``bytes``, ``macs``, ``energy_pj``, busy time and the count of events.
+
+    Returns
+    -------
+    pathlib.Path
+        The written file.
+
+    Notes
+    -----
+    Slice names are the region's last path segment and the op id (``qk #23``);
+    ``cat`` is the kind; ``args`` hold ``op``, ``region``, ``bytes``,
+    ``macs``, ``energy_pj``, ``dataflow`` and the start/end cycles. Events
+    with zero duration are kept (``dur`` 0) when they carry bytes, MACs or
+    energy, and skipped otherwise. ``otherData`` records the clock, the chip,
+    the units, the dfit_nb version, the Dataset's scalar attrs and what was
+    skipped or merged. ``displayTimeUnit`` comes after ``traceEvents``: old
+    Perfetto versions read ``"ns"`` there as the unit of ``ts`` unless it
+    came too late; current ones, like chrome://tracing, use it for display
+    only.
+
+    Examples
+    --------
+    >>> import json, os, tempfile
+    >>> from dfit_nb.events import schema
+    >>> from dfit_nb.events.perfetto import to_perfetto
+    >>> ds = schema.events_dataset({
+    ...     "op": [3, 3, 4], "region": ["enc/attn/qk", "enc/attn/qk", "enc/mlp"],
+    ...     "tile_y": [0, 0, 0], "tile_x": [1, 1, 1], "kind": ["compute", "dram", "compute"],
+    ...     "start": [0.0, 0.0, 2100.0], "end": [2100.0, 1050.0, 3150.0], "bytes": [0.0, 4096.0, 0.0],
+    ...     "macs": [65536.0, 0.0, 8192.0]}, clock_ghz=1.05)
+    >>> p = to_perfetto(ds, os.path.join(tempfile.mkdtemp(), "run.json"), clock_ghz=1.05, chip="tpu_like")
+    >>> trace = json.loads(p.read_text())
+    >>> [(e["name"], e["ts"], e["dur"]) for e in trace["traceEvents"] if e["ph"] == "X"]
+    [('qk #3', 0.0, 2.0), ('mlp #4', 2.0, 1.0), ('qk #3', 0.0, 1.0)]
+    >>> sorted(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name")
+    ['tile 0,1 · compute', 'tile 0,1 · dram']
+    >>> next(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name")
+    'tpu_like (simulated, 1.05 GHz clock; 1 us = 1050 cycles)'
+    """
+    ds = _check_events(events)
+    clock = _check_clock(clock_ghz)
+    if not isinstance(chip, str):
+        raise PerfettoExportError(f"chip must be a string, got {type(chip).__name__}")
+    if isinstance(max_events, bool) or int(max_events) != max_events or max_events < 1:
+        raise PerfettoExportError(f"max_events must be a whole number >= 1, got {max_events!r}")
+    max_events = int(max_events)
+    if isinstance(aggregate, str):
+        if aggregate not in ("auto", "none"):
+            raise PerfettoExportError(f"aggregate must be 'auto', 'none' or a number of time bins, got {aggregate!r}")
+    elif isinstance(aggregate, bool) or not isinstance(aggregate, int | np.integer) or aggregate < 1:
+        raise PerfettoExportError(f"aggregate must be 'auto', 'none' or a number of time bins >= 1, got {aggregate!r}")
+    counters = _counter_lines(link_load, clock) if link_load is not None else []
+
+    ev = _Events(ds, clock)
+    other: dict[str, Any] = {**_plain_attrs(ds.attrs), "clock_ghz": clock, "chip": chip, "units": _UNITS,
+                             "dfit_nb_version": __version__, "events_in": int(ds.sizes["event"]),
+                             "skipped_empty": ev.skipped_empty, "skipped_nonfinite": ev.skipped_nonfinite,
+                             "measured_offset_s": ev.measured_offset_s}
+    n = ev.size
+    if isinstance(aggregate, str) and n <= max_events:
+        slices = _exact_slices(ev)
+        other["aggregated"] = False
+    elif aggregate == "none":
+        raise PerfettoExportError(
+            f"{n} events exceed max_events={max_events}: pass aggregate='auto' to merge them into time bins per "
+            f"(tile block, kind), aggregate=<number of bins> to choose the bins, or a larger max_events")
+    else:
+        slices, info = _merged_slices(ev, max_events, None if isinstance(aggregate, str) else int(aggregate))
+        other.update(info)
+        if isinstance(aggregate, str):
+            warnings.warn(
+                f"{n} events exceed max_events={max_events}: merged into {info['bins']} time bins per "
+                f"({info['tiles_per_block'][0]}x{info['tiles_per_block'][1]}-tile block, kind), "
+                f"{len(slices.lines)} slices; pass aggregate='none' to fail instead, or raise max_events",
+                PerfettoAggregationWarning, stacklevel=2)
+    other["slices"] = len(slices.lines)
+    other["counters"] = len(counters)
+    meta = _metadata_lines(slices.threads, chip, clock, has_host=slices.has_host)
+    return _write(Path(path), [meta, slices.lines, counters], other)
+
+
+# ---------------------------------------------------------------------------------------------------- input checks
+
+
+def _check_events(events: Any) -> xr.Dataset:
+    """The schema checks the export relies on (as :func:`schema.check`, with hashing instead of sorting)."""
+    if not isinstance(events, xr.Dataset):
+        raise PerfettoExportError(f"events must be an xarray.Dataset following dfit_nb.events.schema, "
+                                  f"got {type(events).__name__}")
+    missing = [name for name in EVENT_VARS if name not in events.variables]
+    if missing:
+        raise EventSchemaError(f"events Dataset lacks variable(s) {', '.join(map(repr, missing))} "
+                               f"(see dfit_nb.events.schema.EVENT_VARS)")
+    for name in EVENT_VARS:
+        if events[name].dims != ("event",):
+            raise EventSchemaError(f"events variable {name!r} has dims {events[name].dims}, expected ('event',)")
+    for name, valid in (("kind", KINDS), ("source", SOURCES)):
+        values = events[name].values
+        known = np.zeros(values.shape, bool)
+        for v in valid:  # a few vectorized compares beat sorting or hashing a million strings
+            known |= values == v
+        if not known.all():
+            found = sorted(set(values[~known].tolist()))
+            raise EventSchemaError(f"unknown event {name}(s) {found[:10]}; valid: {', '.join(valid)}")
+    bad = events["end_s"].values < events["start_s"].values
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise EventSchemaError(f"event {i} ends before it starts (start_s {events['start_s'].values[i]}, "
+                               f"end_s {events['end_s'].values[i]})")
+    return events
+
+
+def _check_clock(clock_ghz: Any) -> float:
+    try:
+        clock = float(clock_ghz)
+    except (TypeError, ValueError):
+        raise PerfettoExportError(f"clock_ghz must be a number, got {clock_ghz!r}") from None
+    if not math.isfinite(clock) or clock <= 0:
+        raise PerfettoExportError(f"clock_ghz must be finite and > 0, got {clock_ghz!r}")
+    return clock
+
+
+def _plain_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attrs that are plain strings or finite scalars (provenance), as JSON values."""
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, str | bool | int) or (isinstance(value, float) and math.isfinite(value)):
+            out[str(key)] = value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- events
+
+
+class _Events:
+    """The kept events: their rows in the Dataset and the columns the layout needs, times in whole ns."""
+
+    def __init__(self, ds: xr.Dataset, clock: float) -> None:
+        start_s = ds["start_s"].values.astype(np.float64)
+        end_s = ds["end_s"].values.astype(np.float64)
+        measured = ds["source"].values == "measured"
+        # simulated seconds must be the cycles at this clock, else the process label and the counters would lie
+        cyc = ds["start"].values.astype(np.float64)
+        sim = ~measured & np.isfinite(cyc) & np.isfinite(start_s)
+        bad = ~np.isclose(start_s[sim] * clock * 1e9, cyc[sim], rtol=1e-6, atol=1e-3)
+        if bad.any():
+            i = int(np.flatnonzero(sim)[np.flatnonzero(bad)[0]])
+            raise PerfettoExportError(
+                f"clock_ghz={clock:g} does not match the events: event {i} starts at cycle {cyc[i]:g} and at "
+                f"{start_s[i]:g} s, i.e. at {cyc[i] / start_s[i] / 1e9:g} GHz")
+        finite = np.isfinite(start_s) & np.isfinite(end_s)
+        self.skipped_nonfinite = int((~finite).sum())
+        if self.skipped_nonfinite:
+            warnings.warn(f"{self.skipped_nonfinite} event(s) without a finite start_s/end_s were left out of the "
+                          f"Perfetto trace", DfitWarning, stacklevel=4)
+        payload = (ds["bytes"].values != 0) | (ds["macs"].values != 0) | (ds["energy_pj"].values != 0)
+        keep = finite & ((end_s > start_s) | payload)
+        self.skipped_empty = int((finite & ~keep).sum())
+        self.measured_offset_s = float(start_s[measured & finite].min()) if (measured & finite).any() else 0.0
+        shift = np.where(measured, self.measured_offset_s, 0.0)
+        self.rows = np.flatnonzero(keep)
+        self.size = int(self.rows.size)
+        r = self.rows
+        self.s_ns = np.rint((start_s[r] - shift[r]) * 1e9).astype(np.int64)
+        self.e_ns = np.rint((end_s[r] - shift[r]) * 1e9).astype(np.int64)
+        self.proc = measured[r].astype(np.int64)  # 0: simulated (chip), 1: measured (host)
+        self.tile_y = ds["tile_y"].values[r].astype(np.int64)
+        self.tile_x = ds["tile_x"].values[r].astype(np.int64)
+        kinds = ds["kind"].values[r]
+        self.kind = np.zeros(r.size, np.int64)  # index into KINDS
+        for i, k in enumerate(KINDS[1:], 1):
+            self.kind[kinds == k] = i
+        self.ds = ds
+
+    def column(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Variable ``name`` at kept events ``rows`` (positions among the kept events)."""
+        return self.ds[name].values[self.rows[rows]]
+
+
+class _Slices:
+    def __init__(self, lines: list[str], threads: list[tuple[int, int, str]], has_host: bool) -> None:
+        self.lines = lines
+        self.threads = threads  # (pid, tid, name), in sort order
+        self.has_host = has_host
+
+
+class _LineFormat:
+    """Builds one ``%``-format and its columns, so a million JSON lines format in one ``map``.
+
+    Floats are slow to print (``repr``), so whole-valued columns print as ints and times as
+    ``<int>.<3 digits>`` microseconds from whole nanoseconds.
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.cols: list[list[Any]] = []
+
+    def lit(self, text: str) -> None:
+        self.parts.append(text.replace("%", "%%"))
+
+    def _col(self, spec: str, values: np.ndarray, as_list: list[Any] | None = None) -> None:
+        if values.size and (values == values[0]).all():  # a constant column is a literal
+            first = as_list[0] if as_list is not None else values[0]
+            self.lit(spec % (first.item() if isinstance(first, np.generic) else first))
+        else:
+            self.parts.append(spec)
+            self.cols.append(as_list if as_list is not None else values.tolist())
+
+    def int(self, values: np.ndarray) -> None:
+        self._col("%d", np.asarray(values, np.int64))
+
+    def text(self, escaped: np.ndarray) -> None:
+        """Strings already escaped for JSON (an object array)."""
+        self._col("%s", escaped)
+
+    def num(self, values: np.ndarray) -> None:
+        a = np.asarray(values, np.float64)
+        if np.isfinite(a).all() and (np.abs(a) < 2**53).all() and (a == np.rint(a)).all():
+            self.int(a.astype(np.int64))
+        else:
+            self._col("%r", a, _nums(a))
+
+    def us(self, ns: np.ndarray) -> None:
+        """Whole nanoseconds as microseconds."""
+        if (ns >= 0).all():
+            q, r = np.divmod(ns, 1000)
+            self.parts.append("%d.%03d")
+            self.cols += [q.tolist(), r.tolist()]
+        else:
+            self._col("%r", ns / 1000.0)
+
+    def lines(self, n: int) -> list[str]:
+        fmt = "".join(self.parts)
+        if not self.cols:
+            return [fmt % ()] * n
+        return list(map(fmt.__mod__, zip(*self.cols, strict=True)))
+
+
+def _track_keys(proc: np.ndarray, ty: np.ndarray, tx: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """One int64 per (process, tile row, tile column, kind) that sorts in that order (tiles may be -1)."""
+    ny = int(ty.max()) + 2 if ty.size else 1
+    nx = int(tx.max()) + 2 if tx.size else 1
+    return ((proc * ny + (ty + 1)) * nx + (tx + 1)) * len(KINDS) + kind
+
+
+def _segmented_cummax(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
+    """Running max of ``values`` restarting wherever ``seg_start`` is True (``seg_start[0]`` must be True)."""
+    seg = np.cumsum(seg_start) - 1
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if span * (int(seg[-1]) + 1) < 2**62:
+        lifted = (values - lo) + seg * span  # later segments sit above earlier ones, so one cummax does it
+        return np.maximum.accumulate(lifted) - seg * span + lo
+    out = np.empty_like(values)
+    bounds = [*np.flatnonzero(seg_start).tolist(), values.size]
+    for a, b in itertools.pairwise(bounds):
+        out[a:b] = np.maximum.accumulate(values[a:b])
+    return out
+
+
+def _lanes(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Greedy lane per interval (sorted by start) so that the intervals of a lane never overlap."""
+    lanes = np.empty(s.size, np.int64)
+    busy: list[tuple[int, int]] = []  # (end, lane)
+    free: list[int] = []
+    n_lanes = 0
+    for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
+        while busy and busy[0][0] <= a:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane, n_lanes = n_lanes, n_lanes + 1
+        lanes[i] = lane
+        heapq.heappush(busy, (b, lane))
+    return lanes
+
+
+def _tile_label(proc: int, ty: int, tx: int) -> str:
+    if proc == 1:
+        return "host" if ty < 0 and tx < 0 else f"host tile {ty},{tx}"
+    return "off-tile" if ty < 0 and tx < 0 else f"tile {ty},{tx}"
+
+
+def _esc(s: str) -> str:
+    """``s`` as the inside of a JSON string literal."""
+    return json.dumps(s, ensure_ascii=False)[1:-1]
+
+
+def _escaped(values: np.ndarray, *transforms: Any) -> list[np.ndarray]:
+    """Each string JSON-escaped after each of ``transforms``, as object arrays; one escape per distinct value."""
+    codes, uniq = pd.factorize(values)
+    uniq = uniq.tolist() or [""]
+    return [np.array([_esc(t(u)) for u in uniq], dtype=object)[codes] for t in transforms]
+
+
+_KIND_ESC = np.array([_esc(k) for k in KINDS], dtype=object)
+
+
+def _exact_slices(ev: _Events) -> _Slices:
+    """One slice per event; lanes where events of one (tile, kind) overlap."""
+    if ev.size == 0:
+        return _Slices([], [], False)
+    key = _track_keys(ev.proc, ev.tile_y, ev.tile_x, ev.kind)
+    order = np.lexsort((-ev.e_ns, ev.s_ns, key))
+    key, s, e = key[order], ev.s_ns[order], ev.e_ns[order]
+    first = np.ones(key.size, bool)
+    first[1:] = key[1:] != key[:-1]
+    reach = _segmented_cummax(e, first)
+    clash = np.zeros(key.size, bool)
+    clash[1:] = ~first[1:] & (s[1:] < reach[:-1])
+    lane = np.zeros(key.size, np.int64)
+    if clash.any():
+        bounds = np.append(np.flatnonzero(first), key.size)
+        track = np.cumsum(first) - 1
+        for t in np.unique(track[clash]).tolist():
+            a, b = int(bounds[t]), int(bounds[t + 1])
+            lane[a:b] = _lanes(s[a:b], e[a:b])
+    thread_key = key * (int(lane.max()) + 1) + lane
+    _, rows, tidx = np.unique(thread_key, return_index=True, return_inverse=True)
+    tid = tidx + _TID_BASE
+    threads = []
+    for r in rows.tolist():  # the first event of each thread, in thread order
+        i = order[r]
+        proc, ty, tx = int(ev.proc[i]), int(ev.tile_y[i]), int(ev.tile_x[i])
+        name = f"{_tile_label(proc, ty, tx)} · {KINDS[int(ev.kind[i])]}"
+        if lane[r]:
+            name += f" · {int(lane[r]) + 1}"
+        threads.append((HOST_PID if proc else CHIP_PID, int(tid[r]), name))
+
+    kind = _KIND_ESC[ev.kind[order]]
+    region, segment = _escaped(ev.column("region", order), str, lambda r: r.rsplit("/", 1)[-1])
+    segment = np.where(segment == "", kind, segment)  # a region without a name is named by its kind
+    op = ev.column("op", order)
+    f = _LineFormat()
+    f.lit('{"ph":"X","pid":')
+    f.int(np.where(ev.proc[order] == 1, HOST_PID, CHIP_PID))
+    f.lit(',"tid":')
+    f.int(tid)
+    f.lit(',"ts":')
+    f.us(s)
+    f.lit(',"dur":')
+    f.us(e - s)
+    f.lit(',"name":"')
+    f.text(segment)
+    f.lit(" #")
+    f.int(op)
+    f.lit('","cat":"')
+    f.text(kind)
+    f.lit('","args":{"op":')
+    f.int(op)
+    f.lit(',"region":"')
+    f.text(region)
+    for name in ("bytes", "macs", "energy_pj"):
+        f.lit(f'","{name}":' if name == "bytes" else f',"{name}":')
+        f.num(ev.column(name, order))
+    f.lit(',"dataflow":"')
+    f.text(_escaped(ev.column("dataflow", order), str)[0])
+    f.lit('","start_cycle":')
+    f.num(ev.column("start", order))
+    f.lit(',"end_cycle":')
+    f.num(ev.column("end", order))
+    f.lit("}}")
+    return _Slices(f.lines(ev.size), threads, bool((ev.proc == 1).any()))
+
+
+def _merged_slices(ev: _Events, max_events: int, bins: int | None) -> tuple[_Slices, dict[str, Any]]:
+    """Events merged per (process, tile block, kind, time bin); picks bins and block size to fit max_events."""
+    if ev.size == 0:
+        return _Slices([], [], False), {"aggregated": True, "bins": bins or 1, "tiles_per_block": [1, 1]}
+    on_tile = (ev.tile_y >= 0) & (ev.tile_x >= 0)
+    grid_y = int(ev.tile_y.max()) + 1 if on_tile.any() else 1
+    grid_x = int(ev.tile_x.max()) + 1 if on_tile.any() else 1
+    # each process gets its own bins (simulated and measured times are different clocks)
+    t0 = np.zeros(2, np.int64)
+    t1 = np.ones(2, np.int64)
+    for p in (0, 1):
+        m = ev.proc == p
+        if m.any():
+            t0[p] = ev.s_ns[m].min()
+            t1[p] = max(int(ev.e_ns[m].max()), int(t0[p]) + 1)
+
+    def layout(b: int, n_bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        ky = np.where(on_tile, ev.tile_y // min(b, grid_y), -1)
+        kx = np.where(on_tile, ev.tile_x // min(b, grid_x), -1)
+        width = -(-(t1 - t0) // n_bins)  # ceil, >= 1 ns
+        tbin = np.minimum((ev.s_ns - t0[ev.proc]) // width[ev.proc], n_bins - 1)
+        return _track_keys(ev.proc, ky, kx, ev.kind) * n_bins + tbin, width, ky, kx
+
+    def n_tracks(b: int) -> int:
+        return int(np.unique(layout(b, 1)[0]).size)
+
+    block = 1
+    if bins is None:  # grow the tile block until each track gets _MIN_BINS bins, then use all the bins that fit
+        while n_tracks(block) * _MIN_BINS > max_events and (block < grid_y or block < grid_x):
+            block *= 2
+        tracks = n_tracks(block)
+        if tracks > max_events:
+            raise PerfettoExportError(f"max_events={max_events} is too small: even one slice per "
+                                      f"(process, kind) track takes {tracks}")
+        bins = max(1, max_events // tracks)
+    cell_key, width, ky, kx = layout(block, bins)
+    cells, cinv = np.unique(cell_key, return_inverse=True)
+    while cells.size > max_events:  # an explicit bin count: grow the block until it fits
+        if block >= grid_y and block >= grid_x:
+            raise PerfettoExportError(f"aggregate={bins} time bins give {cells.size} slices even with one block "
+                                      f"of all tiles, more than max_events={max_events}: use fewer bins")
+        block *= 2
+        cell_key, width, ky, kx = layout(block, bins)
+        cells, cinv = np.unique(cell_key, return_inverse=True)
+    by, bx = min(block, grid_y), min(block, grid_x)
+
+    order = np.argsort(cinv, kind="stable")
+    starts = np.searchsorted(cinv[order], np.arange(cells.size))
+    first = order[starts]  # one member event per cell
+    s_min = np.minimum.reduceat(ev.s_ns[order], starts)
+    e_max = np.maximum.reduceat(ev.e_ns[order], starts)
+    op = ev.column("op", order)
+    count = np.bincount(cinv, minlength=cells.size)
+    busy = np.bincount(cinv, weights=(ev.e_ns - ev.s_ns).astype(np.float64), minlength=cells.size)
+    cell_track = cells // bins
+    e_cut = e_max.copy()  # cut at the next slice of the same track
+    same = cell_track[1:] == cell_track[:-1]
+    e_cut[:-1] = np.where(same, np.minimum(e_max[:-1], s_min[1:]), e_max[:-1])
+
+    uniq_tracks, tinv = np.unique(cell_track, return_inverse=True)
+    threads = []
+    for t, r in enumerate(np.searchsorted(cell_track, uniq_tracks).tolist()):
+        i = first[r]
+        proc, k = int(ev.proc[i]), KINDS[int(ev.kind[i])]
+        if ky[i] < 0 or (by == 1 and bx == 1):
+            label = _tile_label(proc, int(ev.tile_y[i]), int(ev.tile_x[i]))
+        else:
+            y0, x0 = int(ky[i]) * by, int(kx[i]) * bx
+            label = (f"{'host ' if proc else ''}tiles {y0}-{min(y0 + by, grid_y) - 1},"
+                     f"{x0}-{min(x0 + bx, grid_x) - 1}")
+        threads.append((HOST_PID if proc else CHIP_PID, t + _TID_BASE, f"{label} · {k}"))
+
+    kind = _KIND_ESC[ev.kind[first]]
+    f = _LineFormat()
+    f.lit('{"ph":"X","pid":')
+    f.int(np.where(ev.proc[first] == 1, HOST_PID, CHIP_PID))
+    f.lit(',"tid":')
+    f.int(tinv + _TID_BASE)
+    f.lit(',"ts":')
+    f.us(s_min)
+    f.lit(',"dur":')
+    f.us(e_cut - s_min)
+    f.lit(',"name":"')
+    f.text(kind)
+    f.lit(" ×")
+    f.int(count)
+    f.lit('","cat":"')
+    f.text(kind)
+    f.lit('","args":{"events":')
+    f.int(count)
+    for name in ("bytes", "macs", "energy_pj"):
+        f.lit(f',"{name}":')
+        f.num(np.bincount(cinv, weights=ev.column(name, np.arange(ev.size)).astype(np.float64),
+                          minlength=cells.size))
+    f.lit(',"busy_us":')
+    f.num(busy / 1000.0)
+    f.lit(',"op_first":')
+    f.int(np.minimum.reduceat(op, starts))
+    f.lit(',"op_last":')
+    f.int(np.maximum.reduceat(op, starts))
+    f.lit("}}")
+    info = {"aggregated": True, "bins": int(bins), "tiles_per_block": [by, bx],
+            "bin_us": {src: float(width[p]) / 1000.0 for p, src in enumerate(("simulated", "measured"))
+                       if (ev.proc == p).any()}}
+    return _Slices(f.lines(cells.size), threads, bool((ev.proc == 1).any())), info
+
+
+# ---------------------------------------------------------------------------------------------------- counters
+
+
+def _counter_lines(link_load: Any, clock: float) -> list[str]:
+    if not isinstance(link_load, xr.DataArray):
+        raise PerfettoExportError(f"link_load must be an xarray.DataArray over ('time', 'link'), "
+                                  f"got {type(link_load).__name__}")
+    if set(link_load.dims) != {"time", "link"}:
+        raise PerfettoExportError(f"link_load must have dims ('time', 'link'), got {link_load.dims}")
+    if "time" not in link_load.coords or "link" not in link_load.coords:
+        missing = [c for c in ("time", "link") if c not in link_load.coords]
+        raise PerfettoExportError(f"link_load lacks coordinate(s) {missing}: 'time' holds each bin's start in "
+                                  f"cycles, 'link' the link group names")
+    da = link_load.transpose("time", "link")
+    t = np.asarray(da["time"].values, np.float64)
+    if t.size and (not np.isfinite(t).all() or (np.diff(t) <= 0).any()):
+        raise PerfettoExportError("link_load's 'time' coordinate must be finite and increasing (bin starts, cycles)")
+    # where the last bin ends: coordinate time_end, else attr bin_cycles, else the usual bin width
+    if "time_end" in da.coords and t.size:
+        t_end: float | None = float(np.asarray(da["time_end"].values, np.float64)[-1])
+    elif "bin_cycles" in da.attrs and t.size:
+        t_end = t[-1] + float(da.attrs["bin_cycles"])
+    else:
+        t_end = t[-1] + float(np.median(np.diff(t))) if t.size > 1 else None
+    ts_ns = np.rint(t / clock)  # cycles / GHz = ns
+    if t_end is not None and np.isfinite(t_end) and t_end > t[-1]:
+        ts_ns = np.append(ts_ns, np.rint(t_end / clock))  # a last sample at 0 closes the last bin
+    vals = np.nan_to_num(np.asarray(da.values, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    if vals.shape[0] < ts_ns.size:
+        vals = np.vstack([vals, np.zeros((1, vals.shape[1]))])
+    ts_us = (ts_ns / 1000.0).tolist()
+    lines = []
+    fmt = '{"ph":"C","pid":%d,"name":"noc %s","ts":%r,"args":{"load":%r}}'
+    for j, link in enumerate(da["link"].values.tolist()):
+        name = _esc(str(link))
+        lines.extend(fmt % (CHIP_PID, name, ts, v) for ts, v in zip(ts_us, vals[:, j].tolist(), strict=True))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+
+
+def _nums(a: np.ndarray) -> list[Any]:
+    """Python numbers that ``%r`` writes as JSON (non-finite values as null)."""
+    a = np.asarray(a, np.float64)
+    values = a.tolist()
+    bad = ~np.isfinite(a)
+    if bad.any():
+        obj = np.array(values, dtype=object)
+        obj[bad] = _NULL
+        values = obj.tolist()
+    return values
+
+
+def _fmt_clock(clock: float) -> str:
+    return f"{clock:g} GHz clock; 1 us = {clock * 1000:g} cycles"
+
+
+def _metadata_lines(threads: list[tuple[int, int, str]], chip: str, clock: float, *, has_host: bool) -> list[str]:
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_name",
+         "args": {"name": f"{chip} (simulated, {_fmt_clock(clock)})"}},
+        {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
+    ]
+    if has_host:
+        events += [
+            {"ph": "M", "pid": HOST_PID, "ts": 0, "name": "process_name", "args": {"name": "host (measured)"}},
+            {"ph": "M", "pid": HOST_PID, "ts": 0, "name": "process_sort_index", "args": {"sort_index": 1}},
+        ]
+    for pid, tid, name in threads:
+        events += [
+            {"ph": "M", "pid": pid, "tid": tid, "ts": 0, "name": "thread_name", "args": {"name": name}},
+            {"ph": "M", "pid": pid, "tid": tid, "ts": 0, "name": "thread_sort_index",
+             "args": {"sort_index": tid - _TID_BASE}},
+        ]
+    return [json.dumps(e, ensure_ascii=False, separators=(",", ":")) for e in events]
+
+
+def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
+    first = True
+    for lines in parts:
+        for i in range(0, len(lines), _CHUNK):
+            block = ",\n".join(lines[i:i + _CHUNK])
+            yield block if first else ",\n" + block
+            first = False
+
+
+def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
+    path = Path(os.fspath(path))
+    if path.is_dir():
+        raise PerfettoExportError(f"{path} is a directory; give a file name such as run.json")
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write('{"traceEvents":[\n')
+            for chunk in _chunks(parts):
+                f.write(chunk)
+            # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
+            f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
+            f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
+            f.write("}\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path

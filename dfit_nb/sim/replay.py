@@ -1,0 +1,304 @@
+"""``replay(trace, hw, dataflow)``: a captured program mapped, scheduled and costed on a tiled machine.
+
+The pipeline (one jitted program per grid size and execution style):
+
+1. :func:`prepare` (host, cached on the trace): the leaf ops that run, in
+   program order (a topological order: every edge runs forward), with their
+   GEMM view, operand sizes, which operands producers feed, and each op's
+   producers.
+2. :func:`dfit_nb.sim.mapping.search`: the virtual layout of every op.
+3. :func:`dfit_nb.sim.schedule.allocate` (layer-pipelined machines only):
+   each op's tile region.
+4. :func:`dfit_nb.sim.mapping.model`: the physical mapping and the op's
+   cycles, traffic and energy.
+5. :func:`dfit_nb.sim.schedule.run`: the ``lax.scan`` over ops.
+6. :mod:`dfit_nb.sim.run`: events, cube, summary and bottlenecks, on the host
+   with NumPy (vectorized over events).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import DfitError, DfitWarning
+from . import mapping, schedule
+from .cost import CostInputError, _itemsize, dataflow_codes, for_jit, ops_arrays
+from .dataflow import DATAFLOWS
+from .hardware import EXECUTION_STYLES, Hardware
+
+
+class ReplayError(DfitError, ValueError):
+    """The trace, hardware or options cannot be replayed."""
+
+
+class SpillWarning(DfitWarning):
+    """An op's data exceed the chip's SRAM: it maps, but streams through DRAM."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """The ops a replay schedules, as arrays (one row per op, program order)."""
+
+    op: np.ndarray  # op ids in trace.ops
+    table: Any  # the replayed rows of trace.ops (xarray.Dataset)
+    region: np.ndarray
+    primitive: np.ndarray
+    arrays: dict[str, np.ndarray]  # float64 model inputs
+    preds: np.ndarray  # (ops, P) row indices of producers, -1 padding
+    pred_bytes: np.ndarray  # (ops, P) bytes each producer passes (program dtype)
+
+
+_SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
+
+
+def _operand_bytes(in_shapes: str) -> list[float]:
+    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
+    out = []
+    for dtype, dims in _SHAPE.findall(in_shapes):
+        size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
+        out.append(size * (_itemsize(dtype) or 4.0))
+    return out
+
+
+def prepare(trace: Any) -> Prepared:
+    """The replayable ops of ``trace`` (cached on the trace object)."""
+    cached = getattr(trace, "_dfit_replay_prepared", None)
+    if isinstance(cached, Prepared):
+        return cached
+    ops = getattr(trace, "ops", None)
+    if ops is None or "op" not in getattr(ops, "dims", {}):
+        raise ReplayError(f"replay() needs a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
+                          f"{type(trace).__name__}")
+    leaf = (ops["container"].values == "") & ops["live"].values.astype(bool)
+    if not leaf.any():
+        raise ReplayError("the trace has no ops to replay (no live leaf ops: the function computes nothing)")
+    table = ops.isel(op=np.flatnonzero(leaf))
+    arrays, op_ids = ops_arrays(table)
+    n = len(op_ids)
+    row = np.full(int(ops.sizes["op"]), -1, np.int64)
+    row[op_ids] = np.arange(n)
+
+    # operand sizes (program dtype) of the GEMM's lhs and rhs
+    operand = [_operand_bytes(s) for s in table["in_shapes"].values]
+    lhs = np.array([o[0] if o else 0.0 for o in operand])
+    rhs = np.array([o[1] if len(o) > 1 else 0.0 for o in operand])
+
+    e = trace.edges
+    src, dst = row[e["src"].values], row[e["dst"].values]
+    keep = (src >= 0) & (dst >= 0)
+    src, dst = src[keep], dst[keep]
+    pos, nbytes = e["operand"].values[keep], e["bytes"].values[keep].astype(np.float64)
+    # bytes producers feed each (op, operand): one tensor even when several producers may write it (cond)
+    fed = np.zeros((n, max(int(pos.max()) + 1, 2) if pos.size else 2))
+    np.maximum.at(fed, (dst, pos), nbytes)
+    gemm = (arrays["m"] > 0) & (arrays["k"] > 0) & (arrays["n"] > 0)
+    arrays.update(
+        gemm=gemm.astype(np.float64),
+        lhs_bytes=lhs, rhs_bytes=rhs,
+        fed0=np.where(lhs > 0, np.minimum(fed[:, 0] / np.maximum(lhs, 1.0), 1.0), 0.0),
+        fed1=np.where(rhs > 0, np.minimum(fed[:, 1] / np.maximum(rhs, 1.0), 1.0), 0.0),
+        ext_bytes=np.maximum(table["bytes_read"].values - fed.sum(axis=1), 0.0),
+        bytes_written=table["bytes_written"].values.astype(np.float64),
+        has_consumer=np.isin(np.arange(n), src).astype(np.float64),
+        count=table["count"].values.astype(np.float64),
+    )
+    # producers of each op: one row per (consumer, producer), bytes summed over the operands it feeds
+    pairs, inverse = np.unique(np.stack([dst, src], axis=1), axis=0, return_inverse=True)
+    pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=len(pairs))
+    indeg = np.bincount(pairs[:, 0], minlength=n) if len(pairs) else np.zeros(n, np.int64)
+    width = max(int(indeg.max()) if n else 0, 1)
+    slot = np.arange(len(pairs)) - np.repeat(np.cumsum(indeg) - indeg, indeg)
+    preds = np.full((n, width), -1, np.int64)
+    pred_bytes = np.zeros((n, width))
+    if len(pairs):
+        preds[pairs[:, 0], slot] = pairs[:, 1]
+        pred_bytes[pairs[:, 0], slot] = pair_bytes
+    prepared = Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
+                        primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
+                        pred_bytes=pred_bytes)
+    try:
+        trace._dfit_replay_prepared = prepared
+    except AttributeError:  # a read-only object: just do not cache
+        pass
+    return prepared
+
+
+def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None) -> dict[str, np.ndarray]:
+    """Per-op pinned layout (-1 free) and factors (0 free) from ``{region: "mn" | "mk" | "mk:4x8"}``."""
+    n = len(prep.op)
+    out = {"layout": np.full(n, -1.0), "gy": np.zeros(n), "gx": np.zeros(n)}
+    if not layouts:
+        return out
+    depth = np.full(n, -1)
+    regions = sorted({str(r) for r in prep.region})
+    for region, spec in layouts.items():
+        m = re.fullmatch(r"(mn|mk)(?::(\d+)x(\d+))?", str(spec).strip().lower())
+        if m is None:
+            raise ReplayError(f"layout {spec!r} for region {region!r} is not valid; use 'mn' or 'mk', optionally "
+                              "with power-of-two factors 'mn:GYxGX' (e.g. 'mk:4x8')")
+        gy, gx = (float(m.group(2)), float(m.group(3))) if m.group(2) else (0.0, 0.0)
+        for f in (gy, gx):
+            if f and (f < 1 or 2 ** round(np.log2(f)) != f or f > 2 ** mapping.MAX_LOG2):
+                raise ReplayError(f"layout {spec!r}: factors must be powers of two from 1 to "
+                                  f"{2 ** mapping.MAX_LOG2}")
+        region = region.strip("/")
+        hit = np.array([str(r) == region or str(r).startswith(region + "/") or region == "" for r in prep.region])
+        if not hit.any():
+            raise ReplayError(f"layouts: no op in region {region!r}; regions: {', '.join(regions[:20])}"
+                              + (" ..." if len(regions) > 20 else ""))
+        deeper = hit & (region.count("/") + (region != "") > depth)  # the most specific region wins
+        out["layout"][deeper] = float(mapping.LAYOUTS.index(m.group(1)))
+        out["gy"][deeper], out["gx"][deeper] = gy, gx
+        depth[deeper] = region.count("/") + (region != "")
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("grid", "spatial"))
+def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, df: Any,
+            pinned: dict[str, Any], grid: schedule.Grid, spatial: bool) -> dict[str, Any]:
+    """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`)."""
+    f64 = jnp.float64
+    n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
+    best = mapping.search(ops, hw, df, n_tiles, pinned)
+    word, _ = mapping.word_and_mac_energy(ops["itemsize"], hw)
+    scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
+    if spatial:
+        lanes = jnp.asarray(hw.vector_lanes, f64)
+        macs = jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"]
+        work = jnp.where(ops["gemm"] > 0, macs / (jnp.asarray(hw.pe_rows, f64) * jnp.asarray(hw.pe_cols, f64)),
+                         jnp.maximum(ops["flops"] + 8.0 * ops["transcendentals"], ops["elems_out"]) / lanes
+                         ) * ops["count"]
+        weights = jnp.where(ops["gemm"] > 0, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * scale, 0.0)
+        # memory-driven minimum (as on a wafer): the op's weights and its result must fit its tiles' SRAM
+        outs = ops["bytes_written"] * scale / (0.5 * jnp.asarray(hw.sram_output_bytes, f64))
+        alloc = schedule.allocate(work, hw, jnp.ceil(jnp.maximum(weights / jnp.asarray(hw.sram_weight_bytes, f64),
+                                                                 outs)))
+    else:
+        alloc = n_tiles + 0.0 * ops["m"]
+    m = mapping.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
+    per_op = {**{k: m[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
+                                   "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
+                                   "gx")}, "count": ops["count"]}
+    records = schedule.run(per_op, preds, pred_bytes * scale[:, None], order, hw, grid, spatial)
+    return {**m, **records, "alloc": alloc}
+
+
+def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> tuple[np.ndarray, str]:
+    """Dataflow codes per op and the policy's name for provenance."""
+    n = len(prep.op)
+    if isinstance(dataflow, str) and dataflow.lower() == "hybrid":
+        from .cost import cost
+
+        ds = cost(prep.table, hw, list(DATAFLOWS))
+        return np.argmin(ds["energy_pj"].values, axis=0).astype(np.float64), "hybrid(greedy energy, no switch cost)"
+    per_op = getattr(dataflow, "per_op", None)
+    if per_op is not None:  # a Policy: per-op names aligned with trace.ops
+        values = np.asarray(getattr(per_op, "values", per_op))
+        try:
+            values = values[prep.op] if len(values) != n else values
+        except IndexError as err:
+            raise ReplayError(f"the policy has {len(values)} per-op choices; the trace has {n} replayed ops") from err
+        codes, _ = dataflow_codes(values, n)
+        return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
+    if isinstance(dataflow, (list, tuple)):
+        raise ReplayError("replay() takes one dataflow ('ws', 'os', 'is', 'hybrid') or a Policy; to compare "
+                          "several, replay once per dataflow")
+    try:
+        codes, _ = dataflow_codes(dataflow, n)
+    except CostInputError as err:
+        raise ReplayError(f"{err}, or 'hybrid', or a Policy") from None
+    return codes.astype(np.float64), dataflow if isinstance(dataflow, str) else "per-op"
+
+
+def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
+           layouts: Mapping[str, str] | None = None, time_bins: int = 256, inferences: int = 1,
+           measured: bool | None = None) -> Any:
+    """Map and schedule a captured program on ``hw``: the event cube.
+
+    Parameters
+    ----------
+    trace : Trace
+        From :func:`dfit_nb.capture` or :func:`dfit_nb.load_trace`.
+    hw : Hardware
+        One machine, e.g. ``dfit_nb.sim.presets.get("cerebras_like")``.
+    dataflow : {"ws", "os", "is", "hybrid"}, or a Policy
+        One dataflow for every GEMM; ``"hybrid"`` picks each op's lowest-energy
+        dataflow on its own (no switch cost; :func:`dfit_nb.sim.select_dataflows`
+        is the exact selection); a Policy (anything with a ``per_op`` array of
+        names aligned with ``trace.ops``) chooses per op.
+    execution : {"time", "spatial"}, optional
+        Overrides ``hw.execution``: time-multiplexed or layer-pipelined.
+    layouts : dict, optional
+        ``{region: "mn" | "mk" | "mn:GYxGX"}`` pins the virtual layout of the
+        ops in a region (the most specific region wins).
+    time_bins : int
+        Time bins of the cube.
+    inferences : int
+        Inferences one call of the function serves (for joules per inference).
+    measured : bool, optional
+        Add the trace's measured events (``source="measured"``); default: when
+        the trace has measured times (profile or eager mode).
+
+    Returns
+    -------
+    Run
+        ``events``, ``cube``, ``summary``, ``ops``, ``regions`` (see :class:`dfit_nb.sim.run.Run`).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> run = dfit_nb.replay(t, presets.get("npu_like"), "ws")
+    >>> int(run.summary["macs"]) == 64 * 128 * 32
+    True
+    >>> sorted(set(run.events["kind"].values.tolist()))
+    ['compute', 'dram', 'noc', 'retile', 'sram']
+    """
+    from .run import build_run
+
+    if not isinstance(hw, Hardware):
+        raise ReplayError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
+    if hw.batch_shape != ():
+        raise ReplayError("replay() takes one machine; for many, see dfit_nb.sim.replay_batch")
+    execution = hw.execution if execution is None else execution
+    if execution not in EXECUTION_STYLES:
+        raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
+    if not isinstance(time_bins, (int, np.integer)) or time_bins < 1:
+        raise ReplayError(f"time_bins must be a positive integer, got {time_bins!r}")
+    if not isinstance(inferences, (int, np.integer)) or inferences < 1:
+        raise ReplayError(f"inferences must be a positive integer, got {inferences!r}")
+    prep = prepare(trace)
+    codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
+    pinned = pinned_layouts(prep, layouts)
+    grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    with jax.enable_x64(True):
+        order = schedule.tile_order(grid.rows, grid.cols)
+        out = jax.device_get(program(prep.arrays, prep.preds, prep.pred_bytes, order, for_jit(hw), codes, pinned,
+                                     grid, execution == "spatial"))
+    out = {k: np.asarray(v) for k, v in out.items()}
+    _warn_spills(prep, out, hw)
+    return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
+                     inferences=inferences, measured=measured)
+
+
+def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> None:
+    """One warning naming the ops whose data exceed the whole chip's SRAM."""
+    chip = float(hw.tiles) * float(hw.sram_bytes)
+    words = out["word"] / np.where(prep.arrays["itemsize"] > 0, prep.arrays["itemsize"], out["word"])
+    total = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words
+    big = np.flatnonzero(total > chip)
+    if big.size:
+        names = ", ".join(f"#{int(prep.op[i])} {prep.primitive[i]} ({total[i] / 2**20:.1f} MiB)" for i in big[:5])
+        warnings.warn(f"{big.size} op(s) need more than the whole chip's SRAM ({chip / 2**20:.1f} MiB on "
+                      f"{hw.name!r}): {names}{' ...' if big.size > 5 else ''}; they are mapped and stream "
+                      "their data through DRAM (see run.ops['spilled_bytes'])", SpillWarning, stacklevel=3)

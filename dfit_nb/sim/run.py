@@ -1,0 +1,509 @@
+"""``Run``: a replay's events, cube, summary, per-op and per-region tables; saved without pickle.
+
+Built on the host from the per-op records of :func:`dfit_nb.sim.replay.program`
+with NumPy, vectorized over events (no Python loop over ops, tiles or events).
+
+Bottlenecks
+-----------
+Each op's *span* runs from when its tiles became free (the previous op on
+them ended) to its end, so the spans of a time-multiplexed run tile its
+latency. The evidence is the
+fraction of the span each mechanism needs: ``compute`` (the busiest tile's
+PE/vector cycles), ``sram`` (its SRAM port cycles), ``dram`` (from the start of
+the body to the end of its DRAM transfers, waiting for the shared channel
+included), ``noc`` (delivery over the mesh plus retiling), and
+``scheduling`` (the op's tiles idle, waiting on its inputs or a section
+boundary, plus, when layer-pipelined, waiting for a producer to finish
+streaming; an op waiting for tiles busy with other work is not idle time).
+Overlapped mechanisms can each be near 1; the dominant mechanism is the
+largest. A region sums its ops' mechanism cycles over their
+spans.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import xarray as xr
+
+from .. import __version__
+from ..errors import DfitError
+from ..events import binning
+from ..events.schema import KINDS, events_dataset
+from .cost import hardware_attrs
+from .dataflow import DATAFLOWS
+from .hardware import Hardware
+from .mapping import LAYOUTS, LEVELS, TENSORS
+from .schedule import tile_order
+
+MECHANISMS = ("compute", "sram", "dram", "noc", "scheduling")
+_PARTS = ("events", "cube", "summary", "ops", "regions")
+
+
+def _var(dims: Any, values: Any, units: str, description: str) -> tuple[Any, Any, dict[str, str]]:
+    return (dims, values, {"units": units, "description": description})
+
+
+def provenance(trace: Any, hw: Hardware, policy: str, execution: str) -> dict[str, Any]:
+    """What a saved result needs to be reproduced and compared: versions, machine, program, policy."""
+    t = getattr(trace, "attrs", {})
+    return {
+        "dfit_nb_version": __version__, "jax_version": jax.__version__,
+        "function": str(t.get("function", "")), "arg_shapes": str(t.get("arg_shapes", "")),
+        "trace_mode": str(getattr(trace, "mode", "")), "dataflow": policy, "execution": execution,
+        "clock_ghz": float(np.asarray(hw.clock_ghz)), **hardware_attrs(hw),
+    }
+
+
+def expand_events(prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-(op, tile, kind) event columns from the per-op records (see :mod:`dfit_nb.sim.schedule`)."""
+    n = len(prep.op)
+    count = prep.arrays["count"]
+    u = out["tiles"].astype(np.int64)
+    v = out["virtual_tiles"]
+    off = out["offset"].astype(np.int64)
+    op_idx = np.repeat(np.arange(n), u)
+    rank = np.arange(op_idx.size) - np.repeat(np.cumsum(u) - u, u)
+    tile = off[op_idx] + rank
+    ty, tx = tile_order(int(hw.tile_rows), int(hw.tile_cols))[:, tile]
+    runs = np.floor(v / u)[op_idx] + (rank < np.mod(v, u)[op_idx])
+    share = runs / v[op_idx]
+    t1, start = out["t1"][op_idx], out["start"][op_idx]
+    lv = level_totals(prep, out)
+    kinds = {
+        # kind: (start, end, bytes per op, energy per op, macs per op)
+        "compute": (t1, t1 + runs * (out["compute_v"] * count)[op_idx], 0.0 * count, lv["energy_compute"],
+                    out["macs"] * count),
+        "sram": (t1, t1 + runs * (out["sram_cycles_v"] * count)[op_idx], lv["bytes_sram"], lv["energy_sram"], None),
+        "noc": (t1, t1 + out["noc_cycles"][op_idx], lv["bytes_noc"], lv["energy_noc"], None),
+        "dram": (out["dram_start"][op_idx], out["dram_end"][op_idx], lv["bytes_dram"], lv["energy_dram"], None),
+        "retile": (start, t1, lv["bytes_retile"], lv["energy_retile"], None),
+    }
+    gemm = prep.arrays["gemm"] > 0
+    df_names = np.where(gemm, np.asarray(DATAFLOWS, dtype=object)[codes.astype(np.int64)], "")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("op", "region", "tile_y", "tile_x", "kind", "start", "end",
+                                                         "bytes", "macs", "energy_pj", "dataflow")}
+    for kind, (s, e, nbytes, energy, macs) in kinds.items():  # five kinds: not a loop over ops or tiles
+        nbytes, energy = np.broadcast_to(nbytes, (n,)), np.broadcast_to(energy, (n,))
+        present = ((e - s) > 0) | (nbytes[op_idx] > 0) | (energy[op_idx] > 0)
+        if macs is not None:
+            present |= macs[op_idx] > 0
+        sel = np.flatnonzero(present)
+        oi = op_idx[sel]
+        cols["op"].append(prep.op[oi])
+        cols["region"].append(prep.region[oi])
+        cols["tile_y"].append(ty[sel])
+        cols["tile_x"].append(tx[sel])
+        cols["kind"].append(np.full(sel.size, kind))
+        cols["start"].append(s[sel])
+        cols["end"].append(e[sel])
+        cols["bytes"].append(nbytes[oi] * share[sel])
+        cols["macs"].append(macs[oi] * share[sel] if macs is not None else np.zeros(sel.size))
+        cols["energy_pj"].append(energy[oi] * share[sel])
+        cols["dataflow"].append(df_names[oi])
+    joined = {k: np.concatenate(v) for k, v in cols.items()}
+    order = np.lexsort((np.searchsorted(KINDS, joined["kind"], sorter=np.argsort(KINDS)), joined["start"]))
+    return {k: v[order] for k, v in joined.items()}
+
+
+def level_totals(prep: Any, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per-op totals over all executions: bytes and energy by level (the events sum to these)."""
+    count = prep.arrays["count"]
+    return {
+        "bytes_sram": out["sram_bytes"] * count,
+        "bytes_noc": (out["noc_in"] + out["noc_out"] + out["psum_noc"]) * count
+        + np.where(out["extra_noc_pj"] > 0, out["dram_extra_bytes"], 0.0),
+        "bytes_dram": out["dram_bytes"] * count + out["dram_extra_bytes"],
+        "bytes_retile": out["retile_bytes"],
+        "energy_compute": out["energy_compute_pj"] * count,
+        "energy_sram": out["energy_sram_pj"] * count,
+        "energy_noc": out["energy_noc_pj"] * count + out["extra_noc_pj"],
+        "energy_dram": out["energy_dram_pj"] * count + out["extra_dram_pj"],
+        "energy_retile": out["retile_energy_pj"],
+    }
+
+
+def _evidence(out: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Mechanism cycles ``(ops, 5)`` and spans ``(ops,)`` (see the module docstring)."""
+    base = out["prev_free"]  # when the op's tiles became free: start = max(ready, prev_free, barrier) >= base
+    t1 = out["t1"]
+    has_dram = out["dram_end"] > out["dram_start"]
+    body_end = np.maximum.reduce([t1 + out["compute_cycles"], t1 + out["sram_cycles"], t1 + out["noc_cycles"],
+                                  np.where(has_dram, out["dram_end"], t1)])
+    cycles = np.stack([
+        out["compute_cycles"], out["sram_cycles"], np.where(has_dram, out["dram_end"] - t1, 0.0),
+        out["noc_cycles"] + out["retile_cycles"],
+        (out["start"] - base) + np.maximum(out["end"] - body_end, 0.0),
+    ], axis=1)
+    return cycles, out["end"] - base
+
+
+def _membership(op_regions: np.ndarray, regions: list[str]) -> np.ndarray:
+    """``(regions, ops)``: region is the op's region or one of its ancestors (inclusive rollup)."""
+    op_regions = np.asarray(op_regions, dtype=str)
+    mat = np.zeros((len(regions), len(op_regions)), dtype=bool)
+    for i, r in enumerate(regions):  # one vectorized test per region (regions are few)
+        mat[i] = (op_regions == r) | (np.char.startswith(op_regions, r + "/") if r else True)
+    return mat
+
+
+def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np.ndarray, policy: str,
+              execution: str, *, time_bins: int, inferences: int, measured: bool | None) -> Run:
+    """Assemble the :class:`Run` of one replay."""
+    attrs = provenance(trace, hw, policy, execution)
+    clock = attrs["clock_ghz"]
+    cols = expand_events(prep, out, hw, codes)
+    events = events_dataset(cols, clock_ghz=clock, attrs=attrs)
+    if measured is None:
+        measured = "time_s" in prep.table and bool(np.isfinite(prep.table["time_s"].values).any())
+    if measured:
+        from ..events.measured import measured_events
+        from ..events.schema import concat
+
+        events = concat(events, measured_events(trace))
+        events.attrs = attrs
+    ops = ops_dataset(prep, out, codes, attrs)
+    regions = regions_dataset(trace, prep, ops, attrs)
+    cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
+    summary = summary_dataset(ops, events, hw, inferences, attrs)
+    return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
+
+
+def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs: dict[str, Any]) -> xr.Dataset:
+    """Per-op results: the mapping (virtual -> physical), timing, traffic, energy, bottleneck."""
+    lv = level_totals(prep, out)
+    cycles, span = _evidence(out)
+    safe = np.where(span > 0, span, 1.0)
+    evidence = np.clip(cycles / safe[:, None], 0.0, None)
+    dominant = np.asarray(MECHANISMS, dtype=object)[np.argmax(evidence, axis=1)]
+    gemm = prep.arrays["gemm"] > 0
+    layout = np.asarray(LAYOUTS, dtype=object)[out["layout"].astype(np.int64)]
+    transform = _transform_text(layout, out, gemm)
+    energy = sum(lv[f"energy_{k}"] for k in ("compute", "sram", "noc", "dram", "retile"))
+    d = ("op",)
+    data = {
+        "region": _var(d, prep.region.astype(str), "", "region path"),
+        "primitive": _var(d, prep.primitive.astype(str), "", "JAX primitive"),
+        "count": _var(d, prep.arrays["count"], "1", "executions per call (run back to back)"),
+        "dataflow": _var(d, np.where(gemm, np.asarray(DATAFLOWS)[codes.astype(np.int64)], ""), "",
+                         "ws | os | is ('' for non-GEMM ops)"),
+        "layout": _var(d, np.where(gemm, layout, "vector").astype(str), "",
+                       "virtual layout: mn (rows x output cols), mk (rows x reduction), vector (non-GEMM)"),
+        "gy": _var(d, out["gy"], "1", "virtual grid rows"),
+        "gx": _var(d, out["gx"], "1", "virtual grid columns"),
+        "virtual_tiles": _var(d, out["virtual_tiles"], "1", "virtual tiles (gy x gx)"),
+        "alloc": _var(d, out["alloc"], "1", "physical tiles the execution style grants the op"),
+        "tiles": _var(d, out["tiles"], "1", "physical tiles the op runs on"),
+        "tile_offset": _var(d, out["offset"], "1", "first tile (Hilbert numbering, see dfit_nb.sim.schedule.tile_order)"),
+        "section": _var(d, out["section"], "1", "pipeline section (layer-pipelined; 0 when time-multiplexed)"),
+        "fold": _var(d, out["fold"], "1", "virtual tiles merged onto each physical tile"),
+        "spilled_bytes": _var(d, out["spilled_bytes"] * prep.arrays["count"], "B",
+                              "DRAM bytes beyond the compulsory: refetches and partial-sum spills"),
+        "out_onchip": _var(d, out["out_onchip"] > 0, "", "the result stays on chip for its consumers"),
+        "transform": _var(d, transform, "", "the virtual -> physical step: what was split, merged, spilled"),
+        "ready": _var(d, out["ready"], "cycle", "when the op's inputs were ready"),
+        "start": _var(d, out["start"], "cycle", "start"),
+        "body_start": _var(d, out["t1"], "cycle", "start of compute (after retiling)"),
+        "end": _var(d, out["end"], "cycle", "end"),
+        "span": _var(d, span, "cycle", "from when the op's tiles became free to its end"),
+        "macs": _var(d, out["macs"] * prep.arrays["count"], "MAC", "multiply-accumulates, all executions"),
+        **{f"{m}_cycles": _var(d, cycles[:, i], "cycle", f"cycles attributable to {m}")
+           for i, m in enumerate(MECHANISMS)},
+        **{f"bytes_{k}": _var(d, lv[f"bytes_{k}"], "B", f"bytes at the {k} level, all executions")
+           for k in ("sram", "noc", "dram", "retile")},
+        **{f"energy_{k}_pj": _var(d, lv[f"energy_{k}"], "pJ", f"{k} energy, all executions")
+           for k in ("compute", "sram", "noc", "dram", "retile")},
+        "energy_pj": _var(d, energy, "pJ", "energy, all executions"),
+        "bottleneck": _var(d, dominant.astype(str), "", "dominant mechanism: " + " | ".join(MECHANISMS)),
+        "evidence": _var(("op", "mechanism"), evidence, "1", "fraction of the op's span each mechanism needs"),
+    }
+    return xr.Dataset(data, coords={"op": prep.op, "mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:
+    """``"mn 4x8 -> 16 tiles, merged 2:1, spilled 1.2 MB"`` per op (vectorized string building)."""
+    gy, gx = out["gy"].astype(np.int64).astype(str), out["gx"].astype(np.int64).astype(str)
+    tiles = out["tiles"].astype(np.int64).astype(str)
+    head = np.where(gemm, np.char.add(np.char.add(np.char.add(layout.astype(str), " "), gy), np.char.add("x", gx)),
+                    np.char.add("vector x", gy))
+    text = np.char.add(np.char.add(head, " -> "), np.char.add(tiles, " tiles"))
+    fold = out["fold"].astype(np.int64)
+    text = np.where(fold > 1, np.char.add(np.char.add(text, ", merged "), np.char.add(fold.astype(str), ":1")), text)
+    spill = out["spilled_bytes"]
+    mb = np.char.mod("%.3g", spill / 1e6)
+    return np.where(spill > 0, np.char.add(np.char.add(text, ", spilled "), np.char.add(mb, " MB")), text)
+
+
+def regions_dataset(trace: Any, prep: Any, ops: xr.Dataset, attrs: dict[str, Any]) -> xr.Dataset:
+    """Per-region (inclusive) totals, span and bottleneck."""
+    names = [str(r) for r in trace.regions["region"].values] if hasattr(trace, "regions") else [""]
+    names = [r for r in names if r == "" or (np.char.startswith(prep.region.astype(str), r).any())]
+    mat = _membership(prep.region, names).astype(np.float64)
+    cycles = np.stack([ops[f"{m}_cycles"].values for m in MECHANISMS], axis=1)
+    span = ops["span"].values
+    sums = mat @ cycles
+    span_sum = mat @ span
+    evidence = sums / np.where(span_sum > 0, span_sum, 1.0)[:, None]
+    big = np.where(mat > 0, 1.0, np.nan)
+    d = ("region",)
+    with np.errstate(all="ignore"):
+        first = np.nanmin(big * ops["start"].values, axis=1)
+        last = np.nanmax(big * ops["end"].values, axis=1)
+    data = {
+        "n_ops": _var(d, mat.sum(axis=1).astype(np.int64), "1", "replayed ops in the region and below"),
+        "start": _var(d, first, "cycle", "first op start"),
+        "end": _var(d, last, "cycle", "last op end"),
+        "macs": _var(d, mat @ ops["macs"].values, "MAC", "multiply-accumulates"),
+        "energy_pj": _var(d, mat @ ops["energy_pj"].values, "pJ", "energy"),
+        **{f"bytes_{k}": _var(d, mat @ ops[f"bytes_{k}"].values, "B", f"bytes at the {k} level")
+           for k in ("sram", "noc", "dram", "retile")},
+        **{f"{m}_cycles": _var(d, sums[:, i], "cycle", f"cycles attributable to {m}, summed over ops")
+           for i, m in enumerate(MECHANISMS)},
+        "bottleneck": _var(d, np.asarray(MECHANISMS)[np.argmax(evidence, axis=1)], "",
+                           "dominant mechanism over the region's ops"),
+        "evidence": _var(("region", "mechanism"), evidence, "1",
+                         "mechanism cycles over the sum of the ops' spans"),
+    }
+    return xr.Dataset(data, coords={"region": names, "mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def link_names(tile_rows: int, tile_cols: int) -> list[str]:
+    """Link groups in the order of the scheduler's link arrays."""
+    return ([f"row{r}.east" for r in range(tile_rows)] + [f"row{r}.west" for r in range(tile_rows)]
+            + [f"col{c}.south" for c in range(tile_cols)] + [f"col{c}.north" for c in range(tile_cols)])
+
+
+def cube_dataset(prep: Any, out: dict[str, np.ndarray], ops: xr.Dataset, events: xr.Dataset, hw: Hardware,
+                 regions: xr.Dataset, time_bins: int, attrs: dict[str, Any]) -> xr.Dataset:
+    """Busy fraction, SRAM occupancy, NoC link load and power over time; the traffic mix by region."""
+    tr, tc = int(hw.tile_rows), int(hw.tile_cols)
+    sim = events["source"].values == "simulated"
+    latency = float(np.max(out["end"])) if len(out["end"]) else 0.0
+    edges = binning.time_edges(latency, time_bins)
+    width = np.diff(edges)
+    kind = events["kind"].values
+    s, e = events["start"].values, events["end"].values
+    group = events["tile_y"].values.astype(np.int64) * tc + events["tile_x"].values.astype(np.int64)
+    comp = np.flatnonzero(sim & (kind == "compute"))
+    busy = binning.busy_fraction(s[comp], e[comp], group[comp], tr * tc, edges)
+    # resident bytes of each compute event's op, over its compute interval
+    row = np.searchsorted(prep.op, events["op"].values[comp])
+    resident = out["resident_bytes"][row]
+    occ = binning.bin_intervals(s[comp], e[comp], resident * (e[comp] - s[comp]), group[comp], tr * tc, edges)
+    occ = occ / width[:, None] / float(hw.sram_bytes)
+    # NoC link groups: the retile phase and the delivery phase of each op
+    n_links = 2 * tr + 2 * tc
+    lr, ln = out["link_retile"][:, :n_links], out["link_noc"][:, :n_links]
+    o_r, g_r = np.nonzero(lr)
+    o_n, g_n = np.nonzero(ln)
+    starts = np.concatenate([out["start"][o_r], out["t1"][o_n]])
+    ends = np.concatenate([out["t1"][o_r], out["t1"][o_n] + out["noc_cycles"][o_n]])
+    loads = binning.bin_intervals(starts, ends, np.concatenate([lr[o_r, g_r], ln[o_n, g_n]]),
+                                  np.concatenate([g_r, g_n]), n_links, edges)
+    loads = loads / (width[:, None] * float(hw.noc_link_bytes_per_cycle))
+    sel = np.flatnonzero(sim)
+    energy = binning.bin_intervals(s[sel], e[sel], events["energy_pj"].values[sel], np.zeros(sel.size, np.int64), 1,
+                                   edges)[:, 0]
+    clock_hz = attrs["clock_ghz"] * 1e9
+    power = energy * 1e-12 / (width / clock_hz)
+    # traffic mix: bytes by (region, tensor, level), all executions, regions inclusive
+    mix = out["traffic"] * prep.arrays["count"]  # (tensor, level, ops)
+    mix[0, 1] += out["retile_bytes"] + np.where(out["extra_noc_pj"] > 0, out["dram_extra_bytes"], 0.0)
+    mix[0, 2] += out["dram_extra_bytes"]
+    names = [str(r) for r in regions["region"].values]
+    mat = _membership(prep.region, names).astype(np.float64)
+    traffic = np.einsum("ro,tlo->rtl", mat, mix)
+    t = ("time",)
+    data = {
+        "busy": _var(("time", "tile_y", "tile_x"), _grid(busy, tr, tc), "1",
+                     "fraction of the bin each tile's PE array (or vector unit) computes"),
+        "sram_occupancy": _var(("time", "tile_y", "tile_x"), _grid(occ, tr, tc), "1",
+                               "SRAM in use (resident operand pieces) over the tile's SRAM: buffer pressure"),
+        "link_load": _var(("time", "link"), loads, "1",
+                          "load of each NoC link group's busiest link: bytes / (bin cycles x link bandwidth)"),
+        "power_w": _var(t, power, "W", "power: simulated energy per bin over the bin's seconds"),
+        "energy_pj": _var(t, energy, "pJ", "simulated energy spent in the bin"),
+        "traffic": _var(("region", "tensor", "level"), traffic, "B",
+                        "bytes by tensor kind and memory level, all executions (regions inclusive)"),
+    }
+    coords = {"time": edges[:-1], "time_end": ("time", edges[1:]), "tile_y": np.arange(tr), "tile_x": np.arange(tc),
+              "link": link_names(tr, tc), "region": names, "tensor": list(TENSORS), "level": list(LEVELS)}
+    ds = xr.Dataset(data, coords=coords, attrs={**attrs, "bin_cycles": float(width[0]) if width.size else 0.0})
+    ds["time"].attrs = {"units": "cycle", "description": "bin start"}
+    ds["time_end"].attrs = {"units": "cycle", "description": "bin end"}
+    return ds
+
+
+def _grid(arr: np.ndarray, tr: int, tc: int) -> np.ndarray:
+    """(time, tiles in row-major y * tc + x) -> (time, tile_y, tile_x)."""
+    return arr.reshape(arr.shape[0], tr, tc)
+
+
+def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inferences: int,
+                    attrs: dict[str, Any]) -> xr.Dataset:
+    """Scalars: latency, energy, utilisation, traffic by level, the dominant bottleneck."""
+    latency = float(ops["end"].max()) if ops.sizes["op"] else 0.0
+    clock_hz = attrs["clock_ghz"] * 1e9
+    energy = float(ops["energy_pj"].sum()) * 1e-12
+    macs = float(ops["macs"].sum())
+    peak = float(hw.peak_macs_per_cycle)
+    cyc = np.array([float(ops[f"{m}_cycles"].sum()) for m in MECHANISMS])
+    span = float(ops["span"].sum())
+    evidence = cyc / span if span > 0 else np.zeros(len(MECHANISMS))
+    data = {
+        "latency_cycles": _var((), latency, "cycle", "end of the last op"),
+        "latency_s": _var((), latency / clock_hz, "s", "latency in seconds"),
+        "energy_j": _var((), energy, "J", "energy of one call"),
+        "inferences": _var((), inferences, "1", "inferences one call serves"),
+        "joules_per_inference": _var((), energy / inferences, "J", "energy per inference"),
+        "macs": _var((), macs, "MAC", "multiply-accumulates of one call"),
+        "utilization": _var((), macs / (peak * latency) if latency > 0 else 0.0, "1",
+                            "MACs over the peak MACs the chip could do in the latency"),
+        "peak_macs_per_cycle": _var((), peak, "MAC/cycle", "tiles x R x C"),
+        **{f"{k}_bytes": _var((), float(ops[f"bytes_{k}"].sum()), "B", f"bytes at the {k} level")
+           for k in ("sram", "noc", "dram", "retile")},
+        **{f"energy_{k}_j": _var((), float(ops[f"energy_{k}_pj"].sum()) * 1e-12, "J", f"{k} energy")
+           for k in ("compute", "sram", "noc", "dram", "retile")},
+        "sections": _var((), float(ops["section"].max()) + 1 if ops.sizes["op"] else 0.0, "1",
+                         "pipeline sections (layer-pipelined)"),
+        "n_ops": _var((), ops.sizes["op"], "1", "ops replayed"),
+        "n_events": _var((), int((events["source"].values == "simulated").sum()), "1", "simulated events"),
+        "bottleneck": _var((), MECHANISMS[int(np.argmax(evidence))], "", "dominant mechanism over all ops"),
+        "evidence": _var(("mechanism",), evidence, "1", "mechanism cycles over the sum of op spans"),
+    }
+    return xr.Dataset(data, coords={"mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+class Run:
+    """A replay: events, the tile x time cube, the summary, per-op and per-region results.
+
+    Attributes
+    ----------
+    events : xarray.Dataset
+        Dim ``event`` (:mod:`dfit_nb.events.schema`): one row per (op, tile, kind).
+    cube : xarray.Dataset
+        ``busy`` and ``sram_occupancy`` over (``time``, ``tile_y``, ``tile_x``),
+        ``link_load`` over (``time``, ``link``), ``power_w`` over ``time``,
+        ``traffic`` over (``region``, ``tensor``, ``level``).
+    summary : xarray.Dataset
+        Scalars: ``latency_cycles``, ``latency_s``, ``energy_j``,
+        ``joules_per_inference``, ``utilization``, traffic by level, ``bottleneck``.
+    ops : xarray.Dataset
+        Dim ``op``: the mapping (virtual layout, physical tiles, ``transform``),
+        timing, traffic, energy, ``bottleneck`` and ``evidence``.
+    regions : xarray.Dataset
+        Dim ``region`` (inclusive): totals, span, ``bottleneck``, ``evidence``.
+    attrs : dict
+        Provenance (also on every Dataset).
+    """
+
+    def __init__(self, *, events: xr.Dataset, cube: xr.Dataset, summary: xr.Dataset, ops: xr.Dataset,
+                 regions: xr.Dataset, attrs: dict[str, Any]) -> None:
+        self.events, self.cube, self.summary, self.ops, self.regions = events, cube, summary, ops, regions
+        self.attrs = dict(attrs)
+
+    @property
+    def mapping(self) -> xr.Dataset:
+        """The virtual -> physical transformation per op (like capture's lowering map)."""
+        return self.ops[["region", "primitive", "layout", "gy", "gx", "virtual_tiles", "alloc", "tiles",
+                         "tile_offset", "section", "fold", "spilled_bytes", "out_onchip", "transform"]]
+
+    def comparable(self, other: Run) -> bool:
+        """True when both runs replay the same program (function and argument shapes)."""
+        keys = ("function", "arg_shapes")
+        return all(self.attrs.get(k) == other.attrs.get(k) for k in keys)
+
+    def to_datatree(self) -> xr.DataTree:
+        """The run as one ``xarray.DataTree``."""
+        return xr.DataTree.from_dict({"/": xr.Dataset(attrs=self.attrs),
+                                      **{f"/{p}": getattr(self, p) for p in _PARTS}})
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write to ``path`` (netCDF4 via h5netcdf; a ``.zarr`` path for Zarr), atomically."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            tree = self.to_datatree()
+            if path.suffix == ".zarr":
+                tree.to_zarr(tmp, consolidated=False)
+            else:
+                tree.to_netcdf(tmp, engine="h5netcdf")
+            if path.is_dir():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            elif tmp.exists():
+                tmp.unlink()
+        return path
+
+    def to_perfetto(self, path: str | os.PathLike[str], **options: Any) -> Path:
+        """Chrome trace-event JSON for Perfetto UI / chrome://tracing (see :func:`dfit_nb.events.perfetto`)."""
+        from ..events.perfetto import to_perfetto
+
+        return to_perfetto(self.events, path, clock_ghz=self.attrs["clock_ghz"], chip=self.attrs["hardware"],
+                           link_load=self.cube["link_load"], **options)
+
+    def __repr__(self) -> str:
+        s = self.summary
+        return (f"<dfit_nb.Run {self.attrs.get('function', '?')} on {self.attrs.get('hardware')} "
+                f"({self.attrs.get('execution')}, {self.attrs.get('dataflow')}): "
+                f"{float(s['latency_s']) * 1e6:.4g} us, {float(s['energy_j']) * 1e3:.4g} mJ, "
+                f"util {float(s['utilization']):.1%}, bottleneck {s['bottleneck'].item()}, "
+                f"{int(s['n_events'])} events>")
+
+    def _repr_html_(self) -> str:
+        s = self.summary
+        rows = [
+            ("latency", f"{float(s['latency_cycles']):,.0f} cycles = {float(s['latency_s']) * 1e6:.4g} us"),
+            ("energy", f"{float(s['energy_j']) * 1e3:.4g} mJ ({float(s['joules_per_inference']) * 1e3:.4g} mJ per "
+                       "inference)"),
+            ("utilization", f"{float(s['utilization']):.2%}"),
+            ("traffic", ", ".join(f"{k} {float(s[f'{k}_bytes']) / 1e6:.3g} MB"
+                                  for k in ("sram", "noc", "retile", "dram"))),
+            ("bottleneck", f"{s['bottleneck'].item()} ("
+             + ", ".join(f"{m} {float(v):.0%}" for m, v in zip(MECHANISMS, s["evidence"].values, strict=True))
+             + ")"),
+            ("events", f"{int(s['n_events']):,}"),
+        ]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
+                       f"{html.escape(v)}</td></tr>" for k, v in rows)
+        return f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{body}</table></div>"
+
+
+def load_run(path: str | os.PathLike[str]) -> Run:
+    """Load a run written by :meth:`Run.save` (no code is executed on load).
+
+    Examples
+    --------
+    >>> import os, tempfile, jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> run = dfit_nb.replay(dfit_nb.capture(lambda a: a @ a, jnp.ones((32, 32))), presets.get("npu_like"))
+    >>> back = dfit_nb.load_run(run.save(os.path.join(tempfile.mkdtemp(), "r.nc")))
+    >>> back.events.identical(run.events)
+    True
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no run at {path}")
+    try:
+        if path.suffix == ".zarr":
+            tree = xr.open_datatree(path, engine="zarr", consolidated=False)
+        else:
+            tree = xr.open_datatree(path, engine="h5netcdf")
+        tree = tree.load()
+    except Exception as err:
+        raise DfitError(f"{path} is not a dfit_nb run file: {err}") from err
+    missing = [p for p in _PARTS if p not in tree.children]
+    if missing:
+        raise DfitError(f"{path} is not a dfit_nb run: groups {missing} are missing"
+                        + (" (it looks like a trace: use dfit_nb.load_trace)" if "lowering" in tree.children else ""))
+    parts = {p: tree[p].to_dataset() for p in _PARTS}
+    return Run(**parts, attrs=dict(tree.attrs))
