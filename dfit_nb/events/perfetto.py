@@ -10,7 +10,8 @@ The file is the trace-event *JSON Object Format*: ``{"traceEvents": [...],
   tile's kinds sit together in tile order. Kinds overlap in time on a tile and
   Perfetto needs the slices of one thread to nest, so each kind has its own
   thread; should two events of one (tile, kind) overlap, the later one goes to
-  an extra lane (``tile 3,7 · dram · 2``): slices on a thread never overlap;
+  an extra lane (``tile 3,7 · dram · 2``): slices on a thread never overlap,
+  except zero-length ones, which nest inside whatever slice they fall in;
 - every event is a complete slice (``"ph": "X"``) with ``ts``/``dur`` in
   microseconds of *simulated* time, rounded to whole nanoseconds (Perfetto's
   resolution) so that the reader sees exactly the order written here;
@@ -154,7 +155,11 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     clock = _check_clock(clock_ghz)
     if not isinstance(chip, str):
         raise PerfettoExportError(f"chip must be a string, got {type(chip).__name__}")
-    if isinstance(max_events, bool) or int(max_events) != max_events or max_events < 1:
+    try:
+        whole = not isinstance(max_events, bool) and int(max_events) == max_events >= 1
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
         raise PerfettoExportError(f"max_events must be a whole number >= 1, got {max_events!r}")
     max_events = int(max_events)
     if isinstance(aggregate, str):
@@ -188,7 +193,8 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
                 PerfettoAggregationWarning, stacklevel=2)
     other["slices"] = len(slices.lines)
     other["counters"] = len(counters)
-    meta = _metadata_lines(slices.threads, chip, clock, has_host=slices.has_host)
+    meta = _metadata_lines(slices.threads, chip, clock, has_chip=bool(counters) or slices.has_chip,
+                           has_host=slices.has_host)
     return _write(Path(path), [meta, slices.lines, counters], other)
 
 
@@ -196,7 +202,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
 
 
 def _check_events(events: Any) -> xr.Dataset:
-    """The schema checks the export relies on (as :func:`schema.check`, with hashing instead of sorting)."""
+    """The schema checks the export relies on (those of :func:`schema.check`, without sorting a million strings)."""
     if not isinstance(events, xr.Dataset):
         raise PerfettoExportError(f"events must be an xarray.Dataset following dfit_nb.events.schema, "
                                   f"got {type(events).__name__}")
@@ -293,10 +299,11 @@ class _Events:
 
 
 class _Slices:
-    def __init__(self, lines: list[str], threads: list[tuple[int, int, str]], has_host: bool) -> None:
+    def __init__(self, lines: list[str], threads: list[tuple[int, int, str]]) -> None:
         self.lines = lines
         self.threads = threads  # (pid, tid, name), in sort order
-        self.has_host = has_host
+        self.has_chip = any(pid == CHIP_PID for pid, _, _ in threads)
+        self.has_host = any(pid == HOST_PID for pid, _, _ in threads)
 
 
 class _LineFormat:
@@ -374,12 +381,17 @@ def _segmented_cummax(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
 
 
 def _lanes(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Greedy lane per interval (sorted by start) so that the intervals of a lane never overlap."""
-    lanes = np.empty(s.size, np.int64)
+    """Greedy lane per interval (sorted by start) so that the intervals of a lane never overlap.
+
+    Zero-length intervals stay on lane 0: they nest inside, or sit between, whatever is there.
+    """
+    lanes = np.zeros(s.size, np.int64)
     busy: list[tuple[int, int]] = []  # (end, lane)
     free: list[int] = []
     n_lanes = 0
     for i, (a, b) in enumerate(zip(s.tolist(), e.tolist(), strict=True)):
+        if b == a:
+            continue
         while busy and busy[0][0] <= a:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
@@ -415,15 +427,15 @@ _KIND_ESC = np.array([_esc(k) for k in KINDS], dtype=object)
 def _exact_slices(ev: _Events) -> _Slices:
     """One slice per event; lanes where events of one (tile, kind) overlap."""
     if ev.size == 0:
-        return _Slices([], [], False)
+        return _Slices([], [])
     key = _track_keys(ev.proc, ev.tile_y, ev.tile_x, ev.kind)
     order = np.lexsort((-ev.e_ns, ev.s_ns, key))
     key, s, e = key[order], ev.s_ns[order], ev.e_ns[order]
     first = np.ones(key.size, bool)
     first[1:] = key[1:] != key[:-1]
     reach = _segmented_cummax(e, first)
-    clash = np.zeros(key.size, bool)
-    clash[1:] = ~first[1:] & (s[1:] < reach[:-1])
+    clash = np.zeros(key.size, bool)  # zero-length slices nest wherever they fall: they never clash
+    clash[1:] = ~first[1:] & (s[1:] < reach[:-1]) & (e[1:] > s[1:])
     lane = np.zeros(key.size, np.int64)
     if clash.any():
         bounds = np.append(np.flatnonzero(first), key.size)
@@ -476,13 +488,13 @@ def _exact_slices(ev: _Events) -> _Slices:
     f.lit(',"end_cycle":')
     f.num(ev.column("end", order))
     f.lit("}}")
-    return _Slices(f.lines(ev.size), threads, bool((ev.proc == 1).any()))
+    return _Slices(f.lines(ev.size), threads)
 
 
 def _merged_slices(ev: _Events, max_events: int, bins: int | None) -> tuple[_Slices, dict[str, Any]]:
     """Events merged per (process, tile block, kind, time bin); picks bins and block size to fit max_events."""
     if ev.size == 0:
-        return _Slices([], [], False), {"aggregated": True, "bins": bins or 1, "tiles_per_block": [1, 1]}
+        return _Slices([], []), {"aggregated": True, "bins": bins or 1, "tiles_per_block": [1, 1]}
     on_tile = (ev.tile_y >= 0) & (ev.tile_x >= 0)
     grid_y = int(ev.tile_y.max()) + 1 if on_tile.any() else 1
     grid_x = int(ev.tile_x.max()) + 1 if on_tile.any() else 1
@@ -583,7 +595,7 @@ def _merged_slices(ev: _Events, max_events: int, bins: int | None) -> tuple[_Sli
     info = {"aggregated": True, "bins": int(bins), "tiles_per_block": [by, bx],
             "bin_us": {src: float(width[p]) / 1000.0 for p, src in enumerate(("simulated", "measured"))
                        if (ev.proc == p).any()}}
-    return _Slices(f.lines(cells.size), threads, bool((ev.proc == 1).any())), info
+    return _Slices(f.lines(cells.size), threads), info
 
 
 # ---------------------------------------------------------------------------------------------------- counters
@@ -644,12 +656,15 @@ def _fmt_clock(clock: float) -> str:
     return f"{clock:g} GHz clock; 1 us = {clock * 1000:g} cycles"
 
 
-def _metadata_lines(threads: list[tuple[int, int, str]], chip: str, clock: float, *, has_host: bool) -> list[str]:
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_name",
-         "args": {"name": f"{chip} (simulated, {_fmt_clock(clock)})"}},
-        {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
-    ]
+def _metadata_lines(threads: list[tuple[int, int, str]], chip: str, clock: float, *, has_chip: bool,
+                    has_host: bool) -> list[str]:
+    events: list[dict[str, Any]] = []
+    if has_chip:
+        events += [
+            {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_name",
+             "args": {"name": f"{chip} (simulated, {_fmt_clock(clock)})"}},
+            {"ph": "M", "pid": CHIP_PID, "ts": 0, "name": "process_sort_index", "args": {"sort_index": 0}},
+        ]
     if has_host:
         events += [
             {"ph": "M", "pid": HOST_PID, "ts": 0, "name": "process_name", "args": {"name": "host (measured)"}},

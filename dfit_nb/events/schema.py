@@ -8,8 +8,8 @@ events (:func:`dfit_nb.events.measured_events`) from a trace captured in
 ``profile`` or ``eager`` mode, with ``source="measured"``, no tile (-1) and
 times in seconds only.
 
-Every variable carries ``units`` and ``description`` attrs; strings are stored
-as fixed-width Unicode so a million-event Dataset saves and loads quickly.
+Every variable carries ``units`` and ``description`` attrs; strings are
+variable-length (object arrays of shared Python strings).
 
 >>> from dfit_nb.events import schema
 >>> ds = schema.events_dataset({"op": [0], "kind": ["compute"], "start": [0.0], "end": [10.0]}, clock_ghz=1.0)
@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from ..errors import DfitError
@@ -83,14 +84,26 @@ def events_dataset(columns: Mapping[str, Any], *, clock_ghz: float | None = None
             if arr.shape != (size,):
                 raise EventSchemaError(f"event column {name!r} has shape {arr.shape}, expected ({size},)")
         elif default is not None:
-            arr = np.full(size, default)
+            arr = np.full(size, default, dtype=object if dtype == "str" else None)
         else:
             raise EventSchemaError(f"the events table has no {name!r} column (nor 'start'/'end' with a clock)")
-        arr = arr.astype(str) if dtype == "str" else arr.astype(dtype)
+        # strings as Python objects: variable-length on disk (netCDF4 and Zarr v3 alike), and a million
+        # events share a few hundred region strings instead of each holding a fixed-width copy
+        arr = _strings(arr) if dtype == "str" else arr.astype(dtype)
         data[name] = (("event",), arr, {"units": units, "description": description})
     ds = xr.Dataset(data, coords={"event": np.arange(size, dtype=np.int64)}, attrs=dict(attrs or {}))
     check(ds)
     return ds
+
+
+def _strings(arr: np.ndarray) -> np.ndarray:
+    """An object array of ``str``: object arrays pass through, others convert each distinct value once."""
+    if arr.dtype == object:
+        return arr
+    if not arr.size:
+        return arr.astype(object)
+    values, inverse = np.unique(arr.astype(str), return_inverse=True)
+    return np.array([str(v) for v in values], dtype=object)[inverse.reshape(-1)]
 
 
 def check(ds: xr.Dataset) -> None:
@@ -98,10 +111,10 @@ def check(ds: xr.Dataset) -> None:
     for name in EVENT_VARS:
         if name not in ds:
             raise EventSchemaError(f"events Dataset has no {name!r} variable")
-    kinds = set(np.unique(ds["kind"].values).tolist())
+    kinds = set(pd.unique(ds["kind"].values.reshape(-1)).tolist())  # hashing: fast on millions of objects
     if not kinds <= set(KINDS):
         raise EventSchemaError(f"unknown event kind(s) {sorted(kinds - set(KINDS))}; valid: {', '.join(KINDS)}")
-    sources = set(np.unique(ds["source"].values).tolist())
+    sources = set(pd.unique(ds["source"].values.reshape(-1)).tolist())
     if not sources <= set(SOURCES):
         raise EventSchemaError(f"unknown event source(s) {sorted(sources - set(SOURCES))}; valid: {SOURCES}")
     bad = ds["end_s"].values < ds["start_s"].values

@@ -86,30 +86,32 @@ def expand_events(prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np
         "retile": (start, t1, lv["bytes_retile"], lv["energy_retile"], None),
     }
     gemm = prep.arrays["gemm"] > 0
-    df_names = np.where(gemm, np.asarray(DATAFLOWS, dtype=object)[codes.astype(np.int64)], "")
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("op", "region", "tile_y", "tile_x", "kind", "start", "end",
-                                                         "bytes", "macs", "energy_pj", "dataflow")}
-    for kind, (s, e, nbytes, energy, macs) in kinds.items():  # five kinds: not a loop over ops or tiles
+    df_names = np.where(gemm, np.asarray(DATAFLOWS, dtype=object)[codes.astype(np.int64)], "").astype(object)
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("row", "tile_y", "tile_x", "kind", "start", "end",
+                                                         "bytes", "macs", "energy_pj")}
+    for code, (s, e, nbytes, energy, macs) in enumerate(kinds.values()):  # five kinds, not a loop over ops
         nbytes, energy = np.broadcast_to(nbytes, (n,)), np.broadcast_to(energy, (n,))
         present = ((e - s) > 0) | (nbytes[op_idx] > 0) | (energy[op_idx] > 0)
         if macs is not None:
             present |= macs[op_idx] > 0
         sel = np.flatnonzero(present)
         oi = op_idx[sel]
-        cols["op"].append(prep.op[oi])
-        cols["region"].append(prep.region[oi])
+        cols["row"].append(oi)
         cols["tile_y"].append(ty[sel])
         cols["tile_x"].append(tx[sel])
-        cols["kind"].append(np.full(sel.size, kind))
+        cols["kind"].append(np.full(sel.size, code, np.int8))
         cols["start"].append(s[sel])
         cols["end"].append(e[sel])
         cols["bytes"].append(nbytes[oi] * share[sel])
         cols["macs"].append(macs[oi] * share[sel] if macs is not None else np.zeros(sel.size))
         cols["energy_pj"].append(energy[oi] * share[sel])
-        cols["dataflow"].append(df_names[oi])
     joined = {k: np.concatenate(v) for k, v in cols.items()}
-    order = np.lexsort((np.searchsorted(KINDS, joined["kind"], sorter=np.argsort(KINDS)), joined["start"]))
-    return {k: v[order] for k, v in joined.items()}
+    order = np.argsort(joined["start"], kind="stable")  # time order; within a time, kind then tile order
+    joined = {k: v[order] for k, v in joined.items()}
+    row = joined.pop("row")
+    kind_names = np.asarray(list(kinds), dtype=object)
+    return {**joined, "op": prep.op[row], "region": prep.region.astype(object)[row],
+            "kind": kind_names[joined["kind"]], "dataflow": df_names[row]}
 
 
 def level_totals(prep: Any, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
