@@ -174,7 +174,16 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     regions = regions_dataset(trace, prep, ops, attrs)
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
     summary = summary_dataset(ops, events, hw, inferences, attrs)
+    ops, regions, cube, summary = (_object_strings(ds) for ds in (ops, regions, cube, summary))
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
+
+
+def _object_strings(ds: xr.Dataset) -> xr.Dataset:
+    """Fixed-width string arrays as object arrays: variable-length on disk, no Zarr v3 dtype caveat."""
+    fixed = [n for n in ds.variables if ds[n].dtype.kind == "U"]
+    coords = {n: (ds[n].dims, ds[n].values.astype(object), ds[n].attrs) for n in fixed if n in ds.coords}
+    data = {n: ds[n].astype(object) for n in fixed if n in ds.data_vars}
+    return ds.assign_coords(coords).assign(data)
 
 
 def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs: dict[str, Any]) -> xr.Dataset:
@@ -272,7 +281,8 @@ def regions_dataset(trace: Any, prep: Any, ops: xr.Dataset, attrs: dict[str, Any
         "evidence": _var(("region", "mechanism"), evidence, "1",
                          "mechanism cycles over the sum of the ops' spans"),
     }
-    return xr.Dataset(data, coords={"region": names, "mechanism": list(MECHANISMS)}, attrs=attrs)
+    return xr.Dataset(data, coords={"region": np.array(names, dtype=object), "mechanism": list(MECHANISMS)},
+                      attrs=attrs)
 
 
 def link_names(tile_rows: int, tile_cols: int) -> list[str]:
