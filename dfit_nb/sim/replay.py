@@ -162,6 +162,26 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None) -> dict[st
     return out
 
 
+def _bucket(n: int, least: int) -> int:
+    return max(least, 1 << max(n - 1, 0).bit_length())
+
+
+def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray]) -> tuple[Any, ...]:
+    """Inputs padded to power-of-two op counts and producer slots, so programs of similar size share one
+    compilation. Padding ops come last, do nothing and depend on nothing: no real op sees them."""
+    n, width = prep.preds.shape
+    size, slots = _bucket(n, 32), _bucket(width, 4)
+    arrays = {k: np.concatenate([v, np.zeros(size - n)]) for k, v in prep.arrays.items()}
+    arrays["count"][n:] = 1.0
+    arrays["real"] = (np.arange(size) < n).astype(np.float64)
+    preds = np.full((size, slots), -1, np.int64)
+    preds[:n, :width] = prep.preds
+    pred_bytes = np.zeros((size, slots))
+    pred_bytes[:n, :width] = prep.pred_bytes
+    pin = {k: np.concatenate([v, np.full(size - n, -1.0 if k == "layout" else 0.0)]) for k, v in pinned.items()}
+    return arrays, preds, pred_bytes, np.concatenate([codes, np.zeros(size - n)]), pin
+
+
 @functools.partial(jax.jit, static_argnames=("grid", "spatial"))
 def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, df: Any,
             pinned: dict[str, Any], grid: schedule.Grid, spatial: bool) -> dict[str, Any]:
@@ -187,7 +207,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Ha
     m = mapping.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
     per_op = {**{k: m[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
                                    "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
-                                   "gx")}, "count": ops["count"]}
+                                   "gx")}, "count": ops["count"], "real": ops["real"]}
     records = schedule.run(per_op, preds, pred_bytes * scale[:, None], order, hw, grid, spatial)
     return {**m, **records, "alloc": alloc}
 
@@ -281,11 +301,13 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
     pinned = pinned_layouts(prep, layouts)
     grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
     with jax.enable_x64(True):
         order = schedule.tile_order(grid.rows, grid.cols)
-        out = jax.device_get(program(prep.arrays, prep.preds, prep.pred_bytes, order, for_jit(hw), codes, pinned,
-                                     grid, execution == "spatial"))
-    out = {k: np.asarray(v) for k, v in out.items()}
+        out = jax.device_get(program(arrays, preds, pred_bytes, order, for_jit(hw), codes_p, pinned_p, grid,
+                                     execution == "spatial"))
+    n = len(prep.op)
+    out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
     _warn_spills(prep, out, hw)
     return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
                      inferences=inferences, measured=measured)

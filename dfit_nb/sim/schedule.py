@@ -151,7 +151,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
 
     ``per_op`` holds, per op: ``tiles``, ``virtual_tiles``, ``alloc``, ``count``,
     ``compute_v``, ``sram_cycles_v``, ``dram_cycles``, ``dram_bytes``, ``noc_unique_in``,
-    ``noc_out``, ``psum_noc``, ``out_onchip``, ``layout``, ``gy``, ``gx``.
+    ``noc_out``, ``psum_noc``, ``out_onchip``, ``layout``, ``gy``, ``gx``, ``real``
+    (0 for padding ops, which come last).
     ``preds`` ``(ops, P)``: producer op indices, -1 padding; ``pred_bytes``: the
     bytes each producer passes, in the consumer's words. ``order``: ``(2, tiles)``
     ``(y, x)`` of each tile number (:func:`tile_order`).
@@ -180,7 +181,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
                                 + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw)
     moved = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
-    horizon = jnp.sum(serial + moved) + n_ops * (latency + hop * (grid.rows + grid.cols)) + 1.0
+    horizon = jnp.sum(serial + moved) + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols)) + 1.0
     width = horizon / DRAM_BINS
     bins = jnp.arange(DRAM_BINS, dtype=f64)
     capacity = jnp.where(bins == DRAM_BINS - 1, jnp.inf, dram_bw * width)

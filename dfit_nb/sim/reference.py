@@ -1,0 +1,163 @@
+"""The schedule of :mod:`dfit_nb.sim.schedule` as a plain-Python event loop.
+
+One op after another, one tile after another, in Python floats: the oracle the
+tests hold the ``lax.scan`` to, and the baseline ``benchmarks/bench_replay.py``
+measures it against. Not used by :func:`dfit_nb.replay`.
+
+>>> import numpy as np
+>>> from dfit_nb.sim import presets
+>>> from dfit_nb.sim.schedule import Grid, tile_order
+>>> per_op = {k: np.array([1.0]) for k in ("tiles", "virtual_tiles", "count", "layout", "gy", "gx")}
+>>> per_op.update({k: np.array([0.0]) for k in ("sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
+...                                             "noc_out", "psum_noc", "out_onchip")})
+>>> per_op["compute_v"] = np.array([100.0])
+>>> hw = presets.get("npu_like")
+>>> out = run(per_op, np.full((1, 1), -1), np.zeros((1, 1)), tile_order(4, 5), hw, Grid(20, 4, 5), False)
+>>> float(out["end"][0])
+100.0
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .hardware import Hardware
+from .schedule import DRAM_BINS, STREAM_CHUNKS, Grid
+
+
+def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, grid: Grid,
+        spatial: bool) -> dict[str, np.ndarray]:
+    """The same records as :func:`dfit_nb.sim.schedule.run` (``start``, ``t1``, ``end``, ...)."""
+    op = {k: [float(v) for v in np.asarray(a, np.float64)] for k, a in per_op.items()}
+    preds = np.asarray(preds).tolist()
+    pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
+    ys = [float(v) for v in order[0]]
+    xs = [float(v) for v in order[1]]
+    n_tiles = float(hw.tile_rows) * float(hw.tile_cols)
+    multi = n_tiles > 1
+    link_bw, hop = float(hw.noc_link_bytes_per_cycle), float(hw.noc_hop_cycles)
+    dram_bw, latency = float(hw.dram_bytes_per_cycle), float(hw.dram_latency_cycles)
+    n = len(preds)
+    serial = sum(op["count"][i] * (op["compute_v"][i] * op["virtual_tiles"][i]
+                                   + op["sram_cycles_v"][i] * op["virtual_tiles"][i] + op["dram_cycles"][i]
+                                   + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw)
+                 + sum(pred_bytes[i]) * op["count"][i] / link_bw for i in range(n))
+    horizon = serial + n * (latency + hop * (grid.rows + grid.cols)) + 1.0
+    width = horizon / DRAM_BINS
+    capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
+    used = [0.0] * DRAM_BINS
+    tile_free = [0.0] * grid.tiles
+    starts, ends, offsets = [0.0] * n, [0.0] * n, [-1.0] * n
+    cys, cxs, rowdist = [0.0] * n, [0.0] * n, [[0.0] * grid.rows for _ in range(n)]
+    cursor, barrier, section = 0.0, 0.0, 0.0
+    rec: dict[str, list[float]] = {k: [] for k in ("start", "t1", "end", "ready", "prev_free", "offset",
+                                                   "retile_cycles", "retile_bytes", "noc_cycles", "dram_end")}
+    for i in range(n):
+        u, v, count = op["tiles"][i], op["virtual_tiles"][i], op["count"][i]
+        if spatial:
+            if cursor + u > n_tiles:
+                cursor, section = 0.0, section + 1
+                barrier = max(tile_free[t] for t in range(grid.tiles) if ys[t] >= 0)
+            offset = cursor
+        else:
+            offset = 0.0
+        mine = [t for t in range(grid.tiles) if offset <= t < offset + u and ys[t] >= 0]
+        runs = {t: math.floor(v / u) + (1.0 if (t - offset) < math.fmod(v, u) else 0.0) for t in mine}
+        owned = mine if spatial else [t for t in range(grid.tiles) if ys[t] >= 0]
+        prev_free = max([tile_free[t] for t in owned], default=0.0)
+        ready, last = 0.0, 0.0
+        moved, from_dram = [], 0.0
+        for slot, p in enumerate(preds[i]):
+            if p < 0:
+                continue
+            if spatial:
+                ready = max(ready, starts[p] + (ends[p] - starts[p]) / STREAM_CHUNKS)
+            else:
+                ready = max(ready, ends[p])
+            last = max(last, ends[p])
+            on_chip = op["out_onchip"][p] > 0
+            same = (op["layout"][p] == op["layout"][i] and op["gy"][p] == op["gy"][i] and op["gx"][p] == op["gx"][i]
+                    and offsets[p] == offset and op["tiles"][p] == u)
+            if on_chip and multi and not same:
+                moved.append((p, pred_bytes[i][slot]))
+            if not on_chip:
+                from_dram += pred_bytes[i][slot]
+        start = max(ready, prev_free, barrier)
+        # retile flows, tile by tile
+        links = [0.0] * (2 * grid.rows + 2 * grid.cols)
+        longest, byte_hops, total_moved = 0.0, 0.0, 0.0
+        for p, nbytes in moved:
+            total_moved += nbytes
+            py, px = _round(cys[p]), _round(cxs[p])
+            for t in mine:
+                f = nbytes * runs[t] / v
+                if f > 0:
+                    h = abs(xs[t] - px) + abs(ys[t] - py)
+                    longest = max(longest, h)
+                    byte_hops += f * h
+                for r in range(grid.rows):
+                    if xs[t] > px:
+                        links[r] += rowdist[p][r] * f
+                    if xs[t] < px:
+                        links[grid.rows + r] += rowdist[p][r] * f
+                if ys[t] > py:
+                    links[2 * grid.rows + int(xs[t])] += f
+                if ys[t] < py:
+                    links[2 * grid.rows + grid.cols + int(xs[t])] += f
+        links = [x * count for x in links]
+        retile_bytes = total_moved * count
+        retile = max(links) / link_bw + hop * longest * count if retile_bytes > 0 else 0.0
+        t1 = start + retile
+        # delivery from the west edge of each row
+        unique_in = (op["noc_unique_in"][i] + from_dram) if multi else 0.0
+        rows_in, rows_out = [0.0] * grid.rows, [0.0] * grid.rows
+        for t in mine:
+            rows_in[int(ys[t])] += runs[t] / v * unique_in * count
+            rows_out[int(ys[t])] += runs[t] / v * (op["noc_out"][i] + op["psum_noc"][i]) * count
+        far = max([xs[t] + 1.0 for t in mine], default=0.0)
+        noc = (max(rows_in + rows_out) / link_bw + hop * far) if sum(rows_in) + sum(rows_out) > 0 else 0.0
+        top = max(runs.values(), default=0.0)
+        compute = top * op["compute_v"][i] * count
+        sram = top * op["sram_cycles_v"][i] * count
+        # the DRAM timeline
+        dram_bytes = (op["dram_bytes"][i] + from_dram) * count
+        b0 = min(max(math.floor(t1 / width), 0), DRAM_BINS - 1)
+        remaining, done = dram_bytes, t1
+        for b in range(b0, DRAM_BINS):
+            free = max(capacity[b] - used[b], 0.0)
+            lead = min(max((t1 - b0 * width) / width, 0.0), 1.0) if b == b0 else 0.0
+            avail = free * (1.0 - lead)
+            take = min(remaining, avail)
+            used[b] += take
+            if remaining <= avail:
+                seg = t1 if b == b0 else b * width
+                done = seg + remaining / max(avail, 1e-30) * ((b + 1.0) * width - seg)
+                if b == DRAM_BINS - 1:
+                    done = max(done, seg + remaining / dram_bw)
+                remaining = 0.0
+                break
+            remaining -= take
+        dram_end = max(done, t1) + latency if dram_bytes > 0 else t1
+        body_end = max(t1 + compute, t1 + sram, t1 + noc, dram_end)
+        end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
+        for t in owned:
+            tile_free[t] = end
+        starts[i], ends[i], offsets[i] = start, end, offset
+        cys[i] = sum(ys[t] for t in mine) / u
+        cxs[i] = sum(xs[t] for t in mine) / u
+        rowdist[i] = [sum(1.0 for t in mine if ys[t] == r) / u for r in range(grid.rows)]
+        if spatial:
+            cursor = offset + u
+        for key, value in (("start", start), ("t1", t1), ("end", end), ("ready", ready), ("prev_free", prev_free),
+                           ("offset", offset), ("retile_cycles", retile), ("retile_bytes", retile_bytes),
+                           ("noc_cycles", noc), ("dram_end", dram_end)):
+            rec[key].append(value)
+    return {k: np.asarray(v) for k, v in rec.items()}
+
+
+def _round(value: float) -> float:
+    """Round half to even, like ``jnp.round``."""
+    return float(np.round(value))
