@@ -32,3 +32,17 @@ def eager_scan_trace(built):
     """Eager-mode trace of the scan model."""
     fn, args = built["scan_model"]
     return dfit_nb.capture(fn, *args, mode="eager")
+
+
+@pytest.fixture(scope="session")
+def all_runs(static_traces):
+    """(example, preset) -> Run: every bundled example replayed on every preset (weight-stationary)."""
+    import warnings
+
+    from dfit_nb.sim import presets
+    from dfit_nb.sim.replay import SpillWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpillWarning)  # small machines (Eyeriss' 108 KB) spill: expected here
+        return {(name, p): dfit_nb.replay(t, presets.get(p), "ws") for name, t in static_traces.items()
+                for p in presets.names()}

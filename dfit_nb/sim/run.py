@@ -35,7 +35,7 @@ import xarray as xr
 from .. import __version__
 from ..errors import DfitError
 from ..events import binning
-from ..events.schema import KINDS, events_dataset
+from ..events.schema import events_dataset
 from .cost import hardware_attrs
 from .dataflow import DATAFLOWS
 from .hardware import Hardware
@@ -211,7 +211,8 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
         "virtual_tiles": _var(d, out["virtual_tiles"], "1", "virtual tiles (gy x gx)"),
         "alloc": _var(d, out["alloc"], "1", "physical tiles the execution style grants the op"),
         "tiles": _var(d, out["tiles"], "1", "physical tiles the op runs on"),
-        "tile_offset": _var(d, out["offset"], "1", "first tile (Hilbert numbering, see dfit_nb.sim.schedule.tile_order)"),
+        "tile_offset": _var(d, out["offset"], "1",
+                            "first tile (Hilbert numbering, see dfit_nb.sim.schedule.tile_order)"),
         "section": _var(d, out["section"], "1", "pipeline section (layer-pipelined; 0 when time-multiplexed)"),
         "fold": _var(d, out["fold"], "1", "virtual tiles merged onto each physical tile"),
         "spilled_bytes": _var(d, out["spilled_bytes"] * prep.arrays["count"], "B",
@@ -322,6 +323,8 @@ def cube_dataset(prep: Any, out: dict[str, np.ndarray], ops: xr.Dataset, events:
     sel = np.flatnonzero(sim)
     energy = binning.bin_intervals(s[sel], e[sel], events["energy_pj"].values[sel], np.zeros(sel.size, np.int64), 1,
                                    edges)[:, 0]
+    # difference-array binning leaves -1e-16 where nothing ran: clip the round-off
+    busy, occ, loads, energy = (np.maximum(a, 0.0) for a in (busy, occ, loads, energy))
     clock_hz = attrs["clock_ghz"] * 1e9
     power = energy * 1e-12 / (width / clock_hz)
     # traffic mix: bytes by (region, tensor, level), all executions, regions inclusive

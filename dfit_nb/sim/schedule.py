@@ -35,7 +35,8 @@ stream tile to tile; a documented assumption of 8 chunks).
 1. **retile** ``[start, t1)``: inputs produced on chip by an op with a
    different layout or tiles travel from the producer's tiles (their centroid)
    to this op's tiles with XY routing (X along the producer's rows, in
-   proportion to its tiles in each row, then Y along the destination column). The busiest link group sets the time:
+   proportion to its tiles in each row, then Y along the destination
+   column). The busiest link group sets the time:
    ``max link bytes / link bandwidth + hop latency x the longest route``.
    Producers whose results did not fit on chip are read from DRAM instead.
 2. **body** from ``t1``: each tile computes its pieces (``compute``), its SRAM
@@ -297,7 +298,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     zeros = jnp.zeros(n_ops, f64)
     carry0 = {
         "tile_free": jnp.zeros(grid.tiles, f64), "start": zeros, "end": zeros, "offset": zeros - 1.0,
-        "cy": zeros, "cx": zeros, "rows": jnp.zeros((n_ops, grid.rows), f64), "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": jnp.asarray(0.0, f64),
+        "cy": zeros, "cx": zeros, "rows": jnp.zeros((n_ops, grid.rows), f64),
+        "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": jnp.asarray(0.0, f64),
         "barrier": jnp.asarray(0.0, f64), "section": jnp.asarray(0.0, f64),
     }
     _, records = jax.lax.scan(step, carry0, jnp.arange(n_ops))

@@ -1,0 +1,315 @@
+"""replay(): mapping, schedule and the event cube, held to conservation laws and to a plain-Python oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dfit_nb
+from dfit_nb import examples
+from dfit_nb.errors import DfitError
+from dfit_nb.events.schema import KINDS
+from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference
+from dfit_nb.sim.cost import for_jit
+from dfit_nb.sim.replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
+from dfit_nb.sim.schedule import Grid, tile_order
+
+PARTS = ("events", "cube", "summary", "ops", "regions")
+LEVEL_OF_KIND = {"sram": "sram", "noc": "noc", "dram": "dram", "retile": "retile"}
+
+
+def _kind_sum(run, kind, var):
+    ev = run.events
+    sel = (ev["kind"].values == kind) & (ev["source"].values == "simulated")
+    return float(ev[var].values[sel].sum())
+
+
+def test_every_example_replays_on_every_preset(all_runs, static_traces):
+    assert len(all_runs) == len(static_traces) * len(presets.names())
+    for (name, preset), run in all_runs.items():
+        s = run.summary
+        assert float(s["latency_cycles"]) > 0 and float(s["energy_j"]) > 0, (name, preset)
+        assert set(run.events["kind"].values) <= set(KINDS)
+        assert run.attrs["hardware"] == preset and run.attrs["function"]
+        assert 0 < float(s["utilization"]) <= 1
+        assert s["bottleneck"].item() in run.ops["mechanism"].values
+
+
+def test_macs_are_conserved_against_the_cost_model(all_runs, static_traces):
+    for (name, preset), run in all_runs.items():
+        expected = float(cost(static_traces[name], presets.get(preset), "ws")["total_macs"])
+        assert _kind_sum(run, "compute", "macs") == pytest.approx(expected, rel=1e-12), (name, preset)
+        assert float(run.summary["macs"]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_bytes_and_energy_of_events_sum_to_the_op_totals(all_runs):
+    for key, run in all_runs.items():
+        ops = run.ops
+        for kind, level in LEVEL_OF_KIND.items():
+            assert _kind_sum(run, kind, "bytes") == pytest.approx(float(ops[f"bytes_{level}"].sum()), rel=1e-9,
+                                                                  abs=1e-6), (key, kind)
+        for kind in KINDS:
+            assert _kind_sum(run, kind, "energy_pj") == pytest.approx(float(ops[f"energy_{kind}_pj"].sum()),
+                                                                      rel=1e-9, abs=1e-9), (key, kind)
+        assert float(run.events["energy_pj"].sum()) * 1e-12 == pytest.approx(float(run.summary["energy_j"]),
+                                                                             rel=1e-9)
+
+
+def test_traffic_mix_totals_match_the_summary(all_runs):
+    for key, run in all_runs.items():
+        root = run.cube["traffic"].sel(region="").sum("tensor")
+        s = run.summary
+        assert float(root.sel(level="sram")) == pytest.approx(float(s["sram_bytes"]), rel=1e-9), key
+        assert float(root.sel(level="noc")) == pytest.approx(float(s["noc_bytes"] + s["retile_bytes"]), rel=1e-9,
+                                                             abs=1e-6), key
+        assert float(root.sel(level="dram")) == pytest.approx(float(s["dram_bytes"]), rel=1e-9), key
+
+
+def test_no_two_compute_events_overlap_on_a_tile_and_no_tile_is_busier_than_its_bin(all_runs):
+    for key, run in all_runs.items():
+        ev = run.events
+        sel = ev["kind"].values == "compute"
+        tile = ev["tile_y"].values[sel].astype(np.int64) * 100_000 + ev["tile_x"].values[sel]
+        start, end = ev["start"].values[sel], ev["end"].values[sel]
+        order = np.lexsort((start, tile))
+        same = tile[order][1:] == tile[order][:-1]
+        overlap = start[order][1:] < end[order][:-1] - 1e-6 * np.maximum(end[order][:-1], 1.0)
+        assert not (same & overlap).any(), key
+        assert float(run.cube["busy"].max()) <= 1 + 1e-9, key
+        assert float(run.cube["sram_occupancy"].max()) <= 1 + 1e-9, key
+        assert float(run.cube["busy"].min()) >= 0 and float(run.cube["link_load"].min()) >= 0
+
+
+def test_power_integrates_to_the_energy(all_runs):
+    for key, run in all_runs.items():
+        c = run.cube
+        seconds = (c["time_end"] - c["time"]) / (run.attrs["clock_ghz"] * 1e9)
+        assert float((c["power_w"] * seconds).sum()) == pytest.approx(float(run.summary["energy_j"]), rel=1e-9), key
+
+
+def test_every_variable_has_units_and_description_and_provenance(all_runs):
+    run = all_runs[("encoder", "tpu_like")]
+    for part in PARTS:
+        ds = getattr(run, part)
+        for name in ds.data_vars:
+            assert "units" in ds[name].attrs and ds[name].attrs.get("description"), (part, name)
+        for key in ("dfit_nb_version", "jax_version", "function", "arg_shapes", "hardware", "dataflow",
+                    "execution", "hw_pe_rows", "clock_ghz"):
+            assert key in ds.attrs, (part, key)
+
+
+def _records(trace, hw, execution):
+    prep = prepare(trace)
+    codes = np.zeros(len(prep.op))
+    arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, None))
+    grid = Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    order = tile_order(grid.rows, grid.cols)
+    with jax.enable_x64(True):
+        out = jax.device_get(program(arrays, preds, pred_bytes, order, for_jit(hw), codes_p, pin,
+                                     grid, execution == "spatial"))
+    out = {k: np.asarray(v) for k, v in out.items()}
+    word = out["word"]
+    scale = np.where(arrays["itemsize"] > 0, word / np.maximum(arrays["itemsize"], 1.0), 1.0)
+    per_op = {k: out[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
+                                  "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
+                                  "gx")}
+    per_op["count"] = arrays["count"]
+    n = len(prep.op)
+    ref = reference.run({k: v[:n] for k, v in per_op.items()}, preds[:n], (pred_bytes * scale[:, None])[:n], order,
+                        hw, grid, execution == "spatial")
+    return out, ref, n
+
+
+@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])
+def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset):
+    hw = presets.get(preset)
+    out, ref, n = _records(static_traces["encoder"], hw, hw.execution)
+    for key in ("start", "t1", "end", "ready", "prev_free", "offset", "retile_cycles", "retile_bytes", "noc_cycles",
+                "dram_end"):
+        np.testing.assert_allclose(out[key][:n], ref[key], rtol=1e-9, atol=1e-6, err_msg=key)
+
+
+def test_execution_styles(static_traces):
+    t = static_traces["encoder"]
+    pipelined = dfit_nb.replay(t, presets.get("npu_like"), "ws", execution="spatial")
+    multiplexed = dfit_nb.replay(t, presets.get("cerebras_like"), "ws", execution="time")
+    assert pipelined.attrs["execution"] == "spatial" and multiplexed.attrs["execution"] == "time"
+    assert (multiplexed.ops["tile_offset"].values == 0).all()
+    assert len(np.unique(pipelined.ops["tile_offset"].values)) > 1
+    # layer-pipelined ops overlap in time on disjoint tiles
+    ops = pipelined.ops
+    order = np.argsort(ops["start"].values)
+    assert (ops["start"].values[order][1:] < ops["end"].values[order][:-1]).any()
+    with pytest.raises(ReplayError, match="execution style"):
+        dfit_nb.replay(t, presets.get("npu_like"), execution="dataflow")
+
+
+def _two_matmuls():
+    def f(x, w1, w2):
+        with jax.named_scope("first"):
+            h = x @ w1
+        with jax.named_scope("second"):
+            return h @ w2
+    return dfit_nb.capture(f, jnp.ones((256, 128)), jnp.ones((128, 256)), jnp.ones((256, 64)))
+
+
+def test_layouts_pin_and_a_layout_change_costs_a_retile():
+    t = _two_matmuls()
+    hw = presets.get("npu_like")
+    same = dfit_nb.replay(t, hw, layouts={"": "mn:4x4"})
+    changed = dfit_nb.replay(t, hw, layouts={"first": "mn:4x4", "second": "mk:2x8"})
+    gemm = changed.ops["primitive"].values == "dot_general"
+    assert changed.ops["layout"].values[gemm].tolist() == ["mn", "mk"]
+    assert changed.ops["transform"].values[gemm][1].startswith("mk 2x8 -> 16 tiles")
+    second = changed.ops.isel(op=np.flatnonzero(gemm)[1])
+    assert float(second["bytes_retile"]) == 256 * 256 * 1  # npu_like moves 1-byte words
+    assert float(same.ops.isel(op=np.flatnonzero(gemm)[1])["bytes_retile"]) == 0
+    assert _kind_sum(changed, "retile", "bytes") == float(changed.summary["retile_bytes"]) > 0
+    with pytest.raises(ReplayError, match="not valid"):
+        dfit_nb.replay(t, hw, layouts={"first": "nm"})
+    with pytest.raises(ReplayError, match="powers of two"):
+        dfit_nb.replay(t, hw, layouts={"first": "mn:3x2"})
+    with pytest.raises(ReplayError, match="no op in region 'third'"):
+        dfit_nb.replay(t, hw, layouts={"third": "mn"})
+
+
+def test_the_mapping_search_spreads_big_gemms_and_keeps_small_ops_small(static_traces):
+    run = dfit_nb.replay(static_traces["encoder"], presets.get("tpu_like"))
+    ops = run.ops
+    gemm = ops["primitive"].values == "dot_general"
+    assert ops["tiles"].values[gemm].max() > 1
+    assert (ops["tiles"].values <= 8).all() and (ops["fold"].values >= 1).all()
+    m = run.mapping
+    assert {"transform", "virtual_tiles", "tiles", "fold", "spilled_bytes"} <= set(m.data_vars)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_save_and_load_round_trip_exactly(all_runs, tmp_path, suffix):
+    run = all_runs[("scan_model", "sambanova_like")]
+    back = dfit_nb.load_run(run.save(tmp_path / f"run{suffix}"))
+    for part in PARTS:
+        assert getattr(back, part).identical(getattr(run, part)), part
+    assert back.attrs == run.attrs and back.comparable(run)
+    assert [p.name for p in tmp_path.iterdir()] == [f"run{suffix}"]  # no temporary left behind
+
+
+def test_a_failed_save_writes_nothing(all_runs, tmp_path, monkeypatch):
+    run = all_runs[("mlp", "npu_like")]
+    target = tmp_path / "r.nc"
+    run.save(target)
+    before = target.read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("xarray.DataTree.to_netcdf", boom)
+    with pytest.raises(OSError, match="disk full"):
+        run.save(target)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["r.nc"]
+
+
+def test_load_run_rejects_foreign_and_corrupted_files(static_traces, tmp_path):
+    trace_file = static_traces["mlp"].save(tmp_path / "trace.nc")
+    with pytest.raises(DfitError, match="looks like a trace"):
+        dfit_nb.load_run(trace_file)
+    junk = tmp_path / "junk.nc"
+    junk.write_bytes(b"not a netcdf file at all")
+    with pytest.raises(DfitError, match="not a dfit_nb run file"):
+        dfit_nb.load_run(junk)
+    with pytest.raises(FileNotFoundError):
+        dfit_nb.load_run(tmp_path / "missing.nc")
+
+
+def test_bad_inputs_get_clear_errors(static_traces):
+    t = static_traces["mlp"]
+    with pytest.raises(ReplayError, match="no ops to replay"):
+        dfit_nb.replay(dfit_nb.capture(lambda x: x, jnp.ones(3)), presets.get("npu_like"))
+    with pytest.raises(HardwareError, match="tile_rows"):
+        Hardware(tile_rows=0)
+    with pytest.raises(ReplayError, match="unknown dataflow 'xs'.*hybrid"):
+        dfit_nb.replay(t, presets.get("npu_like"), "xs")
+    with pytest.raises(ReplayError, match="Hardware"):
+        dfit_nb.replay(t, "npu_like")
+    with pytest.raises(ReplayError, match="time_bins"):
+        dfit_nb.replay(t, presets.get("npu_like"), time_bins=0)
+    with pytest.raises(ReplayError, match="needs a dfit_nb Trace"):
+        dfit_nb.replay(object(), presets.get("npu_like"))
+
+
+def test_an_op_larger_than_the_chip_maps_through_dram_with_a_warning():
+    t = dfit_nb.capture(lambda a, b: a @ b, jax.ShapeDtypeStruct((4096, 2048), jnp.float32),
+                        jax.ShapeDtypeStruct((2048, 2048), jnp.float32))
+    with pytest.warns(SpillWarning, match="more than the whole chip's SRAM"):
+        run = dfit_nb.replay(t, presets.get("eyeriss_like"))
+    assert float(run.ops["spilled_bytes"].sum()) > 0
+    assert float(run.summary["dram_bytes"]) > (4096 * 2048 + 2048 * 2048) * 2
+    assert _kind_sum(run, "compute", "macs") == 4096 * 2048 * 2048
+
+
+def test_hybrid_and_per_op_dataflows(static_traces):
+    t = static_traces["encoder"]
+    hw = presets.get("npu_like")
+    hybrid = dfit_nb.replay(t, hw, "hybrid")
+    assert hybrid.attrs["dataflow"].startswith("hybrid")
+    gemm = hybrid.ops["primitive"].values == "dot_general"
+    assert set(hybrid.ops["dataflow"].values[gemm]) <= {"ws", "os", "is"}
+
+    class Policy:
+        name = "all-os"
+        per_op = np.where(t.ops["primitive"].values == "dot_general", "os", "ws")
+
+    run = dfit_nb.replay(t, hw, Policy())
+    assert run.attrs["dataflow"] == "all-os"
+    assert set(run.ops["dataflow"].values[gemm]) == {"os"}
+
+
+def test_measured_events_join_the_cube(eager_scan_trace):
+    run = dfit_nb.replay(eager_scan_trace, presets.get("npu_like"))
+    sources = set(run.events["source"].values)
+    assert sources == {"simulated", "measured"}
+    cmp = run.events.dfit.compare()
+    assert {"simulated_s", "measured_s", "ratio"} <= set(cmp.data_vars)
+    assert (cmp["measured_s"] > 0).any() and (cmp["simulated_s"] > 0).any()
+    whole = run.events.dfit.compare(depth=0)
+    assert whole.sizes["region"] == 1 and float(whole["measured_s"][0]) > 0
+
+
+def test_perfetto_export_of_a_run(all_runs, tmp_path):
+    run = all_runs[("encoder", "npu_like")]
+    path = run.to_perfetto(tmp_path / "run.json")
+    doc = json.loads(path.read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == int((run.events["end"] > run.events["start"]).sum()) or slices
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert any(n.startswith("tile 0,0") for n in names)
+    assert any(e["ph"] == "C" for e in doc["traceEvents"])  # NoC link-group load counters
+    assert os.path.getsize(path) > 0
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), pe=st.sampled_from([4, 8, 16]),
+       sram_kb=st.sampled_from([8, 64, 512]), spatial=st.booleans())
+def test_conservation_holds_for_random_gemm_chains(m, k, n, pe, sram_kb, spatial):
+    t = dfit_nb.capture(lambda a, b, c: jnp.tanh(a @ b) @ c, jax.ShapeDtypeStruct((m, k), jnp.float32),
+                        jax.ShapeDtypeStruct((k, n), jnp.float32), jax.ShapeDtypeStruct((n, k), jnp.float32))
+    kb = sram_kb * 1024
+    hw = Hardware(tile_rows=2, tile_cols=3, pe_rows=pe, pe_cols=pe, sram_input_bytes=kb, sram_weight_bytes=kb,
+                  sram_output_bytes=kb, word_bytes=2, execution="spatial" if spatial else "time")
+    run = dfit_nb.replay(t, hw, "os")
+    assert _kind_sum(run, "compute", "macs") == m * k * n + m * n * k
+    for kind, level in LEVEL_OF_KIND.items():
+        assert _kind_sum(run, kind, "bytes") == pytest.approx(float(run.ops[f"bytes_{level}"].sum()), rel=1e-9,
+                                                              abs=1e-6)
+    assert float(run.events["energy_pj"].sum()) == pytest.approx(float(run.ops["energy_pj"].sum()), rel=1e-9)
+    assert float(run.cube["busy"].max()) <= 1 + 1e-9
+    ops = run.ops
+    assert (ops["end"].values >= ops["start"].values).all()
+    assert (ops["start"].values >= ops["ready"].values - 1e-9).all()
