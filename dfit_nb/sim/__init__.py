@@ -16,7 +16,8 @@ from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
 from .replay import replay as replay
+from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "sweep")
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "replay_batch", "sweep")

@@ -30,12 +30,16 @@ from .schedule import DRAM_BINS, STREAM_CHUNKS, Grid
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, grid: Grid,
         spatial: bool) -> dict[str, np.ndarray]:
-    """The same records as :func:`dfit_nb.sim.schedule.run` (``start``, ``t1``, ``end``, ...)."""
+    """The same records as :func:`dfit_nb.sim.schedule.run` (``start``, ``t1``, ``end``, ...).
+
+    ``order``: the machine's :func:`~dfit_nb.sim.schedule.tile_order`; the loop
+    walks each op's own tiles.
+    """
     op = {k: [float(v) for v in np.asarray(a, np.float64)] for k, a in per_op.items()}
     preds = np.asarray(preds).tolist()
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
-    ys = [float(v) for v in order[0]]
-    xs = [float(v) for v in order[1]]
+    ys = [int(v) for v in order[0]]
+    xs = [int(v) for v in order[1]]
     n_tiles = float(hw.tile_rows) * float(hw.tile_cols)
     multi = n_tiles > 1
     link_bw, hop = float(hw.noc_link_bytes_per_cycle), float(hw.noc_hop_cycles)
@@ -49,25 +53,31 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     width = horizon / DRAM_BINS
     capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
     used = [0.0] * DRAM_BINS
-    tile_free = [0.0] * grid.tiles
     starts, ends, offsets = [0.0] * n, [0.0] * n, [-1.0] * n
     cys, cxs, rowdist = [0.0] * n, [0.0] * n, [[0.0] * grid.rows for _ in range(n)]
-    cursor, barrier, section = 0.0, 0.0, 0.0
+    cursor, barrier, section, last_end = 0.0, 0.0, 0.0, 0.0
     rec: dict[str, list[float]] = {k: [] for k in ("start", "t1", "end", "ready", "prev_free", "offset",
                                                    "retile_cycles", "retile_bytes", "noc_cycles", "dram_end")}
     for i in range(n):
         u, v, count = op["tiles"][i], op["virtual_tiles"][i], op["count"][i]
         if spatial:
             if cursor + u > n_tiles:
-                cursor, section = 0.0, section + 1
-                barrier = max(tile_free[t] for t in range(grid.tiles) if ys[t] >= 0)
+                cursor, section, barrier = 0.0, section + 1, last_end
             offset = cursor
+            prev_free = barrier
         else:
             offset = 0.0
-        mine = [t for t in range(grid.tiles) if offset <= t < offset + u and ys[t] >= 0]
-        runs = {t: math.floor(v / u) + (1.0 if (t - offset) < math.fmod(v, u) else 0.0) for t in mine}
-        owned = mine if spatial else [t for t in range(grid.tiles) if ys[t] >= 0]
-        prev_free = max([tile_free[t] for t in owned], default=0.0)
+            prev_free = last_end
+        # the op's tiles, their rows and columns, and the work each holds
+        row_n, col_n = [0.0] * grid.rows, [0.0] * grid.cols
+        row_share, col_share = [0.0] * grid.rows, [0.0] * grid.cols
+        for rank in range(int(u)):
+            t = int(offset) + rank
+            share = (math.floor(v / u) + (1.0 if rank < math.fmod(v, u) else 0.0)) / v
+            row_n[ys[t]] += 1.0
+            col_n[xs[t]] += 1.0
+            row_share[ys[t]] += share
+            col_share[xs[t]] += share
         ready, last = 0.0, 0.0
         moved, from_dram = [], 0.0
         for slot, p in enumerate(preds[i]):
@@ -86,47 +96,48 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
             if not on_chip:
                 from_dram += pred_bytes[i][slot]
         start = max(ready, prev_free, barrier)
-        # retile flows, tile by tile
+        # retile flows: X along the producer's rows, Y down the destination columns
         links = [0.0] * (2 * grid.rows + 2 * grid.cols)
         longest, byte_hops, total_moved = 0.0, 0.0, 0.0
         for p, nbytes in moved:
             total_moved += nbytes
             py, px = _round(cys[p]), _round(cxs[p])
-            for t in mine:
-                f = nbytes * runs[t] / v
-                if f > 0:
-                    h = abs(xs[t] - px) + abs(ys[t] - py)
-                    longest = max(longest, h)
-                    byte_hops += f * h
+            for c in range(grid.cols):
                 for r in range(grid.rows):
-                    if xs[t] > px:
-                        links[r] += rowdist[p][r] * f
-                    if xs[t] < px:
-                        links[grid.rows + r] += rowdist[p][r] * f
-                if ys[t] > py:
-                    links[2 * grid.rows + int(xs[t])] += f
-                if ys[t] < py:
-                    links[2 * grid.rows + grid.cols + int(xs[t])] += f
+                    if c > px:
+                        links[r] += nbytes * col_share[c] * rowdist[p][r]
+                    if c < px:
+                        links[grid.rows + r] += nbytes * col_share[c] * rowdist[p][r]
+                below = sum(row_share[r] for r in range(grid.rows) if r > py)
+                above = sum(row_share[r] for r in range(grid.rows) if r < py)
+                links[2 * grid.rows + c] += nbytes * below * col_share[c]
+                links[2 * grid.rows + grid.cols + c] += nbytes * above * col_share[c]
+            byte_hops += nbytes * (sum(col_share[c] * abs(c - px) for c in range(grid.cols))
+                                   + sum(row_share[r] * abs(r - py) for r in range(grid.rows)))
+            span = (max([abs(c - px) for c in range(grid.cols) if col_n[c] > 0], default=0.0)
+                    + max([abs(r - py) for r in range(grid.rows) if row_n[r] > 0], default=0.0))
+            if nbytes > 0:
+                longest = max(longest, span)
         links = [x * count for x in links]
         retile_bytes = total_moved * count
         retile = max(links) / link_bw + hop * longest * count if retile_bytes > 0 else 0.0
         t1 = start + retile
         # delivery from the west edge of each row
         unique_in = (op["noc_unique_in"][i] + from_dram) if multi else 0.0
-        rows_in, rows_out = [0.0] * grid.rows, [0.0] * grid.rows
-        for t in mine:
-            rows_in[int(ys[t])] += runs[t] / v * unique_in * count
-            rows_out[int(ys[t])] += runs[t] / v * (op["noc_out"][i] + op["psum_noc"][i]) * count
-        far = max([xs[t] + 1.0 for t in mine], default=0.0)
+        rows_in = [row_share[r] * unique_in * count for r in range(grid.rows)]
+        rows_out = [row_share[r] * (op["noc_out"][i] + op["psum_noc"][i]) * count for r in range(grid.rows)]
+        far = max([c + 1.0 for c in range(grid.cols) if col_n[c] > 0], default=0.0)
         noc = (max(rows_in + rows_out) / link_bw + hop * far) if sum(rows_in) + sum(rows_out) > 0 else 0.0
-        top = max(runs.values(), default=0.0)
+        top = math.ceil(v / u)
         compute = top * op["compute_v"][i] * count
         sram = top * op["sram_cycles_v"][i] * count
         # the DRAM timeline
         dram_bytes = (op["dram_bytes"][i] + from_dram) * count
         b0 = min(max(math.floor(t1 / width), 0), DRAM_BINS - 1)
         remaining, done = dram_bytes, t1
-        for b in range(b0, DRAM_BINS):
+        if not spatial:  # one op at a time: the channel is free at t1
+            done, remaining = t1 + dram_bytes / dram_bw, 0.0
+        for b in range(b0, DRAM_BINS if remaining > 0 else b0):
             free = max(capacity[b] - used[b], 0.0)
             lead = min(max((t1 - b0 * width) / width, 0.0), 1.0) if b == b0 else 0.0
             avail = free * (1.0 - lead)
@@ -137,18 +148,16 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
                 done = seg + remaining / max(avail, 1e-30) * ((b + 1.0) * width - seg)
                 if b == DRAM_BINS - 1:
                     done = max(done, seg + remaining / dram_bw)
-                remaining = 0.0
                 break
             remaining -= take
         dram_end = max(done, t1) + latency if dram_bytes > 0 else t1
         body_end = max(t1 + compute, t1 + sram, t1 + noc, dram_end)
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
-        for t in owned:
-            tile_free[t] = end
+        last_end = max(last_end, end)
         starts[i], ends[i], offsets[i] = start, end, offset
-        cys[i] = sum(ys[t] for t in mine) / u
-        cxs[i] = sum(xs[t] for t in mine) / u
-        rowdist[i] = [sum(1.0 for t in mine if ys[t] == r) / u for r in range(grid.rows)]
+        cys[i] = sum(r * row_n[r] for r in range(grid.rows)) / u
+        cxs[i] = sum(c * col_n[c] for c in range(grid.cols)) / u
+        rowdist[i] = [row_n[r] / u for r in range(grid.rows)]
         if spatial:
             cursor = offset + u
         for key, value in (("start", start), ("t1", t1), ("end", end), ("ready", ready), ("prev_free", prev_free),

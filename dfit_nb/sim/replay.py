@@ -183,7 +183,7 @@ def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray]) -> 
 
 
 @functools.partial(jax.jit, static_argnames=("grid", "spatial"))
-def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, df: Any,
+def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
             pinned: dict[str, Any], grid: schedule.Grid, spatial: bool) -> dict[str, Any]:
     """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`)."""
     f64 = jnp.float64
@@ -208,7 +208,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Ha
     per_op = {**{k: m[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
                                    "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
                                    "gx")}, "count": ops["count"], "real": ops["real"]}
-    records = schedule.run(per_op, preds, pred_bytes * scale[:, None], order, hw, grid, spatial)
+    records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
     return {**m, **records, "alloc": alloc}
 
 
@@ -289,7 +289,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     if not isinstance(hw, Hardware):
         raise ReplayError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
     if hw.batch_shape != ():
-        raise ReplayError("replay() takes one machine; for many, see dfit_nb.sim.replay_batch")
+        raise ReplayError("replay() takes one machine; for a batch of machines use dfit_nb.sim.replay_batch")
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
@@ -303,8 +303,8 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
     with jax.enable_x64(True):
-        order = schedule.tile_order(grid.rows, grid.cols)
-        out = jax.device_get(program(arrays, preds, pred_bytes, order, for_jit(hw), codes_p, pinned_p, grid,
+        tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+        out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p, grid,
                                      execution == "spatial"))
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
@@ -324,3 +324,101 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
         warnings.warn(f"{big.size} op(s) need more than the whole chip's SRAM ({chip / 2**20:.1f} MiB on "
                       f"{hw.name!r}): {names}{' ...' if big.size > 5 else ''}; they are mapped and stream "
                       "their data through DRAM (see run.ops['spilled_bytes'])", SpillWarning, stacklevel=3)
+
+
+#: per-machine scalars of :func:`replay_batch` -> (units, description)
+BATCH_VARS: dict[str, tuple[str, str]] = {
+    "latency_cycles": ("cycle", "end of the last op"),
+    "latency_s": ("s", "latency in seconds"),
+    "energy_j": ("J", "energy of one call"),
+    "utilization": ("1", "MACs over the peak MACs the chip could do in the latency"),
+    "dram_bytes": ("B", "DRAM bytes"),
+    "retile_bytes": ("B", "bytes moved between differently laid-out ops"),
+    "sections": ("1", "pipeline sections (layer-pipelined)"),
+}
+
+
+@functools.partial(jax.jit, static_argnames=("grid", "spatial", "shared_grid"))
+def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
+                   pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool) -> dict[str, Any]:
+    """:func:`program` for a batch of machines (leading axis of ``hw``, and of ``tables`` unless every machine
+    has the same grid), reduced to scalars inside the compiled program so per-op arrays never leave it."""
+    def one(tables_1: Any, hw_1: Hardware) -> dict[str, Any]:
+        out = program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid, spatial)
+        real, count = ops["real"], ops["count"]
+        energy = (count * (out["energy_compute_pj"] + out["energy_sram_pj"] + out["energy_noc_pj"]
+                           + out["energy_dram_pj"]) + out["retile_energy_pj"] + out["extra_dram_pj"]
+                  + out["extra_noc_pj"]) * real
+        f64 = jnp.float64
+        peak = (jnp.asarray(hw_1.tile_rows, f64) * jnp.asarray(hw_1.tile_cols, f64) * jnp.asarray(hw_1.pe_rows, f64)
+                * jnp.asarray(hw_1.pe_cols, f64))
+        latency = jnp.max(out["end"] * real)
+        macs = jnp.sum(out["macs"] * count * real)
+        return {
+            "latency_cycles": latency,
+            "latency_s": latency / (jnp.asarray(hw_1.clock_ghz, f64) * 1e9),
+            "energy_j": jnp.sum(energy) * 1e-12,
+            "utilization": jnp.where(latency > 0, macs / (peak * jnp.maximum(latency, 1.0)), 0.0),
+            "dram_bytes": jnp.sum((out["dram_bytes"] * count + out["dram_extra_bytes"]) * real),
+            "retile_bytes": jnp.sum(out["retile_bytes"] * real),
+            "sections": jnp.max(out["section"] * real) + 1.0,
+        }
+
+    return jax.vmap(one, in_axes=(None if shared_grid else 0, 0))(tables, hw)
+
+
+def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
+                 layouts: Mapping[str, str] | None = None) -> Any:
+    """Replay ``trace`` on a batch of machines in one vmapped program: per-machine scalars, no events.
+
+    ``hw`` is a batched :class:`Hardware` (``Hardware.stack([...])`` or array
+    fields); machines may differ in any field, the tile grid included (arrays
+    over tiles are padded to the largest grid). Returns an ``xarray.Dataset``
+    over ``machine`` with :data:`BATCH_VARS` and every hardware field as a
+    coordinate. Use :func:`replay` on one machine for its events and cube.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import Hardware, presets, replay_batch
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> base = presets.get("npu_like")
+    >>> ds = replay_batch(t, Hardware.stack([base, base.replace(dram_bytes_per_cycle=600.0)]))
+    >>> bool(ds["latency_cycles"][1] < ds["latency_cycles"][0])
+    True
+    """
+    if not isinstance(hw, Hardware):
+        raise ReplayError(f"hw must be a batched dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    shape = hw.batch_shape
+    if len(shape) != 1:
+        raise ReplayError(f"replay_batch() takes a 1-D batch of machines (Hardware.stack); got batch shape {shape}")
+    execution = hw.execution if execution is None else execution
+    if execution not in EXECUTION_STYLES:
+        raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
+    from .hardware import FIELDS
+
+    leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
+    rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
+    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    shapes = list(zip(rows.tolist(), cols.tolist(), strict=True))
+    tables = {shape: schedule.prefix_counts(schedule.tile_order(*shape, grid.tiles), grid.rows, grid.cols)
+              for shape in set(shapes)}  # one per distinct grid shape
+    shared = len(tables) == 1
+    per_machine = tables[shapes[0]] if shared else tuple(np.stack([tables[s][i] for s in shapes]) for i in (0, 1))
+    prep = prepare(trace)
+    codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
+    arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))
+    batch = dataclasses.replace(hw, name="", execution="time", **leaves)
+    with jax.enable_x64(True):
+        out = jax.device_get(_batch_program(arrays, preds, pred_bytes, per_machine, batch, codes_p, pin, grid,
+                                            execution == "spatial", shared))
+    import xarray as xr
+
+    from .run import provenance
+
+    data = {k: (("machine",), np.asarray(v), dict(zip(("units", "description"), BATCH_VARS[k], strict=True)))
+            for k, v in out.items()}
+    coords = {"machine": np.arange(shape[0]), **{f: ("machine", v) for f, v in leaves.items()}}
+    attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution).items()
+             if not k.startswith("hw_") and k not in ("hardware", "clock_ghz")}
+    return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name})

@@ -21,7 +21,13 @@ An op runs on tiles ``[offset, offset + tiles)``:
   follow one another along the path, and ops run as soon as their inputs
   stream in. When the next region would run past the last tile, a new
   *section* begins at tile 0 after every earlier op has finished (the
-  SambaNova section / Cerebras reload boundary).
+  SambaNova section / Cerebras reload boundary); within a section regions
+  are disjoint, so an op's tiles have been free since its section began.
+
+A step of the scan costs O(rows + columns + DRAM bins), not O(tiles): an op's
+spread over rows and columns comes from prefix counts along the tile order
+(:func:`prefix_counts`), and per-tile detail is rebuilt on the host only for
+the events.
 
 Timing of one op
 ----------------
@@ -33,10 +39,12 @@ stream tile to tile; a documented assumption of 8 chunks).
 ``start = max(ready, its tiles free, section barrier)``. Then:
 
 1. **retile** ``[start, t1)``: inputs produced on chip by an op with a
-   different layout or tiles travel from the producer's tiles (their centroid)
-   to this op's tiles with XY routing (X along the producer's rows, in
-   proportion to its tiles in each row, then Y along the destination
-   column). The busiest link group sets the time:
+   different layout or tiles travel from the producer's tiles to this op's
+   tiles with XY routing: X along the producer's rows (in proportion to its
+   tiles in each row) east or west of its centroid column, then Y down the
+   destination columns, split at the producer's centroid row (the rows and
+   columns of a compact block are taken as independent). Hops are measured
+   from the producer's centroid. The busiest link group sets the time:
    ``max link bytes / link bandwidth + hop latency x the longest route``.
    Producers whose results did not fit on chip are read from DRAM instead.
 2. **body** from ``t1``: each tile computes its pieces (``compute``), its SRAM
@@ -47,7 +55,8 @@ stream tile to tile; a documented assumption of 8 chunks).
    completion but overlaps other transfers). With double
    buffering these overlap; the op ends when the slowest finishes.
 
-The DRAM channel is a timeline of ``DRAM_BINS`` bins over a horizon no
+Time-multiplexed ops run one at a time, so each finds the DRAM channel free.
+Layer-pipelined ops share it: the channel is a timeline of ``DRAM_BINS`` bins over a horizon no
 schedule can exceed, each with ``dram_bytes_per_cycle x width`` bytes: a
 transfer takes the capacity left from ``t1`` on, so a transfer scheduled later
 in program order but earlier in time backfills free bandwidth instead of
@@ -77,7 +86,7 @@ import numpy as np
 from .hardware import Hardware
 
 STREAM_CHUNKS = 8.0
-DRAM_BINS = 2048
+DRAM_BINS = 1024
 
 
 class Grid(NamedTuple):
@@ -125,11 +134,6 @@ def tile_order(tile_rows: int, tile_cols: int, size: int | None = None) -> np.nd
     return out
 
 
-def tile_share(rank: Any, v: Any, u: Any) -> Any:
-    """Virtual tiles run by the tile of ``rank`` within an op's ``u`` tiles (``v`` virtual tiles in all)."""
-    return jnp.floor(v / u) + (rank < jnp.mod(v, u))
-
-
 def allocate(work: Any, hw: Hardware, min_tiles: Any) -> Any:
     """Tiles each op holds when layer-pipelined: proportional to its work, at least ``min_tiles``.
 
@@ -146,31 +150,53 @@ def allocate(work: Any, hw: Hardware, min_tiles: Any) -> Any:
     return jnp.clip(jnp.maximum(share, min_tiles), 1.0, tiles)
 
 
-def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, grid: Grid,
+def prefix_counts(order: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(tiles + 1, rows)`` and ``(tiles + 1, cols)``: how many of the first ``t`` tiles lie in each row / column.
+
+    With them the row and column spread of any run of tiles is two lookups, so a
+    schedule step costs O(rows + cols), not O(tiles).
+    """
+    y, x = np.asarray(order[0]), np.asarray(order[1])
+    row_1h = (y[:, None] == np.arange(rows)[None, :]).astype(np.float64)
+    col_1h = (x[:, None] == np.arange(cols)[None, :]).astype(np.float64)
+    zero_r, zero_c = np.zeros((1, rows)), np.zeros((1, cols))
+    return np.concatenate([zero_r, np.cumsum(row_1h, axis=0)]), np.concatenate([zero_c, np.cumsum(col_1h, axis=0)])
+
+
+def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
+    """Tiles per row (or column) of the run ``[offset, offset + u)``, and the op's share of work on each.
+
+    The first ``v mod u`` tiles of the run hold one more virtual tile than the others.
+    """
+    offset = jnp.asarray(offset)
+    lo = pre[offset.astype(jnp.int32)]
+    count = pre[(offset + u).astype(jnp.int32)] - lo
+    extra = pre[(offset + jnp.mod(v, u)).astype(jnp.int32)] - lo
+    return count, (jnp.floor(v / u) * count + extra) / v
+
+
+def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
         spatial: bool) -> dict[str, Any]:
     """Schedule mapped ops (in topological order) on ``hw``; per-op records (see the module docstring).
 
-    ``per_op`` holds, per op: ``tiles``, ``virtual_tiles``, ``alloc``, ``count``,
+    ``per_op`` holds, per op: ``tiles``, ``virtual_tiles``, ``count``,
     ``compute_v``, ``sram_cycles_v``, ``dram_cycles``, ``dram_bytes``, ``noc_unique_in``,
     ``noc_out``, ``psum_noc``, ``out_onchip``, ``layout``, ``gy``, ``gx``, ``real``
     (0 for padding ops, which come last).
     ``preds`` ``(ops, P)``: producer op indices, -1 padding; ``pred_bytes``: the
-    bytes each producer passes, in the consumer's words. ``order``: ``(2, tiles)``
-    ``(y, x)`` of each tile number (:func:`tile_order`).
+    bytes each producer passes, in the consumer's words. ``tables``: the
+    :func:`prefix_counts` of the machine's :func:`tile_order`.
     """
     f64 = jnp.float64
     n_ops = preds.shape[0]
-    y, x = jnp.asarray(order[0], f64), jnp.asarray(order[1], f64)
-    valid = y >= 0
-    t_index = jnp.arange(grid.tiles, dtype=f64)
+    row_pre, col_pre = (jnp.asarray(t, f64) for t in tables)
+    rows_at, cols_at = jnp.arange(grid.rows, dtype=f64), jnp.arange(grid.cols, dtype=f64)
     n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
     multi = n_tiles > 1
     link_bw = jnp.asarray(hw.noc_link_bytes_per_cycle, f64)
     hop = jnp.asarray(hw.noc_hop_cycles, f64)
     dram_bw = jnp.asarray(hw.dram_bytes_per_cycle, f64)
     latency = jnp.asarray(hw.dram_latency_cycles, f64)
-    rows_1h = (y[:, None] == jnp.arange(grid.rows)[None, :]).astype(f64)  # (tiles, rows)
-    cols_1h = (x[:, None] == jnp.arange(grid.cols)[None, :]).astype(f64)  # (tiles, cols)
     hop_pj = jnp.asarray(hw.noc_pj_per_byte_hop, f64)
     sram_pj = jnp.asarray(hw.sram_pj_per_byte, f64)
     dram_pj = jnp.asarray(hw.dram_pj_per_byte, f64)
@@ -181,27 +207,47 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     serial = per_op["count"] * (per_op["compute_v"] * per_op["virtual_tiles"] + per_op["sram_cycles_v"]
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
                                 + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw)
-    moved = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
-    horizon = jnp.sum(serial + moved) + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols)) + 1.0
+    moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
+    horizon = (jnp.sum(serial + moved_bound) + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols))
+               + 1.0)
     width = horizon / DRAM_BINS
     bins = jnp.arange(DRAM_BINS, dtype=f64)
     capacity = jnp.where(bins == DRAM_BINS - 1, jnp.inf, dram_bw * width)
 
+    def dram_timeline(used: Any, t1: Any, dram_bytes: Any) -> tuple[Any, Any]:
+        """When a transfer of ``dram_bytes`` from ``t1`` completes, and the capacity it takes per bin."""
+        b0 = jnp.clip(jnp.floor(t1 / width), 0, DRAM_BINS - 1)
+        first = bins == b0
+        free = jnp.maximum(capacity - used, 0.0)
+        lead = jnp.clip((t1 - b0 * width) / width, 0.0, 1.0)
+        avail = jnp.where(bins < b0, 0.0, jnp.where(first, free * (1.0 - lead), free))
+        cum = jnp.cumsum(avail)
+        take = jnp.clip(dram_bytes - (cum - avail), 0.0, avail)
+        k = jnp.argmax(cum >= dram_bytes)
+        seg_start = jnp.where(k == b0, t1, k * width)
+        done = seg_start + (dram_bytes - (cum[k] - avail[k])) / jnp.maximum(avail[k], 1e-30) * (
+            (k + 1.0) * width - seg_start)
+        done = jnp.where(k == DRAM_BINS - 1, jnp.maximum(done, seg_start + (dram_bytes - (cum[k] - avail[k]))
+                                                         / dram_bw), done)
+        return done, take
+
     def step(carry: dict[str, Any], i: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         op = {key: val[i] for key, val in per_op.items()}
         u, v, count = op["tiles"], op["virtual_tiles"], op["count"]
-        # ---- placement
+        # ---- placement: a run of tiles along the Hilbert order
         if spatial:
             wrap = carry["cursor"] + u > n_tiles
             offset = jnp.where(wrap, 0.0, carry["cursor"])
-            barrier = jnp.where(wrap, jnp.max(jnp.where(valid, carry["tile_free"], 0.0)), carry["barrier"])
+            # a new section starts when every earlier op has finished; within a section regions are
+            # disjoint, so an op's tiles have been free since its section began
+            barrier = jnp.where(wrap, carry["last_end"], carry["barrier"])
             section = carry["section"] + wrap
+            prev_free = barrier
         else:
             offset, barrier, section = 0.0, 0.0, 0.0
-        mask = (t_index >= offset) & (t_index < offset + u) & valid
-        share = jnp.where(mask, tile_share(t_index - offset, v, u) / v, 0.0)
-        owned = mask if spatial else valid
-        prev_free = jnp.max(jnp.where(owned, carry["tile_free"], 0.0))
+            prev_free = carry["last_end"]  # every op owns the whole grid in turn
+        row_n, row_share = spread(row_pre, offset, u, v)
+        col_n, col_share = spread(col_pre, offset, u, v)
         # ---- dependencies
         p = preds[i]
         has = p >= 0
@@ -219,51 +265,49 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         on_chip = has & (out_onchip[pi] > 0) & multi
         moved = jnp.where(on_chip & ~same, pred_bytes[i], 0.0)  # (P,)
         from_dram = jnp.where(has & ~(out_onchip[pi] > 0), pred_bytes[i], 0.0)
-        py, px = jnp.round(carry["cy"][pi]), jnp.round(carry["cx"][pi])
-        flow = moved[:, None] * share[None, :]  # (P, tiles)
-        east = (x[None, :] > px[:, None]) * flow
-        west = (x[None, :] < px[:, None]) * flow
-        south = (y[None, :] > py[:, None]) * flow
-        north = (y[None, :] < py[:, None]) * flow
-        prow = carry["rows"][pi]  # (P, rows): how each producer's tiles spread over the rows it sends from
+        # producers' tiles: their rows (from the prefix counts) and centroid
+        p_off, p_u = jnp.maximum(carry["offset"][pi], 0.0), n_used[pi]
+        p_rows = (row_pre[(p_off + p_u).astype(jnp.int32)] - row_pre[p_off.astype(jnp.int32)]) / p_u[:, None]
+        p_cols = (col_pre[(p_off + p_u).astype(jnp.int32)] - col_pre[p_off.astype(jnp.int32)]) / p_u[:, None]
+        py, px = jnp.round(p_rows @ rows_at), jnp.round(p_cols @ cols_at)
+        # X legs leave along the producer's rows (in proportion to its tiles there), east or west of its
+        # centroid column; Y legs run down the destination columns, the destination rows' share of the op
+        # split at the producer's centroid row (rows and columns of a compact block taken as independent)
+        east = moved * (col_share[None, :] * (cols_at[None, :] > px[:, None])).sum(axis=1)
+        west = moved * (col_share[None, :] * (cols_at[None, :] < px[:, None])).sum(axis=1)
+        below = (row_share[None, :] * (rows_at[None, :] > py[:, None])).sum(axis=1)
+        above = (row_share[None, :] * (rows_at[None, :] < py[:, None])).sum(axis=1)
+        prow = p_rows  # (P, rows)
         retile_links = jnp.concatenate([
-            prow.T @ east.sum(axis=1), prow.T @ west.sum(axis=1),
-            south.sum(axis=0) @ cols_1h, north.sum(axis=0) @ cols_1h,
+            east @ prow, west @ prow, jnp.sum(moved * below) * col_share, jnp.sum(moved * above) * col_share,
         ]) * count
-        hops = jnp.abs(x[None, :] - px[:, None]) + jnp.abs(y[None, :] - py[:, None])
-        longest = jnp.max(jnp.where(flow > 0, hops, 0.0))
+        dist = ((col_share[None, :] * jnp.abs(cols_at[None, :] - px[:, None])).sum(axis=1)
+                + (row_share[None, :] * jnp.abs(rows_at[None, :] - py[:, None])).sum(axis=1))
+        span_x = jnp.max(jnp.where(col_n[None, :] > 0, jnp.abs(cols_at[None, :] - px[:, None]), 0.0), axis=1)
+        span_y = jnp.max(jnp.where(row_n[None, :] > 0, jnp.abs(rows_at[None, :] - py[:, None]), 0.0), axis=1)
+        longest = jnp.max(jnp.where(moved > 0, span_x + span_y, 0.0))
         retile_bytes = moved.sum() * count
         retile_cycles = jnp.where(retile_bytes > 0, jnp.max(retile_links) / link_bw + hop * longest * count, 0.0)
-        retile_energy = ((flow * hops).sum() * hop_pj + 2.0 * moved.sum() * sram_pj) * count
+        retile_energy = ((moved * dist).sum() * hop_pj + 2.0 * moved.sum() * sram_pj) * count
         t1 = start + retile_cycles
-        # ---- body: NoC delivery from the west edge, compute, SRAM, DRAM
+        # ---- body: NoC delivery from the west edge of each row, compute, SRAM, DRAM
         extra = from_dram.sum()
-        in_t = share * jnp.where(multi, op["noc_unique_in"] + extra, 0.0) * count
-        out_t = share * (op["noc_out"] + op["psum_noc"]) * count
-        noc_links = jnp.concatenate([in_t @ rows_1h, out_t @ rows_1h, jnp.zeros(2 * grid.cols, f64)])
-        far = jnp.max(jnp.where(mask, x + 1.0, 0.0))
-        noc_cycles = jnp.where(in_t.sum() + out_t.sum() > 0, jnp.max(noc_links) / link_bw + hop * far, 0.0)
-        runs = jnp.where(mask, tile_share(t_index - offset, v, u), 0.0)
-        compute = jnp.max(runs) * op["compute_v"] * count
-        sram = jnp.max(runs) * op["sram_cycles_v"] * count
+        rows_in = row_share * jnp.where(multi, op["noc_unique_in"] + extra, 0.0) * count
+        rows_out = row_share * (op["noc_out"] + op["psum_noc"]) * count
+        noc_links = jnp.concatenate([rows_in, rows_out, jnp.zeros(2 * grid.cols, f64)])
+        far = jnp.max(jnp.where(col_n > 0, cols_at + 1.0, 0.0))
+        noc_cycles = jnp.where(rows_in.sum() + rows_out.sum() > 0, jnp.max(noc_links) / link_bw + hop * far, 0.0)
+        top = jnp.ceil(v / u)  # virtual tiles on the busiest tile
+        compute = top * op["compute_v"] * count
+        sram = top * op["sram_cycles_v"] * count
         dram_bytes = (op["dram_bytes"] + extra) * count
         # the DRAM channel: a timeline of bins, each with dram_bw x width bytes of capacity; a transfer takes
         # what is left from t1 on (earlier reservations keep theirs) and completes when it has it all, then
         # waits the latency (pipelined with other transfers)
-        b0 = jnp.clip(jnp.floor(t1 / width), 0, DRAM_BINS - 1)
-        first = bins == b0
-        free = jnp.maximum(capacity - carry["dram_used"], 0.0)
-        lead = jnp.clip((t1 - b0 * width) / width, 0.0, 1.0)
-        avail = jnp.where(bins < b0, 0.0, jnp.where(first, free * (1.0 - lead), free))
-        cum = jnp.cumsum(avail)
-        take = jnp.clip(dram_bytes - (cum - avail), 0.0, avail)
-        k = jnp.argmax(cum >= dram_bytes)
-        seg_start = jnp.where(k == b0, t1, k * width)
-        done = seg_start + (dram_bytes - (cum[k] - avail[k])) / jnp.maximum(avail[k], 1e-30) * (
-            (k + 1.0) * width - seg_start)
-        done = jnp.where(k == DRAM_BINS - 1, jnp.maximum(done, seg_start + (dram_bytes - (cum[k] - avail[k]))
-                                                         / dram_bw), done)
-        dram_start = t1
+        if spatial:
+            done, take = dram_timeline(carry["dram_used"], t1, dram_bytes)
+        else:  # ops run one at a time, each finishing its transfers: the channel is free at t1
+            done, take = t1 + dram_bytes / dram_bw, 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
         body_end = jnp.maximum(jnp.maximum(t1 + compute, t1 + sram), jnp.maximum(t1 + noc_cycles, dram_end))
         if spatial:
@@ -271,13 +315,10 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         else:
             end = body_end
         new = {
-            "tile_free": jnp.where(owned, end, carry["tile_free"]),
+            "last_end": jnp.maximum(carry["last_end"], end),
             "start": carry["start"].at[i].set(start),
             "end": carry["end"].at[i].set(end),
             "offset": carry["offset"].at[i].set(offset),
-            "cy": carry["cy"].at[i].set(jnp.sum(jnp.where(mask, y, 0.0)) / u),
-            "cx": carry["cx"].at[i].set(jnp.sum(jnp.where(mask, x, 0.0)) / u),
-            "rows": carry["rows"].at[i].set(jnp.where(mask, 1.0, 0.0) @ rows_1h / u),
             "dram_used": carry["dram_used"] + take,
             "cursor": offset + u if spatial else 0.0,
             "barrier": barrier,
@@ -286,7 +327,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         record = {
             "offset": offset, "section": section, "ready": ready, "prev_free": prev_free, "start": start, "t1": t1,
             "end": end, "compute_cycles": compute, "sram_cycles": sram, "noc_cycles": noc_cycles,
-            "dram_start": dram_start, "dram_end": dram_end, "retile_cycles": retile_cycles,
+            "dram_start": t1, "dram_end": dram_end, "retile_cycles": retile_cycles,
             "retile_bytes": retile_bytes, "retile_energy_pj": retile_energy,
             "dram_extra_bytes": extra * count,
             "extra_dram_pj": extra * count * dram_pj,
@@ -296,11 +337,10 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         return new, record
 
     zeros = jnp.zeros(n_ops, f64)
+    scalar = jnp.asarray(0.0, f64)
     carry0 = {
-        "tile_free": jnp.zeros(grid.tiles, f64), "start": zeros, "end": zeros, "offset": zeros - 1.0,
-        "cy": zeros, "cx": zeros, "rows": jnp.zeros((n_ops, grid.rows), f64),
-        "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": jnp.asarray(0.0, f64),
-        "barrier": jnp.asarray(0.0, f64), "section": jnp.asarray(0.0, f64),
+        "last_end": scalar, "start": zeros, "end": zeros, "offset": zeros - 1.0,
+        "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": scalar, "barrier": scalar, "section": scalar,
     }
     _, records = jax.lax.scan(step, carry0, jnp.arange(n_ops))
     return records

@@ -19,7 +19,7 @@ from dfit_nb.events.schema import KINDS
 from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference
 from dfit_nb.sim.cost import for_jit
 from dfit_nb.sim.replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
-from dfit_nb.sim.schedule import Grid, tile_order
+from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
 
 PARTS = ("events", "cube", "summary", "ops", "regions")
 LEVEL_OF_KIND = {"sram": "sram", "noc": "noc", "dram": "dram", "retile": "retile"}
@@ -112,7 +112,8 @@ def _records(trace, hw, execution):
     grid = Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     order = tile_order(grid.rows, grid.cols)
     with jax.enable_x64(True):
-        out = jax.device_get(program(arrays, preds, pred_bytes, order, for_jit(hw), codes_p, pin,
+        out = jax.device_get(program(arrays, preds, pred_bytes, prefix_counts(order, grid.rows, grid.cols),
+                                     for_jit(hw), codes_p, pin,
                                      grid, execution == "spatial"))
     out = {k: np.asarray(v) for k, v in out.items()}
     word = out["word"]
