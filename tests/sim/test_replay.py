@@ -16,7 +16,7 @@ import dfit_nb
 from dfit_nb import examples
 from dfit_nb.errors import DfitError
 from dfit_nb.events.schema import KINDS
-from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference
+from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
 from dfit_nb.sim.cost import for_jit
 from dfit_nb.sim.replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
 from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
@@ -295,6 +295,7 @@ def test_perfetto_export_of_a_run(all_runs, tmp_path):
     assert os.path.getsize(path) > 0
 
 
+@pytest.mark.filterwarnings("ignore::dfit_nb.sim.replay.SpillWarning")  # small SRAM spills: expected here
 @settings(max_examples=12, deadline=None)
 @given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), pe=st.sampled_from([4, 8, 16]),
        sram_kb=st.sampled_from([8, 64, 512]), spatial=st.booleans())
@@ -314,3 +315,19 @@ def test_conservation_holds_for_random_gemm_chains(m, k, n, pe, sram_kb, spatial
     ops = run.ops
     assert (ops["end"].values >= ops["start"].values).all()
     assert (ops["start"].values >= ops["ready"].values - 1e-9).all()
+
+
+@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])
+def test_replay_batch_matches_replay_machine_by_machine(static_traces, preset):
+    t = static_traces["encoder"]
+    base = presets.get(preset)
+    machines = [base, base.replace(dram_bytes_per_cycle=300.0, pe_rows=8, pe_cols=8),
+                base.replace(tile_rows=2, tile_cols=3, noc_link_bytes_per_cycle=4.0)]
+    ds = replay_batch(t, Hardware.stack(machines))
+    assert ds.sizes["machine"] == 3 and ds["tile_cols"].values.tolist() == [base.tile_cols, base.tile_cols, 3]
+    for i, hw in enumerate(machines):
+        run = dfit_nb.replay(t, hw)
+        for var in ("latency_cycles", "latency_s", "energy_j", "utilization", "dram_bytes", "retile_bytes"):
+            assert float(ds[var][i]) == pytest.approx(float(run.summary[var]), rel=1e-9, abs=1e-12), (i, var)
+    with pytest.raises(ReplayError, match="1-D batch"):
+        replay_batch(t, base)
