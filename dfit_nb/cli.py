@@ -1,8 +1,9 @@
 """``dfit-nb``: the command-line entry point.
 
-``dfit-nb report`` captures a bundled example, prints its region table, and costs
-its ops on hardware presets, one op at a time (later stages add replay, the
-hybrid policy and the HTML report).
+``dfit-nb report`` captures a bundled example, prints its region table, costs
+its ops on hardware presets one op at a time, and replays the whole program on
+each preset (mapping and schedule; later stages add the hybrid policy and the
+HTML report).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Sequence
 
 from . import examples
 from .capture import MODES, capture
-from .sim import DATAFLOWS, cost, presets
+from .sim import DATAFLOWS, cost, presets, replay
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -26,6 +27,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", default=None, help="also save the trace to this netCDF path")
     r.add_argument("--hw", nargs="*", default=None, metavar="PRESET",
                    help=f"hardware presets to cost the ops on (default: all of {', '.join(presets.names())})")
+    r.add_argument("--dataflow", default="ws", choices=[*DATAFLOWS, "hybrid"],
+                   help="dataflow of the replay (default ws)")
+    r.add_argument("--run-dir", default=None,
+                   help="save each preset's replay here (<preset>.nc) with its Perfetto trace (<preset>.json)")
     return p
 
 
@@ -53,7 +58,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     if names:
         print()
         print(cost_table(trace, names))
+        print()
+        print(replay_table(trace, names, args.dataflow, args.run_dir))
     return 0
+
+
+def replay_table(trace, names: Sequence[str], dataflow: str, run_dir: str | None) -> str:
+    """The program replayed on each preset: latency, energy, utilisation, bottleneck."""
+    import warnings
+    from pathlib import Path
+
+    from .sim.replay import SpillWarning
+
+    lines = [f"the whole program replayed on each preset ({dataflow}; mapped, scheduled, ops overlapping where "
+             "the machine allows):",
+             f"{'preset':16s} {'execution':9s} {'latency us':>11s} {'mJ':>9s} {'util':>6s} {'DRAM MB':>8s} "
+             f"{'events':>8s}  bottleneck"]
+    for name in names:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SpillWarning)
+            run = replay(trace, presets.get(name), dataflow)
+        s = run.summary
+        spill = " (spills: data exceed on-chip SRAM)" if caught else ""
+        lines.append(f"{name:16s} {run.attrs['execution']:9s} {float(s['latency_s']) * 1e6:11.2f} "
+                     f"{float(s['energy_j']) * 1e3:9.4f} {float(s['utilization']):6.1%} "
+                     f"{float(s['dram_bytes']) / 1e6:8.3f} {int(s['n_events']):8d}  {s['bottleneck'].item()}{spill}")
+        if run_dir:
+            folder = Path(run_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+            run.save(folder / f"{name}.nc")
+            run.to_perfetto(folder / f"{name}.json")
+    if run_dir:
+        lines.append(f"runs saved in {run_dir} (<preset>.nc: dfit_nb.load_run; <preset>.json: Perfetto UI)")
+    return "\n".join(lines)
 
 
 def cost_table(trace, names: Sequence[str]) -> str:

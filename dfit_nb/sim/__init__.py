@@ -20,4 +20,5 @@ from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "replay_batch", "sweep")
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "replay_batch",
+           "sweep")

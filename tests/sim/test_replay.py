@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dfit_nb
-from dfit_nb import examples
 from dfit_nb.errors import DfitError
 from dfit_nb.events.schema import KINDS
 from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
@@ -235,7 +234,7 @@ def test_bad_inputs_get_clear_errors(static_traces):
         dfit_nb.replay(dfit_nb.capture(lambda x: x, jnp.ones(3)), presets.get("npu_like"))
     with pytest.raises(HardwareError, match="tile_rows"):
         Hardware(tile_rows=0)
-    with pytest.raises(ReplayError, match="unknown dataflow 'xs'.*hybrid"):
+    with pytest.raises(ReplayError, match=r"unknown dataflow 'xs'.*hybrid"):
         dfit_nb.replay(t, presets.get("npu_like"), "xs")
     with pytest.raises(ReplayError, match="Hardware"):
         dfit_nb.replay(t, "npu_like")
