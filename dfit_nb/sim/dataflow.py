@@ -106,6 +106,17 @@ def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) 
     return fr * fc * per_fold - 1, fr, fc
 
 
+def word_and_mac_energy(itemsize: Any, hw: Hardware, xp: Any = jnp) -> tuple[Any, Any]:
+    """An op's word (its dtype's width cast down to the machine's widest native word; the native word when
+    the width is unknown, 0) and the energy of one MAC at that width."""
+    f64 = xp.float64
+    native = xp.asarray(hw.word_bytes, f64)
+    word = xp.where(itemsize > 0, xp.minimum(itemsize, native), native)
+    mac_pj = xp.where(word <= 1, xp.asarray(hw.mac_pj_1, f64), xp.where(
+        word <= 2, xp.asarray(hw.mac_pj_2, f64), xp.asarray(hw.mac_pj_4, f64) * xp.maximum(word / 4.0, 1.0) ** 2))
+    return word, mac_pj
+
+
 def gemm_sram_elements(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> dict[str, Any]:
     """SRAM element traffic of one GEMM per operand (see the module docstring)."""
     fold_n_c = _cdiv(n, c, xp)
@@ -130,12 +141,7 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
     b = xp.maximum(xp.asarray(ops["batch"], f64), 1.0)
     r, c = xp.asarray(hw.pe_rows, f64), xp.asarray(hw.pe_cols, f64)
     tiles = xp.asarray(hw.tile_rows, f64) * xp.asarray(hw.tile_cols, f64)
-    # an op's word: its dtype's width, cast down to the machine's widest native word
-    native = xp.asarray(hw.word_bytes, f64)
-    itemsize = xp.asarray(ops["itemsize"], f64)
-    word = xp.where(itemsize > 0, xp.minimum(itemsize, native), native)
-    mac_pj = xp.where(word <= 1, xp.asarray(hw.mac_pj_1, f64), xp.where(
-        word <= 2, xp.asarray(hw.mac_pj_2, f64), xp.asarray(hw.mac_pj_4, f64) * xp.maximum(word / 4.0, 1.0) ** 2))
+    word, mac_pj = word_and_mac_energy(xp.asarray(ops["itemsize"], f64), hw, xp)
     gemm = (m > 0) & (k > 0) & (n > 0)
 
     # ---- split over tiles

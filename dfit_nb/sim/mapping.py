@@ -41,7 +41,7 @@ layer-pipelined. ``U = min(gy gx, alloc)`` physical tiles each run
 ``floor(V / U)`` or one more): *merged*. Per virtual tile, an operand whose
 piece does not fit half its SRAM partition (the other half prefetches) is
 refetched from DRAM on every fold, and partial sums that do not fit spill to
-DRAM: *spilled*. Both are recorded per op (:data:`MAPPING_VARS`).
+DRAM: *spilled*. Both are recorded per op (``Run.mapping``).
 
 Traffic and energy follow :mod:`dfit_nb.sim.dataflow` for the per-tile GEMM
 (SCALE-Sim folds, SRAM reads per operand); what differs is where operands come
@@ -59,7 +59,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from .dataflow import fold_cycles, gemm_sram_elements
+from .dataflow import fold_cycles, gemm_sram_elements, word_and_mac_energy
 from .hardware import Hardware
 
 LAYOUTS = ("mn", "mk")
@@ -75,28 +75,6 @@ CANDIDATES = {
     "gy": np.tile(2.0 ** _A.reshape(-1), len(LAYOUTS)),
     "gx": np.tile(2.0 ** _B.reshape(-1), len(LAYOUTS)),
 }
-
-#: per-op outputs of :func:`model` -> (units, description)
-MAPPING_VARS: dict[str, tuple[str, str]] = {
-    "layout": ("", "virtual layout: 0 mn (rows x output columns), 1 mk (rows x reduction)"),
-    "gy": ("1", "virtual grid rows the op is split over"),
-    "gx": ("1", "virtual grid columns the op is split over"),
-    "virtual_tiles": ("1", "virtual tiles gy x gx"),
-    "tiles": ("1", "physical tiles the op runs on"),
-    "fold": ("1", "virtual tiles merged onto one physical tile (run in turn)"),
-    "spilled_bytes": ("B", "DRAM bytes beyond the compulsory ones: operand refetches and partial-sum spills"),
-}
-
-
-def word_and_mac_energy(itemsize: Any, hw: Hardware, xp: Any = jnp) -> tuple[Any, Any]:
-    """An op's word (its dtype width cast down to the native word) and the MAC energy at that width."""
-    f64 = xp.float64
-    native = xp.asarray(hw.word_bytes, f64)
-    word = xp.where(itemsize > 0, xp.minimum(itemsize, native), native)
-    mac_pj = xp.where(word <= 1, xp.asarray(hw.mac_pj_1, f64), xp.where(
-        word <= 2, xp.asarray(hw.mac_pj_2, f64), xp.asarray(hw.mac_pj_4, f64) * xp.maximum(word / 4.0, 1.0) ** 2))
-    return word, mac_pj
-
 
 def _pieces(ops: dict[str, Any], layout: Any, gy: Any, gx: Any) -> dict[str, Any]:
     """Per-virtual-tile GEMM piece: rows, bt GEMMs of mt x kt x nt."""
@@ -115,12 +93,14 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     """Cost of each op (per execution) under a mapping, folded onto ``alloc`` physical tiles.
 
     ``ops`` holds float64 arrays (see :func:`dfit_nb.sim.replay.prepare`); every
-    argument broadcasts. Returns per-op arrays: the mapping (:data:`MAPPING_VARS`),
+    argument broadcasts. Returns per-op arrays: the mapping (``layout``, ``gy``,
+    ``gx``, ``virtual_tiles``, ``tiles``, ``fold``, ``spilled_bytes``),
     cycles (``compute_v`` per virtual tile, ``sram_cycles``, ``dram_cycles``
     of the op's own traffic), bytes by tensor and level (``traffic``, shape
     ``(3, 3, ...)``: :data:`TENSORS` x :data:`LEVELS`), energy by level, and
-    what the scheduler needs (``noc_in``/``noc_out``: bytes delivered to and
-    from the tiles over the mesh from the west edge; ``psum_noc``).
+    what the scheduler needs (``noc_in``: bytes delivered to the tiles, multicast
+    copies included; ``noc_unique_in``: the same once per link; ``noc_out``:
+    bytes sent back to the west edge; ``psum_noc``: the K-split reduction).
     """
     f64 = jnp.float64
     r, c = jnp.asarray(hw.pe_rows, f64), jnp.asarray(hw.pe_cols, f64)

@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import DfitError, DfitWarning
 from . import mapping, schedule
 from .cost import CostInputError, _itemsize, dataflow_codes, for_jit, ops_arrays
-from .dataflow import DATAFLOWS
+from .dataflow import DATAFLOWS, word_and_mac_energy
 from .hardware import EXECUTION_STYLES, Hardware
 
 
@@ -189,7 +189,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     f64 = jnp.float64
     n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
     best = mapping.search(ops, hw, df, n_tiles, pinned)
-    word, _ = mapping.word_and_mac_energy(ops["itemsize"], hw)
+    word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
     if spatial:
         lanes = jnp.asarray(hw.vector_lanes, f64)
