@@ -96,7 +96,9 @@ def prepare(trace: Any) -> Prepared:
     src, dst = row[e["src"].values], row[e["dst"].values]
     keep = (src >= 0) & (dst >= 0)
     src, dst = src[keep], dst[keep]
-    pos, nbytes = e["operand"].values[keep], e["bytes"].values[keep].astype(np.float64)
+    # traces saved before edges named the consumer's operand: every tensor counts as the first operand
+    pos = e["operand"].values[keep] if "operand" in e else np.zeros(int(keep.sum()), np.int64)
+    nbytes = e["bytes"].values[keep].astype(np.float64)
     # bytes producers feed each (op, operand): one tensor even when several producers may write it (cond)
     fed = np.zeros((n, max(int(pos.max()) + 1, 2) if pos.size else 2))
     np.maximum.at(fed, (dst, pos), nbytes)
