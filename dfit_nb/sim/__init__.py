@@ -15,10 +15,12 @@ from .dataflow import DATAFLOWS as DATAFLOWS
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
+from .policy import Policy as Policy
+from .policy import select_dataflows as select_dataflows
 from .replay import replay as replay
 from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Run", "cost", "load_run", "presets", "replay", "replay_batch",
-           "sweep")
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "cost", "load_run", "presets", "replay",
+           "replay_batch", "select_dataflows", "sweep")

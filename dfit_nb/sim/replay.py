@@ -229,6 +229,7 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
             values = values[prep.op] if len(values) != n else values
         except IndexError as err:
             raise ReplayError(f"the policy has {len(values)} per-op choices; the trace has {n} replayed ops") from err
+        values = np.where(values == "", "ws", values)  # non-GEMM ops have no dataflow
         codes, _ = dataflow_codes(values, n)
         return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
     if isinstance(dataflow, (list, tuple)):

@@ -1,0 +1,391 @@
+"""Hybrid dataflow selection: the best dataflow per GEMM, paying for every switch (exact dynamic programming).
+
+The selection
+-------------
+The GEMM ops of a trace, in program order (a topological order of the op
+graph), form the sequence ``g = 0 .. G-1``. Choosing dataflow ``d_g`` for each
+costs
+
+    sum_g cost[g, d_g]  +  sum_{g >= 1, d_g != d_(g-1)} switch[g]
+
+where ``cost`` is the op's total over its executions under the objective
+(the per-op model of :mod:`dfit_nb.sim.dataflow`: energy in pJ, or cycles),
+and ``switch[g]`` the price of changing style before op ``g``. A Viterbi pass
+over ``(dataflow, switches used)`` states finds the minimum exactly for this
+chain cost; ``max_switches`` bounds the switches, ``pins`` fix the dataflow of
+the GEMMs of a region. On branching graphs the switch is charged between ops
+adjacent in program order, not along every edge: exact for chains (an
+encoder's GEMMs), and an approximation where two branches interleave (a
+switch between parallel branches is charged although no tensor flows between
+them; never more than one switch per op).
+
+Switch (retile) cost
+--------------------
+Changing the stationary operand changes how the next GEMM's input activation
+must be laid out in SRAM, so before op ``g`` its input tensor (``lhs`` bytes,
+in the machine's words) is re-laid-out: read from and written back to SRAM
+(``2 x bytes x sram_pj_per_byte``), and on a multi-tile grid moved across the
+mesh (``bytes x (tile_cols + 1) / 2 hops x noc_pj_per_byte_hop``); it takes
+``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles on a grid, or
+``bytes / ((R + 2C) x word)`` through one tile's SRAM ports. A configurable
+control/reconfiguration penalty (``reconfig_cycles``, ``reconfig_pj``) is
+added per switch.
+
+Objectives
+----------
+``"energy"`` and ``"latency"`` are sums: the DP is exact. ``"edp"`` (energy x
+delay) is not a sum; the selection solves the weighted sum ``E + w T`` exactly
+for a sweep of weights and keeps the policy with the lowest ``E x T`` (a
+supported point of the Pareto front: the single styles are in the sweep, so
+it is never worse than them, but it can miss an unsupported optimum).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import xarray as xr
+
+from ..errors import DfitError
+from .cost import for_jit
+from .dataflow import DATAFLOWS, op_cost, word_and_mac_energy
+from .hardware import Hardware
+from .replay import prepare
+
+OBJECTIVES = ("energy", "latency", "edp")
+EDP_WEIGHTS = 33  # weighted-sum points for the energy-delay product
+
+
+class PolicyError(DfitError, ValueError):
+    """An invalid objective, candidate set, pin or switch cap."""
+
+
+def viterbi(cost: Any, switch: Any, max_switches: int | None) -> tuple[Any, Any]:
+    """Exact minimum of ``sum cost[g, d_g] + sum switch[g] [d_g != d_(g-1)]``: ``(choice (G,), total)``.
+
+    ``cost`` ``(G, D)`` may hold ``inf`` (forbidden choices); ``max_switches``
+    ``None`` means unbounded. Pure ``jax.numpy`` (``vmap`` it over machines).
+
+    >>> import numpy as np
+    >>> c = np.array([[1.0, 5.0], [5.0, 1.0], [1.0, 5.0]])
+    >>> [int(v) for v in viterbi(c, np.array([0.0, 1.0, 1.0]), None)[0]]
+    [0, 1, 0]
+    >>> [int(v) for v in viterbi(c, np.array([0.0, 9.0, 9.0]), None)[0]]
+    [0, 0, 0]
+    >>> [int(v) for v in viterbi(c, np.array([0.0, 1.0, 1.0]), 1)[0]]  # one switch cannot pay for itself
+    [0, 0, 0]
+    """
+    cost = jnp.asarray(cost)
+    switch = jnp.asarray(switch, cost.dtype)
+    d = cost.shape[1]
+    k = 1 if max_switches is None else max_switches + 1  # states: switches used so far (one state if unbounded)
+    inf = jnp.inf
+    v0 = jnp.full((d, k), inf).at[:, 0].set(cost[0])
+
+    def step(v: Any, inputs: Any) -> tuple[Any, Any]:
+        c, s = inputs
+        # the best predecessor in another dataflow, per (dataflow, switches): two smallest over dataflows
+        order = jnp.argsort(v, axis=0)
+        best, second = order[0], order[1] if d > 1 else order[0]
+        other = jnp.where(jnp.arange(d)[:, None] == best[None, :], second[None, :], best[None, :])  # (d, k)
+        from_other = jnp.take_along_axis(v, other, axis=0)
+        if max_switches is None:
+            switched = from_other + s
+        else:  # a switch into k comes from k - 1: so does the predecessor to remember
+            switched = jnp.concatenate([jnp.full((d, 1), inf), from_other[:, :-1] + s], axis=1)
+            other = jnp.concatenate([other[:, :1], other[:, :-1]], axis=1)
+        take = switched < v  # ties stay: fewer switches
+        new = jnp.where(take, switched, v) + c[:, None]
+        return new, (take, other)
+
+    v, (takes, others) = jax.lax.scan(step, v0, (cost[1:], switch[1:]))
+    flat = jnp.argmin(v.reshape(-1))
+    last_d, last_k = flat // k, flat % k
+    total = v.reshape(-1)[flat]
+
+    def back(state: Any, inputs: Any) -> tuple[Any, Any]:
+        cur_d, cur_k = state
+        take, other = inputs
+        t = take[cur_d, cur_k]
+        prev_d = jnp.where(t, other[cur_d, cur_k], cur_d)
+        prev_k = jnp.where(t & (max_switches is not None), cur_k - 1, cur_k)
+        return (prev_d, prev_k), cur_d
+
+    (first_d, _), rest = jax.lax.scan(back, (last_d, last_k), (takes, others), reverse=True)
+    return jnp.concatenate([first_d[None], rest]), total
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """A per-op dataflow choice with its costs; pass it to :func:`dfit_nb.replay` as ``dataflow=``.
+
+    Attributes
+    ----------
+    name : str
+        ``"hybrid(<objective>)"`` or the single style it fell back to.
+    per_op : numpy.ndarray
+        One dataflow name per op of ``trace.ops`` (``""`` for non-GEMM ops).
+    choices : xarray.Dataset
+        Dim ``op`` (the GEMMs, in order): ``dataflow``, ``cost`` over
+        (``op``, ``candidate``) under the objective, ``energy_pj`` and
+        ``cycles`` per candidate, ``switch`` (paid before the op, 0 if none),
+        ``switch_cost``, ``region``.
+    totals : xarray.Dataset
+        The objective's total for the policy and for each single style.
+    objective : str
+    baselines : xarray.Dataset or None
+        Replayed gains against every single style (:meth:`with_gains`).
+    """
+
+    name: str
+    per_op: np.ndarray
+    choices: xr.Dataset
+    totals: xr.Dataset
+    objective: str
+    baselines: xr.Dataset | None = None
+
+    @property
+    def switches(self) -> int:
+        """Switches the policy pays."""
+        return int(self.choices["switch"].sum())
+
+    def __repr__(self) -> str:
+        used = sorted(set(self.choices["dataflow"].values.tolist()))
+        best = self.totals["best_single"].item()
+        gain = float(self.totals["gain_vs_best_single"])
+        return (f"<dfit_nb.Policy {self.name}: {self.choices.sizes['op']} GEMMs, uses {used}, {self.switches} "
+                f"switches; {gain:+.2%} {self.objective} vs the best single style ({best})>")
+
+    def _repr_html_(self) -> str:
+        return f"<pre>{html.escape(repr(self))}</pre>"
+
+
+def _switch_costs(ops: dict[str, Any], hw: Hardware, reconfig_cycles: float, reconfig_pj: float) -> tuple[Any, Any]:
+    """Energy (pJ) and cycles of re-laying out each op's input activation (see the module docstring)."""
+    f64 = jnp.float64
+    word, _ = word_and_mac_energy(ops["itemsize"], hw)
+    scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
+    nbytes = ops["lhs_bytes"] * scale
+    rows, cols = jnp.asarray(hw.tile_rows, f64), jnp.asarray(hw.tile_cols, f64)
+    multi = rows * cols > 1
+    energy = nbytes * (2.0 * jnp.asarray(hw.sram_pj_per_byte, f64)
+                       + jnp.where(multi, (cols + 1.0) / 2.0 * jnp.asarray(hw.noc_pj_per_byte_hop, f64), 0.0))
+    ports = (jnp.asarray(hw.pe_rows, f64) + 2.0 * jnp.asarray(hw.pe_cols, f64)) * word
+    cycles = jnp.where(multi, nbytes / (rows * jnp.asarray(hw.noc_link_bytes_per_cycle, f64)), nbytes / ports)
+    return energy + reconfig_pj, cycles + reconfig_cycles
+
+
+@functools.partial(jax.jit, static_argnames=("objective", "max_switches", "ideal"))
+def _select(ops: dict[str, Any], hw: Hardware, codes: Any, allowed: Any, reconfig: Any, objective: str,
+            max_switches: int | None, ideal: bool) -> dict[str, Any]:
+    """Candidate costs and the DP for one machine (``vmap`` over machines)."""
+    out = op_cost(ops, hw, codes[:, None], ideal)  # (D, G)
+    count = ops["count"]
+    energy = (out["energy_pj"] * count).T  # (G, D)
+    cycles = (out["cycles"] * count).T
+    sw_e, sw_c = _switch_costs(ops, hw, reconfig[0], reconfig[1])
+    forbid = jnp.where(allowed, 0.0, jnp.inf)
+    if objective == "energy":
+        choice, _ = viterbi(energy + forbid, sw_e, max_switches)
+    elif objective == "latency":
+        choice, _ = viterbi(cycles + forbid, sw_c, max_switches)
+    else:
+        # E x T is not a sum: solve E + w T exactly for a sweep of w and keep the lowest product
+        scale = jnp.sum(jnp.min(energy, axis=1)) / jnp.maximum(jnp.sum(jnp.min(cycles, axis=1)), 1e-30)
+        weights = jnp.concatenate([jnp.zeros(1), scale * jnp.logspace(-4, 4, EDP_WEIGHTS - 2), jnp.full(1, 1e30)])
+
+        def solve(w: Any) -> tuple[Any, Any]:
+            c, _ = viterbi(jnp.where(w >= 1e30, cycles, energy + w * cycles) + forbid,
+                           jnp.where(w >= 1e30, sw_c, sw_e + w * sw_c), max_switches)
+            e_tot, t_tot = _totals(c, energy, cycles, sw_e, sw_c)
+            return c, e_tot * t_tot
+
+        cands, products = jax.vmap(solve)(weights)
+        choice = cands[jnp.argmin(products)]
+    e_tot, t_tot = _totals(choice, energy, cycles, sw_e, sw_c)
+    return {"choice": choice, "energy": energy, "cycles": cycles, "switch_energy": sw_e, "switch_cycles": sw_c,
+            "energy_total": e_tot, "cycles_total": t_tot}
+
+
+def _totals(choice: Any, energy: Any, cycles: Any, sw_e: Any, sw_c: Any) -> tuple[Any, Any]:
+    g = jnp.arange(choice.shape[0])
+    switched = jnp.concatenate([jnp.zeros(1, bool), choice[1:] != choice[:-1]])
+    e = jnp.sum(energy[g, choice]) + jnp.sum(jnp.where(switched, sw_e, 0.0))
+    t = jnp.sum(cycles[g, choice]) + jnp.sum(jnp.where(switched, sw_c, 0.0))
+    return e, t
+
+
+def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Sequence[str]) -> np.ndarray:
+    """``(G, D)`` allowed choices from ``{region: dataflow}`` (the most specific region wins; ties must agree)."""
+    allowed = np.ones((len(regions), len(candidates)), bool)
+    if not pins:
+        return allowed
+    depth = np.full(len(regions), -1)
+    pinned: list[str | None] = [None] * len(regions)
+    regions = np.asarray(regions, dtype=str)
+    for region, df in pins.items():
+        df = str(df).lower()
+        if df not in candidates:
+            raise PolicyError(f"pin {region!r} -> {df!r}: not a candidate; candidates: {', '.join(candidates)}")
+        region = region.strip("/")
+        level = region.count("/") + 1 if region else 0
+        hit = (regions == region) | (np.char.startswith(regions, region + "/") if region else True)
+        if not np.any(hit):
+            raise PolicyError(f"pin {region!r}: no GEMM in that region")
+        clash = hit & (depth == level) & np.array([p is not None and p != df for p in pinned])
+        if clash.any():
+            raise PolicyError(f"contradictory pins: region {region!r} is pinned to {df!r} and, at the same depth, "
+                              f"to {pinned[int(np.flatnonzero(clash)[0])]!r}")
+        for i in np.flatnonzero(hit & (depth <= level)):
+            pinned[i], depth[i] = df, level
+    for i, df in enumerate(pinned):
+        if df is not None:
+            allowed[i] = [c == df for c in candidates]
+    return allowed
+
+
+def _check(objective: str, candidates: Sequence[str], max_switches: int | None) -> list[str]:
+    if objective not in OBJECTIVES:
+        raise PolicyError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    cands = [str(c).lower() for c in candidates]
+    bad = [c for c in cands if c not in DATAFLOWS]
+    if bad or not cands:
+        raise PolicyError(f"unknown candidate dataflow(s) {bad or candidates!r}; valid: {', '.join(DATAFLOWS)}")
+    if len(set(cands)) != len(cands):
+        raise PolicyError(f"candidates repeat a dataflow: {candidates!r}")
+    if max_switches is not None and (not isinstance(max_switches, (int, np.integer)) or max_switches < 0):
+        raise PolicyError(f"max_switches must be a whole number >= 0 (or None for no cap), got {max_switches!r}")
+    return cands
+
+
+def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
+                     candidates: Sequence[str] = DATAFLOWS, *, max_switches: int | None = None,
+                     pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
+                     reconfig_pj: float = 0.0, memory: str = "finite") -> Policy | xr.Dataset:
+    """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
+
+    Parameters
+    ----------
+    trace : Trace
+    hw : Hardware
+        One machine, or a batch (``Hardware.stack``): then one vmapped call
+        returns an ``xarray.Dataset`` of choices over (``machine``, ``op``).
+    objective : {"energy", "latency", "edp"}
+    candidates : sequence of {"ws", "os", "is"}
+    max_switches : int, optional
+        At most this many switches (``None``: no cap).
+    pins : dict, optional
+        ``{region: dataflow}``: the GEMMs of a region keep that dataflow.
+    reconfig_cycles, reconfig_pj : float
+        Control/reconfiguration penalty per switch, on top of the retile cost.
+    memory : {"finite", "ideal"}
+
+    Examples
+    --------
+    >>> import dfit_nb
+    >>> from dfit_nb.sim import presets, select_dataflows
+    >>> fn, args = dfit_nb.examples.get("mlp").build()
+    >>> policy = select_dataflows(dfit_nb.capture(fn, *args), presets.get("npu_like"), "energy")
+    >>> float(policy.totals["gain_vs_best_single"]) >= 0
+    True
+    """
+    cands = _check(objective, candidates, max_switches)
+    if memory not in ("finite", "ideal"):
+        raise PolicyError(f"unknown memory mode {memory!r}; valid: finite, ideal")
+    if not isinstance(hw, Hardware):
+        raise PolicyError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    prep = prepare(trace)
+    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
+    if gemm.size == 0:
+        raise PolicyError("the trace has no GEMM (dot_general / conv) ops: there is no dataflow to choose")
+    ops = {k: v[gemm] for k, v in prep.arrays.items()}
+    regions = prep.region[gemm].astype(str)
+    allowed = _pins(regions, pins, cands)
+    codes = np.array([DATAFLOWS.index(c) for c in cands], np.float64)
+    reconfig = np.array([float(reconfig_cycles), float(reconfig_pj)])
+    if reconfig.min() < 0 or not np.isfinite(reconfig).all():
+        raise PolicyError(f"reconfig_cycles and reconfig_pj must be finite and >= 0, got {reconfig.tolist()}")
+    batch = hw.batch_shape
+    machine = for_jit(hw) if batch == () else dataclasses.replace(
+        hw, name="", execution="time", **{f: np.asarray(getattr(hw, f), np.float64) for f in _fields()})
+    fn = functools.partial(_select, objective=objective, max_switches=max_switches, ideal=memory == "ideal")
+    with jax.enable_x64(True):
+        if batch == ():
+            out = jax.device_get(fn(ops, machine, codes, allowed, reconfig))
+        else:
+            out = jax.device_get(jax.vmap(lambda h: fn(ops, h, codes, allowed, reconfig))(machine))
+    names = np.asarray(cands, dtype=object)
+    if batch != ():
+        return xr.Dataset(
+            {"dataflow": (("machine", "op"), names[np.asarray(out["choice"])].astype(object)),
+             "energy_j": ("machine", np.asarray(out["energy_total"]) * 1e-12, {"units": "J"}),
+             "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
+            coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
+            attrs={"objective": objective, "candidates": ",".join(cands)})
+    return _policy(prep, gemm, regions, out, names, cands, objective, allowed)
+
+
+def _fields() -> list[str]:
+    from .hardware import FIELDS
+
+    return list(FIELDS)
+
+
+def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any], names: np.ndarray,
+            cands: list[str], objective: str, allowed: np.ndarray) -> Policy:
+    choice = np.asarray(out["choice"]).astype(np.int64)
+    energy, cycles = np.asarray(out["energy"]), np.asarray(out["cycles"])
+    sw_e, sw_c = np.asarray(out["switch_energy"]), np.asarray(out["switch_cycles"])
+    switched = np.concatenate([[False], choice[1:] != choice[:-1]])
+    objective_cost = {"energy": energy, "latency": cycles, "edp": energy}[objective]
+    # single-style totals (switch-free), for the yardstick; a style a pin forbids is not a valid baseline
+    single_e = energy.sum(axis=0)
+    single_t = cycles.sum(axis=0)
+    pol_e = float(energy[np.arange(len(choice)), choice].sum() + sw_e[switched].sum())
+    pol_t = float(cycles[np.arange(len(choice)), choice].sum() + sw_c[switched].sum())
+    metric = {"energy": (single_e, pol_e), "latency": (single_t, pol_t),
+              "edp": (single_e * single_t, pol_e * pol_t)}[objective]
+    feasible = allowed.all(axis=0)
+    singles = np.where(feasible, metric[0], np.inf)
+    best = int(np.argmin(singles)) if np.isfinite(singles).any() else -1
+    per_op = np.full(len(prep.op), "", dtype=object)
+    per_op[gemm] = names[choice]
+    choices = xr.Dataset(
+        {
+            "dataflow": ("op", names[choice], {"units": "", "description": "chosen dataflow"}),
+            "region": ("op", regions.astype(object), {"units": "", "description": "region path"}),
+            "cost": (("op", "candidate"), objective_cost, {"units": "pJ" if objective != "latency" else "cycle",
+                                                           "description": f"{objective} cost of each candidate"}),
+            "energy_pj": (("op", "candidate"), energy, {"units": "pJ", "description": "energy, all executions"}),
+            "cycles": (("op", "candidate"), cycles, {"units": "cycle", "description": "cycles, all executions"}),
+            "switch": ("op", switched, {"units": "", "description": "a switch is paid before this op"}),
+            "switch_energy_pj": ("op", np.where(switched, sw_e, 0.0), {"units": "pJ",
+                                                                     "description": "switch energy paid"}),
+            "switch_cycles": ("op", np.where(switched, sw_c, 0.0), {"units": "cycle",
+                                                                   "description": "switch cycles paid"}),
+            "switch_energy_if_paid_pj": ("op", sw_e, {"units": "pJ", "description": "the price of a switch here"}),
+        },
+        coords={"op": prep.op[gemm], "candidate": cands},
+        attrs={"objective": objective},
+    )
+    gain = (metric[0][best] - metric[1]) / metric[0][best] if best >= 0 and metric[0][best] > 0 else 0.0
+    gain = 0.0 if abs(gain) < 1e-12 else gain  # the same assignment summed in another order
+    totals = xr.Dataset(
+        {
+            "energy_pj": ((), pol_e, {"units": "pJ", "description": "policy energy, switches included"}),
+            "cycles": ((), pol_t, {"units": "cycle", "description": "policy cycles, switches included"}),
+            "single_energy_pj": ("candidate", single_e, {"units": "pJ"}),
+            "single_cycles": ("candidate", single_t, {"units": "cycle"}),
+            "best_single": ((), cands[best] if best >= 0 else "", {"units": ""}),
+            "gain_vs_best_single": ((), gain, {"units": "1", "description": f"relative {objective} gain"}),
+        },
+        coords={"candidate": cands}, attrs={"objective": objective},
+    )
+    return Policy(name=f"hybrid({objective})", per_op=per_op, choices=choices, totals=totals, objective=objective)
