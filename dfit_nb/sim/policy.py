@@ -151,6 +151,61 @@ class Policy:
     objective: str
     baselines: xr.Dataset | None = None
 
+    def evaluate(self, trace: Any, hw: Hardware, **replay_options: Any) -> Policy:
+        """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
+        movement and scheduling included. Returns the policy with ``baselines`` filled in; if the replayed
+        hybrid is worse than the best replayed single style under the objective, returns that single style
+        instead (named so), so a selected policy is never worse than the best single style."""
+        from .replay import replay
+
+        styles = [str(c) for c in self.choices["candidate"].values]
+        runs = {style: replay(trace, hw, style, **replay_options) for style in styles}
+        runs["hybrid"] = replay(trace, hw, self, **replay_options)
+        energy = np.array([float(runs[k].summary["energy_j"]) for k in runs])
+        latency = np.array([float(runs[k].summary["latency_s"]) for k in runs])
+        per_inf = np.array([float(runs[k].summary["joules_per_inference"]) for k in runs])
+        metric = {"energy": energy, "latency": latency, "edp": energy * latency}[self.objective]
+        base = metric[:-1]
+        allowed = self.choices["dataflow"].values
+        # a single style a pin forbids is not a valid baseline for the fallback
+        feasible = np.array([all(v == s or not pinned for v, pinned in zip(allowed, self._pinned(), strict=True))
+                             for s in styles])
+        best = int(np.argmin(np.where(feasible, base, np.inf))) if feasible.any() else -1
+        policy = self
+        if best >= 0 and metric[-1] > base[best] * (1 + 1e-12):
+            per_op = np.where(self.per_op == "", "", styles[best]).astype(object)
+            choices = self.choices.assign(dataflow=("op", np.full(self.choices.sizes["op"], styles[best], object)),
+                                          switch=("op", np.zeros(self.choices.sizes["op"], bool)))
+            policy = dataclasses.replace(self, name=f"{styles[best]} (single style: the replayed hybrid "
+                                                      f"did not beat it)", per_op=per_op, choices=choices)
+            runs["hybrid"] = runs[styles[best]]
+            energy[-1], latency[-1], per_inf[-1] = energy[best], latency[best], per_inf[best]
+        labels = [*styles, "hybrid"]
+        d = ("policy",)
+        baselines = xr.Dataset(
+            {
+                "energy_j": (d, energy, {"units": "J", "description": "replayed energy of one call"}),
+                "latency_s": (d, latency, {"units": "s", "description": "replayed latency"}),
+                "joules_per_inference": (d, per_inf, {"units": "J", "description": "replayed energy per inference"}),
+                "energy_gain_j": (d, energy - energy[-1], {"units": "J",
+                                                           "description": "baseline minus hybrid energy"}),
+                "energy_gain": (d, (energy - energy[-1]) / np.where(energy > 0, energy, 1.0),
+                                {"units": "1", "description": "relative energy saved by the hybrid"}),
+                "latency_gain_s": (d, latency - latency[-1], {"units": "s",
+                                                             "description": "baseline minus hybrid latency"}),
+                "latency_gain": (d, (latency - latency[-1]) / np.where(latency > 0, latency, 1.0),
+                                 {"units": "1", "description": "relative latency saved by the hybrid"}),
+            },
+            coords={"policy": labels},
+            attrs={"objective": self.objective, "best_single": styles[best] if best >= 0 else "",
+                   **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
+        )
+        return dataclasses.replace(policy, baselines=baselines)
+
+    def _pinned(self) -> np.ndarray:
+        """Per GEMM: whether a pin fixed its dataflow."""
+        return self.choices["pinned"].values if "pinned" in self.choices else np.zeros(self.choices.sizes["op"], bool)
+
     @property
     def switches(self) -> int:
         """Switches the policy pays."""
@@ -268,7 +323,7 @@ def _check(objective: str, candidates: Sequence[str], max_switches: int | None) 
 def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      candidates: Sequence[str] = DATAFLOWS, *, max_switches: int | None = None,
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
-                     reconfig_pj: float = 0.0, memory: str = "finite") -> Policy | xr.Dataset:
+                     reconfig_pj: float = 0.0, memory: str = "finite", evaluate: bool = True) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -286,6 +341,10 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     reconfig_cycles, reconfig_pj : float
         Control/reconfiguration penalty per switch, on top of the retile cost.
     memory : {"finite", "ideal"}
+    evaluate : bool
+        Replay the policy and every single style (:meth:`Policy.evaluate`):
+        ``policy.baselines`` holds the replayed gains, and a hybrid the replay
+        shows worse than the best single style falls back to it.
 
     Examples
     --------
@@ -329,7 +388,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
              "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
-    return _policy(prep, gemm, regions, out, names, cands, objective, allowed)
+    policy = _policy(prep, gemm, regions, out, names, cands, objective, allowed)
+    return policy.evaluate(trace, hw) if evaluate else policy
 
 
 def _fields() -> list[str]:
@@ -371,6 +431,8 @@ def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any
             "switch_cycles": ("op", np.where(switched, sw_c, 0.0), {"units": "cycle",
                                                                    "description": "switch cycles paid"}),
             "switch_energy_if_paid_pj": ("op", sw_e, {"units": "pJ", "description": "the price of a switch here"}),
+            "switch_cycles_if_paid": ("op", sw_c, {"units": "cycle", "description": "the cycles of a switch here"}),
+            "pinned": ("op", ~allowed.all(axis=1), {"units": "", "description": "a pin fixed the dataflow"}),
         },
         coords={"op": prep.op[gemm], "candidate": cands},
         attrs={"objective": objective},

@@ -56,6 +56,11 @@ def test_the_dp_equals_brute_force(g, d, cap, seed, forbid):
 def test_hybrid_is_never_worse_than_any_single_style(static_traces, example, preset, objective):
     policy = select_dataflows(static_traces[example], presets.get(preset), objective)
     assert isinstance(policy, Policy)
+    # replayed through the same pipeline (mapping, movement, schedule): never worse than the best single style
+    b = policy.baselines
+    replayed = {"energy": b["energy_j"], "latency": b["latency_s"], "edp": b["energy_j"] * b["latency_s"]}[objective]
+    assert float(replayed.sel(policy="hybrid")) <= float(replayed.drop_sel(policy="hybrid").min()) * (1 + 1e-12)
+    assert b.attrs["best_single"] in ("ws", "os", "is") and b.attrs["hardware"] == preset
     t = policy.totals
     metric = {"energy": (t["single_energy_pj"], t["energy_pj"]), "latency": (t["single_cycles"], t["cycles"]),
               "edp": (t["single_energy_pj"] * t["single_cycles"], t["energy_pj"] * t["cycles"])}[objective]
@@ -64,7 +69,8 @@ def test_hybrid_is_never_worse_than_any_single_style(static_traces, example, pre
 
 
 def test_the_policy_matches_brute_force_on_a_real_trace(static_traces):
-    policy = select_dataflows(static_traces["encoder"], presets.get("eyeriss_like"), "energy", max_switches=3)
+    policy = select_dataflows(static_traces["encoder"], presets.get("eyeriss_like"), "energy", max_switches=3,
+                              evaluate=False)
     ch = policy.choices
     # brute force over the first 8 GEMMs with the rest fixed would not be the same problem: use the whole chain
     # through the DP oracle instead, on the policy's own cost table (12 GEMMs: 531,441 assignments)
@@ -82,15 +88,15 @@ def test_the_policy_matches_brute_force_on_a_real_trace(static_traces):
 
 def test_caps_pins_and_the_switch_price(static_traces):
     t, hw = static_traces["encoder"], presets.get("eyeriss_like")
-    none = select_dataflows(t, hw, "energy", max_switches=0)
+    none = select_dataflows(t, hw, "energy", max_switches=0, evaluate=False)
     assert none.switches == 0 and len(set(none.choices["dataflow"].values)) == 1
     assert none.choices["dataflow"].values[0] == none.totals["best_single"].item()
-    pinned = select_dataflows(t, hw, "energy", pins={"encoder/layer_0": "is"})
+    pinned = select_dataflows(t, hw, "energy", pins={"encoder/layer_0": "is"}, evaluate=False)
     layer0 = np.char.startswith(pinned.choices["region"].values.astype(str), "encoder/layer_0")
     assert set(pinned.choices["dataflow"].values[layer0]) == {"is"}
-    costly = select_dataflows(t, hw, "energy", reconfig_pj=1e15)
+    costly = select_dataflows(t, hw, "energy", reconfig_pj=1e15, evaluate=False)
     assert costly.switches == 0
-    free = select_dataflows(t, hw, "energy")
+    free = select_dataflows(t, hw, "energy", evaluate=False)
     assert free.switches > 0  # on Eyeriss, os and ws each win some GEMMs (recorded in the closing note)
     paid = free.choices["switch_energy_pj"].values
     assert (paid[free.choices["switch"].values] > 0).all()
@@ -124,6 +130,24 @@ def test_a_policy_replays_and_a_batch_of_machines_selects_in_one_call(static_tra
     machines = [hw, hw.replace(pe_rows=32, pe_cols=32), presets.get("npu_like")]
     ds = select_dataflows(t, Hardware.stack(machines), "energy")
     for i, m in enumerate(machines):
-        one = select_dataflows(t, m, "energy")
+        one = select_dataflows(t, m, "energy", evaluate=False)
         assert ds["dataflow"].values[i].tolist() == one.choices["dataflow"].values.tolist()
         assert float(ds["energy_j"][i]) == pytest.approx(float(one.totals["energy_pj"]) * 1e-12, rel=1e-12)
+
+
+def test_a_hybrid_the_replay_shows_worse_falls_back_to_the_best_single_style(static_traces):
+    import dataclasses
+
+    t, hw = static_traces["encoder"], presets.get("eyeriss_like")
+    policy = select_dataflows(t, hw, "energy", evaluate=False)
+    # the worst candidate everywhere, alternating to pay switches too: surely worse than the best single style
+    worst = policy.choices["energy_pj"].values.argmax(axis=1)
+    names = np.asarray(policy.choices["candidate"].values, dtype=object)[worst]
+    per_op = policy.per_op.copy()
+    per_op[per_op != ""] = names
+    bad = dataclasses.replace(policy, per_op=per_op, choices=policy.choices.assign(dataflow=("op", names)))
+    fixed = bad.evaluate(t, hw)
+    best = fixed.baselines.attrs["best_single"]
+    assert fixed.name.startswith(f"{best} (single style")
+    assert set(fixed.choices["dataflow"].values) == {best} and fixed.switches == 0
+    assert float(fixed.baselines["energy_gain"].sel(policy=best)) == 0
