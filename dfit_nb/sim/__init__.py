@@ -10,6 +10,7 @@ Pure ``jax.numpy``; never imports altair or ipywidgets.
 """
 
 from . import presets as presets
+from .compare import compare as compare
 from .cost import cost as cost
 from .dataflow import DATAFLOWS as DATAFLOWS
 from .grid import sweep as sweep
@@ -22,5 +23,5 @@ from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "cost", "load_run", "presets", "replay",
-           "replay_batch", "select_dataflows", "sweep")
+__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "compare", "cost", "load_run", "presets",
+           "replay", "replay_batch", "select_dataflows", "sweep")

@@ -151,3 +151,23 @@ def test_a_hybrid_the_replay_shows_worse_falls_back_to_the_best_single_style(sta
     assert fixed.name.startswith(f"{best} (single style")
     assert set(fixed.choices["dataflow"].values) == {best} and fixed.switches == 0
     assert float(fixed.baselines["energy_gain"].sel(policy=best)) == 0
+
+
+def test_compare_two_policies_and_two_machines(all_runs, static_traces):
+    from dfit_nb.sim import compare
+    from dfit_nb.sim.compare import CompareError
+
+    t, hw = static_traces["encoder"], presets.get("npu_like")
+    a, b = dfit_nb.replay(t, hw, "ws"), dfit_nb.replay(t, hw, "os")
+    ab = compare(a, b)
+    assert float(ab["delta_energy_j"]) == pytest.approx(float(b.summary["energy_j"] - a.summary["energy_j"]))
+    assert ab.attrs["per_tile"] == 1 and ab["busy_s_a"].shape == (4, 5)
+    root = ab.sel(region="")
+    assert float(root["energy_pj_b"]) == pytest.approx(float(b.summary["energy_j"]) * 1e12, rel=1e-9)
+    total_busy = float(ab["busy_s_a"].sum())
+    ev = a.events.where(a.events["kind"] == "compute", drop=True)
+    assert total_busy == pytest.approx(float((ev["end_s"] - ev["start_s"]).sum()), rel=1e-9)
+    machines = compare(all_runs[("encoder", "npu_like")], all_runs[("encoder", "cerebras_like")])
+    assert machines.attrs["per_tile"] == 0 and "busy_s_a" not in machines
+    with pytest.raises(CompareError, match="different programs"):
+        compare(all_runs[("encoder", "npu_like")], all_runs[("mlp", "npu_like")])
