@@ -373,7 +373,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         raise PolicyError(f"reconfig_cycles and reconfig_pj must be finite and >= 0, got {reconfig.tolist()}")
     batch = hw.batch_shape
     machine = for_jit(hw) if batch == () else dataclasses.replace(
-        hw, name="", execution="time", **{f: np.asarray(getattr(hw, f), np.float64) for f in _fields()})
+        hw, name="", execution="time",
+        **{f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), batch) for f in _fields()})
     fn = functools.partial(_select, objective=objective, max_switches=max_switches, ideal=memory == "ideal")
     with jax.enable_x64(True):
         if batch == ():
