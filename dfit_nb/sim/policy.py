@@ -141,7 +141,10 @@ class Policy:
         The objective's total for the policy and for each single style.
     objective : str
     baselines : xarray.Dataset or None
-        Replayed gains against every single style (:meth:`with_gains`).
+        Replayed gains against every single style (:meth:`evaluate`).
+    runs : dict or None
+        The replays behind ``baselines`` (``"ws"``, ``"os"``, ``"is"``, ``"hybrid"`` -> Run):
+        the playbook's buffer-pressure profile and traffic mix are in their ``cube``.
     """
 
     name: str
@@ -150,6 +153,7 @@ class Policy:
     totals: xr.Dataset
     objective: str
     baselines: xr.Dataset | None = None
+    runs: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def evaluate(self, trace: Any, hw: Hardware, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
@@ -200,7 +204,16 @@ class Policy:
             attrs={"objective": self.objective, "best_single": styles[best] if best >= 0 else "",
                    **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
         )
-        return dataclasses.replace(policy, baselines=baselines)
+        return dataclasses.replace(policy, baselines=baselines, runs=runs)
+
+    def report(self, format: str = "markdown") -> str:
+        """The playbook: an accelerator review memo, as Markdown or self-contained offline HTML.
+
+        See :func:`dfit_nb.sim.playbook.report`.
+        """
+        from .playbook import report
+
+        return report(self, format)
 
     def _pinned(self) -> np.ndarray:
         """Per GEMM: whether a pin fixed its dataflow."""

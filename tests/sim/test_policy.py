@@ -171,3 +171,63 @@ def test_compare_two_policies_and_two_machines(all_runs, static_traces):
     assert machines.attrs["per_tile"] == 0 and "busy_s_a" not in machines
     with pytest.raises(CompareError, match="different programs"):
         compare(all_runs[("encoder", "npu_like")], all_runs[("mlp", "npu_like")])
+
+
+@pytest.fixture(scope="module")
+def eyeriss_policy(static_traces):
+    return select_dataflows(static_traces["encoder"], presets.get("eyeriss_like"), "energy")
+
+
+def test_the_playbook_names_its_baseline_and_lays_out_the_memo(eyeriss_policy):
+    md = eyeriss_policy.report()
+    best = eyeriss_policy.baselines.attrs["best_single"]
+    for section in ("# Dataflow policy playbook", "## Expected gains (replayed)", "## Symptom", "## Mechanism",
+                    "## Proposed action", "## Expected movement and regression risk",
+                    "## Layer-wise recommendations", "## Transition rules", "## Caveats"):
+        assert section in md, section
+    assert "Baseline: the best single style under the objective, replayed through the same pipeline" in md
+    assert f"less than {best}" in md and "Break-even" in md and "pays (" in md
+    assert md.count("| #") == eyeriss_policy.choices.sizes["op"]  # one row per GEMM
+
+
+def test_a_playbook_says_why_a_hybrid_cannot_win(static_traces):
+    policy = select_dataflows(static_traces["encoder"], presets.get("npu_like"), "energy", max_switches=0)
+    md = policy.report()
+    assert "cannot beat the best single style" in md
+
+
+def test_report_errors(static_traces, eyeriss_policy):
+    from dfit_nb.sim.playbook import PlaybookError
+
+    with pytest.raises(PlaybookError, match="unknown report format 'pdf'"):
+        eyeriss_policy.report("pdf")
+    with pytest.raises(PlaybookError, match="has not been replayed"):
+        select_dataflows(static_traces["mlp"], presets.get("npu_like"), evaluate=False).report()
+
+
+_UI = __import__("tests.events.perfetto_ui", fromlist=["missing"])
+
+
+@pytest.mark.skipif(_UI.missing() is not None and not __import__("os").environ.get("CI"),
+                    reason=f"offline render check {_UI.missing()} (CI installs them)")
+def test_the_html_playbook_renders_offline_in_headless_chromium(eyeriss_policy, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    page_html = eyeriss_policy.report("html")
+    assert "http://" not in page_html and "https://" not in page_html and "<script" not in page_html
+    path = tmp_path / "playbook.html"
+    path.write_text(page_html)
+    requests = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_UI.chromium(), headless=True, args=_UI.BROWSER_ARGS)
+        page = browser.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                   else route.abort())
+        page.goto(path.as_uri())
+        h1 = page.inner_text("h1")
+        rows = page.locator("table").nth(1).locator("tbody tr").count()
+        browser.close()
+    assert h1.startswith("Dataflow policy playbook: encoder on eyeriss_like")
+    assert rows == eyeriss_policy.choices.sizes["op"]
+    assert all(u.startswith("file:") for u in requests)
