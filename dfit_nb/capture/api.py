@@ -276,5 +276,5 @@ def capture(
         {"baseline_s": m.baseline_s, "instrumented_s": m.instrumented_s, "n_calls": m.n_calls} if m else {}))
     return Trace(
         ops=ops, edges=tables.edges_dataset(walk.edges), regions=tables.regions_dataset(ops),
-        lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed,
+        lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed, fn=fn,
     )

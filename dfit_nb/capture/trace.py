@@ -82,6 +82,8 @@ class Trace:
     jaxpr : jax.extend.core.ClosedJaxpr or None
         The traced program (``None`` after :func:`load_trace`; its text is
         kept: :attr:`jaxpr_text`).
+    fn : callable or None
+        The captured function (``None`` after :func:`load_trace`).
     mode : str
         ``"static"``, ``"profile"`` or ``"eager"``.
     overhead : Overhead
@@ -105,6 +107,7 @@ class Trace:
         attrs: dict[str, Any],
         overhead: Overhead,
         jaxpr: Any = None,
+        fn: Any = None,
     ) -> None:
         self.ops = ops
         self.edges = edges
@@ -113,6 +116,7 @@ class Trace:
         self.attrs = dict(attrs)
         self.overhead = overhead
         self.jaxpr = jaxpr
+        self.fn = fn  # the captured function, in memory only (shape studies re-trace it at other sizes)
 
     @property
     def jaxpr_text(self) -> str:

@@ -22,6 +22,8 @@ from .replay import replay as replay
 from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
+from .shapes import shape_sensitivity as shape_sensitivity
+from .shapes import tail_latency as tail_latency
 
 __all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "compare", "cost", "load_run", "presets",
-           "replay", "replay_batch", "select_dataflows", "sweep")
+           "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")

@@ -336,7 +336,8 @@ def _check(objective: str, candidates: Sequence[str], max_switches: int | None) 
 def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      candidates: Sequence[str] = DATAFLOWS, *, max_switches: int | None = None,
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
-                     reconfig_pj: float = 0.0, memory: str = "finite", evaluate: bool = True) -> Policy | xr.Dataset:
+                     reconfig_pj: float = 0.0, memory: str = "finite", evaluate: bool = True,
+                     prepared: Any = None) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -358,6 +359,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         Replay the policy and every single style (:meth:`Policy.evaluate`):
         ``policy.baselines`` holds the replayed gains, and a hybrid the replay
         shows worse than the best single style falls back to it.
+    prepared : Prepared, optional
+        The op table to select on instead of ``prepare(trace)`` (e.g. the
+        trace's ops scaled to another shape by :mod:`dfit_nb.sim.shapes`).
 
     Examples
     --------
@@ -373,7 +377,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         raise PolicyError(f"unknown memory mode {memory!r}; valid: finite, ideal")
     if not isinstance(hw, Hardware):
         raise PolicyError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
-    prep = prepare(trace)
+    prep = prepared if prepared is not None else prepare(trace)
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
     if gemm.size == 0:
         raise PolicyError("the trace has no GEMM (dot_general / conv) ops: there is no dataflow to choose")

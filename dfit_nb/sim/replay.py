@@ -425,3 +425,18 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution).items()
              if not k.startswith("hw_") and k not in ("hardware", "clock_ghz")}
     return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name})
+
+
+def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None) -> dict[str, float]:
+    """Latency, energy and friends of one replay (no events): the scalars of :func:`replay_batch` for an op
+    table (e.g. a trace scaled to another shape) on one machine."""
+    execution = hw.execution if execution is None else execution
+    grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    arrays, preds, pred_bytes, codes_p, pin = padded(prep, np.asarray(codes, np.float64), pinned_layouts(prep, None))
+    tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+    batch = Hardware.stack([hw])
+    batch = dataclasses.replace(batch, name="", execution="time")
+    with jax.enable_x64(True):
+        out = jax.device_get(_batch_program(arrays, preds, pred_bytes, tables, batch, codes_p, pin, grid,
+                                            execution == "spatial", True))
+    return {k: float(np.asarray(v)[0]) for k, v in out.items()}

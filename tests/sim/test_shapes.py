@@ -1,0 +1,108 @@
+"""Shape sensitivity and tail latency: rescaling the op table matches a fresh capture; quantiles are sound."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dfit_nb
+from dfit_nb import examples
+from dfit_nb.sim import presets
+from dfit_nb.sim.replay import prepare, summarize
+from dfit_nb.sim.shapes import ShapeError, exponents, scaled, shape_sensitivity, tail_latency
+
+BUILD = examples.get("encoder").build
+BASE = {"batch": 2, "seq": 32}
+
+
+def make_args(batch=2, seq=32):
+    return BUILD(batch=batch, seq=seq)[1]
+
+
+@pytest.fixture(scope="module")
+def encoder_trace(static_traces):
+    return static_traces["encoder"]  # built at batch 2, seq 32
+
+
+@pytest.fixture(scope="module")
+def exps(encoder_trace):
+    return exponents(encoder_trace, make_args, BASE)
+
+
+@pytest.mark.parametrize("sizes", [{"batch": 8, "seq": 32}, {"batch": 2, "seq": 128}, {"batch": 6, "seq": 48}])
+def test_rescaling_matches_a_fresh_capture(encoder_trace, exps, sizes):
+    fn = encoder_trace.fn
+    fresh = prepare(dfit_nb.capture(fn, *make_args(**sizes)))
+    s = scaled(prepare(encoder_trace), exps, {a: sizes[a] / BASE[a] for a in BASE})
+    for col in ("m", "k", "n", "batch", "count", "lhs_bytes", "rhs_bytes", "bytes_written"):
+        np.testing.assert_array_equal(s.arrays[col], fresh.arrays[col], err_msg=col)
+    np.testing.assert_allclose(s.pred_bytes, fresh.pred_bytes)
+    np.testing.assert_allclose(s.arrays["flops"], fresh.arrays["flops"], rtol=0.05)  # sums of two degrees
+    hw = presets.get("tpu_like")
+    codes = np.zeros(len(s.op))
+    assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=3e-4)
+
+
+def test_weights_do_not_scale_and_attention_scores_grow_with_the_square_of_the_sequence(exps, encoder_trace):
+    prep = prepare(encoder_trace)
+    e = exps["exponent"]
+    dots = np.flatnonzero(prep.arrays["gemm"] > 0)
+    regions = prep.region[dots].astype(str)
+    qk = dots[np.char.find(regions, "/attn/qk/") >= 0][0]  # not attn/qkv
+    fc1 = dots[np.char.endswith(regions, "mlp/fc1")][0]
+    assert float(e.sel(axis="seq", field="flops").values[qk]) == pytest.approx(2.0)
+    assert float(e.sel(axis="batch", field="rhs_bytes").values[fc1]) == 0.0  # a weight
+    assert float(e.sel(axis="batch", field="m").values[fc1]) == pytest.approx(1.0)
+
+
+def test_shape_sensitivity_reports_flips_and_replays_every_policy(encoder_trace):
+    hw = presets.get("eyeriss_like")
+    ds = shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": [0.5, 1, 4], "seq": [1, 2]})
+    assert ds["latency_s"].dims == ("batch", "seq", "policy")
+    assert list(ds["policy"].values) == ["ws", "os", "is", "hybrid@base", "hybrid"]
+    np.testing.assert_array_equal(ds["n_flipped"].values, ds["flipped"].sum("op").values)
+    assert int(ds["n_flipped"].sel(batch=1.0, seq=1.0)) == 0  # the base shape flips nothing
+    assert int(ds["n_flipped"].sum()) > 0  # on Eyeriss, some GEMMs change their best style with shape
+    # at the base shape, the fixed hybrid is the policy selected there, replayed
+    policy = dfit_nb.sim.select_dataflows(encoder_trace, hw, "energy", evaluate=False)
+    run = dfit_nb.replay(encoder_trace, hw, policy)
+    assert float(ds["energy_j"].sel(batch=1.0, seq=1.0, policy="hybrid@base")) == pytest.approx(
+        float(run.summary["energy_j"]), rel=1e-9)
+    assert (ds["latency_s"] > 0).all()
+
+
+def test_tail_latency_quantiles(encoder_trace):
+    hw = presets.get("eyeriss_like")
+    dist = {1: 0.5, 2: 0.3, 4: 0.15, 8: 0.05}
+    tl = tail_latency(encoder_trace, hw, make_args, BASE, dist)
+    lat = tl["latency_s"].values
+    assert (np.diff(lat, axis=1) >= 0).all()  # p50 <= p95 <= p99
+    sens = shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": [0.5, 1, 2, 4]})
+    for policy in tl["policy"].values:
+        by_size = sens["latency_s"].sel(policy=policy).values
+        assert float(tl["latency_s"].sel(policy=policy, quantile=0.5)) == pytest.approx(by_size[0])
+        assert float(tl["latency_s"].sel(policy=policy, quantile=0.99)) == pytest.approx(by_size[3])
+        assert float(tl["mean_latency_s"].sel(policy=policy)) == pytest.approx(
+            np.dot(list(dist.values()), by_size))
+    samples = tail_latency(encoder_trace, hw, make_args, BASE, [1] * 50 + [2] * 30 + [4] * 15 + [8] * 5)
+    np.testing.assert_allclose(samples["latency_s"].values, lat)
+
+
+def test_bad_inputs(encoder_trace, tmp_path):
+    hw = presets.get("npu_like")
+    loaded = dfit_nb.load_trace(encoder_trace.save(tmp_path / "t.nc"))
+    with pytest.raises(ShapeError, match="does not hold its function"):
+        exponents(loaded, make_args, BASE)
+    with pytest.raises(ShapeError, match="positive integer"):
+        exponents(encoder_trace, make_args, {"batch": 0})
+    with pytest.raises(ShapeError, match="sum above 0"):
+        tail_latency(encoder_trace, hw, make_args, BASE, {2: 0.0})
+
+    def unrolled(x):  # one op per row: the structure depends on the batch
+        return sum(jnp.tanh(x[i]) for i in range(x.shape[0]))
+
+    t = dfit_nb.capture(unrolled, jnp.ones((2, 8)))
+    with pytest.raises(ShapeError, match="structure changes with 'batch'"):
+        exponents(t, lambda batch: (jax.ShapeDtypeStruct((batch, 8), jnp.float32),), {"batch": 2})
