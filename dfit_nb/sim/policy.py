@@ -143,8 +143,13 @@ class Policy:
     baselines : xarray.Dataset or None
         Replayed gains against every single style (:meth:`evaluate`).
     runs : dict or None
-        The replays behind ``baselines`` (``"ws"``, ``"os"``, ``"is"``, ``"hybrid"`` -> Run):
-        the playbook's buffer-pressure profile and traffic mix are in their ``cube``.
+        The replays behind ``baselines`` (``"ws"``, ``"os"``, ``"is"``, ``"hybrid"`` -> Run).
+    artifacts : dict or None
+        The playbook's artifacts for the chosen policy, as Datasets: ``"reuse"`` (the
+        reuse-factor map: MACs per byte moved, per GEMM, operand and level),
+        ``"buffer_pressure"`` (SRAM occupancy over time, mean and busiest tile, per
+        policy) and ``"traffic_mix"`` (activation / weight / partial-sum bytes by
+        level and region, per policy).
     """
 
     name: str
@@ -154,6 +159,7 @@ class Policy:
     objective: str
     baselines: xr.Dataset | None = None
     runs: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
+    artifacts: dict[str, xr.Dataset] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def evaluate(self, trace: Any, hw: Hardware, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
@@ -204,7 +210,8 @@ class Policy:
             attrs={"objective": self.objective, "best_single": styles[best] if best >= 0 else "",
                    **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
         )
-        return dataclasses.replace(policy, baselines=baselines, runs=runs)
+        return dataclasses.replace(policy, baselines=baselines, runs=runs,
+                                   artifacts=_artifacts(policy, trace, hw, runs, labels))
 
     def report(self, format: str = "markdown") -> str:
         """The playbook: an accelerator review memo, as Markdown or self-contained offline HTML.
@@ -233,6 +240,37 @@ class Policy:
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(repr(self))}</pre>"
+
+
+def _artifacts(policy: Policy, trace: Any, hw: Hardware, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`)."""
+    from .cost import cost
+
+    prep = prepare(trace)
+    names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
+    names[prep.op] = np.where(policy.per_op == "", "ws", policy.per_op)
+    per_op = cost(trace, hw, names).sel(op=policy.choices["op"].values)
+    levels, operands = ("sram", "dram"), ("input", "weight", "output")
+    reuse = np.stack([np.stack([per_op[f"reuse_{lv}_{o}"].values for o in operands], axis=-1) for lv in levels],
+                     axis=1)
+    reuse_ds = xr.Dataset(
+        {"reuse": (("op", "level", "operand"), reuse,
+                   {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),
+         "dataflow": ("op", policy.choices["dataflow"].values, {"units": ""}),
+         "region": ("op", policy.choices["region"].values, {"units": ""})},
+        coords={"op": policy.choices["op"].values, "level": list(levels), "operand": list(operands)})
+    occ = [runs[k].cube["sram_occupancy"] for k in labels]
+    pressure = xr.Dataset(
+        {"mean": (("policy", "bin"), np.stack([o.mean(("tile_y", "tile_x")).values for o in occ]),
+                  {"units": "1", "description": "SRAM occupancy averaged over tiles"}),
+         "busiest": (("policy", "bin"), np.stack([o.max(("tile_y", "tile_x")).values for o in occ]),
+                     {"units": "1", "description": "SRAM occupancy of the fullest tile"}),
+         "bin_start_s": (("policy", "bin"), np.stack([runs[k].cube["time"].values / (runs[k].attrs["clock_ghz"] * 1e9)
+                                                      for k in labels]), {"units": "s"})},
+        coords={"policy": labels, "bin": np.arange(occ[0].sizes["time"])})
+    mix = xr.concat([runs[k].cube["traffic"] for k in labels], dim=xr.DataArray(labels, dims="policy"),
+                    join="outer", fill_value=0.0)
+    return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}
 
 
 def _switch_costs(ops: dict[str, Any], hw: Hardware, reconfig_cycles: float, reconfig_pj: float) -> tuple[Any, Any]:

@@ -231,3 +231,18 @@ def test_the_html_playbook_renders_offline_in_headless_chromium(eyeriss_policy, 
     assert h1.startswith("Dataflow policy playbook: encoder on eyeriss_like")
     assert rows == eyeriss_policy.choices.sizes["op"]
     assert all(u.startswith("file:") for u in requests)
+
+
+def test_the_playbook_artifacts(eyeriss_policy):
+    art = eyeriss_policy.artifacts
+    assert set(art) == {"reuse", "buffer_pressure", "traffic_mix"}
+    reuse = art["reuse"]["reuse"]
+    assert reuse.dims == ("op", "level", "operand") and (reuse.sel(level="sram") > 0).all()
+    assert art["reuse"]["dataflow"].values.tolist() == eyeriss_policy.choices["dataflow"].values.tolist()
+    pressure = art["buffer_pressure"]
+    assert (pressure["busiest"] >= pressure["mean"] - 1e-12).all() and float(pressure["busiest"].max()) <= 1 + 1e-9
+    mix = art["traffic_mix"]["bytes"]
+    for label in mix["policy"].values:
+        run = eyeriss_policy.runs[label]
+        root = mix.sel(policy=label, region="").sum("tensor")
+        assert float(root.sel(level="dram")) == pytest.approx(float(run.summary["dram_bytes"]), rel=1e-9)
