@@ -32,7 +32,10 @@ def measured_events(trace: Trace, *, sequential: bool = True) -> xr.Dataset:
     """The measured ops of a ``profile``- or ``eager``-mode trace as host events.
 
     One ``compute`` event per leaf op (``container == ''``) with a finite
-    ``time_s``; container ops and ops without a time are skipped. An op's
+    ``time_s``; ops without a time are skipped, and so are container ops,
+    unless a container has a time and none of the ops inside it has one (a
+    profiled loop whose body emitted no per-instruction events): then the
+    container's event stands for them. An op's
     event covers all its executions: duration ``time_s × count``, ``bytes``
     = ``(bytes_read + bytes_written) × count``, ``macs`` = ``flops / 2 ×
     count`` for ``gemm`` and ``conv`` ops (0 otherwise), ``energy_pj`` 0.
@@ -79,7 +82,17 @@ def measured_events(trace: Trace, *, sequential: bool = True) -> xr.Dataset:
     ops = trace.ops
     time_s = ops["time_s"].values.astype(np.float64)
     leaf = ops["container"].values.astype(str) == ""
-    keep = leaf & np.isfinite(time_s)
+    timed = np.isfinite(time_s)
+    # a container timed as a whole (a profiled loop whose body emits no per-instruction events) stands for
+    # its ops when none of them has a time of its own
+    covered = np.zeros(len(time_s), bool)
+    parent = ops["parent"].values.astype(np.int64)
+    up = parent[np.flatnonzero(leaf & timed)]
+    while up.size:  # one step per nesting level
+        up = up[up >= 0]
+        covered[up] = True
+        up = parent[up]
+    keep = timed & (leaf | ~covered)
     if not keep.any():
         raise NotMeasuredError(
             f"trace of {trace.attrs.get('function', '?')!r} has no measured times (mode={trace.mode!r}); "

@@ -92,3 +92,23 @@ def test_static_trace_is_refused():
     with pytest.raises(NotMeasuredError, match="mode='profile' or mode='eager'") as info:
         measured_events(static)
     assert isinstance(info.value, DfitError)
+
+
+def test_a_container_timed_as_a_whole_stands_for_its_untimed_ops():
+    t = dfit_nb.capture(tiny, *ARGS, mode="eager")
+    ops = t.ops
+    scan = int(np.flatnonzero(ops["container"].values == "scan")[0])
+    inside = ops["parent"].values == scan
+    # as a profile whose loop body emitted no per-instruction events: the body is untimed, the loop timed
+    time_s = ops["time_s"].values.copy()
+    time_s[inside] = np.nan
+    time_s[scan] = 1e-3
+    t.ops = ops.assign(time_s=("op", time_s, ops["time_s"].attrs))
+    ev = measured_events(t)
+    assert scan in ev["op"].values.tolist()
+    assert not set(np.flatnonzero(inside).tolist()) & set(ev["op"].values.tolist())
+    # when the ops inside are timed, the container adds nothing (no double count)
+    with_body = time_s.copy()
+    with_body[inside] = 1e-4
+    t.ops = ops.assign(time_s=("op", with_body, ops["time_s"].attrs))
+    assert scan not in measured_events(t)["op"].values.tolist()
