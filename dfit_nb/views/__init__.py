@@ -1,0 +1,14 @@
+"""Charts: pure functions from Traces, Runs, Policies and sweep Datasets to Altair charts.
+
+No ipywidgets here (``dfit_nb.widgets`` composes these); every chart embeds at
+most :data:`~dfit_nb.views._common.MAX_ROWS` rows, aggregating first and saying
+so in its subtitle. Render offline with :func:`png` (vl-convert) or
+``chart.save(path, inline=True)``.
+"""
+
+from ._common import MAX_ROWS, png
+from .program import policy, regions, reuse_map, roofline, sweep, traffic_mix
+from .run import buffer_pressure, compare, noc_load, timeline, utilization
+
+__all__ = ["MAX_ROWS", "buffer_pressure", "compare", "noc_load", "png", "policy", "regions", "reuse_map", "roofline",
+           "sweep", "timeline", "traffic_mix", "utilization"]

@@ -1,0 +1,700 @@
+"""Program-level charts: region tree, roofline, traffic mix, reuse, a dataflow policy, a sweep's Pareto front.
+
+Pure functions from ``Trace`` / ``Run`` / ``Policy`` / sweep Datasets to Altair charts. Every chart has a
+title, tooltips, and embeds at most :data:`dfit_nb.views._common.MAX_ROWS` rows (larger inputs are aggregated
+first, and the subtitle says so).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ._common import MAX_ROWS, aggregated, titled
+
+__all__ = ("policy", "regions", "reuse_map", "roofline", "sweep", "traffic_mix")
+
+_METRICS = ("flops", "bytes", "time", "energy")
+_LEVELS = ("sram", "noc", "dram")
+_TENSORS = ("activation", "weight", "psum")
+
+
+# ---- helpers -------------------------------------------------------------------------------------------------------
+def _is_run(obj: Any) -> bool:
+    return hasattr(obj, "cube") and hasattr(obj, "summary")
+
+
+def _tail(path: str) -> str:
+    return path.rsplit("/", 1)[-1] if path else "<root>"
+
+
+def _path_depth(path: str) -> int:
+    return 0 if not path else path.count("/") + 1
+
+
+def _hw_value(attrs: dict[str, Any], hw: Any, field: str) -> float:
+    if hw is not None:
+        return float(np.asarray(getattr(hw, field)))
+    return float(attrs[f"hw_{field}"])
+
+
+def _parents(names: list[str], given: np.ndarray | None) -> np.ndarray:
+    """Index of each region's parent (the root points at itself); the nearest listed ancestor when one is missing."""
+    index = {n: i for i, n in enumerate(names)}
+    root = index.get("", 0)
+    out = np.empty(len(names), dtype=np.int64)
+    for i, name in enumerate(names):
+        if name == "":
+            out[i] = i
+            continue
+        p = str(given[i]) if given is not None else name.rsplit("/", 1)[0] if "/" in name else ""
+        while p not in index and p:
+            p = p.rsplit("/", 1)[0] if "/" in p else ""
+        out[i] = index.get(p, root)
+        if out[i] == i:
+            out[i] = root
+    return out
+
+
+# ---- 1. regions ----------------------------------------------------------------------------------------------------
+def _region_table(obj: Any, metric: str) -> tuple[pd.DataFrame, str]:
+    r = obj.regions
+    names = [str(v) for v in r["region"].values]
+    df = pd.DataFrame({"region": names})
+    if _is_run(obj):
+        clock_hz = float(obj.attrs.get("clock_ghz", obj.attrs.get("hw_clock_ghz", 1.0))) * 1e9
+        df["flops"] = 2.0 * r["macs"].values
+        df["bytes"] = sum(r[f"bytes_{k}"].values for k in ("sram", "noc", "dram", "retile"))
+        df["time_s"] = np.nan_to_num((r["end"].values - r["start"].values) / clock_hz)
+        df["energy_j"] = r["energy_pj"].values * 1e-12
+        df["bottleneck"] = [str(v) for v in r["bottleneck"].values]
+        parent = None
+        unit = {"flops": "FLOP (2 x MACs)", "bytes": "B (all levels)", "time": "s (span)", "energy": "J"}[metric]
+    else:
+        if metric == "energy":
+            raise ValueError("a Trace has no energy: replay it first (metric='energy' needs a Run)")
+        df["flops"] = r["flops"].values.astype(np.float64)
+        df["bytes"] = (r["bytes_read"].values + r["bytes_written"].values).astype(np.float64)
+        df["time_s"] = r["time_s"].values.astype(np.float64)
+        if metric == "time" and not np.isfinite(df["time_s"]).any():
+            raise ValueError("this trace has no measured time (static mode): capture with mode='profile' or 'eager'")
+        df["time_s"] = np.nan_to_num(df["time_s"].values)
+        parent = r["parent"].values if "parent" in r else None
+        unit = {"flops": "FLOP", "bytes": "B read + written", "time": "s measured"}[metric]
+    df["n_ops"] = r["n_ops"].values
+    df["parent_index"] = _parents(names, parent)
+    df["depth"] = [_path_depth(n) for n in names] if parent is None else r["depth"].values.astype(np.int64)
+    column = {"flops": "flops", "bytes": "bytes", "time": "time_s", "energy": "energy_j"}[metric]
+    df["value"] = np.maximum(df[column].values.astype(np.float64), 0.0)
+    return df, unit
+
+
+def _icicle_layout(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """x0, x1 of each region: children laid side by side from the parent's start, scaled into the parent if needed."""
+    n = len(df)
+    par = df["parent_index"].values
+    depth = df["depth"].values
+    value = df["value"].values
+    x0, x1 = np.zeros(n), np.zeros(n)
+    is_root = par == np.arange(n)
+    x1[is_root] = value[is_root]
+    for d in np.unique(depth):
+        sel = np.flatnonzero((depth == d) & ~is_root)
+        if sel.size == 0:
+            continue
+        p = par[sel]
+        order = np.lexsort((sel, p))  # siblings in tree (row) order
+        sel, p = sel[order], p[order]
+        v = value[sel]
+        # children's sum per parent: scale down where they exceed it (overlapping spans, clipped values)
+        uniq, first, inv = np.unique(p, return_index=True, return_inverse=True)
+        sums = np.bincount(inv, weights=v, minlength=uniq.size)
+        room = x1[uniq] - x0[uniq]
+        scale = np.where(sums > room, room / np.where(sums > 0, sums, 1.0), 1.0)
+        w = v * scale[inv]
+        csum = np.cumsum(w)
+        before = csum - w - (csum[first] - w[first])[inv]
+        x0[sel] = x0[p] + before
+        x1[sel] = x0[sel] + w
+    return x0, x1
+
+
+def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = None,
+            color: str = "depth") -> alt.LayerChart:
+    """The region tree as an icicle: each region's width is its (inclusive) metric, children side by side.
+
+    Parameters
+    ----------
+    trace_or_run : Trace or Run
+        A captured :class:`~dfit_nb.capture.trace.Trace` or a replayed :class:`~dfit_nb.sim.run.Run`.
+    metric : {"flops", "bytes", "time", "energy"}
+        What sizes a region. A Trace has FLOPs, bytes read + written and measured time (profile/eager modes); a
+        Run has 2 x MACs, bytes moved at all levels, the span from first start to last end, and energy.
+    max_depth : int, optional
+        Deepest level drawn.
+    color : {"depth", "metric"}
+        Colour bands by depth or by the metric.
+
+    Returns
+    -------
+    altair.LayerChart
+        Rectangles (x: cumulative extent, y: depth band) with region names on the wide ones. A region's width
+        left over by its children is its own (self) share, left empty.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((8, 16)), jnp.ones((16, 4)))
+    >>> "$schema" in program.regions(t).to_dict()
+    True
+    """
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
+    if color not in ("depth", "metric"):
+        raise ValueError(f"color must be 'depth' or 'metric', got {color!r}")
+    df, unit = _region_table(trace_or_run, metric)
+    df["x0"], df["x1"] = _icicle_layout(df)
+    total = float(df["x1"].max() - df["x0"].min()) if len(df) else 0.0
+    if max_depth is not None:
+        df = df[df["depth"] <= max_depth]
+    n_before = len(df)
+    notes = []
+    if n_before > MAX_ROWS:  # drop the deepest levels until the tree fits
+        counts = np.cumsum(np.bincount(df["depth"].values))
+        keep = int(np.searchsorted(counts, MAX_ROWS, side="right")) - 1
+        df = df[df["depth"] <= max(keep, 0)]
+        notes.append(aggregated(n_before, len(df), f"levels below depth {max(keep, 0)} folded into their ancestors"))
+    df = df.assign(
+        name=[_tail(n) for n in df["region"]],
+        share=df["value"] / (total if total > 0 else 1.0),
+        parent=[str(df_name) for df_name in np.asarray(trace_or_run.regions["region"].values)[
+            df["parent_index"].values]],
+    )
+    df["label"] = np.where(df["share"] > 0.06, df["name"], "")
+    df = df.drop(columns=["parent_index"])
+    tooltip = [alt.Tooltip("region:N"), alt.Tooltip("depth:O"), alt.Tooltip("n_ops:Q", title="ops"),
+               alt.Tooltip("share:Q", format=".1%", title="share of total"),
+               alt.Tooltip("flops:Q", format=".4~s"), alt.Tooltip("bytes:Q", format=".4~s"),
+               alt.Tooltip("time_s:Q", format=".4~s", title="time (s)")]
+    if "energy_j" in df:
+        tooltip += [alt.Tooltip("energy_j:Q", format=".4~s", title="energy (J)"), alt.Tooltip("bottleneck:N")]
+    fill = (alt.Color("depth:O", scale=alt.Scale(scheme="blues"), legend=None) if color == "depth"
+            else alt.Color("value:Q", title=f"{metric} ({unit})", scale=alt.Scale(scheme="viridis")))
+    base = alt.Chart(df)
+    rects = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
+        x=alt.X("x0:Q", title=f"{metric} ({unit}), cumulative", axis=alt.Axis(format="~s")),
+        x2="x1:Q",
+        y=alt.Y("depth:O", title="depth"),
+        color=fill,
+        tooltip=tooltip,
+    )
+    text = base.mark_text(align="left", dx=3, fontSize=10, color="black").encode(
+        x="x0:Q", y="depth:O", text="label:N", tooltip=tooltip)
+    chart = alt.layer(rects, text).properties(width=640, height=max(80, 26 * (int(df["depth"].max()) + 1)))
+    notes.append("children sized by the metric; empty width is the region's own (self) share")
+    return titled(chart, f"Regions by {metric}", [n for n in notes if n])
+
+
+# ---- 2. roofline ---------------------------------------------------------------------------------------------------
+def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
+    """Ops of a Run against the compute roof and the DRAM, NoC and SRAM bandwidth roofs (log-log).
+
+    Parameters
+    ----------
+    run : Run
+        A replay.
+    hw : Hardware, optional
+        The machine for the roofs; by default the ``hw_*`` attrs the Run carries.
+    trace : Trace, optional
+        Gives FLOPs to non-GEMM ops (a Run counts MACs only; without it those ops are left out).
+
+    Returns
+    -------
+    altair.HConcatChart
+        One panel per level: x = FLOP per byte moved at that level, y = attained FLOP/s over the op's span,
+        colour = the op's bottleneck, the roofs as lines.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> run = dfit_nb.replay(t, presets.get("npu_like"))
+    >>> "$schema" in program.roofline(run, trace=t).to_dict()
+    True
+    """
+    a = run.attrs
+    clock_hz = _hw_value(a, hw, "clock_ghz") * 1e9
+    tiles = _hw_value(a, hw, "tile_rows") * _hw_value(a, hw, "tile_cols")
+    r, c = _hw_value(a, hw, "pe_rows"), _hw_value(a, hw, "pe_cols")
+    peak = 2.0 * tiles * r * c * clock_hz
+    roofs = {
+        "dram": ("DRAM", _hw_value(a, hw, "dram_bytes_per_cycle") * clock_hz),
+        # data enter the mesh at the west edge of each row
+        "noc": ("NoC (west edge)", _hw_value(a, hw, "tile_rows") * _hw_value(a, hw, "noc_link_bytes_per_cycle")
+                * clock_hz),
+        # each tile's array reads R + 2C words per cycle from its SRAM
+        "sram": ("SRAM", tiles * (r + 2.0 * c) * _hw_value(a, hw, "word_bytes") * clock_hz),
+    }
+    ops = run.ops
+    flops = 2.0 * ops["macs"].values.astype(np.float64)
+    if trace is not None:
+        tf = (trace.ops["flops"] * trace.ops["count"]).to_series()
+        extra = tf.reindex(ops["op"].values).fillna(0.0).values
+        flops = np.where(flops > 0, flops, extra)
+    span = ops["span"].values.astype(np.float64)
+    span = np.where(span > 0, span, ops["end"].values - ops["start"].values)
+    base = pd.DataFrame({
+        "op": ops["op"].values, "region": [str(v) for v in ops["region"].values],
+        "primitive": [str(v) for v in ops["primitive"].values],
+        "bottleneck": [str(v) for v in ops["bottleneck"].values],
+        "flops": flops, "seconds": span / clock_hz,
+        **{f"bytes_{k}": ops[f"bytes_{k}"].values.astype(np.float64) for k in _LEVELS},
+    })
+    base = base[(base["flops"] > 0) & (base["seconds"] > 0)]
+    notes = []
+    n_ops = len(base)
+    if n_ops * len(_LEVELS) > MAX_ROWS:
+        base = (base.groupby(["region", "primitive", "bottleneck"], as_index=False)
+                .agg(op=("op", "min"), flops=("flops", "sum"), seconds=("seconds", "sum"),
+                     **{f"bytes_{k}": (f"bytes_{k}", "sum") for k in _LEVELS}))
+        base = base.nlargest(MAX_ROWS // len(_LEVELS), "flops")
+        notes.append(aggregated(n_ops, len(base), "ops summed by region, primitive and bottleneck"))
+    base["flops_per_s"] = base["flops"] / base["seconds"]
+    dropped = int(run.ops.sizes["op"]) - n_ops
+    if dropped:
+        notes.append(f"{dropped} ops without FLOPs or time left out" + ("" if trace is not None else
+                                                                       " (pass trace= for non-GEMM FLOPs)"))
+    domain = sorted(set(base["bottleneck"]) | {"compute", "sram", "dram", "noc", "scheduling"})
+    panels = []
+    for level in ("dram", "noc", "sram"):
+        name, bw = roofs[level]
+        pts = base[base[f"bytes_{level}"] > 0].assign(intensity=lambda d, lv=level: d["flops"] / d[f"bytes_{lv}"])
+        lo = float(pts["intensity"].min()) if len(pts) else 0.1
+        hi = float(pts["intensity"].max()) if len(pts) else 1000.0
+        ridge = peak / bw
+        lo, hi = min(lo, ridge) / 4.0, max(hi, ridge) * 4.0
+        xs = np.geomspace(lo, hi, 48)
+        roof = pd.DataFrame({"intensity": np.concatenate([xs, xs]),
+                             "flops_per_s": np.concatenate([np.minimum(peak, bw * xs), np.full(xs.size, peak)]),
+                             "roof": [f"{name} {bw / 1e9:.4g} GB/s"] * xs.size + [f"peak {peak / 1e12:.4g} TFLOP/s"]
+                             * xs.size})
+        x = alt.X("intensity:Q", scale=alt.Scale(type="log"), title=f"FLOP per {name} byte")
+        y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), title="attained FLOP/s", axis=alt.Axis(format="~s"))
+        lines = alt.Chart(roof).mark_line(color="gray", strokeDash=[4, 2]).encode(
+            x=x, y=y, detail="roof:N", tooltip=[alt.Tooltip("roof:N")])
+        dots = alt.Chart(pts).mark_circle(size=50, opacity=0.8).encode(
+            x=x, y=y, color=alt.Color("bottleneck:N", scale=alt.Scale(domain=domain)),
+            tooltip=[alt.Tooltip("op:Q"), alt.Tooltip("region:N"), alt.Tooltip("primitive:N"),
+                     alt.Tooltip("bottleneck:N"), alt.Tooltip("flops:Q", format=".4~s"),
+                     alt.Tooltip(f"bytes_{level}:Q", format=".4~s", title=f"{name} bytes"),
+                     alt.Tooltip("intensity:Q", format=".3~g", title="FLOP/byte"),
+                     alt.Tooltip("flops_per_s:Q", format=".4~s", title="FLOP/s"),
+                     alt.Tooltip("seconds:Q", format=".3~s", title="span (s)")])
+        panels.append(alt.layer(lines, dots).properties(width=260, height=220, title=name))
+    chart = alt.hconcat(*panels)
+    return titled(chart, f"Roofline: {a.get('function', '?')} on {a.get('hardware', '?')}", [n for n in notes if n])
+
+
+# ---- 3. traffic mix ------------------------------------------------------------------------------------------------
+def _pick_regions(names: list[str], totals: np.ndarray, depth: int, top: int) -> tuple[list[int], list[int]]:
+    """(shown, folded into "(other)") indices: the top regions by bytes at ``depth`` (the deepest present above)."""
+    depths = np.array([_path_depth(n) for n in names])
+    d = min(depth, int(depths.max())) if len(depths) else 0
+    while d > 0 and not (depths == d).any():
+        d -= 1
+    at = np.flatnonzero(depths == d)
+    order = at[np.argsort(-totals[at], kind="stable")]
+    return list(order[:top]), list(order[top:])
+
+
+def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, depth: int = 2) -> alt.VConcatChart:
+    """Bytes by tensor kind (activation / weight / partial sum) and memory level for the top regions, plus energy.
+
+    Parameters
+    ----------
+    run_or_policy : Run or Policy
+        A Run (``run.cube["traffic"]``) or an evaluated Policy (``policy.artifacts["traffic_mix"]``, one row of
+        facets per policy).
+    level : {"sram", "noc", "dram"}, optional
+        One memory level only (default: all, one column each).
+    top : int
+        Regions shown; the rest at that depth are summed into ``(other)``.
+    depth : int
+        Region depth to compare (regions are inclusive; the deepest present level at most this deep is used).
+
+    Returns
+    -------
+    altair.VConcatChart
+        Stacked bars of bytes per region, and the energy by level (compute, SRAM, NoC, DRAM, retile).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> "$schema" in program.traffic_mix(dfit_nb.replay(t, presets.get("npu_like"))).to_dict()
+    True
+    """
+    if level is not None and level not in _LEVELS:
+        raise ValueError(f"level must be one of {_LEVELS} or None, got {level!r}")
+    if _is_run(run_or_policy):
+        da = run_or_policy.cube["traffic"].expand_dims(policy=[str(run_or_policy.attrs.get("dataflow", "run"))])
+        summaries = {da["policy"].values[0]: run_or_policy.summary}
+        title = f"Traffic mix: {run_or_policy.attrs.get('function', '?')} on {run_or_policy.attrs.get('hardware', '?')}"
+    else:
+        if not run_or_policy.artifacts or "traffic_mix" not in run_or_policy.artifacts:
+            raise ValueError("this policy has no traffic mix: select with evaluate=True (or call policy.evaluate)")
+        da = run_or_policy.artifacts["traffic_mix"]["bytes"]
+        runs = run_or_policy.runs or {}
+        summaries = {k: runs[k].summary for k in (str(p) for p in da["policy"].values) if k in runs}
+        title = f"Traffic mix per policy ({run_or_policy.name})"
+    da = da.transpose("policy", "region", "tensor", "level")
+    if level is not None:
+        da = da.sel(level=[level])
+    names = [str(n) for n in da["region"].values]
+    totals = da.sum(("policy", "tensor", "level")).values
+    shown, other = _pick_regions(names, totals, depth, top)
+    values = da.values  # policy, region, tensor, level
+    blocks = [values[:, shown]]
+    labels = [names[i] or "<root>" for i in shown]
+    if other:
+        blocks.append(values[:, other].sum(axis=1, keepdims=True))
+        labels.append("(other)")
+    arr = np.concatenate(blocks, axis=1)
+    pol, reg, ten, lev = (np.asarray(v) for v in np.meshgrid(
+        [str(p) for p in da["policy"].values], labels, [str(t) for t in da["tensor"].values],
+        [str(x) for x in da["level"].values], indexing="ij"))
+    df = pd.DataFrame({"policy": pol.ravel(), "region": reg.ravel(), "tensor": ten.ravel(), "level": lev.ravel(),
+                       "bytes": arr.ravel()})
+    n_full = int(values.size)
+    notes = [aggregated(n_full, len(df), f"top {len(shown)} regions at depth "
+                                         f"{_path_depth(names[shown[0]]) if shown else 0} by bytes, rest summed")]
+    tooltip = [alt.Tooltip("policy:N"), alt.Tooltip("region:N"), alt.Tooltip("tensor:N"), alt.Tooltip("level:N"),
+               alt.Tooltip("bytes:Q", format=".4~s")]
+    enc: dict[str, Any] = {
+        "x": alt.X("sum(bytes):Q", title="bytes", axis=alt.Axis(format="~s")),
+        "y": alt.Y("region:N", sort=labels, title=None),
+        "color": alt.Color("tensor:N", scale=alt.Scale(domain=list(_TENSORS))),
+        "order": alt.Order("tensor:N"),
+        "column": alt.Column("level:N", sort=list(_LEVELS), title="level"),
+        "tooltip": tooltip,
+    }
+    if df["policy"].nunique() > 1:
+        enc["row"] = alt.Row("policy:N", title="policy", sort=[str(p) for p in da["policy"].values])
+    bars = alt.Chart(df).mark_bar().encode(**enc).properties(width=200, height=max(60, 14 * len(labels)))
+    parts: list[Any] = [bars]
+    if summaries:
+        kinds = ("compute", "sram", "noc", "dram", "retile")
+        edf = pd.DataFrame([{"policy": p, "kind": k, "energy_j": float(s[f"energy_{k}_j"])}
+                            for p, s in summaries.items() for k in kinds])
+        energy = alt.Chart(edf).mark_bar().encode(
+            x=alt.X("sum(energy_j):Q", title="energy (J)", axis=alt.Axis(format="~s")),
+            y=alt.Y("policy:N", title=None),
+            color=alt.Color("kind:N", scale=alt.Scale(domain=list(kinds), scheme="tableau10"), title="energy"),
+            order=alt.Order("kind:N"),
+            tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("kind:N"), alt.Tooltip("energy_j:Q", format=".4~s")],
+        ).properties(width=420, height=max(30, 22 * len(summaries)), title="energy by level")
+        parts.append(energy)
+    chart = alt.vconcat(*parts).resolve_scale(color="independent")
+    return titled(chart, title, [n for n in notes if n])
+
+
+# ---- 4. reuse map --------------------------------------------------------------------------------------------------
+def reuse_map(policy: Any) -> alt.Chart:
+    """Heatmap of the reuse factor (MACs per byte moved) per GEMM, operand and level under the chosen dataflows.
+
+    Parameters
+    ----------
+    policy : Policy
+        An evaluated policy (``policy.artifacts["reuse"]``).
+
+    Returns
+    -------
+    altair.Chart
+        y = op (``#id region-tail``), x = operand x level, colour = reuse (log scale).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets, select_dataflows
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> "$schema" in program.reuse_map(select_dataflows(t, presets.get("npu_like"), "energy")).to_dict()
+    True
+    """
+    if not policy.artifacts or "reuse" not in policy.artifacts:
+        raise ValueError("this policy has no reuse map: select with evaluate=True (or call policy.evaluate)")
+    ds = policy.artifacts["reuse"]
+    reuse = ds["reuse"].transpose("op", "level", "operand")
+    ops = [int(o) for o in reuse["op"].values]
+    regions_ = [str(v) for v in ds["region"].values]
+    dataflow = [str(v) for v in ds["dataflow"].values]
+    labels = [f"#{o} {_tail(r)}" for o, r in zip(ops, regions_, strict=True)]
+    lv, od = [str(v) for v in reuse["level"].values], [str(v) for v in reuse["operand"].values]
+    vals = reuse.values.astype(np.float64)
+    n_cell = len(lv) * len(od)
+    notes = []
+    n_before = vals.shape[0] * n_cell
+    if n_before > MAX_ROWS:  # fold ops into groups of consecutive GEMMs (geometric mean)
+        per = int(np.ceil(vals.shape[0] * n_cell / MAX_ROWS))
+        groups = np.arange(vals.shape[0]) // per
+        with np.errstate(all="ignore"):
+            logs = np.log(np.where(vals > 0, vals, np.nan))
+            vals = np.exp(np.stack([np.nanmean(logs[groups == g], axis=0) for g in np.unique(groups)]))
+        labels = [f"{labels[g * per]} .. ({min(per, len(ops) - g * per)} ops)" for g in np.unique(groups)]
+        dataflow = ["/".join(sorted(set(dataflow[g * per:(g + 1) * per]))) for g in np.unique(groups)]
+        regions_ = [regions_[g * per] for g in np.unique(groups)]
+        notes.append(aggregated(n_before, vals.shape[0] * n_cell, f"{per} consecutive GEMMs per row, geometric mean"))
+    rows = []
+    for i, lab in enumerate(labels):
+        for j, level in enumerate(lv):
+            for k, operand in enumerate(od):
+                v = vals[i, j, k]
+                rows.append({"op": lab, "region": regions_[i], "dataflow": dataflow[i], "level": level,
+                             "operand": operand, "cell": f"{operand} @ {level}",
+                             "reuse": float(v) if np.isfinite(v) and v > 0 else None})
+    df = pd.DataFrame(rows)
+    cells = [f"{o} @ {lvl}" for lvl in lv for o in od]
+    chart = alt.Chart(df).mark_rect().encode(
+        x=alt.X("cell:N", sort=cells, title="operand @ level"),
+        y=alt.Y("op:N", sort=labels, title="GEMM"),
+        color=alt.Color("reuse:Q", scale=alt.Scale(type="log", scheme="viridis"), title="reuse (MAC/B)"),
+        tooltip=[alt.Tooltip("op:N"), alt.Tooltip("region:N"), alt.Tooltip("dataflow:N"), alt.Tooltip("operand:N"),
+                 alt.Tooltip("level:N"), alt.Tooltip("reuse:Q", format=".4~g")],
+    ).properties(width=36 * len(cells), height=max(60, 16 * len(labels)))
+    notes.append("MACs per byte of the operand moved at the level; blank: no traffic")
+    return titled(chart, f"Reuse under {policy.name}", [n for n in notes if n])
+
+
+# ---- 5. policy -----------------------------------------------------------------------------------------------------
+def policy(policy: Any) -> alt.VConcatChart:
+    """Every GEMM's candidate costs with the chosen dataflow, the switch points, and the replayed gains.
+
+    Parameters
+    ----------
+    policy : Policy
+        From :func:`dfit_nb.sim.select_dataflows`.
+
+    Returns
+    -------
+    altair.VConcatChart
+        Cost of every candidate per GEMM (log scale; the chosen one ringed; dashed rules where the dataflow
+        switches) and, when the policy was evaluated, bars of the hybrid's energy and latency gains against each
+        single style.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets, select_dataflows
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> "$schema" in program.policy(select_dataflows(t, presets.get("npu_like"), "latency")).to_dict()
+    True
+    """
+    ch = policy.choices
+    ops = [int(o) for o in ch["op"].values]
+    cands = [str(c) for c in ch["candidate"].values]
+    regions_ = [str(v) for v in ch["region"].values]
+    chosen = [str(v) for v in ch["dataflow"].values]
+    labels = [f"#{o} {_tail(r)}" for o, r in zip(ops, regions_, strict=True)]
+    cost = ch["cost"].transpose("op", "candidate").values
+    n_before = cost.size
+    notes = []
+    idx = np.arange(len(ops))
+    if n_before > MAX_ROWS:  # keep the switch points and an even subsample of the rest
+        keep = max(1, MAX_ROWS // len(cands))
+        sw = np.flatnonzero(ch["switch"].values)
+        idx = np.unique(np.concatenate([sw, np.linspace(0, len(ops) - 1, keep - min(len(sw), keep - 1)).astype(int)]))
+        idx = idx[:keep]
+        notes.append(aggregated(n_before, idx.size * len(cands), "an even sample of GEMMs plus every switch point"))
+    unit = {"energy": "pJ", "latency": "cycles", "edp": "pJ x cycles"}.get(policy.objective, "")
+    rows = [{"op": labels[i], "order": int(i), "candidate": c, "cost": float(cost[i, j]),
+             "energy_pj": float(ch["energy_pj"].values[i, j]), "cycles": float(ch["cycles"].values[i, j]),
+             "chosen": c == chosen[i], "region": regions_[i], "choice": chosen[i]}
+            for i in idx for j, c in enumerate(cands)]
+    df = pd.DataFrame(rows)
+    df = df[np.isfinite(df["cost"]) & (df["cost"] > 0)]
+    sorted_labels = [labels[i] for i in idx]
+    x = alt.X("op:N", sort=sorted_labels, title="GEMM (program order)", axis=alt.Axis(labelAngle=-45))
+    y = alt.Y("cost:Q", scale=alt.Scale(type="log"), title=f"{policy.objective} cost ({unit})")
+    tooltip = [alt.Tooltip("op:N"), alt.Tooltip("region:N"), alt.Tooltip("candidate:N"), alt.Tooltip("choice:N"),
+               alt.Tooltip("cost:Q", format=".4~s"), alt.Tooltip("energy_pj:Q", format=".4~s"),
+               alt.Tooltip("cycles:Q", format=".4~s")]
+    color = alt.Color("candidate:N", scale=alt.Scale(domain=cands), title="dataflow")
+    base = alt.Chart(df)
+    lines = base.mark_line(opacity=0.5).encode(x=x, y=y, color=color, detail="candidate:N")
+    dots = base.mark_circle(size=40).encode(x=x, y=y, color=color, tooltip=tooltip)
+    picked = base.transform_filter(alt.datum.chosen).mark_point(size=180, strokeWidth=2, filled=False).encode(
+        x=x, y=y, color=color, tooltip=tooltip)
+    layers = [lines, dots, picked]
+    sw_rows = pd.DataFrame([{"op": labels[i], "to": chosen[i],
+                             "switch_energy_pj": float(ch["switch_energy_pj"].values[i]),
+                             "switch_cycles": float(ch["switch_cycles"].values[i])}
+                            for i in idx if bool(ch["switch"].values[i])])
+    if len(sw_rows):
+        layers.insert(0, alt.Chart(sw_rows).mark_rule(strokeDash=[4, 3], color="black").encode(
+            x=alt.X("op:N", sort=sorted_labels),
+            tooltip=[alt.Tooltip("op:N", title="switch before"), alt.Tooltip("to:N"),
+                     alt.Tooltip("switch_energy_pj:Q", format=".4~s"), alt.Tooltip("switch_cycles:Q", format=".4~s")]))
+    top_chart = alt.layer(*layers).properties(width=max(300, 22 * len(idx)), height=240)
+    parts: list[Any] = [top_chart]
+    if policy.baselines is not None:
+        b = policy.baselines
+        gains = pd.DataFrame([{"baseline": str(p), "metric": m, "gain": float(b[f"{m}_gain"].values[i]),
+                               "saved": float(b[f"{m}_gain_{'j' if m == 'energy' else 's'}"].values[i])}
+                              for i, p in enumerate(b["policy"].values) if str(p) != "hybrid"
+                              for m in ("energy", "latency")])
+        parts.append(alt.Chart(gains).mark_bar().encode(
+            x=alt.X("baseline:N", title="vs single style"), xOffset="metric:N",
+            y=alt.Y("gain:Q", axis=alt.Axis(format="%"), title="replayed gain of the hybrid"),
+            color=alt.Color("metric:N", scale=alt.Scale(domain=["energy", "latency"], scheme="set2")),
+            tooltip=[alt.Tooltip("baseline:N"), alt.Tooltip("metric:N"), alt.Tooltip("gain:Q", format=".2%"),
+                     alt.Tooltip("saved:Q", format=".4~s")],
+        ).properties(width=240, height=140, title="replayed gains"))
+    else:
+        notes.append("not evaluated: no replayed gains")
+    n_sw = int(np.sum(ch["switch"].values))
+    notes.insert(0, f"{len(ops)} GEMMs, {n_sw} switch{'es' if n_sw != 1 else ''}; ringed: chosen")
+    chart = alt.vconcat(*parts).resolve_scale(color="independent")
+    return titled(chart, f"Dataflow policy: {policy.name} (objective {policy.objective})", [n for n in notes if n])
+
+
+# ---- 6. sweep ------------------------------------------------------------------------------------------------------
+def _sweep_frame(ds: xr.Dataset) -> tuple[pd.DataFrame, list[str]]:
+    """One row per configuration: latency_s, energy_j and the swept coordinates (as labels)."""
+    if "total_cycles" in ds:  # dfit_nb.sim.sweep: totals over every dim but op
+        clock = ds["clock_ghz"] if "clock_ghz" in ds.coords and "clock_ghz" in ds.dims else float(
+            ds.attrs.get("hw_clock_ghz", 1.0))
+        flat = xr.Dataset({"latency_s": ds["total_cycles"] / (clock * 1e9), "energy_j": ds["total_energy_j"],
+                           "total_cycles": ds["total_cycles"]})
+        if "total_macs" in ds:
+            flat["macs"] = ds["total_macs"]
+        dims = [d for d in flat.dims]
+        df = flat.to_dataframe().reset_index()
+    elif "latency_s" in ds and "energy_j" in ds:  # replay_batch
+        keep = [v for v in ds.data_vars if ds[v].dims == ("machine",)]
+        df = ds[keep].to_dataframe().reset_index()
+        dims = ["machine"]
+        varying = [c for c in ds.coords if c != "machine" and ds[c].dims == ("machine",)
+                   and np.unique(ds[c].values).size > 1]
+        dims += varying
+    else:
+        raise ValueError("expected a dfit_nb.sim.sweep Dataset (total_cycles, total_energy_j) or a replay_batch "
+                         "Dataset (latency_s, energy_j)")
+    for d in dims:
+        df[d] = df[d].map(lambda v: v if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v))
+    df["config"] = [", ".join(f"{d}={row[d]}" for d in dims) for _, row in df[dims].iterrows()]
+    return df, dims
+
+
+def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Points no other point beats on both ``x`` and ``y`` (lower is better; duplicates keep one).
+
+    >>> pareto_mask(np.array([1.0, 2.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0, 2.0])).tolist()
+    [True, True, False, False]
+    """
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    order = np.lexsort((y, x))
+    ys = y[order]
+    prev = np.concatenate([[np.inf], np.minimum.accumulate(ys)[:-1]])
+    mask = np.zeros(x.size, bool)
+    mask[order] = ys < prev
+    return mask
+
+
+_ALIASES = {"latency": "latency_s", "energy": "energy_j", "cycles": "total_cycles"}
+
+
+def sweep(ds: xr.Dataset, x: str = "latency", y: str = "energy", color: str | None = None) -> alt.LayerChart:
+    """Every configuration of a sweep as a point, the Pareto front (lower is better on both) highlighted.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        From :func:`dfit_nb.sim.sweep` (totals per machine x dataflow; the ``op`` dim is summed) or
+        :func:`dfit_nb.sim.replay_batch` (per ``machine``).
+    x, y : str
+        ``"latency"`` (seconds), ``"energy"`` (joules) or another per-configuration variable.
+    color : str, optional
+        A swept dim to colour by (default: ``dataflow`` when swept).
+
+    Returns
+    -------
+    altair.LayerChart
+        With a point selection named ``picked`` (click a point; ``config`` identifies it) for widgets to read.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.views import program
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> ds = dfit_nb.sim.sweep(t, presets.get("npu_like"), ["ws", "os"], pe=[(8, 8), (16, 16)])
+    >>> "$schema" in program.sweep(ds).to_dict()
+    True
+    """
+    df, dims = _sweep_frame(ds)
+    xcol, ycol = _ALIASES.get(x, x), _ALIASES.get(y, y)
+    for col in (xcol, ycol):
+        if col not in df:
+            raise ValueError(f"{col!r} is not a per-configuration value; have {[c for c in df if c not in dims]}")
+    if color is None and "dataflow" in dims:
+        color = "dataflow"
+    if color is not None and color not in df:
+        raise ValueError(f"color {color!r} is not a swept dim; have {dims}")
+    df = df[np.isfinite(df[xcol]) & np.isfinite(df[ycol])].reset_index(drop=True)
+    front = pareto_mask(df[xcol].values, df[ycol].values)
+    df["pareto"] = front
+    df["n"] = 1
+    n_before = len(df)
+    notes = []
+    if n_before > MAX_ROWS:  # the front stays; other points are binned on a log grid (mean position, count)
+        rest, pf = df[~front], df[front].head(MAX_ROWS // 2)
+        bins = int(np.sqrt(MAX_ROWS // 2))
+        keys = []
+        for col in (xcol, ycol):
+            v = np.log10(np.maximum(rest[col].values.astype(np.float64), 1e-300))
+            edges = np.linspace(v.min(), v.max() + 1e-12, bins + 1)
+            keys.append(np.clip(np.digitize(v, edges) - 1, 0, bins - 1))
+        group_cols = ["_bx", "_by"] + ([color] if color else [])
+        rest = rest.assign(_bx=keys[0], _by=keys[1])
+        binned = rest.groupby(group_cols, as_index=False).agg(
+            **{xcol: (xcol, "mean"), ycol: (ycol, "mean"), "n": ("n", "sum"), "config": ("config", "first")})
+        binned["config"] = binned["config"] + np.where(binned["n"] > 1, " (+ more in bin)", "")
+        binned["pareto"] = False
+        df = pd.concat([pf, binned.drop(columns=["_bx", "_by"])], ignore_index=True)
+        notes.append(aggregated(n_before, len(df), "non-Pareto points binned on a log grid"))
+    n_front = int(df["pareto"].sum())
+    keep_cols = [c for c in dict.fromkeys([xcol, ycol, "config", "pareto", "n", *dims]) if c in df]
+    df = df[keep_cols]
+    picked = alt.selection_point(name="picked", fields=["config"], on="click", clear="dblclick")
+    names = {"latency_s": "latency (s)", "energy_j": "energy (J)", "total_cycles": "latency (cycles)"}
+    xe = alt.X(f"{xcol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(xcol, xcol),
+               axis=alt.Axis(format="~s"))
+    ye = alt.Y(f"{ycol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(ycol, ycol),
+               axis=alt.Axis(format="~s"))
+    tooltip = [alt.Tooltip("config:N"), alt.Tooltip(f"{xcol}:Q", format=".4~s"),
+               alt.Tooltip(f"{ycol}:Q", format=".4~s"), alt.Tooltip("pareto:N"), alt.Tooltip("n:Q", title="points")]
+    base = alt.Chart(df)
+    front_line = base.transform_filter(alt.datum.pareto).mark_line(color="black", strokeWidth=1.5).encode(
+        x=xe, y=ye, order=f"{xcol}:Q")
+    front_ring = base.transform_filter(alt.datum.pareto).mark_point(
+        size=160, color="black", strokeWidth=2, filled=False).encode(x=xe, y=ye, tooltip=tooltip)
+    enc: dict[str, Any] = {"x": xe, "y": ye, "tooltip": tooltip,
+                           "opacity": alt.condition(picked, alt.value(0.85), alt.value(0.25))}
+    if (df["n"] > 1).any():  # binned: the marker's area says how many configurations it stands for
+        enc["size"] = alt.Size("n:Q", title="points", scale=alt.Scale(range=[30, 300]))
+    if color:
+        enc["color"] = alt.Color(f"{color}:N", title=color)
+    points = base.mark_circle(size=60).encode(**enc).add_params(picked)
+    chart = alt.layer(front_line, points, front_ring).properties(width=420, height=300)
+    notes.insert(0, f"{n_before} configurations, {n_front} Pareto-optimal (ringed, lower is better)")
+    return titled(chart, f"Sweep: {ycol} vs {xcol}", [n for n in notes if n])

@@ -1,0 +1,126 @@
+"""The run views: schema-valid Vega-Lite, render to PNG offline, and stay small on runs of a million events."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import dfit_nb
+from dfit_nb.sim import compare as ab_compare
+from dfit_nb.sim import presets
+from dfit_nb.views import _common
+from dfit_nb.views import run as views
+
+PRESETS = ("npu_like", "cerebras_like")
+VIEWS = {
+    "timeline": views.timeline,
+    "timeline_region": lambda r: views.timeline(r, by="region", color="region"),
+    "utilization": views.utilization,
+    "noc_load": views.noc_load,
+    "buffer_pressure": views.buffer_pressure,
+}
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def _rows(spec: dict) -> int:
+    """Rows embedded in a spec (all inline datasets together)."""
+    return sum(len(v) for v in spec.get("datasets", {}).values())
+
+
+@pytest.fixture(scope="module")
+def encoder_trace():
+    fn, args = dfit_nb.examples.get("encoder").build()
+    return dfit_nb.capture(fn, *args)
+
+
+@pytest.fixture(scope="module")
+def large_run():
+    """The 4-layer encoder time-multiplexed on the 64 x 64 grid: about a million events."""
+    fn, args = dfit_nb.examples.get("encoder").build(layers=4)
+    return dfit_nb.replay(dfit_nb.capture(fn, *args), presets.get("cerebras_like"), execution="time")
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_view_is_valid_and_renders(all_runs, preset, view):
+    chart = VIEWS[view](all_runs[("encoder", preset)])
+    spec = chart.to_dict()  # validates against the Vega-Lite schema
+    assert spec["title"]["text"]
+    assert _rows(spec) <= _common.MAX_ROWS + 300  # + the small lookup tables
+    w, h = _png_size(_common.png(chart))
+    assert w > 100 and h > 50
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_compare_view(encoder_trace, preset):
+    hw = presets.get(preset)
+    ab = ab_compare(dfit_nb.replay(encoder_trace, hw, "ws"), dfit_nb.replay(encoder_trace, hw, "os"))
+    chart = views.compare(ab, top=10)
+    spec = chart.to_dict()
+    assert len(spec["hconcat"]) == 2  # regions and tiles (one grid)
+    assert "10 of" in " ".join(spec["title"]["subtitle"])
+    w, h = _png_size(_common.png(chart))
+    assert w > 100 and h > 50
+
+
+def test_small_timeline_is_not_aggregated():
+    import jax.numpy as jnp
+
+    t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    run = dfit_nb.replay(t, presets.get("npu_like"))
+    spec = views.timeline(run, color="region").to_dict()
+    assert "subtitle" not in spec["title"]
+    assert _rows(spec) >= int(run.summary["n_events"])
+
+
+def test_utilization_time_window(all_runs):
+    run = all_runs[("encoder", "npu_like")]
+    latency = float(run.summary["latency_s"])
+    spec = views.utilization(run, time_window=(0.0, latency / 2)).to_dict()
+    assert any("window" in line for line in spec["title"]["subtitle"])
+    with pytest.raises(ValueError, match="overlaps no time bin"):
+        views.utilization(run, time_window=(2 * latency, 3 * latency))
+
+
+def test_buffer_pressure_of_a_policy():
+    import jax.numpy as jnp
+
+    t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b) @ b.T, jnp.ones((64, 128)), jnp.ones((128, 32)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        policy = dfit_nb.sim.select_dataflows(t, presets.get("npu_like"), "energy")
+    ds = policy.artifacts["buffer_pressure"]
+    chart = views.buffer_pressure(ds)
+    spec = chart.to_dict()
+    assert spec["encoding"]["color"]["field"] == "policy"
+    assert _png_size(_common.png(chart))[0] > 100
+    with pytest.raises(TypeError):
+        views.buffer_pressure(run_or_dataset=ds[["mean"]])
+
+
+def test_large_run_stays_small(large_run):
+    n = int(large_run.summary["n_events"])
+    assert n > 500_000
+    t0 = time.perf_counter()
+    chart = views.timeline(large_run)
+    text = chart.to_json()
+    seconds = time.perf_counter() - t0
+    print(f"timeline of {n:,} events: {len(text):,} B of JSON in {seconds:.2f} s")
+    assert len(text) < 1_000_000
+    spec = json.loads(text)
+    assert "aggregated" in " ".join(spec["title"]["subtitle"])
+    assert _rows(spec) <= _common.MAX_ROWS + 300
+    for view in (views.utilization, views.noc_load, views.buffer_pressure,
+                 lambda r: views.timeline(r, by="region", color="kind")):
+        assert len(view(large_run).to_json()) < 1_000_000
+    assert np.isfinite(seconds)
