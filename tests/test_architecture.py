@@ -15,6 +15,7 @@ FORBIDDEN = {
                 "dfit_nb.widgets", "dfit_nb.magics"},
     "events": {"altair", "ipywidgets", "anywidget", "IPython", "dfit_nb.sim", "dfit_nb.views", "dfit_nb.widgets",
                "dfit_nb.magics"},
+    "widgets": {"dfit_nb.magics"},
     "views": {"ipywidgets", "anywidget", "IPython", "dfit_nb.widgets", "dfit_nb.magics"},
     "sim": {"altair", "ipywidgets", "anywidget", "IPython", "dfit_nb.views", "dfit_nb.widgets", "dfit_nb.magics"},
 }
