@@ -1,8 +1,9 @@
 """``Explorer(trace, hw)``: machine controls, a dataflow choice and a region picker over tabs of linked views.
 
 A change of any control replays the trace (and re-selects the hybrid policy
-when asked) and redraws every view; a status line says when it is running and
-how long the last update took. Views are Altair ``JupyterChart`` widgets
+when asked) and redraws the visible view; the other views redraw when their
+tab is opened. A status line says when it is running and how long the last
+update took. Views are Altair ``JupyterChart`` widgets
 (offline, see :mod:`dfit_nb.widgets._offline`), so an executed, trusted
 notebook keeps them without a kernel (ipywidgets state embeds them).
 """
@@ -108,6 +109,8 @@ class Explorer(w.VBox):
         for i, v in enumerate(views_shown):
             tabs.set_title(i, v.replace("_", " "))
         self.tabs = tabs
+        self._stale: set[str] = set()
+        tabs.observe(self._on_tab, names="selected_index")
         c["preset"].observe(self._on_preset, names="value")
         for key in ("tile_rows", "tile_cols", "pe", "sram_kb", "noc_bw", "dram_bw", "dataflow", "objective"):
             c[key].observe(lambda change: self._update(), names="value")
@@ -192,9 +195,17 @@ class Explorer(w.VBox):
         return getattr(views, name)(run)
 
     def _redraw(self) -> None:
-        for name in self._views:
-            chart = self._view(name)
-            if name in self.charts:
-                self.charts[name].chart = chart
-            else:
-                self.charts[name] = alt.JupyterChart(chart)
+        """Redraw the visible view now; the others when their tab is opened (a spec costs tens of ms)."""
+        if not self.charts:  # first build: every view
+            for name in self._views:
+                self.charts[name] = alt.JupyterChart(self._view(name))
+            return
+        active = self._views[self.tabs.selected_index or 0] if hasattr(self, "tabs") else self._views[0]
+        self.charts[active].chart = self._view(active)
+        self._stale = set(self._views) - {active}
+
+    def _on_tab(self, change: Any) -> None:
+        name = self._views[change["new"] or 0]
+        if name in self._stale:
+            self.charts[name].chart = self._view(name)
+            self._stale.discard(name)

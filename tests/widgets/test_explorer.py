@@ -33,11 +33,17 @@ def test_the_explorer_shows_every_view_and_the_summary(explorer):
 
 def test_a_slider_change_replays_and_redraws(explorer):
     before = float(explorer.run.summary["latency_s"])
+    explorer.tabs.selected_index = 1  # utilization: the visible view redraws at once
     spec_before = explorer.charts["utilization"].chart.to_json()
+    roofline_before = explorer.charts["roofline"].chart.to_json()
     explorer.controls["pe"].value = 32
     assert int(explorer.run.attrs["hw_pe_rows"]) == 32
     assert float(explorer.run.summary["latency_s"]) != before
     assert explorer.charts["utilization"].chart.to_json() != spec_before
+    assert explorer.charts["roofline"].chart.to_json() == roofline_before  # hidden: redrawn when opened
+    explorer.tabs.selected_index = 6
+    assert explorer.charts["roofline"].chart.to_json() != roofline_before
+    explorer.tabs.selected_index = 0
     explorer.controls["dram_bw"].value = 512.0
     assert float(explorer.run.attrs["hw_dram_bytes_per_cycle"]) == 512.0
     assert explorer.last_update_s > 0
