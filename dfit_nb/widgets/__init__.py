@@ -1,4 +1,5 @@
-"""Widgets over traces and runs: the :class:`Explorer` (ipywidgets + Altair ``JupyterChart``).
+"""Widgets over traces, runs and sweeps: :class:`Explorer`, :class:`SweepExplorer` (ipywidgets + Altair
+``JupyterChart``).
 
 The only layer (with ``magics``) allowed to import ipywidgets. Importing it makes
 offline chart rendering the default (see :mod:`dfit_nb.widgets._offline`) unless
@@ -7,7 +8,8 @@ the user already chose an Altair renderer.
 
 from ._offline import enable_offline
 from .explorer import Explorer
+from .sweep_explorer import SweepExplorer
 
 enable_offline()
 
-__all__ = ["Explorer", "enable_offline"]
+__all__ = ["Explorer", "SweepExplorer", "enable_offline"]

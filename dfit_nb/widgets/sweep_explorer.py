@@ -1,0 +1,92 @@
+"""``SweepExplorer(ds, trace)``: pick the axes of a sweep, see its Pareto front, click a machine to open it."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import altair as alt
+import ipywidgets as w
+import numpy as np
+import xarray as xr
+
+from .. import views
+from ..sim.hardware import FIELDS, Hardware
+from .explorer import Explorer
+
+_AXES = {"latency": "latency_s", "energy": "energy_j"}
+
+
+class SweepExplorer(w.VBox):
+    """A Pareto view over a ``replay_batch`` (or ``sweep``) Dataset; a clicked machine opens in an :class:`Explorer`.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        From :func:`dfit_nb.sim.replay_batch` (per ``machine``, every hardware field a coordinate), or from
+        :func:`dfit_nb.sim.sweep` (then points can be viewed, not opened).
+    trace : Trace, optional
+        The program the machines ran; needed to open a picked machine.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import Hardware, presets, replay_batch
+    >>> from dfit_nb.widgets import SweepExplorer
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> hw = presets.get("npu_like")
+    >>> sx = SweepExplorer(replay_batch(t, Hardware.stack([hw, hw.replace(pe_rows=8, pe_cols=8)])), t)
+    >>> sx.open_machine(1).run.attrs["hw_pe_rows"]
+    8.0
+    """
+
+    def __init__(self, ds: xr.Dataset, trace: Any = None) -> None:
+        self.ds, self.trace = ds, trace
+        self.explorer: Explorer | None = None
+        per_config = [v for v in ds.data_vars if v not in ("op",)]
+        options = [a for a in _AXES if _AXES[a] in ds or (a == "latency" and "total_cycles" in ds)]
+        options += [v for v in per_config if v not in _AXES.values() and v not in ("total_cycles",)
+                    and ds[v].dims and "op" not in ds[v].dims]
+        self.x = w.Dropdown(options=options, value="latency" if "latency" in options else options[0], description="x")
+        self.y = w.Dropdown(options=options, value="energy" if "energy" in options else options[-1], description="y")
+        self.status = w.HTML()
+        self.chart = alt.JupyterChart(self._chart())
+        self.chart.selections.observe(self._on_pick, names="picked")
+        for control in (self.x, self.y):
+            control.observe(lambda change: self._redraw(), names="value")
+        self.detail = w.VBox()
+        super().__init__([w.HBox([self.x, self.y, self.status]), self.chart, self.detail])
+
+    def _chart(self) -> Any:
+        return views.sweep(self.ds, x=self.x.value, y=self.y.value)
+
+    def _redraw(self) -> None:
+        try:
+            self.chart.chart = self._chart()
+            self.status.value = ""
+        except Exception as err:  # a meaningless axis pair: say so, keep the widget alive
+            self.status.value = f"<b style='color:#b00'>{html.escape(str(err))}</b>"
+
+    def _on_pick(self, change: Any) -> None:
+        value = getattr(change["new"], "value", None) or []
+        config = value[0].get("config", "") if value else ""
+        m = re.match(r"machine=(\d+)", str(config))
+        if m:
+            self.open_machine(int(m.group(1)))
+
+    def machine(self, index: int) -> Hardware:
+        """The Hardware of machine ``index`` of a ``replay_batch`` Dataset (its fields are coordinates)."""
+        if "machine" not in self.ds.dims or any(f not in self.ds.coords for f in FIELDS):
+            raise ValueError("only a dfit_nb.sim.replay_batch Dataset names its machines' hardware fields")
+        values = {f: np.asarray(self.ds[f].values)[index].item() for f in FIELDS}
+        return Hardware(name=f"{self.ds.attrs.get('hardware', 'machine')}[{index}]",
+                        execution=str(self.ds.attrs.get("execution", "time")), **values)
+
+    def open_machine(self, index: int) -> Explorer:
+        """Open machine ``index`` in an :class:`Explorer` below the front (needs the trace)."""
+        if self.trace is None:
+            raise ValueError("SweepExplorer was built without the trace: pass it to open machines")
+        self.explorer = Explorer(self.trace, self.machine(index))
+        self.detail.children = [w.HTML(f"<b>machine {index}</b>"), self.explorer]
+        return self.explorer
