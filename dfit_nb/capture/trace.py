@@ -5,14 +5,13 @@ from __future__ import annotations
 import dataclasses
 import html
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
-from ..errors import DfitError
+from .._files import open_tree, save_tree
 
 _PARTS = ("ops", "edges", "regions", "lowering")
 
@@ -182,18 +181,7 @@ class Trace:
         The file is written next to ``path`` and moved into place only once
         complete, so a failure never leaves a half-written result behind.
         """
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tree = self.to_datatree()
-        try:
-            if path.suffix == ".zarr":
-                tree.to_zarr(tmp, consolidated=False)
-            else:
-                tree.to_netcdf(tmp, engine="h5netcdf")
-            _replace(tmp, path)
-        finally:
-            _remove(tmp)
-        return path
+        return save_tree(self.to_datatree(), path)
 
     # ---- display --------------------------------------------------------------
     def __repr__(self) -> str:
@@ -219,19 +207,6 @@ class Trace:
         )
 
 
-def _replace(tmp: Path, path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    os.replace(tmp, path)
-
-
-def _remove(tmp: Path) -> None:
-    if tmp.is_dir():
-        shutil.rmtree(tmp, ignore_errors=True)
-    elif tmp.exists():
-        tmp.unlink()
-
-
 def load_trace(path: str | os.PathLike[str]) -> Trace:
     """Load a trace written by :meth:`Trace.save` (no code is executed on load).
 
@@ -243,20 +218,7 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     >>> dfit_nb.load_trace(p).total_flops() == t.total_flops()
     True
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no trace at {path}")
-    try:
-        if path.suffix == ".zarr":
-            tree = xr.open_datatree(path, engine="zarr", consolidated=False)
-        else:
-            tree = xr.open_datatree(path, engine="h5netcdf")
-        tree = tree.load()
-    except Exception as err:
-        raise DfitError(f"{path} is not a dfit_nb trace file: {err}") from err
-    missing = [p for p in _PARTS if p not in tree.children]
-    if missing:
-        raise DfitError(f"{path} is not a dfit_nb trace: groups {missing} are missing")
+    tree = open_tree(path, "trace", _PARTS)
     attrs = dict(tree.attrs)
     overhead = Overhead.from_attrs(attrs)
     attrs = {k: v for k, v in attrs.items() if not k.startswith("overhead_") and k != "mode"}

@@ -42,7 +42,7 @@ import xarray as xr
 
 from .._version import __version__
 from ..errors import DfitError, DfitWarning
-from .schema import EVENT_VARS, KINDS, SOURCES, EventSchemaError
+from .schema import KINDS, check
 
 __all__ = ["PerfettoAggregationWarning", "PerfettoExportError", "to_perfetto"]
 
@@ -202,30 +202,11 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
 
 
 def _check_events(events: Any) -> xr.Dataset:
-    """The schema checks the export relies on (those of :func:`schema.check`, without sorting a million strings)."""
+    """The events Dataset the export needs (:func:`schema.check`)."""
     if not isinstance(events, xr.Dataset):
         raise PerfettoExportError(f"events must be an xarray.Dataset following dfit_nb.events.schema, "
                                   f"got {type(events).__name__}")
-    missing = [name for name in EVENT_VARS if name not in events.variables]
-    if missing:
-        raise EventSchemaError(f"events Dataset lacks variable(s) {', '.join(map(repr, missing))} "
-                               f"(see dfit_nb.events.schema.EVENT_VARS)")
-    for name in EVENT_VARS:
-        if events[name].dims != ("event",):
-            raise EventSchemaError(f"events variable {name!r} has dims {events[name].dims}, expected ('event',)")
-    for name, valid in (("kind", KINDS), ("source", SOURCES)):
-        values = events[name].values
-        known = np.zeros(values.shape, bool)
-        for v in valid:  # a few vectorized compares beat sorting or hashing a million strings
-            known |= values == v
-        if not known.all():
-            found = sorted(set(values[~known].tolist()))
-            raise EventSchemaError(f"unknown event {name}(s) {found[:10]}; valid: {', '.join(valid)}")
-    bad = events["end_s"].values < events["start_s"].values
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise EventSchemaError(f"event {i} ends before it starts (start_s {events['start_s'].values[i]}, "
-                               f"end_s {events['end_s'].values[i]})")
+    check(events)
     return events
 
 

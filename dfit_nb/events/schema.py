@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from ..errors import DfitError
@@ -108,15 +107,21 @@ def _strings(arr: np.ndarray) -> np.ndarray:
 
 def check(ds: xr.Dataset) -> None:
     """Raise :class:`EventSchemaError` naming the first problem of an events Dataset."""
+    missing = [name for name in EVENT_VARS if name not in ds.variables]
+    if missing:
+        raise EventSchemaError(f"events Dataset lacks variable(s) {', '.join(map(repr, missing))} "
+                               f"(see dfit_nb.events.schema.EVENT_VARS)")
     for name in EVENT_VARS:
-        if name not in ds:
-            raise EventSchemaError(f"events Dataset has no {name!r} variable")
-    kinds = set(pd.unique(ds["kind"].values.reshape(-1)).tolist())  # hashing: fast on millions of objects
-    if not kinds <= set(KINDS):
-        raise EventSchemaError(f"unknown event kind(s) {sorted(kinds - set(KINDS))}; valid: {', '.join(KINDS)}")
-    sources = set(pd.unique(ds["source"].values.reshape(-1)).tolist())
-    if not sources <= set(SOURCES):
-        raise EventSchemaError(f"unknown event source(s) {sorted(sources - set(SOURCES))}; valid: {SOURCES}")
+        if ds[name].dims != ("event",):
+            raise EventSchemaError(f"events variable {name!r} has dims {ds[name].dims}, expected ('event',)")
+    for name, valid in (("kind", KINDS), ("source", SOURCES)):
+        values = ds[name].values
+        known = np.zeros(values.shape, bool)
+        for v in valid:  # a few vectorized compares beat sorting or hashing a million strings
+            known |= values == v
+        if not known.all():
+            found = sorted(set(values[~known].tolist()))
+            raise EventSchemaError(f"unknown event {name}(s) {found[:10]}; valid: {', '.join(valid)}")
     bad = ds["end_s"].values < ds["start_s"].values
     if bad.any():
         i = int(np.flatnonzero(bad)[0])

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import html
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ import numpy as np
 import xarray as xr
 
 from .. import __version__
-from ..errors import DfitError
+from .._files import open_tree, save_tree
 from ..events import binning
 from ..events.schema import events_dataset
 from .cost import hardware_attrs
@@ -441,23 +440,7 @@ class Run:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write to ``path`` (netCDF4 via h5netcdf; a ``.zarr`` path for Zarr), atomically."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            tree = self.to_datatree()
-            if path.suffix == ".zarr":
-                tree.to_zarr(tmp, consolidated=False)
-            else:
-                tree.to_netcdf(tmp, engine="h5netcdf")
-            if path.is_dir():
-                shutil.rmtree(path)
-            os.replace(tmp, path)
-        finally:
-            if tmp.is_dir():
-                shutil.rmtree(tmp, ignore_errors=True)
-            elif tmp.exists():
-                tmp.unlink()
-        return path
+        return save_tree(self.to_datatree(), path)
 
     def to_perfetto(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Chrome trace-event JSON for Perfetto UI / chrome://tracing (see :func:`dfit_nb.events.perfetto`)."""
@@ -505,20 +488,6 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     >>> back.events.identical(run.events)
     True
     """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no run at {path}")
-    try:
-        if path.suffix == ".zarr":
-            tree = xr.open_datatree(path, engine="zarr", consolidated=False)
-        else:
-            tree = xr.open_datatree(path, engine="h5netcdf")
-        tree = tree.load()
-    except Exception as err:
-        raise DfitError(f"{path} is not a dfit_nb run file: {err}") from err
-    missing = [p for p in _PARTS if p not in tree.children]
-    if missing:
-        raise DfitError(f"{path} is not a dfit_nb run: groups {missing} are missing"
-                        + (" (it looks like a trace: use dfit_nb.load_trace)" if "lowering" in tree.children else ""))
+    tree = open_tree(path, "run", _PARTS, foreign={"lowering": "it looks like a trace: use dfit_nb.load_trace"})
     parts = {p: tree[p].to_dataset() for p in _PARTS}
     return Run(**parts, attrs=dict(tree.attrs))
