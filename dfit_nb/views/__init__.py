@@ -6,9 +6,9 @@ so in its subtitle. Render offline with :func:`png` (vl-convert) or
 ``chart.save(path, inline=True)``.
 """
 
-from ._common import MAX_ROWS, png
+from ._common import MAX_ROWS, in_region, png
 from .program import policy, regions, reuse_map, roofline, sweep, traffic_mix
 from .run import buffer_pressure, compare, noc_load, timeline, utilization
 
-__all__ = ["MAX_ROWS", "buffer_pressure", "compare", "noc_load", "png", "policy", "regions", "reuse_map", "roofline",
-           "sweep", "timeline", "traffic_mix", "utilization"]
+__all__ = ["MAX_ROWS", "buffer_pressure", "compare", "in_region", "noc_load", "png", "policy", "regions", "reuse_map",
+           "roofline", "sweep", "timeline", "traffic_mix", "utilization"]

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from ._common import MAX_ROWS, aggregated, titled
+from ._common import MAX_ROWS, aggregated, in_region, require, titled
 
 __all__ = ("policy", "regions", "reuse_map", "roofline", "sweep", "traffic_mix")
 
@@ -63,6 +63,8 @@ def _parents(names: list[str], given: np.ndarray | None) -> np.ndarray:
 # ---- 1. regions ----------------------------------------------------------------------------------------------------
 def _region_table(obj: Any, metric: str) -> tuple[pd.DataFrame, str]:
     r = obj.regions
+    require(r, ("region", "n_ops") + (("macs", "start", "end", "energy_pj", "bottleneck") if _is_run(obj) else
+                                       ("flops", "bytes_read", "bytes_written", "time_s")), "regions", "regions")
     names = [str(v) for v in r["region"].values]
     df = pd.DataFrame({"region": names})
     if _is_run(obj):
@@ -124,7 +126,7 @@ def _icicle_layout(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = None,
-            color: str = "depth") -> alt.LayerChart:
+            color: str = "depth", selected: str | None = None) -> alt.LayerChart:
     """The region tree as an icicle: each region's width is its (inclusive) metric, children side by side.
 
     Parameters
@@ -138,12 +140,15 @@ def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = No
         Deepest level drawn.
     color : {"depth", "metric"}
         Colour bands by depth or by the metric.
+    selected : str, optional
+        A region to highlight with its subtree (the others are dimmed).
 
     Returns
     -------
     altair.LayerChart
         Rectangles (x: cumulative extent, y: depth band) with region names on the wide ones. A region's width
-        left over by its children is its own (self) share, left empty.
+        left over by its children is its own (self) share, left empty. Clicking a rectangle sets the point
+        selection ``region`` (``[{"region": path}]``), which the Explorer reads to narrow its other views.
 
     Examples
     --------
@@ -185,23 +190,30 @@ def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = No
         tooltip += [alt.Tooltip("energy_j:Q", format=".4~s", title="energy (J)"), alt.Tooltip("bottleneck:N")]
     fill = (alt.Color("depth:O", scale=alt.Scale(scheme="blues"), legend=None) if color == "depth"
             else alt.Color("value:Q", title=f"{metric} ({unit})", scale=alt.Scale(scheme="viridis")))
+    df["focus"] = in_region(df["region"].values, selected)
+    if selected:
+        if selected not in set(df["region"]):
+            raise ValueError(f"selected region {selected!r} is not in the region tree")
+        notes.append(f"{selected} highlighted")
+    pick = alt.selection_point(name="region", fields=["region"], on="click", clear="dblclick")
     base = alt.Chart(df)
-    rects = base.mark_rect(stroke="white", strokeWidth=0.5).encode(
+    rects = base.mark_rect(stroke="white", strokeWidth=0.5, cursor="pointer").encode(
         x=alt.X("x0:Q", title=f"{metric} ({unit}), cumulative", axis=alt.Axis(format="~s")),
         x2="x1:Q",
         y=alt.Y("depth:O", title="depth"),
         color=fill,
+        opacity=alt.condition("datum.focus", alt.value(1.0), alt.value(0.25)),
         tooltip=tooltip,
-    )
+    ).add_params(pick)
     text = base.mark_text(align="left", dx=3, fontSize=10, color="black").encode(
         x="x0:Q", y="depth:O", text="label:N", tooltip=tooltip)
     chart = alt.layer(rects, text).properties(width=640, height=max(80, 26 * (int(df["depth"].max()) + 1)))
-    notes.append("children sized by the metric; empty width is the region's own (self) share")
+    notes.append("children sized by the metric; empty width is the region's own (self) share; click to pick")
     return titled(chart, f"Regions by {metric}", [n for n in notes if n])
 
 
 # ---- 2. roofline ---------------------------------------------------------------------------------------------------
-def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
+def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = None) -> alt.HConcatChart:
     """Ops of a Run against the compute roof and the DRAM, NoC and SRAM bandwidth roofs (log-log).
 
     Parameters
@@ -212,12 +224,14 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
         The machine for the roofs; by default the ``hw_*`` attrs the Run carries.
     trace : Trace, optional
         Gives FLOPs to non-GEMM ops (a Run counts MACs only; without it those ops are left out).
+    region : str, optional
+        Only the ops of this region's subtree.
 
     Returns
     -------
     altair.HConcatChart
         One panel per level: x = FLOP per byte moved at that level, y = attained FLOP/s over the op's span,
-        colour = the op's bottleneck, the roofs as lines.
+        colour = the op's bottleneck, the roofs as lines. Clicking an op sets the point selection ``region``.
 
     Examples
     --------
@@ -243,6 +257,8 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
         "sram": ("SRAM", tiles * (r + 2.0 * c) * _hw_value(a, hw, "word_bytes") * clock_hz),
     }
     ops = run.ops
+    require(ops, ("op", "region", "primitive", "bottleneck", "macs", "span", "start", "end",
+                  *(f"bytes_{k}" for k in _LEVELS)), "roofline", "ops")
     flops = 2.0 * ops["macs"].values.astype(np.float64)
     if trace is not None:
         tf = (trace.ops["flops"] * trace.ops["count"]).to_series()
@@ -257,8 +273,15 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
         "flops": flops, "seconds": span / clock_hz,
         **{f"bytes_{k}": ops[f"bytes_{k}"].values.astype(np.float64) for k in _LEVELS},
     })
-    base = base[(base["flops"] > 0) & (base["seconds"] > 0)]
     notes = []
+    if region:
+        inside = in_region(base["region"].values, region)
+        if not inside.any():
+            raise ValueError(f"region {region!r} has no ops in this run")
+        base = base[inside]
+        notes.append(f"region {region} only")
+    n_in = len(base)
+    base = base[(base["flops"] > 0) & (base["seconds"] > 0)]
     n_ops = len(base)
     if n_ops * len(_LEVELS) > MAX_ROWS:
         base = (base.groupby(["region", "primitive", "bottleneck"], as_index=False)
@@ -267,11 +290,12 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
         base = base.nlargest(MAX_ROWS // len(_LEVELS), "flops")
         notes.append(aggregated(n_ops, len(base), "ops summed by region, primitive and bottleneck"))
     base["flops_per_s"] = base["flops"] / base["seconds"]
-    dropped = int(run.ops.sizes["op"]) - n_ops
+    dropped = n_in - n_ops
     if dropped:
         notes.append(f"{dropped} ops without FLOPs or time left out" + ("" if trace is not None else
                                                                        " (pass trace= for non-GEMM FLOPs)"))
     domain = sorted(set(base["bottleneck"]) | {"compute", "sram", "dram", "noc", "scheduling"})
+    pick = alt.selection_point(name="region", fields=["region"], on="click", clear="dblclick")
     panels = []
     for level in ("dram", "noc", "sram"):
         name, bw = roofs[level]
@@ -289,7 +313,7 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
         y = alt.Y("flops_per_s:Q", scale=alt.Scale(type="log"), title="attained FLOP/s", axis=alt.Axis(format="~s"))
         lines = alt.Chart(roof).mark_line(color="gray", strokeDash=[4, 2]).encode(
             x=x, y=y, detail="roof:N", tooltip=[alt.Tooltip("roof:N")])
-        dots = alt.Chart(pts).mark_circle(size=50, opacity=0.8).encode(
+        dots = alt.Chart(pts).mark_circle(size=50, opacity=0.8, cursor="pointer").encode(
             x=x, y=y, color=alt.Color("bottleneck:N", scale=alt.Scale(domain=domain)),
             tooltip=[alt.Tooltip("op:Q"), alt.Tooltip("region:N"), alt.Tooltip("primitive:N"),
                      alt.Tooltip("bottleneck:N"), alt.Tooltip("flops:Q", format=".4~s"),
@@ -297,6 +321,8 @@ def roofline(run: Any, hw: Any = None, trace: Any = None) -> alt.HConcatChart:
                      alt.Tooltip("intensity:Q", format=".3~g", title="FLOP/byte"),
                      alt.Tooltip("flops_per_s:Q", format=".4~s", title="FLOP/s"),
                      alt.Tooltip("seconds:Q", format=".3~s", title="span (s)")])
+        if level == "dram":  # the selection lives on one panel: Altair warns when one param joins several
+            dots = dots.add_params(pick)
         panels.append(alt.layer(lines, dots).properties(width=260, height=220, title=name))
     chart = alt.hconcat(*panels)
     return titled(chart, f"Roofline: {a.get('function', '?')} on {a.get('hardware', '?')}", [n for n in notes if n])
@@ -314,7 +340,8 @@ def _pick_regions(names: list[str], totals: np.ndarray, depth: int, top: int) ->
     return list(order[:top]), list(order[top:])
 
 
-def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, depth: int = 2) -> alt.VConcatChart:
+def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, depth: int = 2,
+                region: str | None = None) -> alt.VConcatChart:
     """Bytes by tensor kind (activation / weight / partial sum) and memory level for the top regions, plus energy.
 
     Parameters
@@ -328,6 +355,8 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
         Regions shown; the rest at that depth are summed into ``(other)``.
     depth : int
         Region depth to compare (regions are inclusive; the deepest present level at most this deep is used).
+    region : str, optional
+        Only this region's subtree, compared ``depth`` levels below it.
 
     Returns
     -------
@@ -359,6 +388,13 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
     da = da.transpose("policy", "region", "tensor", "level")
     if level is not None:
         da = da.sel(level=[level])
+    if region:
+        inside = in_region(da["region"].values, region)
+        if not inside.any():
+            raise ValueError(f"region {region!r} has no traffic in this run")
+        da = da.isel(region=np.flatnonzero(inside))
+        depth = _path_depth(region) + depth
+        title += f", region {region}"
     names = [str(n) for n in da["region"].values]
     totals = da.sum(("policy", "tensor", "level")).values
     shown, other = _pick_regions(names, totals, depth, top)

@@ -15,7 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from ..events import binning
-from ._common import MAX_ROWS, aggregated, titled
+from ._common import MAX_ROWS, aggregated, in_region, require, titled, window_mask
 
 __all__ = ["buffer_pressure", "compare", "noc_load", "timeline", "utilization"]
 
@@ -34,6 +34,27 @@ def _round(a: Any, digits: int = 5) -> np.ndarray:
         mag = np.where(np.isfinite(a) & (a != 0), np.floor(np.log10(np.abs(a))), 0.0)
     scale = 10.0 ** (digits - 1 - mag)
     return np.round(a * scale) / scale
+
+
+def _factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values.astype(str), return_inverse=True)`` by hashing: O(n), not a sort of a million strings.
+
+    >>> names, idx = _factorize(np.array(["b", "a", "b"], dtype=object))
+    >>> names.tolist(), idx.tolist()
+    (['a', 'b'], [1, 0, 1])
+    """
+    codes, uniq = pd.factorize(np.asarray(values, dtype=object))
+    uniq = np.asarray([str(u) for u in uniq], dtype=str)
+    order = np.argsort(uniq, kind="stable")
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    return uniq[order], rank[codes]
+
+
+def _dense(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for integer keys in ``[0, size)``, by counting (no sort)."""
+    present = np.bincount(keys, minlength=size) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[keys]
 
 
 def _pool_factor(rows: int, cols: int, budget: int) -> int:
@@ -75,10 +96,12 @@ def _cube_of(run: Any) -> xr.Dataset:
 # ---------------------------------------------------------------------------------------------------- timeline
 
 
-def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MAX_ROWS) -> alt.Chart:
+def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MAX_ROWS,
+             time_window: tuple[float, float] | None = None, region: str | None = None) -> alt.Chart:
     """Gantt of the run's simulated events: one track per tile (``"y,x"``) or region, bars over time in us.
 
-    Drag to pan, scroll to zoom (an interval selection bound to the x scale). When there are more events than
+    Drag to brush a time window (the selection parameter ``window``, ``{"t0": [start_us, end_us]}``, which the
+    Explorer reads to narrow its other views), scroll to zoom, shift-drag to pan. When there are more events than
     ``max_rows``, events are merged into equal time bins per (track, colour): one bar per non-empty bin, its
     opacity the busy fraction (event time over bin time x tiles of the track); on large grids tiles are
     pooled into blocks of tracks first. The subtitle says what was aggregated. Measured (host) events are
@@ -94,6 +117,10 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         What the colour encodes.
     max_rows : int
         Rows the chart may embed.
+    time_window : (float, float), optional
+        ``(start_s, end_s)``: only events overlapping it, clipped to it.
+    region : str, optional
+        Only events of ops in this region's subtree.
 
     Returns
     -------
@@ -115,16 +142,30 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     if color not in ("kind", "region"):
         raise ValueError(f"color must be 'kind' or 'region', got {color!r}")
     ev = run.events
-    sim = np.flatnonzero(ev["source"].values == "simulated")
+    require(ev, ("source", "start_s", "end_s", "tile_y", "tile_x", "op", "region", "kind"), "timeline", "events")
+    keep = ev["source"].values == "simulated"
+    notes: list[str] = []
+    if region:
+        keep &= in_region(ev["region"].values, region)
+        if not keep.any():
+            raise ValueError(f"region {region!r} has no simulated events in this run")
+        notes.append(f"region {region} only")
+    if time_window is not None:
+        keep &= window_mask(ev["start_s"].values, ev["end_s"].values, time_window, "event (in s)")
+        notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
+    sim = np.flatnonzero(keep)
     n = sim.size
     s_us = ev["start_s"].values[sim] * _US
     e_us = ev["end_s"].values[sim] * _US
+    origin = 0.0
+    if time_window is not None:  # clip to the window; bins start at its left edge
+        origin = float(time_window[0]) * _US
+        s_us, e_us = np.maximum(s_us, origin), np.minimum(e_us, float(time_window[1]) * _US)
     ty = ev["tile_y"].values[sim].astype(np.int64)
     tx = ev["tile_x"].values[sim].astype(np.int64)
-    color_names, color_idx = np.unique(ev[color].values[sim].astype(str), return_inverse=True)
+    color_names, color_idx = _factorize(ev[color].values[sim])
     color_idx = color_idx.reshape(-1)
-    notes: list[str] = []
-    n_measured = ev.sizes["event"] - n
+    n_measured = int((ev["source"].values != "simulated").sum())
     if n_measured:
         notes.append(f"{n_measured:,} measured (host) events not drawn")
     # rows carry small integers (track, colour) and times; the labels come from two lookup tables (small specs)
@@ -146,7 +187,7 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         transforms: list[tuple[str, str]] = []
     else:
         df, labels, how, width = _binned_tracks(ev, sim, s_us, e_us, ty, tx, color_idx, len(color_names), by,
-                                                max_rows)
+                                                max_rows, origin)
         notes.append(aggregated(n, len(df), how))
         tooltip = ["track:N", f"{color}:N", alt.Tooltip("t0:Q", format=".4g", title="bin start (us)"),
                    alt.Tooltip("b:Q", format=".1%", title="busy"), alt.Tooltip("n:Q", format=",", title="events")]
@@ -156,7 +197,10 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     tracks = pd.DataFrame({"g": np.arange(len(labels)), "track": np.asarray(labels, dtype=object)})
     colors = pd.DataFrame({"c": np.arange(len(color_names)), color: color_names.astype(object)})
     order = _track_order(np.asarray(labels), by)
-    zoom = alt.selection_interval(encodings=["x"], bind="scales")
+    # plain drag brushes the window the Explorer links on; the wheel zooms and shift-drag pans the x scale
+    zoom = alt.selection_interval(encodings=["x"], bind="scales", zoom="wheel!",
+                                  translate="[pointerdown[event.shiftKey], window:pointerup] > window:pointermove!")
+    brush = alt.selection_interval(encodings=["x"], name="window", zoom=False)
     enc: dict[str, Any] = {
         "x": alt.X("t0:Q", title="time (us)"),
         "x2": x2,
@@ -173,7 +217,7 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         lookup="c", from_=alt.LookupData(colors, "c", [color]))
     for name, expr in transforms:
         chart = chart.transform_calculate(**{name: expr})
-    chart = chart.mark_bar(clip=True).encode(**enc).add_params(zoom).properties(width=700, height=height)
+    chart = chart.mark_bar(clip=True).encode(**enc).add_params(zoom, brush).properties(width=700, height=height)
     notes = [x for x in notes if x]
     return titled(chart, f"Timeline by {by} ({run.attrs.get('hardware', '?')}, {n:,} events)", notes or None)
 
@@ -182,7 +226,7 @@ def _tile_tracks(ty: np.ndarray, tx: np.ndarray, p: int) -> tuple[np.ndarray, np
     """Track labels (``"y,x"``, or ``"y0-y1,x0-x1"`` for ``p x p`` blocks), each event's track, tiles per track."""
     rows, cols = int(ty.max()) + 1, int(tx.max()) + 1
     nbx = -(-cols // p)
-    used, track_idx = np.unique((ty // p) * nbx + tx // p, return_inverse=True)
+    used, track_idx = _dense((ty // p) * nbx + tx // p, -(-rows // p) * nbx)
     yy, xx = used // nbx * p, used % nbx * p
     if p > 1:
         y1, x1 = np.minimum(yy + p, rows) - 1, np.minimum(xx + p, cols) - 1
@@ -205,7 +249,7 @@ def _track_order(tracks: np.ndarray, by: str) -> list[str]:
 
 def _binned_tracks(ev: xr.Dataset, sim: np.ndarray, s_us: np.ndarray, e_us: np.ndarray, ty: np.ndarray,
                    tx: np.ndarray, color_idx: np.ndarray, n_colors: int, by: str,
-                   max_rows: int) -> tuple[pd.DataFrame, np.ndarray, str, float]:
+                   max_rows: int, origin: float = 0.0) -> tuple[pd.DataFrame, np.ndarray, str, float]:
     """Events merged into equal time bins per (track, colour): at most ``max_rows`` non-empty cells."""
     what = []
     if by == "tile":
@@ -215,18 +259,19 @@ def _binned_tracks(ev: xr.Dataset, sim: np.ndarray, s_us: np.ndarray, e_us: np.n
         if p > 1:
             what.append(f"tiles pooled into {p}x{p} blocks")
     else:
-        labels, track_idx = np.unique(ev["region"].values[sim].astype(str), return_inverse=True)
-        track_idx = track_idx.reshape(-1)
+        labels, track_idx = _factorize(ev["region"].values[sim])
         # tiles each region's events touch (the denominator of its busy fraction)
-        pairs = np.unique(np.stack([track_idx, ty * (int(tx.max()) + 1) + tx], axis=1), axis=0)
-        tiles = np.bincount(pairs[:, 0], minlength=len(labels)).astype(np.float64)
+        n_tiles = (int(ty.max()) + 1) * (int(tx.max()) + 1)
+        key = track_idx * n_tiles + ty * (int(tx.max()) + 1) + tx
+        pairs = _dense(key, len(labels) * n_tiles)[0] if len(labels) * n_tiles <= 1 << 24 else np.unique(key)
+        tiles = np.bincount(pairs // n_tiles, minlength=len(labels)).astype(np.float64)
     group = track_idx * n_colors + color_idx
     n_groups = len(labels) * n_colors
     t_end = float(e_us.max()) if e_us.size else 0.0
     dur = e_us - s_us
-    n_bins = max(1, min(1024, max_rows // max(1, len(np.unique(group)))))
+    n_bins = max(1, min(1024, max_rows // max(1, np.count_nonzero(np.bincount(group, minlength=n_groups)))))
     while True:  # the non-empty cells decide; halve the bins until they fit
-        edges = binning.time_edges(t_end, n_bins)
+        edges = origin + binning.time_edges(t_end - origin, n_bins)
         busy = binning.bin_intervals(s_us, e_us, dur, group, n_groups, edges)
         count = binning.bin_intervals(s_us, e_us, np.ones(dur.size), group, n_groups, edges)
         cell_b, cell_g = np.nonzero((busy > 0) | (count > 0))
@@ -251,7 +296,8 @@ def _binned_tracks(ev: xr.Dataset, sim: np.ndarray, s_us: np.ndarray, e_us: np.n
 # ------------------------------------------------------------------------------------------------- utilization
 
 
-def utilization(run: Any, time_window: tuple[float, float] | None = None, max_rows: int = MAX_ROWS) -> alt.VConcatChart:
+def utilization(run: Any, time_window: tuple[float, float] | None = None, max_rows: int = MAX_ROWS,
+                region: str | None = None) -> alt.VConcatChart:
     """Tile-grid heatmap of the compute-busy fraction, with a brushable per-time busy line above it.
 
     Brush the line (mean busy over tiles per time bin) to average the heatmap over that time window only;
@@ -266,6 +312,8 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
         ``(start_s, end_s)``: only the cube's time bins that overlap it.
     max_rows : int
         Rows the chart may embed.
+    region : str, optional
+        Busy from this region's subtree only: its compute events binned on the cube's time bins (needs a Run).
 
     Returns
     -------
@@ -282,13 +330,11 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     (True, 'Tile utilization (npu_like)')
     """
     cube = _cube_of(run)
+    require(cube, ("busy", "time_end"), "utilization", "cube")
     hz = _hz(cube.attrs)
-    busy = cube["busy"]
+    busy = _region_busy(run, cube, region) if region else cube["busy"]
     if time_window is not None:
-        lo, hi = (float(v) * hz for v in time_window)
-        sel = (cube["time_end"].values > lo) & (cube["time"].values < hi)
-        if not sel.any():
-            raise ValueError(f"time_window {time_window} overlaps no time bin of the run")
+        sel = window_mask(cube["time"].values / hz, cube["time_end"].values / hz, time_window, "time bin (in s)")
         busy = busy.isel(time=np.flatnonzero(sel))
     n_t, rows, cols = busy.sizes["time"], busy.sizes["tile_y"], busy.sizes["tile_x"]
     n_before = n_t * rows * cols
@@ -308,6 +354,8 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     if factor > 1:
         how.append(f"{factor} time bins merged (mean)")
     notes = [aggregated(n_before, len(df), ", ".join(how))]
+    if region:
+        notes.append(f"region {region} only")
     if time_window is not None:
         notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
     notes.append("brush the line to average the grid over a time window")
@@ -331,10 +379,28 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     return titled(chart, f"Tile utilization ({cube.attrs.get('hardware', '?')})", [x for x in notes if x])
 
 
+def _region_busy(run: Any, cube: xr.Dataset, region: str) -> xr.DataArray:
+    """Compute-busy fraction of one region's subtree on the cube's (time, tile) bins, from the run's events."""
+    if not hasattr(run, "events"):
+        raise ValueError("utilization(region=...) needs a Run (its events), not only the cube")
+    ev = run.events
+    require(ev, ("region", "kind", "source", "start", "end", "tile_y", "tile_x"), "utilization", "events")
+    keep = (in_region(ev["region"].values, region) & (ev["kind"].values == "compute")
+            & (ev["source"].values == "simulated"))
+    if not keep.any():
+        raise ValueError(f"region {region!r} has no compute events in this run")
+    rows, cols = cube.sizes["tile_y"], cube.sizes["tile_x"]
+    s, e = ev["start"].values[keep], ev["end"].values[keep]
+    tile = ev["tile_y"].values[keep].astype(np.int64) * cols + ev["tile_x"].values[keep]
+    edges = np.append(cube["time"].values, cube["time_end"].values[-1])
+    busy = binning.bin_intervals(s, e, e - s, tile, rows * cols, edges) / np.diff(edges)[:, None]
+    return cube["busy"].copy(data=np.clip(busy, 0.0, 1.0).reshape(-1, rows, cols))
+
+
 # ----------------------------------------------------------------------------------------------------- noc_load
 
 
-def noc_load(run: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
+def noc_load(run: Any, max_rows: int = MAX_ROWS, time_window: tuple[float, float] | None = None) -> alt.Chart:
     """Heatmap of NoC load over (time bin, link group): each group's busiest link, bytes over capacity.
 
     When (bins x link groups) exceeds ``max_rows``, link groups of neighbouring rows/columns are pooled
@@ -346,6 +412,8 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
         A replay, or its ``cube``.
     max_rows : int
         Rows the chart may embed.
+    time_window : (float, float), optional
+        ``(start_s, end_s)``: only the time bins that overlap it.
 
     Returns
     -------
@@ -362,7 +430,13 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
     ('rect', 'NoC link load (npu_like)')
     """
     cube = _cube_of(run)
+    require(cube, ("link_load", "time_end"), "noc_load", "cube")
     hz = _hz(cube.attrs)
+    window_note = ""
+    if time_window is not None:
+        sel = window_mask(cube["time"].values / hz, cube["time_end"].values / hz, time_window, "time bin (in s)")
+        cube = cube.isel(time=np.flatnonzero(sel))
+        window_note = f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us"
     load = cube["link_load"]
     n_t, n_links = load.sizes["time"], load.sizes["link"]
     n_before = n_t * n_links
@@ -403,14 +477,15 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
         tooltip=["link:N", alt.Tooltip("t0_us:Q", format=".4g", title="bin start (us)"),
                  alt.Tooltip("t1_us:Q", format=".4g", title="bin end (us)"), alt.Tooltip("load:Q", format=".1%")],
     ).properties(width=600, height=int(min(600, max(100, 10 * n_groups))))
-    note = aggregated(n_before, len(df), ", ".join(how))
-    return titled(chart, f"NoC link load ({cube.attrs.get('hardware', '?')})", note or None)
+    notes = [x for x in (aggregated(n_before, len(df), ", ".join(how)), window_note) if x]
+    return titled(chart, f"NoC link load ({cube.attrs.get('hardware', '?')})", notes or None)
 
 
 # ---------------------------------------------------------------------------------------------- buffer_pressure
 
 
-def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
+def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
+                    time_window: tuple[float, float] | None = None) -> alt.Chart:
     """SRAM occupancy over time: the mean over tiles and the busiest tile (one pair of lines per policy).
 
     Parameters
@@ -420,6 +495,8 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
         ``bin_start_s`` over ``policy`` x ``bin``).
     max_rows : int
         Rows the chart may embed (time bins are merged beyond it; the subtitle says so).
+    time_window : (float, float), optional
+        ``(start_s, end_s)``: only the time bins that overlap it.
 
     Returns
     -------
@@ -438,8 +515,13 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
     ds = run_or_dataset
     if hasattr(ds, "cube") or (isinstance(ds, xr.Dataset) and "sram_occupancy" in ds):
         cube = _cube_of(ds)
-        occ = cube["sram_occupancy"]
+        require(cube, ("sram_occupancy",), "buffer_pressure", "cube")
         hz = _hz(cube.attrs)
+        if time_window is not None:
+            ends = cube["time_end"].values if "time_end" in cube.coords else cube["time"].values + 1
+            cube = cube.isel(time=np.flatnonzero(window_mask(cube["time"].values / hz, ends / hz, time_window,
+                                                             "time bin (in s)")))
+        occ = cube["sram_occupancy"]
         policies = [""]
         mean = occ.mean(("tile_y", "tile_x")).values[None]
         busiest = occ.max(("tile_y", "tile_x")).values[None]
@@ -449,6 +531,8 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
         policies = [str(p) for p in ds["policy"].values]
         mean, busiest = ds["mean"].values, ds["busiest"].values
         t_s = ds["bin_start_s"].values
+        if time_window is not None:
+            raise ValueError("buffer_pressure(time_window=...) takes a Run or its cube, not a policy artifact")
         name = "per policy"
     else:
         raise TypeError("buffer_pressure takes a Run, its cube, or a policy's artifacts['buffer_pressure'] Dataset")
@@ -479,8 +563,11 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS) -> alt.Chart:
         enc["color"] = alt.Color("policy:N", title="policy")
         enc["tooltip"] = ["policy:N", *enc["tooltip"]]
     chart = alt.Chart(df).mark_line().encode(**enc).properties(width=600, height=200)
-    note = aggregated(n_before, len(df), f"{factor} time bins merged: mean of the mean, max of the busiest")
-    return titled(chart, f"Buffer pressure ({name})", note or None)
+    notes = [aggregated(n_before, len(df), f"{factor} time bins merged: mean of the mean, max of the busiest")]
+    if time_window is not None:
+        notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
+    notes = [x for x in notes if x]
+    return titled(chart, f"Buffer pressure ({name})", notes or None)
 
 
 # ------------------------------------------------------------------------------------------------------- compare
