@@ -24,3 +24,20 @@ from .sim.run import load_run as load_run
 
 __all__ = ("Run", "Trace", "__version__", "capture", "errors", "events", "examples", "load_run", "load_trace",
            "replay", "sim")
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext dfit_nb``: register ``%dfit``, ``%%dfit``, ``%dfit_presets`` and ``%dfit_compare``.
+
+    The magics (and the UI libraries they need) are imported here, not by ``import dfit_nb``.
+    """
+    from .magics import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext dfit_nb``: remove the magics."""
+    from .magics import unload_ipython_extension as unload
+
+    unload(ipython)

@@ -1,0 +1,275 @@
+"""The IPython magics, through a real (non-kernel) IPython shell: %load_ext dfit_nb, %dfit, %%dfit, %dfit_presets,
+%dfit_compare, their errors and help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import altair as alt
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+from traitlets.config import Config
+
+import dfit_nb
+from dfit_nb import magics
+from dfit_nb.sim import presets
+
+SETUP = """
+import jax.numpy as jnp
+
+def f(a, b):
+    return jnp.tanh(a @ b)
+
+a = jnp.ones((8, 16))
+b = jnp.ones((16, 4))
+"""
+
+
+@pytest.fixture(scope="module")
+def shell():
+    """One InteractiveShell for the module (the singleton: IPython.display publishes through it)."""
+    created = not InteractiveShell.initialized()
+    if created:
+        config = Config()
+        config.HistoryManager.hist_file = ":memory:"
+        sh = InteractiveShell.instance(config=config)
+    else:
+        sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "dfit_nb")
+    assert sh.run_cell(SETUP).success
+    yield sh
+    if created:
+        InteractiveShell.clear_instance()
+
+
+@pytest.fixture(scope="module")
+def runs(shell):
+    """Two stored runs of f(a, b): ws and os on npu_like."""
+    with capture_output():
+        shell.run_line_magic("dfit", "--no-explorer --dataflow ws -o r_ws f(a, b)")
+        shell.run_line_magic("dfit", "--no-explorer --dataflow os -o r_os f(a, b)")
+    return shell.user_ns["r_ws"], shell.user_ns["r_os"]
+
+
+def _state(shell):
+    """What a failed magic must leave alone: the namespace (names and objects) and the Altair renderer."""
+    return ({k: id(v) for k, v in shell.user_ns.items()}, alt.renderers.active, dict(alt.renderers.options),
+            list(warnings.filters))
+
+
+def test_import_dfit_nb_does_not_import_the_magics():
+    code = ("import sys, dfit_nb\n"
+            "assert 'dfit_nb.magics' not in sys.modules\n"
+            "assert callable(dfit_nb.load_ipython_extension) and callable(dfit_nb.unload_ipython_extension)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_load_ext_registers_the_magics_and_offline_rendering(shell):
+    for name in ("dfit", "dfit_presets", "dfit_compare"):
+        assert shell.find_line_magic(name) is not None, name
+    assert shell.find_cell_magic("dfit") is not None
+    assert alt.renderers.active == "jupyter"
+    assert alt.renderers.options.get("offline") is True
+
+
+def test_dfit_stores_run_and_trace_and_displays_the_summary(shell):
+    with capture_output() as out:
+        result = shell.run_line_magic("dfit", "--hw npu_like --no-explorer -o r f(a, b)")
+    assert result is None
+    run, trace = shell.user_ns["r"], shell.user_ns["r_trace"]
+    assert isinstance(run, dfit_nb.Run) and isinstance(trace, dfit_nb.Trace)
+    assert run.attrs["hardware"] == "npu_like" and run.attrs["dataflow"] == "ws"
+    assert int(run.summary["macs"]) == 8 * 16 * 4
+    assert trace.mode == "static"
+    assert len(out.outputs) == 1
+    assert out.outputs[0].data["text/html"] == run._repr_html_()
+
+
+def test_dfit_in_a_cell_echoes_nothing(shell):
+    with capture_output() as out:
+        result = shell.run_cell("%dfit --no-explorer f(a, b=b)")
+    assert result.success and result.result is None
+    assert "Out[" not in out.stdout
+    assert "text/html" in out.outputs[0].data
+
+
+def test_dfit_shows_the_explorer_with_the_options(shell, monkeypatch):
+    shown = []
+    monkeypatch.setattr(magics, "display", shown.append)
+    shell.run_line_magic("dfit", "--objective latency -o h f(a, b)")  # --objective alone: hybrid
+    run, explorer = shown
+    assert run is shell.user_ns["h"]
+    assert run.attrs["hardware"] == "npu_like" and run.attrs["dataflow"].startswith("hybrid")
+    assert isinstance(explorer, dfit_nb.widgets.Explorer)
+    assert explorer.trace is shell.user_ns["h_trace"]
+    assert explorer.controls["preset"].value == "npu_like"
+    assert explorer.controls["dataflow"].value == "hybrid"
+    assert explorer.controls["objective"].value == "latency"
+
+
+def test_hw_may_name_a_hardware_in_the_namespace(shell):
+    shell.user_ns["mine"] = presets.get("npu_like").replace(dram_bytes_per_cycle=600.0)
+    with capture_output():
+        shell.run_line_magic("dfit", "--hw mine --no-explorer -o on_mine f(a, b)")
+    assert float(shell.user_ns["on_mine"].attrs["hw_dram_bytes_per_cycle"]) == 600.0
+
+
+def test_dfit_options_and_expression_keep_their_text(shell):
+    """EXPR is taken verbatim after the options: quotes, spaces and keywords survive; ``--x=v`` and ``-oNAME`` work."""
+    shell.user_ns["args"] = {"a": shell.user_ns["a"], "b": shell.user_ns["b"]}
+    with capture_output():
+        shell.run_line_magic("dfit", "--dataflow=os --no-explorer -oq f(**args)")
+        shell.run_line_magic("dfit", "--no-explorer -o s -- f(args[ 'a' ], args[\"b\"])")
+    assert shell.user_ns["q"].attrs["dataflow"] == "os"
+    assert int(shell.user_ns["s"].summary["macs"]) == 8 * 16 * 4
+
+
+def test_cell_magic_runs_the_other_lines_first(shell):
+    shell.user_ns.pop("c2", None)
+    cell = "c2 = b * 2\n%time c3 = 1\nf(a,\n  c2)\n"
+    with capture_output() as out:
+        shell.run_cell_magic("dfit", "--no-explorer -o cell", cell)
+    assert shell.user_ns["c3"] == 1
+    assert "c2" in shell.user_ns and isinstance(shell.user_ns["cell"], dfit_nb.Run)
+    assert shell.user_ns["cell_trace"].ops.sizes["op"] >= 2
+    assert any("text/html" in o.data for o in out.outputs)
+
+
+def test_cell_magic_through_run_cell(shell):
+    with capture_output():
+        result = shell.run_cell("%%dfit --no-explorer -o cell2\nw = jnp.ones((16, 8))\nf(a, w)\n")
+    assert result.success, result.error_in_exec
+    assert int(shell.user_ns["cell2"].summary["macs"]) == 8 * 16 * 8
+
+
+def test_spill_warning_is_shown_once_and_does_not_raise(shell):
+    # static capture of shape specs: 1 MiB operands on npu_like's 1.25 MiB of SRAM
+    assert shell.run_cell("import jax\nbig = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)").success
+    before = list(warnings.filters)
+    with capture_output() as out:
+        shell.run_line_magic("dfit", "--no-explorer -o spilled f(big, big)")
+    assert out.stderr.count("SpillWarning:") == 1, out.stderr
+    assert "npu_like" in out.stderr
+    assert list(warnings.filters) == before
+    assert isinstance(shell.user_ns["spilled"], dfit_nb.Run)
+
+
+def test_presets_lists_every_machine(shell):
+    table = shell.run_line_magic("dfit_presets", "")
+    assert tuple(table.index) == presets.names()
+    assert {"tiles", "PE array", "SRAM per tile", "clock GHz", "peak TOPS", "execution"} <= set(table.columns)
+    with capture_output() as out:
+        assert shell.run_cell("%dfit_presets").success
+    for name in presets.names():
+        assert name in out.stdout, name
+
+
+def test_compare_shows_the_comparison_and_its_chart(shell, runs):
+    with capture_output() as out:
+        result = shell.run_line_magic("dfit_compare", "-o ab r_ws r_os")
+    assert result is None
+    ab = shell.user_ns["ab"]
+    assert ab["run"].values.tolist() == ["a", "b"]
+    assert "delta_energy_j" in ab
+    assert len(out.outputs) == 2
+    assert "text/html" in out.outputs[0].data  # the Dataset
+    assert any("vega" in k or "widget" in k for k in out.outputs[1].data), list(out.outputs[1].data)
+
+
+@pytest.mark.parametrize(("magic", "line", "tokens"), [
+    ("dfit", "--no-explorer -o bad f(a, nope)", ["'nope'", "not defined"]),
+    ("dfit", "--no-explorer -o bad nope(a, b)", ["'nope'"]),
+    ("dfit", "--no-explorer -o bad a + b", ["'a + b'", "call"]),
+    ("dfit", "--no-explorer -o bad f", ["'f'", "call"]),
+    ("dfit", "--no-explorer -o bad a(b)", ["'a'", "not a function"]),
+    ("dfit", "--no-explorer -o bad f(a,", ["'f(a,'"]),
+    ("dfit", "--hw nope_hw -o bad f(a, b)", ["'nope_hw'", "npu_like", "eyeriss_like"]),
+    ("dfit", "--hw a -o bad f(a, b)", ["'a'"]),
+    ("dfit", "--dataflow xx -o bad f(a, b)", ["'xx'", "--dataflow"]),
+    ("dfit", "--mode fast -o bad f(a, b)", ["'fast'", "--mode"]),
+    ("dfit", "--objective cheap -o bad f(a, b)", ["'cheap'"]),
+    ("dfit", "--dataflow ws --objective edp -o bad f(a, b)", ["--objective", "hybrid"]),
+    ("dfit", "--bogus f(a, b)", ["'--bogus'"]),
+    ("dfit", "-o 1bad f(a, b)", ["'1bad'"]),
+    ("dfit", "--no-explorer", ["missing EXPR"]),
+    ("dfit", "", ["missing EXPR"]),
+    ("dfit", "--hw", ["--hw", "expected one argument"]),
+    ("dfit", "-o bad f(a, b, mode='eager')", ["'mode'"]),
+    ("dfit_compare", "r_ws", ["B"]),
+    ("dfit_compare", "", ["A", "B"]),
+    ("dfit_compare", "r_ws nope", ["'nope'", "not defined"]),
+    ("dfit_compare", "r_ws a", ["'a'", "not a dfit_nb.Run"]),
+    ("dfit_compare", "r_ws r_ws extra", ["extra"]),
+    ("dfit_presets", "extra", ["extra"]),
+])
+def test_bad_input_raises_usage_error_naming_it_and_changes_nothing(shell, runs, magic, line, tokens):
+    before = _state(shell)
+    with capture_output(), pytest.raises(UsageError) as err:
+        shell.run_line_magic(magic, line)
+    for token in tokens:
+        assert token in str(err.value), (token, str(err.value))
+    assert _state(shell) == before
+    assert "bad" not in shell.user_ns and "bad_trace" not in shell.user_ns
+
+
+def test_compare_of_different_programs_is_a_usage_error(shell, runs):
+    with capture_output():
+        shell.run_line_magic("dfit", "--no-explorer -o other f(b.T, a.T)")
+    before = _state(shell)
+    with pytest.raises(UsageError, match="force"):
+        shell.run_line_magic("dfit_compare", "r_ws other")
+    assert _state(shell) == before
+    with capture_output() as out:
+        shell.run_line_magic("dfit_compare", "--force r_ws other")
+    assert len(out.outputs) == 2
+
+
+@pytest.mark.parametrize(("cell", "tokens"), [
+    ("ran = 1\nx = a + b\n", ["'x = a + b'", "Assign"]),
+    ("ran = 1\na + b\n", ["'a + b'", "BinOp"]),
+    ("ran = 1\nf(a, b\n", ["not valid Python"]),
+    ("\n", ["empty"]),
+])
+def test_bad_cell_raises_before_running_anything(shell, cell, tokens):
+    shell.user_ns.pop("ran", None)
+    before = _state(shell)
+    with pytest.raises(UsageError) as err:
+        shell.run_cell_magic("dfit", "--no-explorer -o bad", cell)
+    for token in tokens:
+        assert token in str(err.value), (token, str(err.value))
+    assert _state(shell) == before
+    with pytest.raises(UsageError, match="'f\\(a, b\\)'"):
+        shell.run_cell_magic("dfit", "--no-explorer f(a, b)", "f(a, b)\n")  # a call on the magic's line
+
+
+def test_cell_with_an_undefined_name_in_the_call_names_it(shell):
+    with pytest.raises(UsageError, match="'undefined_in_cell'"):
+        shell.run_cell_magic("dfit", "--no-explorer -o bad", "ok = 1\nf(a, undefined_in_cell)\n")
+    assert "bad" not in shell.user_ns
+
+
+def test_help_is_the_docstring(shell):
+    doc = shell.find_line_magic("dfit").__doc__
+    for text in ("%dfit [--hw PRESET]", "--dataflow", "--objective", "--mode", "-o NAME", "NAME_trace",
+                 "--no-explorer", "EXPR", "%%dfit", "Returns None"):
+        assert text in doc, text
+    assert shell.find_cell_magic("dfit").__doc__ == doc
+    assert "%dfit_compare [-o NAME] [--force] A B" in shell.find_line_magic("dfit_compare").__doc__
+    assert "%dfit_presets" in shell.find_line_magic("dfit_presets").__doc__
+    with capture_output() as out:
+        shell.run_line_magic("pinfo", "%dfit")
+    assert "%dfit [--hw PRESET]" in out.stdout
+
+
+def test_unload_and_reload(shell):
+    try:
+        shell.run_line_magic("unload_ext", "dfit_nb")
+        assert shell.find_line_magic("dfit") is None and shell.find_cell_magic("dfit") is None
+        assert shell.find_line_magic("dfit_compare") is None
+    finally:
+        shell.run_line_magic("load_ext", "dfit_nb")
+    assert shell.find_line_magic("dfit") is not None
