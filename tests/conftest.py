@@ -46,3 +46,16 @@ def all_runs(static_traces):
         warnings.simplefilter("ignore", SpillWarning)  # small machines (Eyeriss' 108 KB) spill: expected here
         return {(name, p): dfit_nb.replay(t, presets.get(p), "ws") for name, t in static_traces.items()
                 for p in presets.names()}
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory):
+    """One JupyterLab server for the browser tests: ``(url|token, root)``; tests copy notebooks into ``root``."""
+    from tests import jupyterlab as lab
+
+    reason = lab.missing()
+    if reason is not None:
+        pytest.fail(f"the JupyterLab browser tests cannot run: it {reason}")
+    root = tmp_path_factory.mktemp("lab")
+    with lab.jupyterlab(root, root / "jupyterlab.log") as server:
+        yield server, root

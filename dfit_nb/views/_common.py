@@ -49,11 +49,13 @@ def in_region(paths: Any, region: str | None) -> Any:
     [True, False, True, False]
     """
     import numpy as np
+    import pandas as pd
 
-    p = np.asarray([str(x) for x in paths], dtype=object)
     if not region:
-        return np.ones(p.shape, dtype=bool)
-    return np.array([x == region or x.startswith(region + "/") for x in p], dtype=bool)
+        return np.ones(np.shape(paths), dtype=bool)
+    codes, names = pd.factorize(np.asarray(paths, dtype=object).reshape(-1))  # hash once: events repeat few paths
+    inside = np.array([str(x) == region or str(x).startswith(region + "/") for x in names], dtype=bool)
+    return inside[codes].reshape(np.shape(paths)) if len(names) else np.zeros(np.shape(paths), dtype=bool)
 
 
 def window_mask(start: Any, end: Any, time_window: tuple[float, float] | None, what: str) -> Any:

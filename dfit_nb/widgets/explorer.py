@@ -150,7 +150,7 @@ class Explorer(w.VBox):
             c[key].observe(lambda change: self._update(), names="value")
         c["region"].observe(lambda change: self._narrowed(source=None), names="value")
         machine = w.VBox([c["preset"], c["tile_rows"], c["tile_cols"], c["pe"], c["sram_kb"], c["noc_bw"],
-                          c["dram_bw"]])
+                          c["dram_bw"]], layout=w.Layout(min_width="390px"))  # room for the sliders' readouts
         policy = w.VBox([c["dataflow"], c["objective"], c["region"], w.HBox([self.focus, self.clear]), self.status,
                          self.summary])
         super().__init__([w.HBox([machine, policy]), tabs])
