@@ -239,6 +239,15 @@ class _Walker:
             sub_in = _bind_inputs(kind, eqn, label, in_prod, len(inner.invars))
             is_const = _bind_inputs(kind, eqn, label, [
                 isinstance(v, jcore.Literal) or v in self.const_vars for v in eqn.invars], len(inner.invars))
+            # a loop carry changes from one iteration to the next, whatever its initial value
+            if kind == "scan":
+                start = eqn.params["num_consts"]
+                carry = range(start, start + eqn.params["num_carry"])
+            elif kind == "while":
+                carry = range(eqn.params["cond_nconsts" if label == "cond" else "body_nconsts"], len(is_const))
+            else:
+                carry = range(0)
+            is_const = [c and i not in carry for i, c in enumerate(is_const)]
             self.const_vars.update(v for v, c in zip(inner.invars, is_const, strict=True) if c is True)
             branch = int(label[6:]) if label.startswith("branch") else record.branch
             new_inner, sub_out = self.walk(

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
+import dfit_nb
 from dfit_nb.capture.lowering import (
     FusionMap,
     build_fusion_map,
@@ -435,3 +436,18 @@ def test_profiler_timings(tmp_path):
     with pytest.raises(HloModuleMismatchError, match=re.escape(fm.module_name)) as err:
         read_hlo_op_timings(xplane, "no_such_module")
     assert fm.module_name in err.value.seen
+
+
+def test_a_loop_carry_with_a_literal_start_is_not_a_constant():
+    def f(x):
+        def body(c, _):
+            i, acc = c
+            return (i + 1, acc * 2.0 + i), None
+        (i, acc), _ = jax.lax.scan(body, (0, x), None, length=4)
+        return acc, i
+
+    t = dfit_nb.capture(f, jnp.ones(8))
+    prims = [str(p) for p in t.ops["primitive"].values]
+    reasons = [str(r) for r in t.ops["folded_reason"].values]
+    counter = prims.index("add")  # i + 1: its input is a carry that starts as the literal 0
+    assert "constant" not in reasons[counter], reasons[counter]
