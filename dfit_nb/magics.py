@@ -419,10 +419,11 @@ class DfitMagics(Magics):
     def dfit_compare(self, line: str) -> None:
         """A/B of two runs stored in the namespace: ``dfit_nb.sim.compare(A, B)`` and its chart.
 
-        Displays the comparison Dataset (per run, per region and, on one grid, per tile: a, b, b - a, b / a)
-        and ``dfit_nb.views.compare`` (region energy deltas, tile busy deltas). Returns None; ``-o NAME``
-        stores the Dataset. A name that is not defined or not a ``dfit_nb.Run``, or runs of different programs
-        (without --force), raise UsageError naming it.
+        Displays the per-run figures side by side (a, b, b - a, b / a; a compact table) and
+        ``dfit_nb.views.compare`` (region energy deltas, tile busy deltas). Returns None; ``-o NAME``
+        stores the whole comparison Dataset (per run, per region and, on one grid, per tile). A name that is
+        not defined or not a ``dfit_nb.Run``, or runs of different programs (without --force), raise
+        UsageError naming it.
 
         Examples::
 
@@ -440,7 +441,7 @@ class DfitMagics(Magics):
         chart = compare_chart(ab)
         if args.output:
             self.shell.user_ns[args.output] = ab
-        display(ab)
+        display(compare_table(ab))
         display(chart)
 
     def _stored_run(self, name: str) -> Run:
@@ -453,6 +454,26 @@ class DfitMagics(Magics):
             raise UsageError(f"%dfit_compare: {name!r} is a {type(value).__name__}, not a dfit_nb.Run "
                              "(store one with %dfit -o NAME)")
         return value
+
+
+def compare_table(ab: Any) -> pd.DataFrame:
+    """The per-run figures of a :func:`dfit_nb.sim.compare` Dataset as a table: a, b, b - a, b / a.
+
+    >>> import xarray as xr
+    >>> ab = xr.Dataset({"latency_s": ("run", [2.0, 1.0]), "delta_latency_s": -1.0, "ratio_latency_s": 0.5},
+    ...                 coords={"run": ["a", "b"]})
+    >>> compare_table(ab).loc["latency_s"].tolist()
+    [2.0, 1.0, -1.0, 0.5]
+    """
+    rows = {}
+    for name, da in ab.data_vars.items():
+        if da.dims == ("run",) and f"delta_{name}" in ab:
+            rows[str(name)] = [float(da.sel(run="a")), float(da.sel(run="b")), float(ab[f"delta_{name}"]),
+                               float(ab[f"ratio_{name}"]) if f"ratio_{name}" in ab else float("nan")]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=["a", "b", "b - a", "b / a"])
+    table.attrs = dict(ab.attrs)
+    table.columns.name = f"a = {ab.attrs.get('a', 'a')}, b = {ab.attrs.get('b', 'b')}"
+    return table
 
 
 # ---- the extension --------------------------------------------------------------------------------------------

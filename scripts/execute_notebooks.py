@@ -1,4 +1,6 @@
-"""Execute tutorial notebooks in place, storing their outputs for nbval (``python scripts/execute_notebooks.py [NB ...]``).
+"""Execute tutorial notebooks in place, storing their outputs for nbval.
+
+Usage: ``python scripts/execute_notebooks.py [NB ...]`` (all of notebooks/ by default).
 
 Widget state is not stored: an offline ``JupyterChart`` carries the whole Vega bundle in
 its state (about a megabyte per chart), which would make the stored notebooks huge. The

@@ -176,7 +176,8 @@ def test_compare_shows_the_comparison_and_its_chart(shell, runs):
     assert ab["run"].values.tolist() == ["a", "b"]
     assert "delta_energy_j" in ab
     assert len(out.outputs) == 2
-    assert "text/html" in out.outputs[0].data  # the Dataset
+    assert "text/html" in out.outputs[0].data and "delta" not in out.outputs[0].data["text/html"]  # the table
+    assert "energy_j" in out.outputs[0].data["text/plain"] and "b / a" in out.outputs[0].data["text/plain"]
     assert any("vega" in k or "widget" in k for k in out.outputs[1].data), list(out.outputs[1].data)
 
 
