@@ -1,44 +1,210 @@
 """``dfit-nb``: the command-line entry point.
 
-``dfit-nb report`` captures a bundled example, prints its region table, costs
-its ops on hardware presets one op at a time, and replays the whole program on
-each preset (mapping and schedule; later stages add the hybrid policy and the
-HTML report).
+``dfit-nb report`` captures a JAX function (a bundled example, or any
+``pkg.mod:fn`` with its arguments described as shapes and dtypes), prints its
+region table, costs its ops on hardware presets one op at a time, replays the
+whole program on each preset, selects a hybrid dataflow policy per preset, and
+writes an offline HTML report (:mod:`dfit_nb.report`) with the event cubes,
+Perfetto traces and playbooks next to it.
+
+Examples::
+
+    dfit-nb report                                   # the encoder example, every preset, into ./dfit_report/
+    dfit-nb report --example mlp --hw npu_like -o out
+    dfit-nb report --module mypkg.model:forward --args "f32[8,128] f32[128,64]" --hw tpu_like
+
+Bad input (an unknown preset, a bad ``--args`` token, a module that does not
+import, a missing function) exits with status 2 and a message naming it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
+import re
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from . import examples
 from .capture import MODES, capture
-from .sim import DATAFLOWS, cost, presets, replay
+from .sim import DATAFLOWS, cost, presets
+
+#: ``--args`` dtype spellings -> NumPy/JAX dtype names
+DTYPES = {
+    "bool": "bool", "pred": "bool",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64", "int": "int32",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "float": "float32",
+    "c64": "complex64", "c128": "complex128",
+}
+_TOKEN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[([0-9,]*)\]$")
+SPEC_HELP = ("space-separated dtype[shape] per positional argument, e.g. \"f32[8,128] f32[128,64]\" or \"i32[]\" for "
+             f"a scalar; dtypes: {', '.join(DTYPES)}")
+
+
+class UsageError(Exception):
+    """Bad command-line input: the message names the bad token and what would be valid (exit status 2)."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dfit-nb", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="dfit-nb", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("report", help="capture an example and print its region table")
-    r.add_argument("--example", default="encoder", choices=examples.names(), help="bundled example (default encoder)")
+    r = sub.add_parser("report", help="capture, replay on presets, select a hybrid policy, write an HTML report",
+                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = r.add_mutually_exclusive_group()
+    what.add_argument("--example", default=None, choices=examples.names(),
+                      help="bundled example (default encoder)")
+    what.add_argument("--module", default=None, metavar="PKG.MOD:FN",
+                      help="capture this function instead (imported; the current directory is on the path)")
+    r.add_argument("--args", default=None, metavar="SPEC", dest="spec",
+                   help=f"the --module function's positional arguments: {SPEC_HELP}")
     r.add_argument("--mode", default="static", choices=MODES, help="instrumentation mode (default static)")
     r.add_argument("--depth", type=int, default=None, help="deepest region level to print")
-    r.add_argument("-o", "--output", default=None, help="also save the trace to this netCDF path")
     r.add_argument("--hw", nargs="*", default=None, metavar="PRESET",
-                   help=f"hardware presets to cost the ops on (default: all of {', '.join(presets.names())})")
+                   help=f"hardware presets (default: all of {', '.join(presets.names())}); the charts are drawn "
+                        "for the first")
     r.add_argument("--dataflow", default="ws", choices=[*DATAFLOWS, "hybrid"],
-                   help="dataflow of the replay (default ws)")
-    r.add_argument("--run-dir", default=None,
-                   help="save each preset's replay here (<preset>.nc) with its Perfetto trace (<preset>.json)")
+                   help="dataflow of the replay table, event cubes and Perfetto traces (default ws)")
+    r.add_argument("--objective", default="energy", choices=["energy", "latency", "edp"],
+                   help="what the hybrid policy minimises (default energy)")
+    r.add_argument("-o", "--output-dir", default="dfit_report", metavar="DIR",
+                   help="folder for report.html, <preset>.nc, <preset>.perfetto.json and the playbooks "
+                        "(default ./dfit_report)")
+    r.add_argument("--save-trace", default=None, metavar="PATH", help="also save the trace to this netCDF path")
+    r.add_argument("--charts", default="auto", choices=["auto", "interactive", "svg"],
+                   help="charts in the page: interactive (Vega inlined, offline) or static SVG (default auto)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def parse_spec(spec: str) -> list[Any]:
+    """``"f32[8,128] i32[]"`` -> ``jax.ShapeDtypeStruct``s (UsageError naming the bad token).
+
+    >>> [(s.shape, str(s.dtype)) for s in parse_spec("f32[8, 128] bf16[4] i32[]")]
+    [((8, 128), 'float32'), ((4,), 'bfloat16'), ((), 'int32')]
+    >>> parse_spec("f33[2]")
+    Traceback (most recent call last):
+    ...
+    dfit_nb.cli.UsageError: bad --args token 'f33[2]': unknown dtype 'f33'; valid dtypes: bool, pred, ...
+    """
+    import jax
+    import jax.numpy as jnp
+
+    # spaces inside brackets ("f32[8, 128]") and commas between tokens ("f32[2], f32[3]") are allowed
+    text = re.sub(r"\[([^\]]*)\]", lambda m: "[" + re.sub(r"\s+", "", m.group(1)) + "]", spec.strip())
+    tokens = [t for t in re.split(r"[\s]+|(?<=\]),", text) if t]
+    out = []
+    for tok in tokens:
+        m = _TOKEN.match(tok)
+        if not m:
+            raise UsageError(f"bad --args token {tok!r}: expected dtype[shape]; {SPEC_HELP}")
+        dt, dims = m.group(1).lower(), m.group(2)
+        if dt not in DTYPES:
+            raise UsageError(f"bad --args token {tok!r}: unknown dtype {m.group(1)!r}; valid dtypes: "
+                             f"{', '.join(DTYPES)}")
+        parts = dims.split(",") if dims else []
+        if any(not d for d in parts):
+            raise UsageError(f"bad --args token {tok!r}: empty dimension; a shape is comma-separated whole numbers, "
+                             "e.g. f32[8,128]")
+        out.append(jax.ShapeDtypeStruct(tuple(int(d) for d in parts), jnp.dtype(DTYPES[dt])))
+    return out
+
+
+def concrete(structs: Sequence[Any]) -> list[Any]:
+    """Arrays for the runtime modes: ones for floating and complex dtypes, zeros otherwise (safe as indices)."""
+    import jax.numpy as jnp
+
+    return [jnp.ones(s.shape, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact) else jnp.zeros(s.shape, s.dtype)
+            for s in structs]
+
+
+def load_function(target: str) -> Any:
+    """``pkg.mod:fn`` (``fn`` may be dotted: ``Class.method``) -> the callable (UsageError naming what failed)."""
+    mod_name, sep, attr = target.partition(":")
+    if not sep or not mod_name or not attr:
+        raise UsageError(f"bad --module {target!r}: expected pkg.mod:fn (a module, a colon, a function)")
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:  # like `python -m`: modules in the current directory import
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as err:
+        raise UsageError(f"--module {target!r}: cannot import module {mod_name!r} ({err}); give an importable "
+                         "module path (installed, or relative to the current directory)") from None
+    except Exception as err:
+        raise UsageError(f"--module {target!r}: importing {mod_name!r} failed: {type(err).__name__}: {err}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+    obj = module
+    for i, part in enumerate(attr.split(".")):
+        if not hasattr(obj, part):
+            where = ".".join([mod_name, *attr.split(".")[:i]])
+            public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
+            raise UsageError(f"--module {target!r}: {where!r} has no attribute {part!r}; its public callables: "
+                             f"{', '.join(public[:20]) or '(none)'}{' ...' if len(public) > 20 else ''}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(f"--module {target!r}: {attr!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def _inputs(args: argparse.Namespace) -> tuple[Any, list[Any], str]:
+    """The function, its arguments and a label, validated before anything heavy runs."""
+    if args.module is None:
+        if args.spec is not None:
+            raise UsageError("--args describes the arguments of --module; bundled examples (--example) build their own")
+        name = args.example or "encoder"
+        fn, fn_args = examples.get(name).build()
+        return fn, list(fn_args), f"example {name}"
+    structs = parse_spec(args.spec or "")
+    fn = load_function(args.module)
+    fn_args = structs if args.mode == "static" else concrete(structs)
+    return fn, fn_args, f"{args.module}({args.spec or ''})"
+
+
+def _presets(names: Sequence[str] | None) -> list[str]:
+    valid = presets.names()
+    names = list(valid) if names is None else list(names)
+    for n in names:
+        if n not in valid:
+            raise UsageError(f"unknown preset {n!r}; valid: {', '.join(valid)}")
+    return names
+
+
+# ------------------------------------------------------------------------------------------------ main
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    fn, fn_args = examples.get(args.example).build()
-    trace = capture(fn, *fn_args, mode=args.mode)
+    """Run the CLI; returns the process exit code (2 for bad input, with a message naming it)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2, message already printed)
+        return int(exit_.code or 0)
+    try:
+        names = _presets(args.hw)
+        fn, fn_args, label = _inputs(args)
+    except UsageError as err:
+        print(f"dfit-nb: error: {err}", file=sys.stderr)
+        return 2
+    t_start = time.perf_counter()
+    try:
+        trace = capture(fn, *fn_args, mode=args.mode)
+    except Exception as err:
+        if args.module is None:
+            raise
+        # the user's function (or its --args) did not trace: bad input, not a dfit_nb bug
+        cause = err.__cause__ or err
+        print(f"dfit-nb: error: capturing {label} failed: {type(cause).__name__}: {cause}", file=sys.stderr)
+        return 2
     print(repr(trace))
     if trace.mode != "static":
         o = trace.overhead
@@ -48,52 +214,79 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"XLA cost analysis FLOPs: {low.get('xla_flops', float('nan')):.0f} ({low.get('xla_flops_note', '')}); "
           f"dfit_nb FLOPs (flops x count): {trace.total_flops()}")
     print(trace.region_table(max_depth=args.depth))
-    if args.output:
-        print(f"saved {trace.save(args.output)}")
-    names = presets.names() if args.hw is None else args.hw
-    unknown = [n for n in names if n not in presets.names()]
-    if unknown:
-        print(f"dfit-nb: unknown preset(s) {unknown}; valid: {', '.join(presets.names())}", file=sys.stderr)
-        return 2
-    if names:
-        print()
-        print(cost_table(trace, names))
-        print()
-        print(replay_table(trace, names, args.dataflow, args.run_dir))
+    if args.save_trace:
+        print(f"saved {trace.save(args.save_trace)}")
+    if not names:
+        print("no preset given (--hw with no names): nothing replayed, no report written")
+        return 0
+    print()
+    print(cost_table(trace, names))
+    print()
+    from .report import analyse, write_report
+
+    results = analyse(trace, names, args.dataflow, args.objective, progress=not args.no_progress)
+    print(replay_table(results, args.dataflow))
+    print()
+    print(policy_table(results))
+    print()
+    report = write_report(trace, names, args.output_dir, dataflow=args.dataflow, objective=args.objective,
+                          charts=args.charts, progress=False, results=results)
+    print(files_table(report))
+    print(f"done in {time.perf_counter() - t_start:.1f} s")
     return 0
 
 
-def replay_table(trace, names: Sequence[str], dataflow: str, run_dir: str | None) -> str:
+def replay_table(results: Sequence[Any], dataflow: str) -> str:
     """The program replayed on each preset: latency, energy, utilisation, bottleneck."""
-    import warnings
-    from pathlib import Path
-
-    from .sim.replay import SpillWarning
-
     lines = [f"the whole program replayed on each preset ({dataflow}; mapped, scheduled, ops overlapping where "
              "the machine allows):",
-             f"{'preset':16s} {'execution':9s} {'latency us':>11s} {'mJ':>9s} {'util':>6s} {'DRAM MB':>8s} "
-             f"{'events':>8s}  bottleneck"]
-    for name in names:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SpillWarning)
-            run = replay(trace, presets.get(name), dataflow)
-        s = run.summary
-        spill = " (spills: data exceed on-chip SRAM)" if caught else ""
-        lines.append(f"{name:16s} {run.attrs['execution']:9s} {float(s['latency_s']) * 1e6:11.2f} "
-                     f"{float(s['energy_j']) * 1e3:9.4f} {float(s['utilization']):6.1%} "
-                     f"{float(s['dram_bytes']) / 1e6:8.3f} {int(s['n_events']):8d}  {s['bottleneck'].item()}{spill}")
-        if run_dir:
-            folder = Path(run_dir)
-            folder.mkdir(parents=True, exist_ok=True)
-            run.save(folder / f"{name}.nc")
-            run.to_perfetto(folder / f"{name}.json")
-    if run_dir:
-        lines.append(f"runs saved in {run_dir} (<preset>.nc: dfit_nb.load_run; <preset>.json: Perfetto UI)")
+             f"{'preset':16s} {'execution':9s} {'latency us':>11s} {'mJ':>9s} {'mJ/inf':>9s} {'util':>6s} "
+             f"{'DRAM MB':>8s} {'events':>8s}  bottleneck"]
+    for r in results:
+        s = r.run.summary
+        spill = " (spills: data exceed on-chip SRAM)" if r.spills else ""
+        lines.append(f"{r.name:16s} {r.run.attrs['execution']:9s} {float(s['latency_s']) * 1e6:11.2f} "
+                     f"{float(s['energy_j']) * 1e3:9.4f} {float(s['joules_per_inference']) * 1e3:9.4f} "
+                     f"{float(s['utilization']):6.1%} {float(s['dram_bytes']) / 1e6:8.3f} {int(s['n_events']):8d}  "
+                     f"{s['bottleneck'].item()}{spill}")
     return "\n".join(lines)
 
 
-def cost_table(trace, names: Sequence[str]) -> str:
+def policy_table(results: Sequence[Any]) -> str:
+    """Per preset: the hybrid policy, its switches, and what it saves against each single style (replayed)."""
+    objective = next((r.policy.objective for r in results if r.policy is not None), "energy")
+    lines = [f"hybrid dataflow policy per preset (objective {objective}; replayed; saving = baseline - hybrid, "
+             "relative to the baseline):",
+             f"{'preset':16s} {'policy':24s} {'switches':>8s} {'uses':12s} "
+             + " ".join(f"{'vs ' + s + ' E':>9s} {'vs ' + s + ' t':>9s}" for s in DATAFLOWS)]
+    for r in results:
+        if r.policy is None:
+            lines.append(f"{r.name:16s} {r.note}")
+            continue
+        b = r.policy.baselines
+        uses = ",".join(sorted(set(r.policy.choices["dataflow"].values.tolist())))
+        name = r.policy.name if len(r.policy.name) <= 24 else r.policy.name.split(" ")[0] + " (fallback)"
+        gains = " ".join(f"{float(b['energy_gain'].sel(policy=s)):+9.1%} {float(b['latency_gain'].sel(policy=s)):+9.1%}"
+                         for s in DATAFLOWS)
+        lines.append(f"{r.name:16s} {name:24s} {r.policy.switches:8d} {uses:12s} {gains}")
+    return "\n".join(lines)
+
+
+def files_table(report: Any) -> str:
+    """Where the files are."""
+    d = report.directory
+    lines = [f"report written to {d}/ ({report.charts} charts):",
+             f"  {report.html}  ({report.html_bytes / 1e6:.2f} MB; open it in a browser, works offline)"]
+    for name in report.runs:
+        extra = [p.name for p in (report.playbooks.get(name), report.playbooks_html.get(name)) if p is not None]
+        row = f"  {name:16s} {report.runs[name].name}  {report.perfetto[name].name}  {'  '.join(extra)}"
+        lines.append(row.rstrip())
+    lines.append("  (<preset>.nc: dfit_nb.load_run; <preset>.perfetto.json: Perfetto UI / chrome://tracing; "
+                 "playbook_<preset>.md: the policy's playbook)")
+    return "\n".join(str(x) for x in lines)
+
+
+def cost_table(trace: Any, names: Sequence[str]) -> str:
     """Σ over ops of (per-op cost x count) for each preset and dataflow, ops costed one at a time."""
     lines = ["ops costed one at a time on each preset (no overlap between ops; replay models that):",
              f"{'preset':16s} {'dataflow':8s} {'cycles':>14s} {'ms':>10s} {'mJ':>10s} {'util':>6s}"]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import warnings
 
 import jax
@@ -271,20 +268,6 @@ def test_flax_nnx_recipe():
     t = dfit_nb.capture(lambda s, x: nnx.merge(graphdef, s)(x), state, jnp.ones((2, 4)))
     dots = t.ops["primitive"].values == "dot_general"
     assert int(t.ops["flops"].values[dots].sum()) == 2 * 2 * 4 * 3
-
-
-def test_cli_prints_the_region_table(tmp_path):
-    out = subprocess.run(
-        [sys.executable, "-m", "dfit_nb", "report", "--example", "mlp", "-o", str(tmp_path / "m.nc"),
-         "--hw", "scalesim_32", "npu_like", "--run-dir", str(tmp_path / "runs")],
-        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONWARNINGS": "error"},
-    ).stdout
-    assert "mlp/dense_0" in out.replace("  ", "") or "dense_0" in out
-    assert "MFLOP" in out and (tmp_path / "m.nc").exists()
-    assert "npu_like" in out and "scalesim_32" in out and "tpu_like" not in out
-    assert "replayed on each preset" in out and "bottleneck" in out
-    run = dfit_nb.load_run(tmp_path / "runs" / "npu_like.nc")
-    assert run.attrs["hardware"] == "npu_like" and (tmp_path / "runs" / "npu_like.json").stat().st_size > 0
 
 
 def test_warnings_are_errors_in_this_suite():

@@ -1,0 +1,622 @@
+"""The offline HTML report that ``dfit-nb report`` writes: one trace replayed on hardware presets.
+
+:func:`write_report` replays a captured :class:`~dfit_nb.capture.Trace` on each
+preset, selects a hybrid dataflow policy per preset
+(:func:`dfit_nb.sim.select_dataflows`, evaluated by replay), and writes to one
+folder:
+
+- ``report.html``: one self-contained page: what was captured, a per-preset
+  summary table, the hybrid policy of every preset with its gains against the
+  single-style baselines, the charts of :mod:`dfit_nb.views` for the first
+  preset plus a cross-preset comparison, the first preset's playbook, and links
+  to the files below;
+- ``<preset>.nc``: the replay's event cube (:meth:`Run.save`; reopen with
+  :func:`dfit_nb.load_run`);
+- ``<preset>.perfetto.json``: the replay as Chrome trace-event JSON
+  (:meth:`Run.to_perfetto`; open it in https://ui.perfetto.dev);
+- ``playbook_<preset>.md`` and ``playbook_<preset>.html``: the policy's
+  playbook (:meth:`Policy.report`).
+
+Charts: interactive and offline. The page inlines the Vega, Vega-Lite and
+vega-embed JavaScript *once* (``vl_convert.javascript_bundle()``, the bundle
+vl-convert-python builds from the libraries it ships, pinned to the Vega-Lite
+version of the installed Altair) in a ``<script type="module">``, and embeds each
+chart's Vega-Lite spec as JSON, drawn by ``vegaEmbed`` (SVG renderer; tooltips,
+zoom and brushes work; the action menu keeps only the PNG/SVG export, which is
+local). Chart data are inlined in the specs (the views aggregate to at most
+:data:`~dfit_nb.views.MAX_ROWS` rows), so the page makes no network request of
+any kind; a headless-Chromium test with every non-``file:`` request aborted
+checks it. The bundle adds about 0.9 MB. Where no bundle can be built (an
+older vl-convert without ``javascript_bundle``), or with ``charts="svg"``, each
+chart is rendered to static SVG by vl-convert instead: still offline, not
+interactive.
+
+This module composes :mod:`dfit_nb.sim` and :mod:`dfit_nb.views` as the CLI
+does; it never imports ipywidgets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import html
+import json
+import os
+import re
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import views
+from .errors import DfitError, DfitWarning
+from .sim import presets
+from .sim.hardware import Hardware
+from .sim.policy import select_dataflows
+from .sim.replay import SpillWarning, replay
+
+__all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
+
+SINGLE_STYLES = ("ws", "os", "is")
+
+
+class ReportError(DfitError, ValueError):
+    """A report cannot be written with these arguments (unknown preset, chart mode, objective...)."""
+
+
+class ReportWarning(DfitWarning):
+    """A part of the report (one chart, one preset's policy) could not be built; the rest was written."""
+
+
+@dataclasses.dataclass
+class PresetResult:
+    """One preset's replay and hybrid policy.
+
+    Attributes
+    ----------
+    name : str
+    hw : Hardware
+    run : Run
+        The replay under the requested dataflow.
+    policy : Policy or None
+        The evaluated hybrid policy (``None`` when selection failed, e.g. a trace without GEMMs).
+    spills : bool
+        Some op's data exceeded on-chip SRAM (a :class:`~dfit_nb.sim.replay.SpillWarning` was caught).
+    seconds : float
+        Wall time of the replay and the selection.
+    note : str
+        Why ``policy`` is missing, if it is.
+    """
+
+    name: str
+    hw: Hardware
+    run: Any
+    policy: Any
+    spills: bool
+    seconds: float
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Report:
+    """What :func:`write_report` wrote.
+
+    Attributes
+    ----------
+    directory, html : pathlib.Path
+        The output folder and its ``report.html``.
+    runs, perfetto, playbooks, playbooks_html : dict of str to pathlib.Path
+        Per preset: the event cube (netCDF), the Perfetto JSON, the playbook (Markdown, HTML).
+    results : list of PresetResult
+        The replays and policies behind the page.
+    summary : pandas.DataFrame
+        One row per preset (the page's summary table, in numbers).
+    charts : {"interactive", "svg"}
+        How the charts were embedded.
+    html_bytes : int
+        Size of ``report.html``.
+    seconds : dict of str to float
+        Wall time of the stages: ``"replay"`` (replays and policies), ``"files"``, ``"charts"``, ``"html"``.
+    """
+
+    directory: Path
+    html: Path
+    runs: dict[str, Path]
+    perfetto: dict[str, Path]
+    playbooks: dict[str, Path]
+    playbooks_html: dict[str, Path]
+    results: list[PresetResult] = dataclasses.field(repr=False)
+    summary: pd.DataFrame = dataclasses.field(repr=False)
+    charts: str = "interactive"
+    html_bytes: int = 0
+    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def files(self) -> list[Path]:
+        """Every file written, the page first."""
+        return [self.html, *self.runs.values(), *self.perfetto.values(), *self.playbooks.values(),
+                *self.playbooks_html.values()]
+
+    def __repr__(self) -> str:
+        return (f"<dfit_nb.report.Report {self.html} ({self.html_bytes / 1e6:.2f} MB, {self.charts} charts), "
+                f"{len(self.results)} preset(s), {len(self.files())} files>")
+
+
+# ------------------------------------------------------------------------------------------------ the analysis
+
+
+def _machines(hw: Any) -> list[Hardware]:
+    """Preset names and/or Hardware objects -> Hardware objects (default: every preset)."""
+    if hw is None:
+        hw = presets.names()
+    if isinstance(hw, (str, Hardware)):
+        hw = [hw]
+    out = []
+    for h in hw:
+        if isinstance(h, Hardware):
+            out.append(h)
+        elif isinstance(h, str) and h in presets.names():
+            out.append(presets.get(h))
+        else:
+            raise ReportError(f"unknown preset {h!r}; valid: {', '.join(presets.names())} (or a Hardware)")
+    if not out:
+        raise ReportError("no hardware to replay on; give at least one preset")
+    names = [h.name for h in out]
+    if len(set(names)) != len(names):
+        raise ReportError(f"hardware names must be unique (they name the files), got {names}")
+    return out
+
+
+def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "energy",
+            progress: bool = True) -> list[PresetResult]:
+    """Replay ``trace`` on each machine under ``dataflow`` and select (and evaluate) a hybrid policy there.
+
+    The policy's evaluation replays every single style, so for ``dataflow`` in ``ws`` / ``os`` / ``is`` the
+    run is taken from it rather than replayed again. Spill warnings are caught and recorded (``spills``).
+    ``progress`` shows a ``tqdm.auto`` bar over the machines.
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> [r] = analyse(t, ["npu_like"], progress=False)
+    >>> r.name, r.run.attrs["hardware"], r.policy.baselines.sizes["policy"]
+    ('npu_like', 'npu_like', 4)
+    """
+    from tqdm.auto import tqdm
+
+    machines = _machines(hw)
+    out = []
+    bar = tqdm(machines, desc="replaying", unit="preset", disable=not progress, leave=False)
+    for h in bar:
+        bar.set_postfix_str(h.name)
+        t0 = time.perf_counter()
+        note = ""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SpillWarning)
+            try:
+                policy = select_dataflows(trace, h, objective)
+            except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report
+                policy, note = None, f"no hybrid policy: {err}"
+            if policy is not None and isinstance(dataflow, str) and dataflow in policy.runs:
+                run = policy.runs[dataflow]
+            else:
+                run = replay(trace, h, dataflow)
+        spills = any(issubclass(w.category, SpillWarning) for w in caught)
+        for w in caught:  # anything else goes on to the caller's filters
+            if not issubclass(w.category, SpillWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        out.append(PresetResult(h.name, h, run, policy, spills, time.perf_counter() - t0, note))
+    bar.close()
+    return out
+
+
+def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:
+    """One row per preset: latency, energy, J/inference, utilisation, bottleneck, and the policy's gains."""
+    rows = []
+    for r in results:
+        s = r.run.summary
+        row = {"preset": r.name, "execution": r.run.attrs["execution"], "dataflow": str(r.run.attrs["dataflow"]),
+               "latency_us": float(s["latency_s"]) * 1e6, "energy_mj": float(s["energy_j"]) * 1e3,
+               "mj_per_inference": float(s["joules_per_inference"]) * 1e3,
+               "utilization": float(s["utilization"]), "dram_mb": float(s["dram_bytes"]) / 1e6,
+               "events": int(s["n_events"]), "bottleneck": str(s["bottleneck"].item()), "spills": r.spills,
+               "policy": "", "switches": 0, "best_single": "", "gain_vs_best_single": np.nan}
+        if r.policy is not None:
+            b = r.policy.baselines
+            best = b.attrs.get("best_single", "")
+            metric = {"energy": "energy_gain", "latency": "latency_gain"}.get(r.policy.objective)
+            gain = float(b[metric].sel(policy=best)) if best and metric else float(
+                r.policy.totals["gain_vs_best_single"])
+            row.update(policy=r.policy.name, switches=r.policy.switches, best_single=best, gain_vs_best_single=gain)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------ charts
+
+
+@functools.lru_cache(maxsize=1)
+def _bundle() -> str:
+    """Vega + Vega-Lite + vega-embed as one script (about 0.9 MB), for the installed Altair's Vega-Lite version."""
+    import altair as alt
+    import vl_convert as vlc
+
+    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
+    version = f"v{wanted}" if wanted in vlc.get_vegalite_versions() else None
+    js = vlc.javascript_bundle(vl_version=version)
+    return js.replace("</script", "<\\/script")
+
+
+def bundle_available() -> bool:
+    """Whether the interactive (inline JavaScript) charts can be built here."""
+    try:
+        return bool(_bundle())
+    except Exception:  # an older vl-convert without javascript_bundle, or its runtime failing
+        return False
+
+
+def comparison_chart(results: Sequence[PresetResult]) -> Any:
+    """Latency and energy of every preset under each single style and its hybrid policy (log scales)."""
+    import altair as alt
+
+    rows = []
+    for r in results:
+        if r.policy is None:
+            s = r.run.summary
+            rows.append({"preset": r.name, "policy": str(r.run.attrs["dataflow"]),
+                         "latency_us": float(s["latency_s"]) * 1e6, "energy_mj": float(s["energy_j"]) * 1e3})
+            continue
+        b = r.policy.baselines
+        for p in b["policy"].values:
+            rows.append({"preset": r.name, "policy": str(p), "latency_us": float(b["latency_s"].sel(policy=p)) * 1e6,
+                         "energy_mj": float(b["energy_j"].sel(policy=p)) * 1e3})
+    df = pd.DataFrame(rows)
+    order = [r.name for r in results]
+    styles = [*SINGLE_STYLES, "hybrid"]
+    base = alt.Chart(df).mark_point(filled=True, size=70, opacity=0.85).encode(
+        y=alt.Y("preset:N", sort=order, title=None),
+        color=alt.Color("policy:N", sort=styles, title="dataflow"),
+        tooltip=["preset", "policy", alt.Tooltip("latency_us:Q", format=".4g", title="latency (us)"),
+                 alt.Tooltip("energy_mj:Q", format=".4g", title="energy (mJ)")],
+    ).properties(width=320)
+    lat = base.encode(x=alt.X("latency_us:Q", scale=alt.Scale(type="log"), title="latency (us, log)"))
+    en = base.encode(x=alt.X("energy_mj:Q", scale=alt.Scale(type="log"), title="energy (mJ, log)"))
+    return alt.hconcat(lat, en).properties(title=alt.TitleParams(
+        "Presets compared", subtitle="replayed latency and energy of one call under each single dataflow and the "
+                                     "hybrid policy"))
+
+
+def _chart_list(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> list[tuple[str, str, Any]]:
+    """(key, heading, builder) of every chart of the page."""
+    run, pol, hw = first.run, first.policy, first.hw
+    charts: list[tuple[str, str, Any]] = [
+        ("regions", "Regions: energy per named scope", lambda: views.regions(run, metric="energy")),
+        ("roofline", "Roofline", lambda: views.roofline(run, hw, trace)),
+        ("timeline", "Timeline", lambda: views.timeline(run)),
+        ("utilization", "Utilisation", lambda: views.utilization(run)),
+        ("noc_load", "NoC load", lambda: views.noc_load(run)),
+    ]
+    if pol is not None:
+        charts += [
+            ("traffic_mix", "Traffic mix per policy", lambda: views.traffic_mix(pol)),
+            ("buffer_pressure", "Buffer pressure per policy",
+             lambda: views.buffer_pressure(pol.artifacts["buffer_pressure"])),
+            ("policy", "Hybrid policy", lambda: views.policy(pol)),
+            ("reuse_map", "Reuse factors under the policy", lambda: views.reuse_map(pol)),
+        ]
+    else:
+        charts += [("traffic_mix", "Traffic mix", lambda: views.traffic_mix(run)),
+                   ("buffer_pressure", "Buffer pressure", lambda: views.buffer_pressure(run))]
+    if len(results) > 1:
+        charts.append(("compare", "Presets compared", lambda: comparison_chart(results)))
+    return charts
+
+
+def _specs(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> list[tuple[str, str, Any]]:
+    """(key, heading, Vega-Lite spec dict or the error text) per chart."""
+    out = []
+    for key, heading, build in _chart_list(trace, first, results):
+        try:
+            spec = build().to_dict()
+        except Exception as err:  # one broken chart must not cost the whole report
+            warnings.warn(f"report chart {key!r} could not be built: {type(err).__name__}: {err}", ReportWarning,
+                          stacklevel=3)
+            spec = f"{type(err).__name__}: {err}"
+        out.append((key, heading, spec))
+    return out
+
+
+def _svg(spec: dict[str, Any]) -> str:
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_svg(json.dumps(spec))
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222;line-height:1.45}
+header{background:#1f2933;color:#fff;padding:1.2em 2em}header h1{margin:0;font-size:1.6em}
+header p{margin:0.3em 0 0;color:#cbd2d9}main{padding:0 2em 3em;max-width:1400px}
+nav{margin:1em 0;font-size:0.95em}nav a{margin-right:1em}
+h2{border-bottom:2px solid #e4e7eb;padding-bottom:0.2em;margin-top:2em}
+table{border-collapse:collapse;font-size:0.88em;margin:0.6em 0}
+td,th{border:1px solid #d9dde2;padding:0.25em 0.6em;text-align:right;vertical-align:top}
+th{background:#f3f4f6}td.l,th.l{text-align:left}tr.first td{border-top:2px solid #9aa5b1}
+.kv th{text-align:left}table.summary td:last-child{text-align:left}
+.chart{margin:1.2em 0 2em}.chart h3{margin:0.2em 0 0.4em}
+.err{color:#b00020;background:#fdecea;padding:0.6em;border-radius:4px;white-space:pre-wrap}
+.pos{color:#0a7a3d}.neg{color:#b00020}pre{background:#f7f8fa;padding:0.8em;overflow-x:auto;font-size:0.85em}
+.playbook{border-left:4px solid #e4e7eb;padding-left:1em}.note{color:#52606d;font-size:0.9em}
+"""
+
+_EMBED = """
+const opts = {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}};
+for (const el of document.querySelectorAll("script.vl-spec")) {
+  const target = document.getElementById(el.dataset.target);
+  window.vegaEmbed(target, JSON.parse(el.textContent), opts).catch((err) => {
+    target.innerHTML = "";
+    const p = document.createElement("p"); p.className = "err";
+    p.textContent = "chart failed to render: " + err; target.appendChild(p);
+    console.error(err);
+  });
+}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _pct(x: float, signed: bool = True) -> str:
+    if not np.isfinite(x):
+        return "-"
+    cls = "pos" if x > 0 else "neg" if x < 0 else ""
+    text = f"{x:+.1%}" if signed else f"{x:.1%}"
+    return f"<span class='{cls}'>{text}</span>" if signed and cls else text
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, first_of_group: Sequence[bool] = (),
+           cls: str = "") -> str:
+    """An HTML table; cells are already HTML; the first ``left`` columns are left-aligned."""
+    h = "".join(f"<th class='{'l' if i < left else ''}'>{_e(c)}</th>" for i, c in enumerate(head))
+    body = []
+    for j, row in enumerate(rows):
+        tr = " class='first'" if j < len(first_of_group) and first_of_group[j] and j else ""
+        body.append(f"<tr{tr}>" + "".join(f"<td class='{'l' if i < left else ''}'>{c}</td>"
+                                          for i, c in enumerate(row)) + "</tr>")
+    return f"<table class='{cls}'><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _captured(trace: Any) -> str:
+    a = trace.attrs
+    rows = [("function", a.get("function", "?")), ("mode", trace.mode),
+            ("arguments", a.get("arg_shapes", "") or "(none)"),
+            ("FLOPs", f"{trace.total_flops():,} ({trace.total_flops() / 1e9:.4g} GFLOP)"),
+            ("ops", f"{trace.ops.sizes['op']:,} primitive ops"),
+            ("regions", f"{trace.regions.sizes['region']:,} (named scopes and nested jits)"),
+            ("captured with", f"dfit_nb {a.get('dfit_nb_version', '?')}, JAX {a.get('jax_version', '?')} "
+                              f"on {a.get('backend', '?')}")]
+    if a.get("opaque_primitives"):
+        rows.append(("opaque primitives", a["opaque_primitives"]))
+    body = "".join(f"<tr><th>{_e(k)}</th><td class='l'>{_e(v)}</td></tr>" for k, v in rows)
+    return (f"<table class='kv'>{body}</table><details><summary>region table</summary>"
+            f"<pre>{_e(trace.region_table(max_depth=3))}</pre></details>")
+
+
+def _summary_html(df: pd.DataFrame, files: dict[str, dict[str, str]]) -> str:
+    head = ["preset", "execution", "dataflow", "latency (us)", "energy (mJ)", "mJ / inference", "utilisation",
+            "DRAM (MB)", "events", "bottleneck", "files"]
+    rows = []
+    for r in df.itertuples():
+        links = " · ".join(f"<a href='{_e(href)}'>{_e(label)}</a>" for label, href in files.get(r.preset, {}).items())
+        rows.append([_e(r.preset), _e(r.execution), _e(r.dataflow), f"{r.latency_us:,.2f}", f"{r.energy_mj:.4g}",
+                     f"{r.mj_per_inference:.4g}", _pct(r.utilization, signed=False), f"{r.dram_mb:.3f}",
+                     f"{r.events:,}", _e(r.bottleneck) + (" (spills)" if r.spills else ""), links])
+    return _table(head, rows, left=3, cls="summary")
+
+
+def _policies_html(results: Sequence[PresetResult]) -> str:
+    head = ["preset", "dataflow", "latency (us)", "energy (mJ)", "mJ / inference", "hybrid saves: energy",
+            "latency"]
+    rows, first, notes = [], [], []
+    for r in results:
+        if r.policy is None:
+            notes.append(f"<li>{_e(r.name)}: {_e(r.note)}</li>")
+            continue
+        b = r.policy.baselines
+        notes.append(f"<li><b>{_e(r.name)}</b>: {_e(r.policy.name)}, {r.policy.switches} switch(es); uses "
+                     f"{_e(', '.join(sorted(set(r.policy.choices['dataflow'].values.tolist()))))}; best single "
+                     f"style {_e(b.attrs.get('best_single', '?'))}</li>")
+        for i, p in enumerate(b["policy"].values):
+            p = str(p)
+            gains = (["", ""] if p == "hybrid" else
+                     [_pct(float(b["energy_gain"].sel(policy=p))), _pct(float(b["latency_gain"].sel(policy=p)))])
+            label = f"<b>{_e(p)}</b>" if p == "hybrid" else _e(p)
+            rows.append([_e(r.name) if i == 0 else "", label, f"{float(b['latency_s'].sel(policy=p)) * 1e6:,.2f}",
+                         f"{float(b['energy_j'].sel(policy=p)) * 1e3:.4g}",
+                         f"{float(b['joules_per_inference'].sel(policy=p)) * 1e3:.4g}", *gains])
+            first.append(i == 0)
+    objective = next((r.policy.objective for r in results if r.policy is not None), "energy")
+    return (f"<p>Per preset, the dataflow of every GEMM chosen by exact dynamic programming over the op order with "
+            f"switch (retile) costs, objective <b>{_e(objective)}</b>, then replayed with every single style "
+            f"(mapping, movement and scheduling included). \"Hybrid saves\" is the baseline's figure minus the "
+            f"hybrid's, relative to the baseline (positive: the hybrid is better). A hybrid that the replay shows "
+            f"worse than the best single style falls back to that style.</p><ul>{''.join(notes)}</ul>"
+            + (_table(head, rows, left=2, first_of_group=first) if rows else ""))
+
+
+def _playbook_html(policy: Any) -> str:
+    """The playbook's HTML body, headings demoted under the page's h2."""
+    page = policy.report("html")
+    m = re.search(r"<body>(.*)</body>", page, re.S)
+    body = m.group(1) if m else html.escape(policy.report("markdown"))
+    body = re.sub(r"<(/?)h2>", r"<\1h4>", re.sub(r"<(/?)h1>", r"<\1h3>", body))
+    return f"<div class='playbook'>{body}</div>"
+
+
+def _charts_html(specs: Sequence[tuple[str, str, Any]], mode: str) -> str:
+    parts = []
+    for key, heading, spec in specs:
+        if isinstance(spec, str):
+            inner = f"<p class='err'>this chart could not be built: {_e(spec)}</p>"
+        elif mode == "interactive":
+            data = json.dumps(spec, separators=(",", ":"), allow_nan=False, default=str).replace("</", "<\\/")
+            inner = (f"<div id='chart-{key}' class='vl'></div>"
+                     f"<script type='application/json' class='vl-spec' data-target='chart-{key}'>{data}</script>")
+        else:
+            try:
+                inner = f"<div class='svg'>{_svg(spec)}</div>"
+            except Exception as err:
+                inner = f"<p class='err'>this chart could not be rendered: {_e(type(err).__name__)}: {_e(err)}</p>"
+        parts.append(f"<section class='chart' id='{key}'><h3>{_e(heading)}</h3>{inner}</section>")
+    return "".join(parts)
+
+
+def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: Sequence[tuple[str, str, Any]],
+          mode: str, files: dict[str, dict[str, str]]) -> str:
+    first = results[0]
+    fn = trace.attrs.get("function", "?")
+    title = f"dfit_nb report: {fn}"
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    presets_text = ", ".join(r.name for r in results)
+    playbook = (_playbook_html(first.policy) if first.policy is not None
+                else f"<p class='note'>{_e(first.note)}</p>")
+    file_rows = [[_e(p), *(f"<a href='{_e(href)}'>{_e(href)}</a>" for href in d.values())]
+                 for p, d in files.items()]
+    file_head = ["preset", *next(iter(files.values()), {}).keys()]
+    chart_note = ("interactive (Vega-Lite, inlined; hover for tooltips, drag or scroll where a chart says so)"
+                  if mode == "interactive" else "static SVG")
+    sections = [
+        ("captured", "What was captured", _captured(trace)),
+        ("summary", "Summary per preset", "<p>The whole program replayed on each preset (mapped onto the tiles, "
+                                          "scheduled in dependency order, ops overlapping where the machine allows)."
+                                          "</p>" + _summary_html(df, files)),
+        ("policies", "Hybrid dataflow policy", _policies_html(results)),
+        ("charts", f"Charts: {first.name}",
+         f"<p class='note'>The replay on <b>{_e(first.name)}</b> ({_e(first.run.attrs['dataflow'])}) and its hybrid "
+         f"policy; charts are {chart_note}. Views aggregate to at most {views.MAX_ROWS:,} rows each and say so in "
+         f"their subtitles.</p>" + _charts_html(specs, mode)),
+        ("playbook", f"Playbook: {first.name}", playbook),
+        ("files", "Files", "<p>Reopen an event cube with <code>dfit_nb.load_run(path)</code>; open a Perfetto trace "
+                           "in the Perfetto UI or chrome://tracing; the playbooks are also Markdown.</p>"
+                           + _table(file_head, file_rows)),
+    ]
+    nav = "".join(f"<a href='#{k}'>{_e(h.split(':')[0])}</a>" for k, h, _ in sections)
+    body = "".join(f"<h2 id='{k}'>{_e(h)}</h2>{content}" for k, h, content in sections)
+    script = (f"<script type='module'>{_bundle()}</script><script type='module'>{_EMBED}</script>"
+              if mode == "interactive" and any(not isinstance(s, str) for _, _, s in specs) else "")
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_STYLE}</style></head>"
+            f"<body><header><h1>{_e(title)}</h1><p>{_e(trace.mode)} capture replayed on {_e(presets_text)} · "
+            f"generated {when}</p></header><main><nav>{nav}</nav>{body}</main>{script}</body></html>\n")
+
+
+# ------------------------------------------------------------------------------------------------ the API
+
+
+def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "dfit_report", *,
+                 dataflow: Any = "ws", objective: str = "energy", charts: str = "auto", progress: bool = True,
+                 results: Sequence[PresetResult] | None = None) -> Report:
+    """Replay ``trace`` on hardware presets, select a hybrid policy per preset, and write an offline report.
+
+    Parameters
+    ----------
+    trace : Trace
+        From :func:`dfit_nb.capture`.
+    hw : str, Hardware, or a sequence of them, optional
+        Preset names (:func:`dfit_nb.sim.presets.names`) or machines; default every preset. The charts are
+        drawn for the first.
+    out_dir : str or path-like
+        Folder to write into (created; files of the same names are replaced).
+    dataflow : {"ws", "os", "is", "hybrid"} or Policy
+        The dataflow of the replays in the summary table, the event cubes and the Perfetto traces.
+    objective : {"energy", "latency", "edp"}
+        What the hybrid policy minimises.
+    charts : {"auto", "interactive", "svg"}
+        ``"interactive"``: Vega/Vega-Lite/vega-embed inlined once, specs drawn in the browser; ``"svg"``:
+        static SVG rendered by vl-convert; ``"auto"``: interactive when the bundle can be built, else SVG.
+    progress : bool
+        A ``tqdm.auto`` progress bar over the presets.
+    results : sequence of PresetResult, optional
+        Replays and policies already computed by :func:`analyse` (the CLI prints its tables from them).
+
+    Returns
+    -------
+    Report
+        The paths written (``report.html``, ``<preset>.nc``, ``<preset>.perfetto.json``,
+        ``playbook_<preset>.md`` / ``.html``), the results, the summary table and the page's size.
+
+    Raises
+    ------
+    ReportError
+        An unknown preset, chart mode or objective.
+
+    Examples
+    --------
+    >>> import tempfile, dfit_nb
+    >>> from dfit_nb.report import write_report
+    >>> fn, args = dfit_nb.examples.get("mlp").build()
+    >>> trace = dfit_nb.capture(fn, *args)
+    >>> rep = write_report(trace, ["npu_like"], tempfile.mkdtemp(), progress=False)
+    >>> sorted(p.name for p in rep.directory.iterdir())
+    ['npu_like.nc', 'npu_like.perfetto.json', 'playbook_npu_like.html', 'playbook_npu_like.md', 'report.html']
+    >>> rep.summary.loc[0, ["preset", "dataflow"]].tolist()
+    ['npu_like', 'ws']
+    >>> dfit_nb.load_run(rep.runs["npu_like"]).attrs["hardware"]
+    'npu_like'
+    >>> "<script type='module'>" in rep.html.read_text() and rep.html_bytes < 5_000_000
+    True
+    """
+    if charts not in ("auto", "interactive", "svg"):
+        raise ReportError(f"unknown charts mode {charts!r}; valid: auto, interactive, svg")
+    if objective not in ("energy", "latency", "edp"):
+        raise ReportError(f"unknown objective {objective!r}; valid: energy, latency, edp")
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if results is None:
+        results = analyse(trace, hw, dataflow, objective, progress)
+    results = list(results)
+    if not results:
+        raise ReportError("no preset results to report")
+    seconds["replay"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    runs, perfetto, playbooks, playbooks_html = {}, {}, {}, {}
+    files: dict[str, dict[str, str]] = {}
+    for r in results:
+        runs[r.name] = r.run.save(folder / f"{r.name}.nc")
+        perfetto[r.name] = r.run.to_perfetto(folder / f"{r.name}.perfetto.json")
+        files[r.name] = {"event cube": runs[r.name].name, "Perfetto": perfetto[r.name].name}
+        if r.policy is not None:
+            playbooks[r.name] = folder / f"playbook_{r.name}.md"
+            playbooks[r.name].write_text(r.policy.report("markdown"), encoding="utf-8")
+            playbooks_html[r.name] = folder / f"playbook_{r.name}.html"
+            playbooks_html[r.name].write_text(r.policy.report("html"), encoding="utf-8")
+            files[r.name].update({"playbook": playbooks[r.name].name, "playbook (HTML)": playbooks_html[r.name].name})
+    seconds["files"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    mode = "svg" if charts == "svg" else "interactive" if charts == "interactive" or bundle_available() else "svg"
+    if mode == "interactive" and not bundle_available():
+        raise ReportError("interactive charts need vl_convert.javascript_bundle (vl-convert-python >= 1.2); "
+                          "use charts='svg'")
+    specs = _specs(trace, results[0], results)
+    seconds["charts"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    df = summary_frame(results)
+    page = _page(trace, results, df, specs, mode, files)
+    path = folder / "report.html"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    tmp.replace(path)
+    seconds["html"] = time.perf_counter() - t0
+    return Report(directory=folder, html=path, runs=runs, perfetto=perfetto, playbooks=playbooks,
+                  playbooks_html=playbooks_html, results=results, summary=df, charts=mode,
+                  html_bytes=path.stat().st_size, seconds=seconds)
