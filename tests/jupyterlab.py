@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import secrets
 import shutil
@@ -52,8 +53,15 @@ def _free_port() -> int:
 def jupyterlab(root: Path, log: Path, timeout_s: float = 90.0) -> Iterator[str]:
     """A JupyterLab server over ``root``; yields its base URL (with the token as a query string)."""
     port, token = _free_port(), secrets.token_hex(16)
+    settings = root / ".settings"
+    # every cell rendered (JupyterLab 4 skips off-screen cells by default, and their charts with them), no news pop-up
+    for plugin, values in (("notebook-extension/tracker", {"windowingMode": "none"}),
+                           ("apputils-extension/notification", {"fetchNews": "false", "checkForUpdates": False})):
+        path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(values))
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(root / ".jupyter"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
-           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces")}
+           "JUPYTERLAB_WORKSPACES_DIR": str(root / ".workspaces"), "JUPYTERLAB_SETTINGS_DIR": str(settings)}
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
            "--LabApp.expose_app_in_browser=True", "--ServerApp.disable_check_xsrf=False"]
@@ -116,8 +124,9 @@ _DONE = """() => {
 _COUNT = """(marks) => ({
   charts: [...document.querySelectorAll(marks)].filter(m => m.getBoundingClientRect().width > 0 ||
                                                             m.closest('.lm-TabPanel')).length,
-  widgets: document.querySelectorAll('.jp-OutputArea-output .widget-box, .jp-OutputArea-output .jupyter-widgets')
-           .length,
+  // rendered widget views (ipywidgets and anywidgets such as JupyterChart) that hold elements
+  widgets: [...document.querySelectorAll('.jp-OutputArea-output')]
+    .filter(o => o.querySelector('.widget-box, .vega-embed, .jupyter-widgets')).length,
   errors: [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')]
           .map(e => e.textContent.slice(0, 2000)),
 })"""
@@ -167,7 +176,7 @@ def browser_page(server: str, artifacts: Path) -> Iterator[tuple[object, list[st
 def run_notebook(page, server: str, name: str, artifacts: Path, timeout_s: float = 300.0) -> Page:
     """Open ``name`` (relative to the server root) in JupyterLab, run all cells, and count what was drawn."""
     base, token = server.split("|")
-    page.goto(f"{base}/lab/tree/{name}?token={token}", wait_until="domcontentloaded", timeout=120_000)
+    page.goto(f"{base}/lab/tree/{name}?reset&token={token}", wait_until="domcontentloaded", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
                            "window.jupyterapp.shell.currentWidget.sessionContext", timeout=120_000)
     page.evaluate(_RUN_ALL)
