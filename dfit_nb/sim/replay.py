@@ -28,6 +28,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..errors import DfitError, DfitWarning
 from . import mapping, schedule
@@ -370,8 +371,23 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
     return jax.vmap(one, in_axes=(None if shared_grid else 0, 0))(tables, hw)
 
 
+def _machine_sharding(hw: Hardware, mesh: Mesh | None) -> NamedSharding | None:
+    """The sharding of the machine axis: over every axis of ``mesh``, else the one ``hw``'s leaves carry
+    (jax Arrays with a :class:`~jax.sharding.NamedSharding` that splits their leading axis), else ``None``."""
+    if mesh is not None:
+        if not isinstance(mesh, Mesh):
+            raise ReplayError(f"mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+        return NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names)))
+    for leaf in jax.tree.leaves(hw):
+        sharding = getattr(leaf, "sharding", None)
+        if (isinstance(sharding, NamedSharding) and np.ndim(leaf) >= 1 and len(sharding.spec)
+                and sharding.spec[0] is not None and sharding.mesh.size > 1):
+            return NamedSharding(sharding.mesh, PartitionSpec(sharding.spec[0]))
+    return None
+
+
 def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
-                 layouts: Mapping[str, str] | None = None) -> Any:
+                 layouts: Mapping[str, str] | None = None, mesh: Mesh | None = None) -> Any:
     """Replay ``trace`` on a batch of machines in one vmapped program: per-machine scalars, no events.
 
     ``hw`` is a batched :class:`Hardware` (``Hardware.stack([...])`` or array
@@ -379,6 +395,15 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     over tiles are padded to the largest grid). Returns an ``xarray.Dataset``
     over ``machine`` with :data:`BATCH_VARS` and every hardware field as a
     coordinate. Use :func:`replay` on one machine for its events and cube.
+
+    The machine axis is sharded over devices (SPMD: each device replays its
+    share of the machines; the op table is replicated) when ``mesh`` is given
+    (a :class:`jax.sharding.Mesh`; the machine axis is split over all its
+    axes), or when ``hw``'s leaves are jax Arrays sharded on their leading axis
+    by a :class:`~jax.sharding.NamedSharding` (``jax.device_put(hw,
+    NamedSharding(mesh, PartitionSpec("machines")))``; put them under
+    ``jax.enable_x64(True)`` to keep float64 fields exact). The batch is padded
+    to a multiple of the device count; results equal the unsharded ones.
 
     Examples
     --------
@@ -411,10 +436,23 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     prep = prepare(trace)
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))
+    sharding = _machine_sharding(hw, mesh)
+    n_machines = shape[0]
+    if sharding is not None:  # pad to a multiple of the device count by repeating the last machine
+        pad = (-n_machines) % sharding.mesh.size
+        leaves = {f: np.concatenate([v, np.repeat(v[-1:], pad)]) for f, v in leaves.items()}
+        if not shared:
+            per_machine = tuple(np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in per_machine)
     batch = dataclasses.replace(hw, name="", execution="time", **leaves)
     with jax.enable_x64(True):
+        if sharding is not None:  # float64 leaves placed under x64; the jitted program follows the input sharding
+            batch = jax.device_put(batch, sharding)
+            if not shared:
+                per_machine = jax.device_put(per_machine, sharding)
         out = jax.device_get(_batch_program(arrays, preds, pred_bytes, per_machine, batch, codes_p, pin, grid,
                                             execution == "spatial", shared))
+    out = {k: np.asarray(v)[:n_machines] for k, v in out.items()}
+    leaves = {f: v[:n_machines] for f, v in leaves.items()}
     import xarray as xr
 
     from .run import provenance
