@@ -23,6 +23,23 @@ for fusions, on every instruction of the computations it calls.  The result is
 a :class:`FusionMap` from op ids to executed instruction names, the names that
 the profiler reports as ``hlo_op``.
 
+Two kinds of tags are not taken at face value:
+
+* *Constant-like* instructions (``constant``, ``iota`` and broadcasts, reshapes,
+  converts, ... whose operands are all constant-like, transitively, through the
+  parameters of fused computations too) do not attribute their fusion: XLA CSEs
+  them across the whole program, so a broadcast of the literal ``1`` made for
+  layer 0 may sit in a fusion of layer 1 with layer 0's op_name.  A record's ops
+  come from its other instructions; only a record made of nothing but
+  constant-like instructions falls back to their ids.
+* *Container* ops (jit, closed_call, remat, custom_jvp/vjp, ...: an id seen as an
+  enclosing tag, or passed in ``containers``) own no instructions: constants that
+  jit lowering hoists carry the jit's tag last, yet belong to no op.  Such an id
+  is only an enclosing id.  Loop and branch containers (scan, while, cond: a
+  container whose tag is the last one on a ``while``/``conditional``) keep what
+  they really lower to: the loop or branch instruction and its bookkeeping
+  (counter increment, trip compare).
+
 Everything here is plain text and number processing; it imports no JAX.
 """
 
@@ -30,6 +47,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -41,6 +59,7 @@ __all__ = [
     "HloComputation",
     "HloInstruction",
     "build_fusion_map",
+    "container_op_ids",
     "executed_instructions",
     "hlo_module_name",
     "op_ids_in",
@@ -129,6 +148,7 @@ class HloInstruction:
     is_root: bool
     custom_call_target: str = ""
     call_edges: tuple[tuple[str, str], ...] = ()  # (attribute key, computation)
+    parameter_number: int = -1  # N of ``parameter(N)``, -1 for other opcodes
 
 
 @dataclass(frozen=True)
@@ -275,6 +295,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
             edges += [(key, n.strip().lstrip("%")) for n in value.split(",") if n.strip()]
     meta = _OP_NAME_RE.search(rest)
     target = _TARGET_RE.search(rest)
+    number = line[open_paren + 1 : close_paren].strip() if opcode == "parameter" else ""
     return HloInstruction(
         name=head.group(2),
         opcode=opcode,
@@ -287,6 +308,7 @@ def _parse_instruction(line: str, computation: str) -> HloInstruction:
         is_root=head.group(1) is not None,
         custom_call_target=target.group(1) if target else "",
         call_edges=tuple(edges),
+        parameter_number=int(number) if number.isdigit() else -1,
     )
 
 
@@ -420,23 +442,133 @@ def _executed_computations(comps: dict[str, HloComputation]) -> list[str]:
     return [n for n in comps if n in seen]
 
 
-def _collect_ids(instr: HloInstruction, comps: dict[str, HloComputation], recurse: bool) -> tuple[set[int], set[int]]:
-    """(producing ids, enclosing ids) of ``instr`` and, if asked, its callees."""
-    produced: set[int] = set()
-    enclosing: set[int] = set()
-    todo, seen = [instr], set()
+#: Instructions that make values that depend on nothing computed at run time.
+_CONSTANT_SOURCES = frozenset({"constant", "iota"})
+#: Instructions that only move, re-type or regroup data: constant-like when all their operands are.
+_CONSTANT_PRESERVING = frozenset(
+    {
+        "broadcast",
+        "reshape",
+        "dynamic-reshape",
+        "bitcast",
+        "bitcast-convert",
+        "convert",
+        "copy",
+        "transpose",
+        "slice",
+        "reverse",
+        "concatenate",
+        "pad",
+        "tuple",
+        "get-tuple-element",
+    }
+)
+#: Control instructions whose tag makes a container the owner of instructions (loops and branches).
+_OWNING_OPCODES = frozenset({"while", "conditional"})
+
+
+class _ConstantLike:
+    """Which instructions of a computation are constant-like, memoised per computation.
+
+    An instruction is constant-like if it is a ``constant`` or an ``iota``, a
+    parameter of a fused computation whose operand in the caller is constant-like,
+    a fusion whose root is constant-like, or a :data:`_CONSTANT_PRESERVING`
+    instruction whose operands are all constant-like.  Instructions are decided in
+    printed order, which XLA makes a topological order (an operand printed later
+    counts as not constant-like).
+    """
+
+    def __init__(self, comps: dict[str, HloComputation]) -> None:
+        self._comps = comps
+        self._memo: dict[tuple[str, frozenset[int]], frozenset[str]] = {}
+
+    def names(self, comp: str, const_params: frozenset[int] = frozenset()) -> frozenset[str]:
+        """Names of the constant-like instructions of ``comp`` given its constant-like parameters."""
+        key = (comp, const_params)
+        if key not in self._memo:
+            self._memo[key] = frozenset()  # what a (malformed) recursive call sees
+            self._memo[key] = self._compute(self._comps[comp], const_params)
+        return self._memo[key]
+
+    @staticmethod
+    def fused_params(instr: HloInstruction, const_names: AbstractSet[str]) -> frozenset[int]:
+        """Parameter numbers of ``instr``'s fused computation whose operands are constant-like."""
+        if instr.opcode != "fusion":
+            return frozenset()
+        return frozenset(i for i, operand in enumerate(instr.operands) if operand in const_names)
+
+    def _compute(self, comp: HloComputation, const_params: frozenset[int]) -> frozenset[str]:
+        found: set[str] = set()
+        for instr in comp.instructions:
+            if instr.opcode in _CONSTANT_SOURCES:
+                const = True
+            elif instr.opcode == "parameter":
+                const = instr.parameter_number in const_params
+            elif instr.opcode in _CONSTANT_PRESERVING:
+                const = all(o in found for o in instr.operands)
+            elif instr.opcode == "fusion":
+                params = self.fused_params(instr, found)
+                const = any(c in self._comps and self._root_is_const(c, params) for c in instr.calls)
+            else:
+                const = False
+            if const:
+                found.add(instr.name)
+        return frozenset(found)
+
+    def _root_is_const(self, comp: str, const_params: frozenset[int]) -> bool:
+        roots = [i.name for i in self._comps[comp].instructions if i.is_root]
+        return bool(roots) and roots[-1] in self.names(comp, const_params)
+
+
+def _tagged_instructions(
+    instr: HloInstruction,
+    comp: HloComputation,
+    comps: dict[str, HloComputation],
+    const: _ConstantLike,
+    recurse: bool,
+) -> list[tuple[HloInstruction, bool]]:
+    """``instr`` and, if asked, every instruction of its callees, each with whether it is constant-like."""
+    comp_const = const.names(comp.name)
+    out = [(instr, instr.name in comp_const)]
+    todo = [(instr, comp_const)] if recurse else []
+    seen: set[tuple[str, frozenset[int]]] = set()
     while todo:
-        cur = todo.pop()
+        caller, caller_const = todo.pop()
+        params = const.fused_params(caller, caller_const)
+        for callee in caller.calls:
+            if callee not in comps or (callee, params) in seen:
+                continue
+            seen.add((callee, params))
+            callee_const = const.names(callee, params)
+            for inner in comps[callee].instructions:
+                out.append((inner, inner.name in callee_const))
+                if inner.calls:
+                    todo.append((inner, callee_const))
+    return out
+
+
+def _collect_ids(
+    tagged: Iterable[tuple[HloInstruction, bool]], pure_containers: frozenset[int]
+) -> tuple[set[int], set[int]]:
+    """(producing ids, enclosing ids) of the instructions of one record.
+
+    Producing ids come from the instructions that are not constant-like, or from
+    the constant-like ones when there are no others; they are the last tag of an
+    ``op_name`` and never an id of ``pure_containers`` (those become enclosing).
+    """
+    produced: set[int] = set()
+    from_constants: set[int] = set()
+    enclosing: set[int] = set()
+    for cur, constant_like in tagged:
         ids = op_ids_in(cur.op_name)
         if ids:
-            produced.add(ids[-1])
+            (from_constants if constant_like else produced).add(ids[-1])
             enclosing.update(ids[:-1])
-        if recurse:
-            for callee in cur.calls:
-                if callee in comps and callee not in seen:
-                    seen.add(callee)
-                    todo.extend(comps[callee].instructions)
-    return produced, enclosing
+    containers = (produced | from_constants) & pure_containers
+    produced -= pure_containers
+    if not produced:
+        produced = from_constants - pure_containers
+    return produced, enclosing | containers
 
 
 def _bitcast_users(comp: HloComputation) -> dict[str, list[HloInstruction]]:
@@ -477,13 +609,17 @@ def _record(
     comps: dict[str, HloComputation],
     shapes: dict[str, str],
     bitcast_users: dict[str, list[HloInstruction]],
+    const: _ConstantLike,
+    pure_containers: frozenset[int],
 ) -> FusionRecord:
     control = instr.opcode in CONTROL_OPCODES
-    produced, enclosing = _collect_ids(instr, comps, recurse=not control)
+    tagged = _tagged_instructions(instr, comp, comps, const, recurse=not control)
+    produced, enclosing = _collect_ids(tagged, pure_containers)
     inferred = False
     if not produced:
-        produced, extra = _bitcast_user_ids(instr.name, bitcast_users)
-        enclosing |= extra
+        borrowed, extra = _bitcast_user_ids(instr.name, bitcast_users)
+        produced = borrowed - pure_containers
+        enclosing |= extra | (borrowed & pure_containers)
         inferred = bool(produced)
     if control:
         kind = "control"
@@ -504,13 +640,43 @@ def _record(
     )
 
 
-def executed_instructions(comps: dict[str, HloComputation]) -> list[FusionRecord]:
+def container_op_ids(comps: dict[str, HloComputation], containers: Iterable[int] = ()) -> tuple[int, ...]:
+    """Ids of the container ops that own no instruction, sorted.
+
+    Containers are the ``containers`` given plus every id that some ``op_name`` of
+    the module shows as an enclosing (not last) tag.  Those whose tag is the last
+    one on a ``while`` or ``conditional`` (scan, while, cond) own their loop or
+    branch instructions and are left out.
+
+    Examples
+    --------
+    >>> comps = parse_hlo_module('''HloModule m
+    ... ENTRY %main (p: f32[2]) -> f32[2] {
+    ...   %p = f32[2]{0} parameter(0)
+    ...   ROOT %n = f32[2]{0} negate(%p), metadata={op_name="jit(f)/dfit_op0/jit(g)/dfit_op1/neg"}
+    ... }''')
+    >>> container_op_ids(comps), container_op_ids(comps, [7])
+    ((0,), (0, 7))
+    """
+    found, owners = set(containers), set()
+    for comp in comps.values():
+        for instr in comp.instructions:
+            ids = op_ids_in(instr.op_name)
+            found.update(ids[:-1])
+            if ids and instr.opcode in _OWNING_OPCODES:
+                owners.add(ids[-1])
+    return tuple(sorted(found - owners))
+
+
+def executed_instructions(comps: dict[str, HloComputation], containers: Iterable[int] = ()) -> list[FusionRecord]:
     """Records for every instruction that runs as a unit, in text order.
 
     Instructions of fused computations and reducers are folded into the
     records of the instructions that call them; instructions in
     :data:`FREE_OPCODES` are skipped; ``while``/``conditional``/``call``
     become ``kind="control"`` records whose bodies yield records of their own.
+    Constant-like instructions and container ops attribute no record (see the
+    module docstring and :func:`container_op_ids`; ``containers`` is passed on).
 
     Examples
     --------
@@ -522,6 +688,8 @@ def executed_instructions(comps: dict[str, HloComputation]) -> list[FusionRecord
     >>> [(r.name, r.kind, r.op_ids, r.bytes_accessed) for r in executed_instructions(comps)]
     [('n', 'unfused', (3,), 16)]
     """
+    pure_containers = frozenset(container_op_ids(comps, containers))
+    const = _ConstantLike(comps)
     records = []
     for cname in _executed_computations(comps):
         comp = comps[cname]
@@ -529,7 +697,7 @@ def executed_instructions(comps: dict[str, HloComputation]) -> list[FusionRecord
         users = _bitcast_users(comp)
         for instr in comp.instructions:
             if instr.opcode not in FREE_OPCODES:
-                records.append(_record(instr, comp, comps, shapes, users))
+                records.append(_record(instr, comp, comps, shapes, users, const, pure_containers))
     return records
 
 
@@ -567,8 +735,12 @@ def _invert(records: Iterable[FusionRecord]) -> dict[int, tuple[str, ...]]:
     return {k: tuple(v) for k, v in sorted(mapping.items())}
 
 
-def build_fusion_map(hlo_text: str) -> FusionMap:
+def build_fusion_map(hlo_text: str, containers: Iterable[int] = ()) -> FusionMap:
     """Parse optimised HLO text and map op ids to executed instructions.
+
+    ``containers`` are op ids known to be containers (the walk's ``container``
+    ops); ids the text shows as enclosing tags are containers too.  Containers
+    other than loops and branches never hold an instruction.
 
     Examples
     --------
@@ -585,7 +757,7 @@ def build_fusion_map(hlo_text: str) -> FusionMap:
     >>> fm.fusions_of(0), fm.record("fusion").op_ids, fm.module_name
     (('fusion',), (0, 1), 'jit_f')
     """
-    records = tuple(executed_instructions(parse_hlo_module(hlo_text)))
+    records = tuple(executed_instructions(parse_hlo_module(hlo_text), containers))
     try:
         name = hlo_module_name(hlo_text)
     except ValueError:

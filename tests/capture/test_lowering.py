@@ -15,6 +15,7 @@ import dfit_nb
 from dfit_nb.capture.lowering import (
     FusionMap,
     build_fusion_map,
+    container_op_ids,
     executed_instructions,
     hlo_module_name,
     op_ids_in,
@@ -451,3 +452,179 @@ def test_a_loop_carry_with_a_literal_start_is_not_a_constant():
     reasons = [str(r) for r in t.ops["folded_reason"].values]
     counter = prims.index("add")  # i + 1: its input is a carry that starts as the literal 0
     assert "constant" not in reasons[counter], reasons[counter]
+
+
+# --------------------------------------------------------------------------
+# Attribution: shared constants and containers
+# --------------------------------------------------------------------------
+# Two "layers" (ops 34 and 104) each compute 1 / sum; XLA shares the broadcast of the literal 1,
+# which keeps layer 0's op_name, and hoists literals under the enclosing jit (op 0) as the last tag.
+# A `while` (op 7, a scan) owns its loop and counter; op 9 is a nested jit inside its body.
+SHARED_CONSTANT_HLO = r"""HloModule jit_shared, is_scheduled=true
+
+%div_layer0 (a0: f32[2,4]) -> f32[2,4] {
+  %one0 = f32[] constant(1), metadata={op_name="jit(f)/dfit_op0/jit(enc)"}
+  %b0 = f32[2,4]{1,0} broadcast(%one0), dimensions={}, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_0/dfit_op34/div"}
+  %a0 = f32[2,4]{1,0} parameter(0)
+  ROOT %d0 = f32[2,4]{1,0} divide(%b0, %a0), metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_0/dfit_op34/div"}
+}
+
+%div_layer1 (a1: f32[2,4]) -> f32[2,4] {
+  %one1 = f32[] constant(1), metadata={op_name="jit(f)/dfit_op0/jit(enc)"}
+  %b1 = f32[2,4]{1,0} broadcast(%one1), dimensions={}, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_0/dfit_op34/div"}
+  %a1 = f32[2,4]{1,0} parameter(0)
+  ROOT %d1 = f32[2,4]{1,0} divide(%b1, %a1), metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_1/dfit_op104/div"}
+}
+
+%scaled (s0: f32[], s1: f32[2,4]) -> f32[2,4] {
+  %s0 = f32[] parameter(0)
+  %sb = f32[2,4]{1,0} broadcast(%s0), dimensions={}, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_0/dfit_op40/mul"}
+  %s1 = f32[2,4]{1,0} parameter(1)
+  ROOT %m = f32[2,4]{1,0} multiply(%s1, %sb), metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_1/dfit_op110/mul"}
+}
+
+%wrapped_broadcast_computation (w0: f32[]) -> f32[2,4] {
+  %w0 = f32[] parameter(0)
+  ROOT %wb = f32[2,4]{1,0} broadcast(%w0), dimensions={}, metadata={op_name="jit(f)/dfit_op0/jit(enc)"}
+}
+
+%ones_computation (o0: f32[]) -> f32[2,4] {
+  %o0 = f32[] parameter(0)
+  ROOT %ob = f32[2,4]{1,0} broadcast(%o0), dimensions={}, metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op50/broadcast_in_dim"}
+}
+
+%body (t: (s32[], f32[2,4])) -> (s32[], f32[2,4]) {
+  %t = (s32[], f32[2,4]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[2,4]{1,0} get-tuple-element(%t), index=1
+  %one = s32[] constant(1), metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/body"}
+  %i1 = s32[] add(%i, %one), metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/body/add"}
+  %y = f32[2,4]{1,0} negate(%x), metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/body/dfit_op9/jit(g)/dfit_op10/neg"}
+  %z = f32[2,4]{1,0} copy(%y), metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/body/dfit_op9/jit(g)"}
+  ROOT %out = (s32[], f32[2,4]{1,0}) tuple(%i1, %z)
+}
+
+%cond (c: (s32[], f32[2,4])) -> pred[] {
+  %c = (s32[], f32[2,4]{1,0}) parameter(0)
+  %ci = s32[] get-tuple-element(%c), index=0
+  %n = s32[] constant(3), metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/cond"}
+  ROOT %lt = pred[] compare(%ci, %n), direction=LT, metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while/cond/lt"}
+}
+
+ENTRY %main (p: f32[2,4], q: f32[2,4]) -> (f32[2,4], f32[2,4], f32[2,4], f32[2,4], f32[2,4], f32[2,4]) {
+  %p = f32[2,4]{1,0} parameter(0)
+  %q = f32[2,4]{1,0} parameter(1)
+  %half = f32[] constant(0.5), metadata={op_name="jit(f)/dfit_op0/jit(enc)"}
+  %r0 = f32[2,4]{1,0} fusion(%p), kind=kLoop, calls=%div_layer0, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_0/dfit_op34/div"}
+  %r1 = f32[2,4]{1,0} fusion(%q), kind=kLoop, calls=%div_layer1, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_1/dfit_op104/div"}
+  %r2 = f32[2,4]{1,0} fusion(%half, %q), kind=kLoop, calls=%scaled, metadata={op_name="jit(f)/dfit_op0/jit(enc)/layer_1/dfit_op110/mul"}
+  %wrapped_broadcast = f32[2,4]{1,0} fusion(%half), kind=kLoop, calls=%wrapped_broadcast_computation, metadata={op_name="jit(f)/dfit_op0/jit(enc)"}
+  %ones = f32[2,4]{1,0} fusion(%half), kind=kLoop, calls=%ones_computation, metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op50/broadcast_in_dim"}
+  %c0 = s32[] constant(0)
+  %init = (s32[], f32[2,4]{1,0}) tuple(%c0, %p)
+  %loop = (s32[], f32[2,4]{1,0}) while(%init), condition=%cond, body=%body, metadata={op_name="jit(f)/dfit_op0/jit(enc)/dfit_op7/while"}
+  %lx = f32[2,4]{1,0} get-tuple-element(%loop), index=1
+  ROOT %res = (f32[2,4]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}, f32[2,4]{1,0}) tuple(%r0, %r1, %r2, %wrapped_broadcast, %ones, %lx)
+}
+"""  # noqa: E501
+
+
+def test_shared_constants_do_not_attribute_a_fusion():
+    fm = build_fusion_map(SHARED_CONSTANT_HLO)
+    recs = {r.name: r for r in fm.records}
+    # the broadcast of the shared literal keeps op 34's op_name; the fusion is layer 1's op alone
+    assert recs["r1"].op_ids == (104,)
+    assert recs["r0"].op_ids == (34,)
+    assert fm.fusions_of(34) == ("r0",) and fm.fusions_of(104) == ("r1",)
+    # constant-like through a fused parameter fed by a constant: broadcast(param <- constant)
+    assert recs["r2"].op_ids == (110,)
+    assert fm.fusions_of(40) == ()
+    # a record made of constant-like instructions only keeps the leaf op that made it
+    assert recs["ones"].op_ids == (50,) and not recs["ones"].op_ids_inferred
+
+
+def test_containers_hold_no_instructions():
+    fm = build_fusion_map(SHARED_CONSTANT_HLO)
+    recs = {r.name: r for r in fm.records}
+    # jit containers (op 0 around everything, op 9 inside the loop body) hold nothing
+    assert fm.fusions_of(0) == () and fm.fusions_of(9) == ()
+    assert all(0 not in r.op_ids and 9 not in r.op_ids for r in fm.records)
+    assert all(0 in r.enclosing_op_ids for r in fm.records if r.name != "wrapped_broadcast")
+    # a constant hoisted under the jit is nobody's op; it is still executed, with no op ids
+    assert recs["wrapped_broadcast"].op_ids == () and recs["wrapped_broadcast"].enclosing_op_ids == (0,)
+    # an instruction whose last tag is a jit container (an output copy) holds no op either
+    assert recs["z"].op_ids == () and recs["z"].enclosing_op_ids == (0, 7, 9)
+    assert recs["y"].op_ids == (10,) and recs["y"].enclosing_op_ids == (0, 7, 9)
+    # a loop container owns what it lowers to: the while, its counter and its trip compare
+    assert recs["loop"].kind == "control" and recs["loop"].op_ids == (7,)
+    assert recs["i1"].op_ids == (7,) and recs["lt"].op_ids == (7,)
+    assert set(fm.fusions_of(7)) == {"loop", "i1", "lt"}
+
+
+def test_container_ids_from_the_text_and_from_the_caller():
+    comps = parse_hlo_module(SHARED_CONSTANT_HLO)
+    # 0 and 9 enclose other tags; 7 encloses tags too but owns a while
+    assert container_op_ids(comps) == (0, 9)
+    assert container_op_ids(comps, [50, 7]) == (0, 9, 50)
+    fm = build_fusion_map(SHARED_CONSTANT_HLO, containers=[50])
+    assert fm.fusions_of(50) == () and fm.record("ones").enclosing_op_ids == (0, 50)
+    # without tags on containers' own instructions nothing changes (the tricky module's ids)
+    assert container_op_ids(parse_hlo_module(TRICKY_HLO)) == ()
+
+
+def test_parameters_are_numbered():
+    comps = parse_hlo_module(SHARED_CONSTANT_HLO)
+    assert [i.parameter_number for i in comps["scaled"].instructions] == [0, -1, 1, -1]
+
+
+@pytest.fixture(scope="module")
+def encoder_trace():
+    fn, args = dfit_nb.examples.get("encoder").build()
+    return dfit_nb.capture(fn, *args)
+
+
+def _layer(region: str) -> str:
+    parts = region.split("/")
+    return "/".join(parts[:2]) if len(parts) > 1 and parts[1].startswith("layer_") else parts[0]
+
+
+def test_encoder_fusions_hold_ops_of_one_layer(encoder_trace):
+    ops, low = encoder_trace.ops, encoder_trace.lowering
+    region = ops["region"].values
+    for fusion, ids in zip(low["fusion"].values, low["op_ids"].values, strict=True):
+        layers = {_layer(str(region[int(o)])) for o in filter(None, str(ids).split(","))}
+        assert len(layers) <= 1, (fusion, ids, layers)
+    # layer 0's softmax div is no longer in any fusion of layer 1
+    divs = [i for i in range(ops.sizes["op"]) if ops["primitive"].values[i] == "div"
+            and str(region[i]).endswith("attn/softmax")]
+    assert len(divs) == 2
+    for d in divs:
+        for f in str(ops["fusion"].values[d]).split(";"):
+            row = str(low["op_ids"].sel(fusion=f).values).split(",")
+            assert {_layer(str(region[int(o)])) for o in row} == {_layer(str(region[d]))}
+
+
+def test_encoder_containers_have_no_fusion(encoder_trace):
+    ops, low = encoder_trace.ops, encoder_trace.lowering
+    containers = [i for i in range(ops.sizes["op"]) if ops["container"].values[i]]
+    assert containers and ops["primitive"].values[0] == "jit"
+    for i in containers:
+        assert ops["fusion"].values[i] == "", i
+        assert str(ops["folded_reason"].values[i]).startswith("container"), i
+    held = {int(o) for ids in low["op_ids"].values for o in filter(None, str(ids).split(","))}
+    assert held.isdisjoint(containers)
+    # attribution moved, FLOPs did not: every FLOP-carrying leaf op still sits in an instruction
+    leaf_flops = (ops["container"].values == "") & (ops["flops"].values > 0)
+    assert (ops["fusion"].values[leaf_flops & ops["live"].values] != "").mean() > 0.9
+
+
+def test_an_op_made_only_of_a_broadcast_literal_is_constant_folded():
+    def f(x):
+        return x * jnp.broadcast_to(jnp.float32(2.0), x.shape)
+
+    t = dfit_nb.capture(f, jnp.ones((8, 16)))
+    prims = [str(p) for p in t.ops["primitive"].values]
+    bcast, mul = prims.index("broadcast_in_dim"), prims.index("mul")
+    assert t.ops["fusion"].values[mul] != ""
+    assert t.ops["fusion"].values[bcast] == ""
+    assert str(t.ops["folded_reason"].values[bcast]).startswith("constant-folded")
