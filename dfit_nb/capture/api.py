@@ -219,7 +219,8 @@ def capture(
     except Exception as err:
         raise CaptureError(f"XLA could not lower/compile {name}: {type(err).__name__}: {err}") from err
     hlo_text = compiled.as_text()
-    fusion_map = build_fusion_map(hlo_text)
+    # containers are known from the walk too: one whose inner ops were all optimised away is still a container
+    fusion_map = build_fusion_map(hlo_text, containers=[r.id for r in walk.records if r.container])
     module = hlo_module_name(hlo_text)
     xla_cost = compiled.cost_analysis() or {}
     if isinstance(xla_cost, list):

@@ -295,7 +295,7 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
         notes.append(f"{dropped} ops without FLOPs or time left out" + ("" if trace is not None else
                                                                        " (pass trace= for non-GEMM FLOPs)"))
     domain = sorted(set(base["bottleneck"]) | {"compute", "sram", "dram", "noc", "scheduling"})
-    pick = alt.selection_point(name="region", fields=["region"], on="click", clear="dblclick")
+    pick: Any = alt.selection_point(name="region", fields=["region"], on="click", clear="dblclick")
     panels = []
     for level in ("dram", "noc", "sram"):
         name, bw = roofs[level]
@@ -321,8 +321,11 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
                      alt.Tooltip("intensity:Q", format=".3~g", title="FLOP/byte"),
                      alt.Tooltip("flops_per_s:Q", format=".4~s", title="FLOP/s"),
                      alt.Tooltip("seconds:Q", format=".3~s", title="span (s)")])
-        if level == "dram":  # the selection lives on one panel: Altair warns when one param joins several
-            dots = dots.add_params(pick)
+        if pts.empty:  # no op moves bytes at this level (e.g. one tile: no NoC): the roofs alone, no empty layer
+            panels.append(lines.properties(width=260, height=220, title=f"{name} (no traffic)"))
+            continue
+        if pick is not None:  # the selection lives on one panel: Altair warns when one param joins several
+            dots, pick = dots.add_params(pick), None
         panels.append(alt.layer(lines, dots).properties(width=260, height=220, title=name))
     chart = alt.hconcat(*panels)
     return titled(chart, f"Roofline: {a.get('function', '?')} on {a.get('hardware', '?')}", [n for n in notes if n])
@@ -410,6 +413,8 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
         [str(x) for x in da["level"].values], indexing="ij"))
     df = pd.DataFrame({"policy": pol.ravel(), "region": reg.ravel(), "tensor": ten.ravel(), "level": lev.ravel(),
                        "bytes": arr.ravel()})
+    # stacks in the legend's order (Vega-Lite's order channel wants a quantitative field)
+    df["rank"] = df["tensor"].map({t: i for i, t in enumerate(_TENSORS)}).fillna(len(_TENSORS))
     n_full = int(values.size)
     notes = [aggregated(n_full, len(df), f"top {len(shown)} regions at depth "
                                          f"{_path_depth(names[shown[0]]) if shown else 0} by bytes, rest summed")]
@@ -419,7 +424,7 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
         "x": alt.X("sum(bytes):Q", title="bytes", axis=alt.Axis(format="~s")),
         "y": alt.Y("region:N", sort=labels, title=None),
         "color": alt.Color("tensor:N", scale=alt.Scale(domain=list(_TENSORS))),
-        "order": alt.Order("tensor:N"),
+        "order": alt.Order("rank:Q"),
         "column": alt.Column("level:N", sort=list(_LEVELS), title="level"),
         "tooltip": tooltip,
     }
@@ -429,13 +434,13 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
     parts: list[Any] = [bars]
     if summaries:
         kinds = ("compute", "sram", "noc", "dram", "retile")
-        edf = pd.DataFrame([{"policy": p, "kind": k, "energy_j": float(s[f"energy_{k}_j"])}
-                            for p, s in summaries.items() for k in kinds])
+        edf = pd.DataFrame([{"policy": p, "kind": k, "rank": i, "energy_j": float(s[f"energy_{k}_j"])}
+                            for p, s in summaries.items() for i, k in enumerate(kinds)])
         energy = alt.Chart(edf).mark_bar().encode(
             x=alt.X("sum(energy_j):Q", title="energy (J)", axis=alt.Axis(format="~s")),
             y=alt.Y("policy:N", title=None),
             color=alt.Color("kind:N", scale=alt.Scale(domain=list(kinds), scheme="tableau10"), title="energy"),
-            order=alt.Order("kind:N"),
+            order=alt.Order("rank:Q"),
             tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("kind:N"), alt.Tooltip("energy_j:Q", format=".4~s")],
         ).properties(width=420, height=max(30, 22 * len(summaries)), title="energy by level")
         parts.append(energy)
