@@ -77,7 +77,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .hardware import Hardware
 
@@ -247,3 +249,65 @@ def op_cost(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool, xp: Any = j
         out[f"reuse_dram_{operand}"] = xp.where(dram[key] > 0, macs / xp.maximum(dram[key] * word, 1.0), 0.0)
     zero = 0.0 * (m + df)  # every output gets the full (dataflow x op) shape
     return {key: value + zero for key, value in out.items()}
+
+
+def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, reconfig_pj: Any = 0.0,
+                xp: Any = jnp) -> dict[str, Any]:
+    """The price of switching dataflow before each op: one formula for the selection and the replay.
+
+    Changing the stationary operand changes how the op's input activation
+    (``lhs_bytes``, in the op's words) must be laid out in SRAM, so it is
+    re-laid-out: read from and written back to SRAM (``2 x bytes x
+    sram_pj_per_byte``) and, on a multi-tile grid, moved across the mesh
+    (``bytes x (tile_cols + 1) / 2`` hops ``x noc_pj_per_byte_hop``). It takes
+    ``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles over the west-edge
+    links of a grid, or ``bytes / ((R + 2C) x word)`` through one tile's SRAM
+    ports. ``reconfig_cycles`` and ``reconfig_pj`` (control / reconfiguration
+    penalty) are added per switch. Once per switch, not per execution of the op.
+
+    Returns ``bytes`` (re-laid-out), ``energy_pj`` and ``cycles`` (penalty
+    included), and ``relayout_energy_pj`` / ``relayout_cycles`` (without it).
+    Pure array code (``jax.numpy`` or ``numpy`` as ``xp``): jit-able and vmap-able.
+
+    >>> import numpy as np
+    >>> from dfit_nb.sim import presets
+    >>> ops = {"itemsize": np.array([2.0]), "lhs_bytes": np.array([1000.0])}
+    >>> sw = switch_cost(ops, presets.get("eyeriss_like"), 10.0, 5.0, xp=np)
+    >>> float(sw["bytes"][0]), float(sw["cycles"][0] - sw["relayout_cycles"][0])
+    (1000.0, 10.0)
+    """
+    f64 = xp.float64
+    itemsize = xp.asarray(ops["itemsize"], f64)
+    word, _ = word_and_mac_energy(itemsize, hw, xp)
+    scale = xp.where(itemsize > 0, word / xp.maximum(itemsize, 1.0), 1.0)
+    nbytes = xp.asarray(ops["lhs_bytes"], f64) * scale
+    rows, cols = xp.asarray(hw.tile_rows, f64), xp.asarray(hw.tile_cols, f64)
+    multi = rows * cols > 1
+    energy = nbytes * (2.0 * xp.asarray(hw.sram_pj_per_byte, f64)
+                       + xp.where(multi, (cols + 1.0) / 2.0 * xp.asarray(hw.noc_pj_per_byte_hop, f64), 0.0))
+    ports = (xp.asarray(hw.pe_rows, f64) + 2.0 * xp.asarray(hw.pe_cols, f64)) * word
+    cycles = xp.where(multi, nbytes / (rows * xp.asarray(hw.noc_link_bytes_per_cycle, f64)), nbytes / ports)
+    return {"bytes": nbytes, "energy_pj": energy + reconfig_pj, "cycles": cycles + reconfig_cycles,
+            "relayout_energy_pj": energy, "relayout_cycles": cycles}
+
+
+def switched(codes: Any, gemm: Any, xp: Any = jnp) -> Any:
+    """Per op: a dataflow switch is paid before it (a GEMM whose dataflow differs from the previous GEMM's in
+    program order: the adjacency the selection's DP charges; non-GEMM ops between them do not break it).
+
+    >>> import numpy as np
+    >>> switched(np.array([0., 2., 1., 0., 1.]), np.array([1., 0., 1., 1., 1.]), xp=np).tolist()
+    [False, False, True, True, True]
+    """
+    codes = xp.asarray(codes)
+    is_gemm = xp.asarray(gemm) > 0
+    index = xp.where(is_gemm, xp.arange(codes.shape[-1]), -1)
+    last = _cummax(index, xp)  # the latest GEMM at or before each op
+    prev = xp.concatenate([xp.full(1, -1, last.dtype), last[:-1]])
+    return is_gemm & (prev >= 0) & (codes[xp.maximum(prev, 0)] != codes)
+
+
+def _cummax(x: Any, xp: Any) -> Any:
+    if xp is jnp:
+        return jax.lax.cummax(x)
+    return np.maximum.accumulate(x)

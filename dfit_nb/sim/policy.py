@@ -29,7 +29,11 @@ mesh (``bytes x (tile_cols + 1) / 2 hops x noc_pj_per_byte_hop``); it takes
 ``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles on a grid, or
 ``bytes / ((R + 2C) x word)`` through one tile's SRAM ports. A configurable
 control/reconfiguration penalty (``reconfig_cycles``, ``reconfig_pj``) is
-added per switch.
+added per switch. The formula is :func:`dfit_nb.sim.dataflow.switch_cost`,
+shared with the replay: :func:`dfit_nb.replay` of a Policy charges the same
+switch (same adjacency, same price, the Policy's ``reconfig_cycles`` and
+``reconfig_pj``) as a ``retile`` before the GEMM, so the replayed gains
+include what the DP paid.
 
 Objectives
 ----------
@@ -55,7 +59,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from .cost import for_jit
-from .dataflow import DATAFLOWS, op_cost, word_and_mac_energy
+from .dataflow import DATAFLOWS, op_cost, switch_cost
 from .hardware import Hardware
 from .replay import prepare
 
@@ -150,6 +154,9 @@ class Policy:
         ``"buffer_pressure"`` (SRAM occupancy over time, mean and busiest tile, per
         policy) and ``"traffic_mix"`` (activation / weight / partial-sum bytes by
         level and region, per policy).
+    reconfig_cycles, reconfig_pj : float
+        The control/reconfiguration penalty per switch the policy was selected
+        with; :func:`dfit_nb.replay` charges it with each switch, as the DP did.
     """
 
     name: str
@@ -160,6 +167,8 @@ class Policy:
     baselines: xr.Dataset | None = None
     runs: dict[str, Any] | None = dataclasses.field(default=None, repr=False, compare=False)
     artifacts: dict[str, xr.Dataset] | None = dataclasses.field(default=None, repr=False, compare=False)
+    reconfig_cycles: float = 0.0
+    reconfig_pj: float = 0.0
 
     def evaluate(self, trace: Any, hw: Hardware, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
@@ -274,18 +283,10 @@ def _artifacts(policy: Policy, trace: Any, hw: Hardware, runs: dict[str, Any], l
 
 
 def _switch_costs(ops: dict[str, Any], hw: Hardware, reconfig_cycles: float, reconfig_pj: float) -> tuple[Any, Any]:
-    """Energy (pJ) and cycles of re-laying out each op's input activation (see the module docstring)."""
-    f64 = jnp.float64
-    word, _ = word_and_mac_energy(ops["itemsize"], hw)
-    scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
-    nbytes = ops["lhs_bytes"] * scale
-    rows, cols = jnp.asarray(hw.tile_rows, f64), jnp.asarray(hw.tile_cols, f64)
-    multi = rows * cols > 1
-    energy = nbytes * (2.0 * jnp.asarray(hw.sram_pj_per_byte, f64)
-                       + jnp.where(multi, (cols + 1.0) / 2.0 * jnp.asarray(hw.noc_pj_per_byte_hop, f64), 0.0))
-    ports = (jnp.asarray(hw.pe_rows, f64) + 2.0 * jnp.asarray(hw.pe_cols, f64)) * word
-    cycles = jnp.where(multi, nbytes / (rows * jnp.asarray(hw.noc_link_bytes_per_cycle, f64)), nbytes / ports)
-    return energy + reconfig_pj, cycles + reconfig_cycles
+    """Energy (pJ) and cycles of a switch before each op: :func:`dfit_nb.sim.dataflow.switch_cost`, the price
+    the replay charges too."""
+    sw = switch_cost(ops, hw, reconfig_cycles, reconfig_pj)
+    return sw["energy_pj"], sw["cycles"]
 
 
 @functools.partial(jax.jit, static_argnames=("objective", "max_switches", "ideal"))
@@ -444,7 +445,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
              "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
-    policy = _policy(prep, gemm, regions, out, names, cands, objective, allowed)
+    policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
+                                 reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]))
     return policy.evaluate(trace, hw) if evaluate else policy
 
 

@@ -37,6 +37,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     """
     op = {k: [float(v) for v in np.asarray(a, np.float64)] for k, a in per_op.items()}
     preds = np.asarray(preds).tolist()
+    for key in ("switch_bytes", "switch_cycles", "switch_energy_pj"):  # dataflow switches (none by default)
+        op.setdefault(key, [0.0] * len(preds))
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
     ys = [int(v) for v in order[0]]
     xs = [int(v) for v in order[1]]
@@ -48,7 +50,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     serial = sum(op["count"][i] * (op["compute_v"][i] * op["virtual_tiles"][i]
                                    + op["sram_cycles_v"][i] * op["virtual_tiles"][i] + op["dram_cycles"][i]
                                    + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw)
-                 + sum(pred_bytes[i]) * op["count"][i] / link_bw for i in range(n))
+                 + sum(pred_bytes[i]) * op["count"][i] / link_bw + op["switch_cycles"][i] for i in range(n))
     horizon = serial + n * (latency + hop * (grid.rows + grid.cols)) + 1.0
     width = horizon / DRAM_BINS
     capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
@@ -121,6 +123,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         links = [x * count for x in links]
         retile_bytes = total_moved * count
         retile = max(links) / link_bw + hop * longest * count if retile_bytes > 0 else 0.0
+        # a dataflow switch before this GEMM: its re-layout follows the moves, once (not per execution)
+        retile += op["switch_cycles"][i]
+        retile_bytes += op["switch_bytes"][i]
         t1 = start + retile
         # delivery from the west edge of each row
         unique_in = (op["noc_unique_in"][i] + from_dram) if multi else 0.0

@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ..errors import DfitError, DfitWarning
 from . import mapping, schedule
 from .cost import CostInputError, _itemsize, dataflow_codes, for_jit, ops_arrays
-from .dataflow import DATAFLOWS, word_and_mac_energy
+from .dataflow import DATAFLOWS, switch_cost, switched, word_and_mac_energy
 from .hardware import EXECUTION_STYLES, Hardware
 
 
@@ -187,9 +187,15 @@ def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray]) -> 
 
 @functools.partial(jax.jit, static_argnames=("grid", "spatial"))
 def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
-            pinned: dict[str, Any], grid: schedule.Grid, spatial: bool) -> dict[str, Any]:
-    """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`)."""
+            pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, reconfig: Any = None) -> dict[str, Any]:
+    """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`).
+
+    ``reconfig``: ``(reconfig_cycles, reconfig_pj)``, the penalty per dataflow switch (default none). A GEMM whose
+    dataflow differs from the previous GEMM's in program order pays :func:`dfit_nb.sim.dataflow.switch_cost`
+    (the selection's price) in its retile phase.
+    """
     f64 = jnp.float64
+    reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
     n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
     best = mapping.search(ops, hw, df, n_tiles, pinned)
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
@@ -208,9 +214,13 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     else:
         alloc = n_tiles + 0.0 * ops["m"]
     m = mapping.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
+    # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
+    paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
+    price = switch_cost(ops, hw, reconfig[0], reconfig[1])
     per_op = {**{k: m[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
                                    "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
-                                   "gx")}, "count": ops["count"], "real": ops["real"]}
+                                   "gx")}, "count": ops["count"], "real": ops["real"],
+              **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")}}
     records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
     return {**m, **records, "alloc": alloc}
 
@@ -243,6 +253,16 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
     return codes.astype(np.float64), dataflow if isinstance(dataflow, str) else "per-op"
 
 
+def switch_penalty(dataflow: Any) -> np.ndarray:
+    """``(reconfig_cycles, reconfig_pj)`` a Policy was selected with (charged per switch); zeros otherwise."""
+    values = np.array([float(getattr(dataflow, "reconfig_cycles", 0.0) or 0.0),
+                       float(getattr(dataflow, "reconfig_pj", 0.0) or 0.0)])
+    if not np.isfinite(values).all() or values.min() < 0:
+        raise ReplayError(f"the policy's reconfig_cycles and reconfig_pj must be finite and >= 0, got "
+                          f"{values.tolist()}")
+    return values
+
+
 def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
            layouts: Mapping[str, str] | None = None, time_bins: int = 256, inferences: int = 1,
            measured: bool | None = None) -> Any:
@@ -256,9 +276,13 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         One machine, e.g. ``dfit_nb.sim.presets.get("cerebras_like")``.
     dataflow : {"ws", "os", "is", "hybrid"}, or a Policy
         One dataflow for every GEMM; ``"hybrid"`` picks each op's lowest-energy
-        dataflow on its own (no switch cost; :func:`dfit_nb.sim.select_dataflows`
+        dataflow on its own (ignoring switch costs; :func:`dfit_nb.sim.select_dataflows`
         is the exact selection); a Policy (anything with a ``per_op`` array of
-        names aligned with ``trace.ops``) chooses per op.
+        names aligned with ``trace.ops``) chooses per op. Where the dataflow
+        changes between GEMMs adjacent in program order, the later GEMM pays the
+        switch the selection prices (:func:`dfit_nb.sim.dataflow.switch_cost`,
+        plus a Policy's ``reconfig_cycles`` / ``reconfig_pj``) as a ``retile``
+        before its body: energy, bytes, and a delay on its tiles.
     execution : {"time", "spatial"}, optional
         Overrides ``hw.execution``: time-multiplexed or layer-pipelined.
     layouts : dict, optional
@@ -309,7 +333,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     with jax.enable_x64(True):
         tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
         out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p, grid,
-                                     execution == "spatial"))
+                                     execution == "spatial", switch_penalty(dataflow)))
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
     _warn_spills(prep, out, hw)
@@ -337,18 +361,19 @@ BATCH_VARS: dict[str, tuple[str, str]] = {
     "energy_j": ("J", "energy of one call"),
     "utilization": ("1", "MACs over the peak MACs the chip could do in the latency"),
     "dram_bytes": ("B", "DRAM bytes"),
-    "retile_bytes": ("B", "bytes moved between differently laid-out ops"),
+    "retile_bytes": ("B", "bytes moved between differently laid-out ops or re-laid-out by dataflow switches"),
     "sections": ("1", "pipeline sections (layer-pipelined)"),
 }
 
 
 @functools.partial(jax.jit, static_argnames=("grid", "spatial", "shared_grid"))
 def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
-                   pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool) -> dict[str, Any]:
+                   pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool,
+                   reconfig: Any = None) -> dict[str, Any]:
     """:func:`program` for a batch of machines (leading axis of ``hw``, and of ``tables`` unless every machine
     has the same grid), reduced to scalars inside the compiled program so per-op arrays never leave it."""
     def one(tables_1: Any, hw_1: Hardware) -> dict[str, Any]:
-        out = program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid, spatial)
+        out = program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid, spatial, reconfig)
         real, count = ops["real"], ops["count"]
         energy = (count * (out["energy_compute_pj"] + out["energy_sram_pj"] + out["energy_noc_pj"]
                            + out["energy_dram_pj"]) + out["retile_energy_pj"] + out["extra_dram_pj"]
@@ -450,7 +475,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
             if not shared:
                 per_machine = jax.device_put(per_machine, sharding)
         out = jax.device_get(_batch_program(arrays, preds, pred_bytes, per_machine, batch, codes_p, pin, grid,
-                                            execution == "spatial", shared))
+                                            execution == "spatial", shared, switch_penalty(dataflow)))
     out = {k: np.asarray(v)[:n_machines] for k, v in out.items()}
     leaves = {f: v[:n_machines] for f, v in leaves.items()}
     import xarray as xr
@@ -465,9 +490,11 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name})
 
 
-def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None) -> dict[str, float]:
+def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,
+              reconfig: Any = (0.0, 0.0)) -> dict[str, float]:
     """Latency, energy and friends of one replay (no events): the scalars of :func:`replay_batch` for an op
-    table (e.g. a trace scaled to another shape) on one machine."""
+    table (e.g. a trace scaled to another shape) on one machine. Dataflow switches between adjacent GEMMs are
+    charged as in :func:`replay`, with ``reconfig = (reconfig_cycles, reconfig_pj)`` per switch."""
     execution = hw.execution if execution is None else execution
     grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, np.asarray(codes, np.float64), pinned_layouts(prep, None))
@@ -476,5 +503,5 @@ def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | 
     batch = dataclasses.replace(batch, name="", execution="time")
     with jax.enable_x64(True):
         out = jax.device_get(_batch_program(arrays, preds, pred_bytes, tables, batch, codes_p, pin, grid,
-                                            execution == "spatial", True))
+                                            execution == "spatial", True, np.asarray(reconfig, np.float64)))
     return {k: float(np.asarray(v)[0]) for k, v in out.items()}

@@ -231,6 +231,13 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
         **{f"energy_{k}_pj": _var(d, lv[f"energy_{k}"], "pJ", f"{k} energy, all executions")
            for k in ("compute", "sram", "noc", "dram", "retile")},
         "energy_pj": _var(d, energy, "pJ", "energy, all executions"),
+        "switch": _var(d, out["switch_cycles"] + out["switch_energy_pj"] + out["switch_bytes"] > 0, "",
+                       "a dataflow switch is paid before the op (its re-layout is part of the retile)"),
+        "switch_bytes": _var(d, out["switch_bytes"], "B", "bytes re-laid-out by the dataflow switch (in bytes_retile)"),
+        "switch_cycles": _var(d, out["switch_cycles"], "cycle",
+                              "cycles of the dataflow switch, reconfiguration included (in the retile phase)"),
+        "switch_energy_pj": _var(d, out["switch_energy_pj"], "pJ",
+                                 "energy of the dataflow switch, reconfiguration included (in energy_retile_pj)"),
         "bottleneck": _var(d, dominant.astype(str), "", "dominant mechanism: " + " | ".join(MECHANISMS)),
         "evidence": _var(("op", "mechanism"), evidence, "1", "fraction of the op's span each mechanism needs"),
     }
@@ -384,6 +391,9 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
            for k in ("sram", "noc", "dram", "retile")},
         **{f"energy_{k}_j": _var((), float(ops[f"energy_{k}_pj"].sum()) * 1e-12, "J", f"{k} energy")
            for k in ("compute", "sram", "noc", "dram", "retile")},
+        "switches": _var((), int(ops["switch"].sum()), "1", "dataflow switches paid (between adjacent GEMMs)"),
+        "energy_switch_j": _var((), float(ops["switch_energy_pj"].sum()) * 1e-12, "J",
+                                "dataflow-switch energy (part of energy_retile_j)"),
         "sections": _var((), float(ops["section"].max()) + 1 if ops.sizes["op"] else 0.0, "1",
                          "pipeline sections (layer-pipelined)"),
         "n_ops": _var((), ops.sizes["op"], "1", "ops replayed"),

@@ -47,6 +47,12 @@ stream tile to tile; a documented assumption of 8 chunks).
    from the producer's centroid. The busiest link group sets the time:
    ``max link bytes / link bandwidth + hop latency x the longest route``.
    Producers whose results did not fit on chip are read from DRAM instead.
+   A GEMM whose dataflow differs from the previous GEMM's (program order)
+   then pays the dataflow switch the selection prices (``switch_bytes``,
+   ``switch_cycles``, ``switch_energy_pj`` from
+   :func:`dfit_nb.sim.dataflow.switch_cost`, once, not per execution): its
+   cycles extend the retile phase, so the body starts that much later on the
+   op's tiles; on a grid its bytes load the west-edge links of every row.
 2. **body** from ``t1``: each tile computes its pieces (``compute``), its SRAM
    streams them (``sram``: bytes / port bandwidth), DRAM traffic is delivered
    from the west edge of each tile row over the row's links (``noc``; the first
@@ -182,7 +188,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     ``per_op`` holds, per op: ``tiles``, ``virtual_tiles``, ``count``,
     ``compute_v``, ``sram_cycles_v``, ``dram_cycles``, ``dram_bytes``, ``noc_unique_in``,
     ``noc_out``, ``psum_noc``, ``out_onchip``, ``layout``, ``gy``, ``gx``, ``real``
-    (0 for padding ops, which come last).
+    (0 for padding ops, which come last), and optionally ``switch_bytes``,
+    ``switch_cycles``, ``switch_energy_pj`` (a dataflow switch before the op; 0 if absent).
     ``preds`` ``(ops, P)``: producer op indices, -1 padding; ``pred_bytes``: the
     bytes each producer passes, in the consumer's words. ``tables``: the
     :func:`prefix_counts` of the machine's :func:`tile_order`.
@@ -208,8 +215,10 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
                                 + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw)
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
-    horizon = (jnp.sum(serial + moved_bound) + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols))
-               + 1.0)
+    zeros = jnp.zeros(n_ops, f64)
+    per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}
+    horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
+               + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols)) + 1.0)
     width = horizon / DRAM_BINS
     bins = jnp.arange(DRAM_BINS, dtype=f64)
     capacity = jnp.where(bins == DRAM_BINS - 1, jnp.inf, dram_bw * width)
@@ -289,6 +298,16 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         retile_bytes = moved.sum() * count
         retile_cycles = jnp.where(retile_bytes > 0, jnp.max(retile_links) / link_bw + hop * longest * count, 0.0)
         retile_energy = ((moved * dist).sum() * hop_pj + 2.0 * moved.sum() * sram_pj) * count
+        # a dataflow switch (priced by dfit_nb.sim.dataflow.switch_cost) re-lays out the input after the moves,
+        # once: on a grid, in over the west-edge links of every row
+        sw_bytes, sw_cycles = op["switch_bytes"], op["switch_cycles"]
+        retile_links = retile_links + jnp.concatenate([
+            jnp.where(multi & (rows_at < jnp.asarray(hw.tile_rows, f64)),
+                      sw_bytes / jnp.asarray(hw.tile_rows, f64), 0.0),
+            jnp.zeros(grid.rows + 2 * grid.cols, f64)])
+        retile_cycles = retile_cycles + sw_cycles
+        retile_bytes = retile_bytes + sw_bytes
+        retile_energy = retile_energy + op["switch_energy_pj"]
         t1 = start + retile_cycles
         # ---- body: NoC delivery from the west edge of each row, compute, SRAM, DRAM
         extra = from_dram.sum()
@@ -329,6 +348,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             "end": end, "compute_cycles": compute, "sram_cycles": sram, "noc_cycles": noc_cycles,
             "dram_start": t1, "dram_end": dram_end, "retile_cycles": retile_cycles,
             "retile_bytes": retile_bytes, "retile_energy_pj": retile_energy,
+            "switch_bytes": sw_bytes, "switch_cycles": sw_cycles, "switch_energy_pj": op["switch_energy_pj"],
             "dram_extra_bytes": extra * count,
             "extra_dram_pj": extra * count * dram_pj,
             "extra_noc_pj": jnp.where(multi, extra * count * avg_hops * hop_pj, 0.0),
@@ -336,7 +356,6 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         }
         return new, record
 
-    zeros = jnp.zeros(n_ops, f64)
     scalar = jnp.asarray(0.0, f64)
     carry0 = {
         "last_end": scalar, "start": zeros, "end": zeros, "offset": zeros - 1.0,

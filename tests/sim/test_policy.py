@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dfit_nb
-from dfit_nb.sim import Hardware, Policy, presets, select_dataflows
+from dfit_nb.sim import Hardware, Policy, presets, replay_batch, select_dataflows
 from dfit_nb.sim.policy import PolicyError, viterbi
 
 
@@ -246,3 +246,66 @@ def test_the_playbook_artifacts(eyeriss_policy):
         run = eyeriss_policy.runs[label]
         root = mix.sel(policy=label, region="").sum("tensor")
         assert float(root.sel(level="dram")) == pytest.approx(float(run.summary["dram_bytes"]), rel=1e-9)
+
+
+def _gemm_ops(run):
+    return run.ops.isel(op=np.flatnonzero(run.ops["dataflow"].values != ""))
+
+
+def test_the_replay_charges_the_switches_the_dp_prices(eyeriss_policy):
+    policy, runs = eyeriss_policy, eyeriss_policy.runs
+    assert policy.name == "hybrid(energy)" and policy.switches > 0
+    hybrid, best = runs["hybrid"], policy.baselines.attrs["best_single"]
+    ch = policy.choices
+    # one tile: no spatial retiles, so the retile energy is exactly the switches the DP paid, op by op
+    gemm = _gemm_ops(hybrid)
+    np.testing.assert_array_equal(gemm["switch"].values, ch["switch"].values)
+    np.testing.assert_allclose(gemm["switch_energy_pj"].values, ch["switch_energy_pj"].values, rtol=1e-12)
+    np.testing.assert_allclose(gemm["switch_cycles"].values, ch["switch_cycles"].values, rtol=1e-12)
+    assert float(hybrid.summary["energy_retile_j"]) * 1e12 == pytest.approx(float(ch["switch_energy_pj"].sum()),
+                                                                            rel=1e-6)
+    assert int(hybrid.summary["switches"]) == policy.switches
+    # the replayed saving over the best single style is the model's (switches included), not more
+    model = float(policy.totals["single_energy_pj"].sel(candidate=best) - policy.totals["energy_pj"])
+    replayed = float(policy.baselines["energy_gain_j"].sel(policy=best)) * 1e12
+    assert replayed == pytest.approx(model, rel=1e-6)
+    # conservation with switches: events carry them as retiles
+    ev = hybrid.events
+    retile = ev["kind"].values == "retile"
+    assert float(ev["energy_pj"].sum()) * 1e-12 == pytest.approx(float(hybrid.summary["energy_j"]), rel=1e-9)
+    assert float(ev["bytes"].values[retile].sum()) == pytest.approx(float(hybrid.summary["retile_bytes"]), rel=1e-9)
+    assert float(hybrid.summary["retile_bytes"]) == pytest.approx(float(gemm["switch_bytes"].sum()), rel=1e-12)
+    assert float(hybrid.summary["retile_bytes"]) > 0
+    root = hybrid.cube["traffic"].sel(region="").sum("tensor")
+    s = hybrid.summary
+    assert float(root.sel(level="noc")) == pytest.approx(float(s["noc_bytes"] + s["retile_bytes"]), rel=1e-9)
+    # single styles pay no switch
+    for style in ("ws", "os", "is"):
+        assert int(runs[style].summary["switches"]) == 0 and float(runs[style].summary["energy_retile_j"]) == 0
+
+
+def test_the_reconfiguration_penalty_is_charged_per_switch(static_traces, eyeriss_policy):
+    import dataclasses
+
+    t, hw = static_traces["encoder"], presets.get("eyeriss_like")
+    base = eyeriss_policy.runs["hybrid"]
+    n = eyeriss_policy.switches
+    dearer = dfit_nb.replay(t, hw, dataclasses.replace(eyeriss_policy, reconfig_pj=1e6))
+    assert float(dearer.summary["energy_j"] - base.summary["energy_j"]) * 1e12 == pytest.approx(n * 1e6, rel=1e-9)
+    assert float(dearer.summary["latency_cycles"]) == float(base.summary["latency_cycles"])
+    slower = dfit_nb.replay(t, hw, dataclasses.replace(eyeriss_policy, reconfig_cycles=1e4))
+    # the consumer's body starts later on its tiles; time-multiplexed, every switch is on the critical path
+    delay = (slower.ops["body_start"] - slower.ops["start"]) - (base.ops["body_start"] - base.ops["start"])
+    np.testing.assert_allclose(delay.values, np.where(base.ops["switch"].values, 1e4, 0.0), atol=1e-6)
+    assert float(slower.summary["latency_cycles"] - base.summary["latency_cycles"]) == pytest.approx(n * 1e4,
+                                                                                                     rel=1e-9)
+    assert float(slower.summary["energy_j"]) == pytest.approx(float(base.summary["energy_j"]), rel=1e-12)
+    # the selection records its penalty on the policy; replay_batch charges the same switches
+    sel = select_dataflows(t, hw, "energy", reconfig_cycles=50.0, reconfig_pj=2e3, evaluate=False)
+    assert (sel.reconfig_cycles, sel.reconfig_pj) == (50.0, 2e3)
+    run = dfit_nb.replay(t, hw, sel)
+    assert float(run.summary["energy_switch_j"]) * 1e12 == pytest.approx(float(sel.choices["switch_energy_pj"].sum()),
+                                                                         rel=1e-9)
+    ds = replay_batch(t, Hardware.stack([hw, hw]), sel)
+    for var in ("energy_j", "latency_cycles", "retile_bytes"):
+        assert float(ds[var][1]) == pytest.approx(float(run.summary[var]), rel=1e-9), var

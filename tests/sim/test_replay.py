@@ -104,22 +104,22 @@ def test_every_variable_has_units_and_description_and_provenance(all_runs):
             assert key in ds.attrs, (part, key)
 
 
-def _records(trace, hw, execution):
+def _records(trace, hw, execution, codes=None, reconfig=None):
     prep = prepare(trace)
-    codes = np.zeros(len(prep.op))
+    codes = np.zeros(len(prep.op)) if codes is None else codes
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, None))
     grid = Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     order = tile_order(grid.rows, grid.cols)
     with jax.enable_x64(True):
         out = jax.device_get(program(arrays, preds, pred_bytes, prefix_counts(order, grid.rows, grid.cols),
                                      for_jit(hw), codes_p, pin,
-                                     grid, execution == "spatial"))
+                                     grid, execution == "spatial", reconfig))
     out = {k: np.asarray(v) for k, v in out.items()}
     word = out["word"]
     scale = np.where(arrays["itemsize"] > 0, word / np.maximum(arrays["itemsize"], 1.0), 1.0)
     per_op = {k: out[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
                                   "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
-                                  "gx")}
+                                  "gx", "switch_bytes", "switch_cycles")}
     per_op["count"] = arrays["count"]
     n = len(prep.op)
     ref = reference.run({k: v[:n] for k, v in per_op.items()}, preds[:n], (pred_bytes * scale[:, None])[:n], order,
@@ -127,10 +127,20 @@ def _records(trace, hw, execution):
     return out, ref, n
 
 
+@pytest.mark.parametrize("switches", [False, True])
 @pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])
-def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset):
+def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset, switches):
     hw = presets.get(preset)
-    out, ref, n = _records(static_traces["encoder"], hw, hw.execution)
+    t = static_traces["encoder"]
+    codes, reconfig = None, None
+    if switches:  # GEMMs cycling through ws, os, is: a dataflow switch before every GEMM but the first
+        gemm = prepare(t).arrays["gemm"] > 0
+        codes = np.where(gemm, np.cumsum(gemm) % 3, 0).astype(np.float64)
+        reconfig = np.array([300.0, 1e4])
+    out, ref, n = _records(t, hw, hw.execution, codes, reconfig)
+    if switches:
+        assert (out["switch_cycles"][:n] > 300).sum() == gemm.sum() - 1
+        assert (out["switch_bytes"][:n] > 0).sum() == gemm.sum() - 1
     for key in ("start", "t1", "end", "ready", "prev_free", "offset", "retile_cycles", "retile_bytes", "noc_cycles",
                 "dram_end"):
         np.testing.assert_allclose(out[key][:n], ref[key], rtol=1e-9, atol=1e-6, err_msg=key)
