@@ -3,7 +3,8 @@
 The 12-layer bundled encoder on ``npu_like``; each step moves one control (PE array, DRAM bandwidth, NoC
 bandwidth, SRAM) and times the replay plus the visible view's spec, validated and serialised into its
 ``JupyterChart`` (``Explorer.last_update_s``), for the timeline and for the utilization heatmap; then the cost
-of opening another tab after a change (its spec is rebuilt then). The first build includes compilation.
+of opening another tab after a change (its spec is rebuilt then); then linked selections: a brushed time window
+and a picked region, each narrowing a view. The first build includes compilation.
 Run: ``python benchmarks/bench_explorer.py [--layers 12]``.
 """
 
@@ -46,6 +47,25 @@ def main() -> None:
         ex.tabs.selected_index = tab
         opens.append(time.perf_counter() - t0)
     print("opening another tab after a change (ms): " + " ".join(f"{o * 1e3:.0f}" for o in opens))
+    # linked selections: a brushed window on the timeline, then each narrowed view drawn as its tab opens
+    end_us = float(ex.run.summary["latency_s"]) * 1e6
+    narrowed = []
+    for i, frac in enumerate((0.1, 0.3, 0.5, 0.7)):
+        ex.tabs.selected_index = 0
+        chart = ex.charts["timeline"]
+        window = {"value": {"t0": [frac * end_us, (frac + 0.1) * end_us]}, "store": []}
+        chart._vl_selections = {**chart._vl_selections, "window": window}  # what the browser syncs on a brush
+        t0 = time.perf_counter()
+        ex.tabs.selected_index = 1 + i % 2  # utilization or regions, narrowed
+        narrowed.append(time.perf_counter() - t0)
+    print("brush on the timeline, then a narrowed view opened (ms): " + " ".join(f"{o * 1e3:.0f}" for o in narrowed))
+    picks = []
+    for region in ("encoder/layer_3", "encoder/layer_7/mlp", "encoder/layer_11/attn", ""):
+        ex.tabs.selected_index = 0
+        t0 = time.perf_counter()
+        ex.narrow(window=None, region=region)  # what a click on the icicle or the dropdown does
+        picks.append(time.perf_counter() - t0)
+    print("a region picked, the visible timeline narrowed (ms): " + " ".join(f"{o * 1e3:.0f}" for o in picks))
 
 
 if __name__ == "__main__":
