@@ -125,8 +125,10 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
         net[i] = cost[i, base_i] - cost[i, alt] - price
     k = int(np.argmax(net)) if len(ops) else 0
     if len(ops) and np.isfinite(net[k]) and net[k] > 0:
+        paid = ("the switch in and out" if 0 < k < len(ops) - 1 else
+                "the switch out" if k == 0 and len(ops) > 1 else "the switch in" if k > 0 else "no switch")
         blocks.append(("p", f"Pin op #{ops[k]} ({regions[k] or '<root>'}) to {cands[per_op_best[k]]} and keep "
-                            f"{best} elsewhere: net {net[k]:.4g} {unit} saved after paying the switch in and out. "
+                            f"{best} elsewhere: net {net[k]:.4g} {unit} saved after paying {paid}. "
                             f"Reversible: remove the pin. The full hybrid ({policy.name}): {objective} "
                             f"{_saved(main_gain, best)}, replayed."))
     else:
