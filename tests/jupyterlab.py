@@ -12,7 +12,6 @@ repository), which CI can keep.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import secrets
@@ -26,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.events.perfetto_ui import BROWSER_ARGS, chromium
+from tests.events.perfetto_ui import BROWSER_ARGS, chromium, lacking
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("DFIT_TEST_ARTIFACTS", ROOT / "test-artifacts"))
@@ -35,12 +34,7 @@ MARKS = ".vega-embed svg.marks, .vega-embed canvas.marks"
 
 def missing() -> str | None:
     """Why the JupyterLab browser test cannot run here (None when it can)."""
-    lacking = [what for what, ok in (
-        ("the chromium binary (apt-get install chromium)", chromium() is not None),
-        ("playwright (pip install playwright)", importlib.util.find_spec("playwright") is not None),
-        ("jupyterlab (pip install jupyterlab)", importlib.util.find_spec("jupyterlab") is not None),
-    ) if not ok]
-    return "needs " + ", ".join(lacking) if lacking else None
+    return lacking("playwright", "jupyterlab")
 
 
 def _free_port() -> int:

