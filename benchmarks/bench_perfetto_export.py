@@ -18,30 +18,13 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
-
-from dfit_nb.events import schema
+from dfit_nb.events.accessor import synthetic_events
 from dfit_nb.events.perfetto import PerfettoAggregationWarning, to_perfetto
 
 
-def synthetic_events(n: int, grid: int = 16, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    kinds = np.array(["compute", "sram", "noc", "dram"])
-    tracks = grid * grid * len(kinds)
-    per = max(1, n // tracks)
-    tile = np.repeat(np.arange(grid * grid), len(kinds) * per)
-    kind = np.tile(np.repeat(kinds, per), grid * grid)
-    dur = rng.integers(1, 50, tile.size).astype(float)
-    step = (dur + rng.integers(0, 10, tile.size)).reshape(-1, per)
-    start = (np.cumsum(step, axis=1) - step).ravel()
-    end = start + dur + np.where((kind == "dram") & (rng.random(tile.size) < 0.01), 60.0, 0.0)
-    op = np.tile(np.arange(per), tracks)
-    regions = np.array([f"encoder/layer_{i}/attn/qk" for i in range(24)])
-    return schema.events_dataset({
-        "op": op, "region": regions[op % 24], "tile_y": tile // grid, "tile_x": tile % grid, "kind": kind,
-        "start": start, "end": end, "bytes": rng.integers(0, 4096, tile.size).astype(float),
-        "macs": np.where(kind == "compute", 1024.0, 0.0), "energy_pj": dur * 0.37,
-        "dataflow": np.full(tile.size, "ws")}, clock_ghz=1.05)
+def bench_events(n: int, grid: int = 16, seed: int = 0):
+    return synthetic_events(n, grid, seed, regions=[f"encoder/layer_{i}/attn/qk" for i in range(24)],
+                            overlap_p=0.01, overlap_cycles=60.0, dataflow="ws", clock_ghz=1.05)
 
 
 def main() -> None:
@@ -50,7 +33,7 @@ def main() -> None:
     p.add_argument("--merged-max", type=int, default=100_000, help="max_events of the merged export")
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args()
-    ds = synthetic_events(a.events)
+    ds = bench_events(a.events)
     print(f"{ds.sizes['event']:,} events")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "run.json")

@@ -15,14 +15,13 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tests.events.perfetto_ui import BROWSER_ARGS, chromium, lacking
@@ -94,9 +93,7 @@ class Page:
     charts_with_marks: int
     widgets: int
     errors: list[str]
-    blocked: list[str]
-    console_errors: list[str]
-    screenshots: list[Path] = field(default_factory=list)
+    screenshot: Path
 
 
 _RUN_ALL = """async () => {
@@ -139,11 +136,11 @@ def _visible_chart_image(page, scope: str) -> str:
 
 
 @contextlib.contextmanager
-def browser_page(server: str, artifacts: Path) -> Iterator[tuple[object, list[str], list[str], str]]:
-    """A Chromium page that may only talk to ``server``; yields (page, blocked requests, console errors, url)."""
+def browser_page(server: str, artifacts: Path) -> Iterator[tuple[object, list[str], list[str]]]:
+    """A Chromium page that may only talk to ``server``; yields (page, blocked requests, console errors)."""
     from playwright.sync_api import sync_playwright
 
-    base, token = server.split("|")
+    base = server.split("|")[0]
     blocked: list[str] = []
     console_errors: list[str] = []
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -162,7 +159,7 @@ def browser_page(server: str, artifacts: Path) -> Iterator[tuple[object, list[st
             context.route("**/*", route)
             page = context.new_page()
             page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
-            yield page, blocked, console_errors, f"{base}|{token}"
+            yield page, blocked, console_errors
         finally:
             browser.close()
 
@@ -180,7 +177,7 @@ def run_notebook(page, server: str, name: str, artifacts: Path, timeout_s: float
     counts = page.evaluate(_COUNT, MARKS)
     shot = artifacts / f"{Path(name).stem}.png"
     page.screenshot(path=str(shot), full_page=True)
-    return Page(counts["charts"], counts["widgets"], counts["errors"], [], [], [shot])
+    return Page(counts["charts"], counts["widgets"], counts["errors"], shot)
 
 
 def wait_for_chart_change(page, scope: str, before: str, timeout_s: float = 180.0) -> str:
@@ -203,8 +200,3 @@ def screenshot_on_failure(page, name: str) -> Iterator[None]:
         with contextlib.suppress(Exception):
             page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
         raise
-
-
-def copy_notebook(src: Path, root: Path) -> str:
-    shutil.copy(src, root / src.name)
-    return src.name

@@ -63,9 +63,9 @@ needs_browser = pytest.mark.skipif(_MISSING is not None and not os.environ.get("
 def test_a_tutorial_draws_its_charts_and_widgets_in_jupyterlab(lab_server, name):
     server, root = lab_server
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", root / f"{name}.ipynb")
-    with lab.browser_page(server, lab.ARTIFACTS) as (page, blocked, console_errors, srv), \
+    with lab.browser_page(server, lab.ARTIFACTS) as (page, blocked, console_errors), \
             lab.screenshot_on_failure(page, f"{name}-failure"):
-        seen = lab.run_notebook(page, srv, f"{name}.ipynb", lab.ARTIFACTS, timeout_s=400)
+        seen = lab.run_notebook(page, server, f"{name}.ipynb", lab.ARTIFACTS, timeout_s=400)
         assert not seen.errors, seen.errors
         charts = sum(json.dumps(c.outputs).count("JupyterChart") for c in _read(name).cells if c.cell_type == "code")
         assert seen.charts_with_marks >= min(charts, 3), f"{seen.charts_with_marks} charts drew marks of {charts}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import altair as alt
+import numpy as np
+import pandas as pd
 
 #: rows a chart may embed (Altair's MaxRowsError fires at 5,000 by default; specs stay small)
 MAX_ROWS = 4000
@@ -48,9 +50,6 @@ def in_region(paths: Any, region: str | None) -> Any:
     >>> in_region(["enc/a", "enc/ab", "enc/a/x", "dec"], "enc/a").tolist()
     [True, False, True, False]
     """
-    import numpy as np
-    import pandas as pd
-
     if not region:
         return np.ones(np.shape(paths), dtype=bool)
     codes, names = pd.factorize(np.asarray(paths, dtype=object).reshape(-1))  # hash once: events repeat few paths
@@ -60,8 +59,6 @@ def in_region(paths: Any, region: str | None) -> Any:
 
 def window_mask(start: Any, end: Any, time_window: tuple[float, float] | None, what: str) -> Any:
     """Boolean mask of the intervals ``[start, end)`` that overlap ``time_window`` (same unit); clear errors."""
-    import numpy as np
-
     if time_window is None:
         return np.ones(np.shape(start), dtype=bool)
     lo, hi = (float(v) for v in time_window)

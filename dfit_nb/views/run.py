@@ -93,6 +93,19 @@ def _cube_of(run: Any) -> xr.Dataset:
     return run.cube if hasattr(run, "cube") else run
 
 
+def _bins_in_window(obj: Any, hz: float, time_window: tuple[float, float] | None) -> Any:
+    """``obj`` (a cube or one of its variables) on the time bins that overlap ``time_window`` (seconds)."""
+    if time_window is None:
+        return obj
+    start = obj["time"].values
+    end = obj["time_end"].values if "time_end" in obj.coords else start + 1
+    return obj.isel(time=np.flatnonzero(window_mask(start / hz, end / hz, time_window, "time bin (in s)")))
+
+
+def _window_note(time_window: tuple[float, float] | None) -> str:
+    return "" if time_window is None else f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us"
+
+
 # ---------------------------------------------------------------------------------------------------- timeline
 
 
@@ -152,7 +165,7 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         notes.append(f"region {region} only")
     if time_window is not None:
         keep &= window_mask(ev["start_s"].values, ev["end_s"].values, time_window, "event (in s)")
-        notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
+        notes.append(_window_note(time_window))
     sim = np.flatnonzero(keep)
     n = sim.size
     s_us = ev["start_s"].values[sim] * _US
@@ -332,10 +345,7 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     cube = _cube_of(run)
     require(cube, ("busy", "time_end"), "utilization", "cube")
     hz = _hz(cube.attrs)
-    busy = _region_busy(run, cube, region) if region else cube["busy"]
-    if time_window is not None:
-        sel = window_mask(cube["time"].values / hz, cube["time_end"].values / hz, time_window, "time bin (in s)")
-        busy = busy.isel(time=np.flatnonzero(sel))
+    busy = _bins_in_window(_region_busy(run, cube, region) if region else cube["busy"], hz, time_window)
     n_t, rows, cols = busy.sizes["time"], busy.sizes["tile_y"], busy.sizes["tile_x"]
     n_before = n_t * rows * cols
     p = _pool_factor(rows, cols, max_rows // min(n_t, _MIN_BINS))
@@ -356,8 +366,7 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     notes = [aggregated(n_before, len(df), ", ".join(how))]
     if region:
         notes.append(f"region {region} only")
-    if time_window is not None:
-        notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
+    notes.append(_window_note(time_window))
     notes.append("brush the line to average the grid over a time window")
     brush = alt.selection_interval(encodings=["x"], name="window")
     base = alt.Chart(df)
@@ -432,11 +441,7 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS, time_window: tuple[float, float
     cube = _cube_of(run)
     require(cube, ("link_load", "time_end"), "noc_load", "cube")
     hz = _hz(cube.attrs)
-    window_note = ""
-    if time_window is not None:
-        sel = window_mask(cube["time"].values / hz, cube["time_end"].values / hz, time_window, "time bin (in s)")
-        cube = cube.isel(time=np.flatnonzero(sel))
-        window_note = f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us"
+    cube = _bins_in_window(cube, hz, time_window)
     load = cube["link_load"]
     n_t, n_links = load.sizes["time"], load.sizes["link"]
     n_before = n_t * n_links
@@ -477,7 +482,7 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS, time_window: tuple[float, float
         tooltip=["link:N", alt.Tooltip("t0_us:Q", format=".4g", title="bin start (us)"),
                  alt.Tooltip("t1_us:Q", format=".4g", title="bin end (us)"), alt.Tooltip("load:Q", format=".1%")],
     ).properties(width=600, height=int(min(600, max(100, 10 * n_groups))))
-    notes = [x for x in (aggregated(n_before, len(df), ", ".join(how)), window_note) if x]
+    notes = [x for x in (aggregated(n_before, len(df), ", ".join(how)), _window_note(time_window)) if x]
     return titled(chart, f"NoC link load ({cube.attrs.get('hardware', '?')})", notes or None)
 
 
@@ -517,10 +522,7 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
         cube = _cube_of(ds)
         require(cube, ("sram_occupancy",), "buffer_pressure", "cube")
         hz = _hz(cube.attrs)
-        if time_window is not None:
-            ends = cube["time_end"].values if "time_end" in cube.coords else cube["time"].values + 1
-            cube = cube.isel(time=np.flatnonzero(window_mask(cube["time"].values / hz, ends / hz, time_window,
-                                                             "time bin (in s)")))
+        cube = _bins_in_window(cube, hz, time_window)
         occ = cube["sram_occupancy"]
         policies = [""]
         mean = occ.mean(("tile_y", "tile_x")).values[None]
@@ -563,9 +565,8 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
         enc["color"] = alt.Color("policy:N", title="policy")
         enc["tooltip"] = ["policy:N", *enc["tooltip"]]
     chart = alt.Chart(df).mark_line().encode(**enc).properties(width=600, height=200)
-    notes = [aggregated(n_before, len(df), f"{factor} time bins merged: mean of the mean, max of the busiest")]
-    if time_window is not None:
-        notes.append(f"window {time_window[0] * _US:.4g}-{time_window[1] * _US:.4g} us")
+    notes = [aggregated(n_before, len(df), f"{factor} time bins merged: mean of the mean, max of the busiest"),
+             _window_note(time_window)]
     notes = [x for x in notes if x]
     return titled(chart, f"Buffer pressure ({name})", notes or None)
 

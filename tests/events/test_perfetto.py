@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import dfit_nb
 from dfit_nb.errors import DfitError, DfitWarning
 from dfit_nb.events import perfetto, schema
+from dfit_nb.events.accessor import synthetic_events
 from dfit_nb.events.perfetto import PerfettoAggregationWarning, PerfettoExportError, to_perfetto
 
 from . import perfetto_ui
@@ -68,22 +69,7 @@ def link_load() -> xr.DataArray:
 
 def big_events(n: int, grid: int = 8, seed: int = 0) -> xr.Dataset:
     """``n`` events on a grid x grid machine: sequential ops per (tile, kind), some DRAM overlap."""
-    rng = np.random.default_rng(seed)
-    kinds = np.array(["compute", "sram", "noc", "dram"])
-    tracks = grid * grid * 4
-    per = max(1, n // tracks)
-    tile = np.repeat(np.arange(grid * grid), 4 * per)
-    kind = np.tile(np.repeat(kinds, per), grid * grid)
-    dur = rng.integers(1, 50, tile.size).astype(float)
-    step = (dur + rng.integers(0, 10, tile.size)).reshape(-1, per)
-    start = (np.cumsum(step, axis=1) - step).ravel()
-    end = start + dur + np.where((kind == "dram") & (rng.random(tile.size) < 0.05), 40.0, 0.0)
-    op = np.tile(np.arange(per), tracks)
-    return schema.events_dataset({
-        "op": op, "region": np.array([f"enc/layer_{i % 4}/attn/qk" for i in range(per)])[op],
-        "tile_y": tile // grid, "tile_x": tile % grid, "kind": kind, "start": start, "end": end,
-        "bytes": rng.integers(0, 4096, tile.size).astype(float), "macs": np.where(kind == "compute", 1024.0, 0.0),
-        "energy_pj": dur * 0.37}, clock_ghz=CLOCK)
+    return synthetic_events(n, grid, seed, clock_ghz=CLOCK)
 
 
 # ---------------------------------------------------------------------------------------------------- checker

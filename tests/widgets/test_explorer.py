@@ -152,10 +152,16 @@ def test_a_view_that_cannot_draw_says_why(explorer):
     explorer.tabs.selected_index = 0
 
 
-def test_a_bad_machine_shows_an_error_instead_of_crashing(explorer):
+def test_an_extreme_machine_is_kept_valid_and_replays(explorer):
     explorer.controls["pe"].value = 256
-    explorer.controls["sram_kb"].value = 8  # too small for a 256-wide array's rows: clamped to the minimum
-    assert explorer.status.value.startswith("updated in") or "Error" in explorer.status.value
+    explorer.controls["sram_kb"].value = 8  # the smallest SRAM beside the widest array
+    assert explorer.status.value.startswith("updated in"), explorer.status.value
+    a = explorer.run.attrs
+    assert a["hw_pe_rows"] == 256 and a["hw_sram_input_bytes"] + a["hw_sram_weight_bytes"] \
+        + a["hw_sram_output_bytes"] == 8 * 1024
+    floor = 2 * 256 * a["hw_word_bytes"]  # each partition holds two array rows at least
+    assert min(a["hw_sram_input_bytes"], a["hw_sram_weight_bytes"], a["hw_sram_output_bytes"]) >= floor
+    explorer.controls["preset"].value = "npu_like"  # back to the fixture's machine
 
 
 def test_widget_state_serialises(explorer):

@@ -35,9 +35,9 @@ def _explorer_notebook(root):
 def test_the_explorer_draws_and_a_slider_redraws_a_chart(lab_server):
     server, root = lab_server
     name = _explorer_notebook(root)
-    with lab.browser_page(server, lab.ARTIFACTS) as (page, blocked, console_errors, srv), \
+    with lab.browser_page(server, lab.ARTIFACTS) as (page, blocked, console_errors), \
             lab.screenshot_on_failure(page, "explorer-failure"):
-        seen = lab.run_notebook(page, srv, name, lab.ARTIFACTS)
+        seen = lab.run_notebook(page, server, name, lab.ARTIFACTS)
         assert not seen.errors, seen.errors
         assert seen.widgets >= 1, "the Explorer's widgets did not render"
         assert seen.charts_with_marks >= 1, "no chart drew marks"
