@@ -345,8 +345,11 @@ class DfitMagics(Magics):
                              "(e.g. functools.partial) to pass it")
         with _dfit_warnings_once():
             trace = capture(fn, *fargs, mode=args.mode, **fkwargs)
+            policy = None
             if dataflow == "hybrid":
-                run = replay(trace, hw, select_dataflows(trace, hw, objective, evaluate=False))
+                # the verified hybrid: replayed against every single style, falling back when it does not beat them
+                policy = select_dataflows(trace, hw, objective)
+                run = policy.runs["hybrid"]
             else:
                 run = replay(trace, hw, dataflow)
             explorer = None
@@ -357,6 +360,8 @@ class DfitMagics(Magics):
         if args.output:
             self.shell.user_ns[args.output] = run
             self.shell.user_ns[f"{args.output}_trace"] = trace
+        if policy is not None:
+            display(policy)
         display(run)
         if explorer is not None:
             display(explorer)

@@ -12,12 +12,13 @@ Pure ``jax.numpy``; never imports altair or ipywidgets.
 from . import presets as presets
 from .compare import compare as compare
 from .cost import cost as cost
-from .dataflow import DATAFLOWS as DATAFLOWS
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
+from .machine import DATAFLOWS as DATAFLOWS
 from .policy import Policy as Policy
 from .policy import select_dataflows as select_dataflows
+from .reconcile import reconcile as reconcile
 from .replay import replay as replay
 from .replay import replay_batch as replay_batch
 from .run import Run as Run
@@ -26,4 +27,4 @@ from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
 __all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "compare", "cost", "load_run", "presets",
-           "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")
+           "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")

@@ -4,31 +4,38 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from .dataflow import DATAFLOWS, op_cost
+from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware
+from .machine import DATAFLOWS
 
 MEMORY_MODES = ("finite", "ideal")
 
 # variable -> (units, description)
 VARIABLES: dict[str, tuple[str, str]] = {
-    "cycles": ("cycle", "cycles per execution: compute + stall"),
-    "compute_cycles": ("cycle", "cycles the PE arrays (or vector units) compute, SCALE-Sim fold accounting"),
-    "stall_cycles": ("cycle", "cycles waiting on DRAM or the NoC beyond compute (0 with memory='ideal')"),
+    "cycles": ("cycle", "cycles of one execution of the op alone: the slowest of compute, SRAM ports, NoC, DRAM"),
+    "compute_cycles": ("cycle", "cycles the busiest tile's PE array (or vector unit) computes, SCALE-Sim folds"),
+    "stall_cycles": ("cycle", "cycles waiting on SRAM ports, the NoC or DRAM beyond compute (0 with memory='ideal')"),
+    "sram_cycles": ("cycle", "cycles the busiest tile's SRAM ports need for its traffic"),
     "dram_cycles": ("cycle", "cycles DRAM needs for the op's traffic, plus latency once"),
-    "noc_cycles": ("cycle", "cycles the NoC needs to deliver the op's operands to its tiles"),
+    "noc_cycles": ("cycle", "cycles the mesh needs to deliver the op's DRAM traffic from the west edge"),
+    "layout": ("1", "virtual layout of the mapping: 0 mn (rows x output columns), 1 mk (rows x reduction)"),
+    "gy": ("1", "virtual grid rows the op is split over"),
+    "gx": ("1", "virtual grid columns the op is split over"),
     "seconds": ("s", "cycles / clock"),
     "macs": ("MAC", "multiply-accumulates (0 for non-GEMM ops)"),
     "utilization": ("1", "MACs / (cycles x peak MACs per cycle)"),
     "tiles_used": ("1", "tiles the op occupies"),
-    "noc_bytes": ("B", "bytes delivered to tiles over the mesh NoC"),
+    "noc_bytes": ("B", "bytes crossing the mesh NoC (multicast pieces once per link)"),
     "energy_pj": ("pJ", "total energy per execution"),
     "energy_j": ("J", "total energy per execution"),
     **{f"energy_{lv}_pj": ("pJ", f"energy at the {lv} level") for lv in ("mac", "rf", "sram", "noc", "dram")},
@@ -46,7 +53,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
         for lv in ("sram", "dram") for o in ("input", "weight", "output")
     },
     "count": ("1", "executions per call (from the ops table; 1 if it has no count)"),
-    "total_cycles": ("cycle", "sum over ops of cycles x count (ops costed one at a time)"),
+    "total_cycles": ("cycle", "sum over ops of cycles x count (each op alone, nothing overlapped)"),
     "total_energy_j": ("J", "sum over ops of energy_j x count"),
     "total_macs": ("MAC", "sum over ops of macs x count"),
 }
@@ -142,9 +149,126 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
     return np.array([code(d) for d in per_op]), None
 
 
+_SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
+
+
+def operand_bytes(in_shapes: str) -> list[float]:
+    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
+    out = []
+    for dtype, dims in _SHAPE.findall(in_shapes):
+        size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
+        out.append(size * (_itemsize(dtype) or machine.DEFAULT_ITEMSIZE))
+    return out
+
+
+def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The model's inputs for every op of ``ops`` taken alone: as a one-op program replays it.
+
+    Operands come from DRAM (nothing feeds them on chip), results go back to it
+    (nothing consumes them on chip). Operand sizes come from ``in_shapes`` when
+    the table has them (a Trace), else from the GEMM view (``B M K`` and
+    ``B K N`` elements, ``B M N`` written).
+    """
+    arrays, coord = ops_arrays(ops)
+    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
+    b = np.maximum(arrays["batch"], 1.0)
+    unit = np.where(arrays["itemsize"] > 0, arrays["itemsize"], machine.DEFAULT_ITEMSIZE)
+    gemm = (arrays["m"] > 0) & (arrays["k"] > 0) & (arrays["n"] > 0)
+    lhs, rhs = b * arrays["m"] * arrays["k"] * unit, b * arrays["k"] * arrays["n"] * unit
+    shapes = _column(table, "in_shapes")
+    if shapes is not None:
+        parsed = [operand_bytes(str(t)) for t in shapes]
+        lhs = np.where([len(o) > 0 for o in parsed], [o[0] if o else 0.0 for o in parsed], lhs)
+        rhs = np.where([len(o) > 1 for o in parsed], [o[1] if len(o) > 1 else 0.0 for o in parsed], rhs)
+    read, written = arrays["elems_in"] * unit, arrays["elems_out"] * unit
+    zeros = np.zeros(len(coord))
+    arrays.update(
+        gemm=gemm.astype(np.float64), lhs_bytes=np.where(gemm, lhs, 0.0), rhs_bytes=np.where(gemm, rhs, 0.0),
+        fed0=zeros, fed1=zeros, ext_bytes=read,
+        bytes_written=np.where(gemm & (written <= 0), b * arrays["m"] * arrays["n"] * unit, written),
+        has_consumer=zeros, count=np.ones(len(coord)), real=np.ones(len(coord)),
+    )
+    return arrays, coord
+
+
+def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool = False
+          ) -> dict[str, Any]:
+    """Every op alone on ``hw`` (pure ``jax.numpy``; ``vmap`` it over machines or dataflows).
+
+    The mapping search over the whole grid, :func:`dfit_nb.sim.machine.model`
+    on every tile, and the body time of :func:`dfit_nb.sim.machine.op_body`
+    placed where a one-op replay places it (tile 0 onwards along the tile
+    order): what :func:`dfit_nb.replay` charges a one-op program. ``tables``:
+    the :func:`~dfit_nb.sim.schedule.prefix_counts` of the machine's tile order.
+    """
+    n_tiles = machine.tiles(hw)
+    n = ops["m"].shape[0]
+    df = jnp.broadcast_to(jnp.asarray(df, jnp.float64), (n,))
+    free = {"layout": jnp.full(n, -1.0), "gy": jnp.zeros(n), "gx": jnp.zeros(n)}
+    best = mapping.search(ops, hw, df, n_tiles, free)
+    m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], n_tiles)
+    row_pre, col_pre = (jnp.asarray(t, jnp.float64) for t in tables)
+    cols_at = jnp.arange(col_pre.shape[1], dtype=jnp.float64)
+
+    def body(mi: dict[str, Any]) -> dict[str, Any]:
+        _, row_share = schedule.spread(row_pre, 0.0, mi["tiles"], mi["virtual_tiles"])
+        col_n, _ = schedule.spread(col_pre, 0.0, mi["tiles"], mi["virtual_tiles"])
+        return machine.op_body(mi, 1.0, 0.0, row_share, col_n > 0, hw, cols_at)
+
+    b = jax.vmap(body)({k: v for k, v in m.items() if k != "traffic"})
+    t = machine.alone_cycles(b, hw, ideal)
+    peak = n_tiles * machine.field(hw, "pe_rows") * machine.field(hw, "pe_cols")
+    cycles = t["cycles"]
+    levels = {lv: m[f"energy_{lv}_pj"] for lv in machine.ENERGY_LEVELS}
+    e_sram, e_dram = machine.field(hw, "sram_pj_per_byte"), machine.field(hw, "dram_pj_per_byte")
+    out = {
+        "cycles": cycles, "compute_cycles": b["compute"], "stall_cycles": cycles - b["compute"],
+        "sram_cycles": b["sram"], "dram_cycles": t["dram_cycles"], "noc_cycles": b["noc_cycles"],
+        "layout": m["layout"], "gy": m["gy"], "gx": m["gx"], "macs": m["macs"],
+        "utilization": jnp.where(cycles > 0, m["macs"] / (jnp.maximum(cycles, 1.0) * peak), 0.0),
+        "tiles_used": jnp.where((b["compute"] > 0) | (m["dram_bytes"] > 0), m["tiles"], 0.0),
+        "noc_bytes": m["noc_unique_in"] + m["noc_out"] + m["psum_noc"],
+        "energy_pj": sum(levels.values()), **{f"energy_{lv}_pj": e for lv, e in levels.items()},
+        "energy_input_pj": m["sram_reads_input"] * e_sram + m["dram_reads_input"] * e_dram,
+        "energy_weight_pj": m["sram_reads_weight"] * e_sram + m["dram_reads_weight"] * e_dram,
+        "energy_output_pj": (m["sram_reads_output"] + m["sram_writes_output"]) * e_sram
+        + (m["dram_reads_output"] + m["dram_writes_output"]) * e_dram,
+        **{k: m[k] for k in ("sram_reads_input", "sram_reads_weight", "sram_reads_output", "sram_writes_output",
+                             "dram_reads_input", "dram_reads_weight", "dram_reads_output", "dram_writes_output")},
+    }
+    for operand, sram_key, dram_key in (("input", "sram_reads_input", "dram_reads_input"),
+                                        ("weight", "sram_reads_weight", "dram_reads_weight"),
+                                        ("output", "sram_writes_output", "dram_writes_output")):
+        for level, key in (("sram", sram_key), ("dram", dram_key)):
+            out[f"reuse_{level}_{operand}"] = jnp.where(m[key] > 0, m["macs"] / jnp.maximum(m[key], 1.0), 0.0)
+    return out
+
+
 @functools.partial(jax.jit, static_argnames="ideal")
-def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool) -> dict[str, Any]:
-    return op_cost(ops, hw, df, ideal)
+def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool) -> dict[str, Any]:
+    """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped)."""
+    if jnp.ndim(df) == 2:
+        return jax.vmap(lambda d: alone(ops, hw, d[0], tables, ideal))(df)
+    return alone(ops, hw, df, tables, ideal)
+
+
+def grid_tables(tile_rows: int, tile_cols: int, rows: int | None = None, cols: int | None = None,
+                tiles: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The prefix counts of a grid's tile order, padded to a larger grid's sizes when given."""
+    rows, cols = rows or tile_rows, cols or tile_cols
+    order = schedule.tile_order(tile_rows, tile_cols, tiles or tile_rows * tile_cols)
+    return schedule.prefix_counts(order, rows, cols)
+
+
+def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """For a batch of machines: the tables of each distinct grid, padded to the largest and stacked
+    (``(S, tiles + 1, rows)``, ``(S, tiles + 1, cols)``), and each machine's index into them."""
+    shapes = np.stack([np.asarray(tile_rows, np.int64).reshape(-1), np.asarray(tile_cols, np.int64).reshape(-1)], 1)
+    distinct, index = np.unique(shapes, axis=0, return_inverse=True)
+    rows, cols = int(distinct[:, 0].max()), int(distinct[:, 1].max())
+    tiles = int((distinct[:, 0] * distinct[:, 1]).max())
+    parts = [grid_tables(int(r), int(c), rows, cols, tiles) for r, c in distinct]
+    return (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])), index.reshape(-1)
 
 
 def for_jit(hw: Hardware) -> Hardware:
@@ -229,10 +353,11 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     hw = _check_scalar_hw(hw)
-    arrays, coord = ops_arrays(ops)
+    arrays, coord = alone_arrays(ops)
     codes, names = dataflow_codes(dataflow, len(coord))
     with jax.enable_x64(True):
-        out = jax.device_get(_evaluate(arrays, for_jit(hw), codes, memory == "ideal"))
+        tables = grid_tables(int(hw.tile_rows), int(hw.tile_cols))
+        out = jax.device_get(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
     out = finish(out, hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}

@@ -15,14 +15,15 @@ from tqdm.auto import tqdm
 from .cost import (
     MEMORY_MODES,
     CostInputError,
+    alone,
+    alone_arrays,
+    batch_tables,
     dataflow_codes,
     finish,
     hardware_attrs,
     op_counts,
-    ops_arrays,
     to_dataset,
 )
-from .dataflow import op_cost
 from .hardware import FIELDS, Hardware
 
 #: Grid keys that are not Hardware fields: name -> (fields it sets, description)
@@ -35,8 +36,9 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "noc_bw": (("noc_link_bytes_per_cycle",), "NoC link bytes per cycle"),
 }
 
-#: machine-op-dataflow evaluations per chunk (bounds memory; a progress bar shows chunks)
-CHUNK_EVALS = 4_000_000
+#: machine-op-dataflow evaluations per chunk (bounds memory: each evaluates every mapping candidate; a progress
+#: bar shows chunks)
+CHUNK_EVALS = 20_000
 
 
 def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.ndarray], list[Any]]:
@@ -79,8 +81,14 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
-def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, ideal: bool) -> dict[str, Any]:
-    return jax.vmap(lambda h: op_cost(ops, h, df, ideal))(hw)
+def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, tables: Any, index: Any, ideal: bool
+                    ) -> dict[str, Any]:
+    """:func:`dfit_nb.sim.cost.alone` over machines (leading axis of ``hw`` and ``index``) and dataflows."""
+    def one(h: Hardware, i: Any) -> dict[str, Any]:
+        t = (tables[0][i], tables[1][i])
+        return jax.vmap(lambda d: alone(ops, h, d, t, ideal))(df)
+
+    return jax.vmap(one)(hw, index)
 
 
 def _take(hw: Hardware, lo: int, hi: int, pad_to: int) -> Hardware:
@@ -136,11 +144,12 @@ def sweep(
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     if not isinstance(hw, Hardware) or hw.batch_shape != ():
         raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
-    arrays, coord = ops_arrays(ops)
+    arrays, coord = alone_arrays(ops)
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))
     machines, labels, shape = machine_grid(hw, grid)
     total = int(np.prod(shape)) if shape else 1
+    tables, grid_index = batch_tables(machines.tile_rows, machines.tile_cols)
     devices = jax.local_devices()
     per_chunk = max(len(devices), CHUNK_EVALS // max(1, len(names) * len(coord)))
     per_chunk -= per_chunk % len(devices)
@@ -153,9 +162,11 @@ def sweep(
             size = hi - lo if len(chunks) == 1 else per_chunk  # one compiled shape for every chunk
             size += (-size) % len(devices)
             part = _take(machines, lo, hi, size)
+            index = _take(grid_index, lo, hi, size)
             if len(devices) > 1:
-                part = jax.device_put(part, sharding)
-            out = jax.device_get(_evaluate_batch(arrays, part, codes, memory == "ideal"))
+                part, index = jax.device_put((part, index), sharding)
+            out = jax.device_get(_evaluate_batch(arrays, part, codes[:, 0].astype(np.float64), tables, index,
+                                                 memory == "ideal"))
             results.append({k: v[: hi - lo] if size > hi - lo else v for k, v in out.items()})
     merged = results[0] if len(results) == 1 else {k: np.concatenate([r[k] for r in results]) for k in results[0]}
     merged = finish(merged, np.asarray(machines.clock_ghz, np.float64)[:, None, None])

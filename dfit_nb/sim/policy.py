@@ -29,7 +29,7 @@ mesh (``bytes x (tile_cols + 1) / 2 hops x noc_pj_per_byte_hop``); it takes
 ``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles on a grid, or
 ``bytes / ((R + 2C) x word)`` through one tile's SRAM ports. A configurable
 control/reconfiguration penalty (``reconfig_cycles``, ``reconfig_pj``) is
-added per switch. The formula is :func:`dfit_nb.sim.dataflow.switch_cost`,
+added per switch. The formula is :func:`dfit_nb.sim.machine.switch_cost`,
 shared with the replay: :func:`dfit_nb.replay` of a Policy charges the same
 switch (same adjacency, same price, the Policy's ``reconfig_cycles`` and
 ``reconfig_pj``) as a ``retile`` before the GEMM, so the replayed gains
@@ -59,9 +59,9 @@ import xarray as xr
 
 from ..errors import DfitError
 from .cost import for_jit
-from .dataflow import DATAFLOWS, op_cost, switch_cost
 from .hardware import Hardware
-from .replay import prepare
+from .machine import DATAFLOWS, last_gemm, switch_cost
+from .replay import hardware_key, prepare, style_costs, trace_key
 
 OBJECTIVES = ("energy", "latency", "edp")
 EDP_WEIGHTS = 33  # weighted-sum points for the energy-delay product
@@ -169,13 +169,31 @@ class Policy:
     artifacts: dict[str, xr.Dataset] | None = dataclasses.field(default=None, repr=False, compare=False)
     reconfig_cycles: float = 0.0
     reconfig_pj: float = 0.0
+    trace_key: str = ""
+    hw_key: str = ""
+    hw_name: str = ""
+    trace: Any = dataclasses.field(default=None, repr=False, compare=False)
+    hw: Any = dataclasses.field(default=None, repr=False, compare=False)
+    fallback: str = ""
 
-    def evaluate(self, trace: Any, hw: Hardware, **replay_options: Any) -> Policy:
+    def evaluate(self, trace: Any = None, hw: Hardware | None = None, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
         movement and scheduling included. Returns the policy with ``baselines`` filled in; if the replayed
         hybrid is worse than the best replayed single style under the objective, returns that single style
-        instead (named so), so a selected policy is never worse than the best single style."""
-        from .replay import replay
+        instead (named so, with the reason in ``fallback``), so a selected policy is never worse than the best
+        single style. ``trace`` and ``hw`` default to the ones the policy was selected on; others raise
+        :class:`PolicyError` (a policy is chosen for one program on one machine)."""
+        from .replay import ReplayError, replay
+
+        trace = self.trace if trace is None else trace
+        hw = self.hw if hw is None else hw
+        if trace is None or hw is None:
+            raise PolicyError("this policy does not know the trace and machine it was selected on (selected with "
+                              "prepared=, or loaded): pass them, policy.evaluate(trace, hw)")
+        try:
+            self._check_target(trace, hw)
+        except ReplayError as err:
+            raise PolicyError(str(err)) from None
 
         styles = [str(c) for c in self.choices["candidate"].values]
         runs = {style: replay(trace, hw, style, **replay_options) for style in styles}
@@ -195,8 +213,11 @@ class Policy:
             per_op = np.where(self.per_op == "", "", styles[best]).astype(object)
             choices = self.choices.assign(dataflow=("op", np.full(self.choices.sizes["op"], styles[best], object)),
                                           switch=("op", np.zeros(self.choices.sizes["op"], bool)))
+            why = (f"the replayed hybrid ({metric[-1]:.4g}) did not beat {styles[best]} ({base[best]:.4g}) on "
+                   f"{self.objective}")
             policy = dataclasses.replace(self, name=f"{styles[best]} (single style: the replayed hybrid "
-                                                      f"did not beat it)", per_op=per_op, choices=choices)
+                                                      f"did not beat it)", per_op=per_op, choices=choices,
+                                         fallback=why)
             runs["hybrid"] = runs[styles[best]]
             energy[-1], latency[-1], per_inf[-1] = energy[best], latency[best], per_inf[best]
         labels = [*styles, "hybrid"]
@@ -240,12 +261,34 @@ class Policy:
         """Switches the policy pays."""
         return int(self.choices["switch"].sum())
 
-    def __repr__(self) -> str:
+    def _check_target(self, trace: Any, hw: Hardware) -> None:
+        """Raise ReplayError when ``trace`` or ``hw`` is not what the policy was selected on."""
+        from .replay import check_policy_target
+
+        check_policy_target(self, trace, hw)
+
+    def summary_line(self) -> str:
+        """One line of replayed figures (or, before :meth:`evaluate`, a note that nothing was replayed)."""
         used = sorted(set(self.choices["dataflow"].values.tolist()))
-        best = self.totals["best_single"].item()
-        gain = float(self.totals["gain_vs_best_single"])
-        return (f"<dfit_nb.Policy {self.name}: {self.choices.sizes['op']} GEMMs, uses {used}, {self.switches} "
-                f"switches; {gain:+.2%} {self.objective} vs the best single style ({best})>")
+        head = f"{self.name}: {self.choices.sizes['op']} GEMMs, uses {used}, {self.switches} switches"
+        if self.baselines is None:
+            return f"{head}; not replayed yet (call .evaluate())"
+        b = self.baselines
+        key = {"energy": "energy_j", "latency": "latency_s", "edp": None}[self.objective]
+        best = str(b.attrs.get("best_single", ""))
+        if key is None:
+            edp = (b["energy_j"] * b["latency_s"]).values
+            labels = list(b["policy"].values)
+            gain = (edp[labels.index(best)] - edp[-1]) / edp[labels.index(best)] if best else 0.0
+        else:
+            gain = float(b[f"{key.split('_')[0]}_gain"].sel(policy=best)) if best else 0.0
+        line = (f"{head}; replayed {float(b['energy_j'].sel(policy='hybrid')) * 1e3:.4g} mJ, "
+                f"{float(b['latency_s'].sel(policy='hybrid')) * 1e6:.4g} us: {gain:+.2%} {self.objective} vs the "
+                f"best single style ({best}), replayed")
+        return line + (f"; fell back: {self.fallback}" if self.fallback else "")
+
+    def __repr__(self) -> str:
+        return f"<dfit_nb.Policy {self.summary_line()}>"
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(repr(self))}</pre>"
@@ -282,22 +325,14 @@ def _artifacts(policy: Policy, trace: Any, hw: Hardware, runs: dict[str, Any], l
     return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}
 
 
-def _switch_costs(ops: dict[str, Any], hw: Hardware, reconfig_cycles: float, reconfig_pj: float) -> tuple[Any, Any]:
-    """Energy (pJ) and cycles of a switch before each op: :func:`dfit_nb.sim.dataflow.switch_cost`, the price
-    the replay charges too."""
-    sw = switch_cost(ops, hw, reconfig_cycles, reconfig_pj)
-    return sw["energy_pj"], sw["cycles"]
-
-
-@functools.partial(jax.jit, static_argnames=("objective", "max_switches", "ideal"))
-def _select(ops: dict[str, Any], hw: Hardware, codes: Any, allowed: Any, reconfig: Any, objective: str,
-            max_switches: int | None, ideal: bool) -> dict[str, Any]:
-    """Candidate costs and the DP for one machine (``vmap`` over machines)."""
-    out = op_cost(ops, hw, codes[:, None], ideal)  # (D, G)
-    count = ops["count"]
-    energy = (out["energy_pj"] * count).T  # (G, D)
-    cycles = (out["cycles"] * count).T
-    sw_e, sw_c = _switch_costs(ops, hw, reconfig[0], reconfig[1])
+@functools.partial(jax.jit, static_argnames=("objective", "max_switches"))
+def _select(energy: Any, cycles: Any, ops: dict[str, Any], hw: Hardware, allowed: Any, reconfig: Any,
+            objective: str, max_switches: int | None) -> dict[str, Any]:
+    """The DP for one machine (``vmap`` over machines): ``energy`` and ``cycles`` ``(G, D)`` are what the replay
+    charges each GEMM (and the non-GEMM ops after it) under each candidate; switches priced by
+    :func:`dfit_nb.sim.machine.switch_cost`, the price the replay charges too."""
+    sw = switch_cost(ops, hw, reconfig[0], reconfig[1])
+    sw_e, sw_c = sw["energy_pj"], sw["cycles"]
     forbid = jnp.where(allowed, 0.0, jnp.inf)
     if objective == "energy":
         choice, _ = viterbi(energy + forbid, sw_e, max_switches)
@@ -319,6 +354,23 @@ def _select(ops: dict[str, Any], hw: Hardware, codes: Any, allowed: Any, reconfi
     e_tot, t_tot = _totals(choice, energy, cycles, sw_e, sw_c)
     return {"choice": choice, "energy": energy, "cycles": cycles, "switch_energy": sw_e, "switch_cycles": sw_c,
             "energy_total": e_tot, "cycles_total": t_tot}
+
+
+def gemm_costs(prep: Any, hw: Hardware, candidates: Sequence[str], execution: str | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """``(energy_pj, latency_cycles)`` shaped ``(G, D)`` (``(machines, G, D)`` for a batch): what the replay
+    charges under each candidate single style, per GEMM, with the non-GEMM ops that follow it (their retile
+    depends on its layout; ops before the first GEMM go to the first). Single-style columns sum to the replayed
+    energy and latency exactly (latency as each op's increment of the makespan, in program order)."""
+    n = len(prep.op)
+    codes = np.array([[DATAFLOWS.index(c)] * n for c in candidates], np.float64)
+    per_op = style_costs(prep, hw, codes, execution)
+    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
+    owner = last_gemm(prep.arrays["gemm"], xp=np)
+    group = (owner[None, :] == gemm[:, None]).astype(np.float64)  # (G, ops)
+    energy = np.einsum("go,...do->...gd", group, per_op["energy_pj"])
+    latency = np.einsum("go,...do->...gd", group, per_op["latency_cycles"])
+    return energy, latency
 
 
 def _totals(choice: Any, energy: Any, cycles: Any, sw_e: Any, sw_c: Any) -> tuple[Any, Any]:
@@ -375,7 +427,7 @@ def _check(objective: str, candidates: Sequence[str], max_switches: int | None) 
 def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      candidates: Sequence[str] = DATAFLOWS, *, max_switches: int | None = None,
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
-                     reconfig_pj: float = 0.0, memory: str = "finite", evaluate: bool = True,
+                     reconfig_pj: float = 0.0, evaluate: bool = True,
                      prepared: Any = None) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
@@ -393,7 +445,6 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         ``{region: dataflow}``: the GEMMs of a region keep that dataflow.
     reconfig_cycles, reconfig_pj : float
         Control/reconfiguration penalty per switch, on top of the retile cost.
-    memory : {"finite", "ideal"}
     evaluate : bool
         Replay the policy and every single style (:meth:`Policy.evaluate`):
         ``policy.baselines`` holds the replayed gains, and a hybrid the replay
@@ -412,8 +463,6 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     True
     """
     cands = _check(objective, candidates, max_switches)
-    if memory not in ("finite", "ideal"):
-        raise PolicyError(f"unknown memory mode {memory!r}; valid: finite, ideal")
     if not isinstance(hw, Hardware):
         raise PolicyError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
     prep = prepared if prepared is not None else prepare(trace)
@@ -423,20 +472,21 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     ops = {k: v[gemm] for k, v in prep.arrays.items()}
     regions = prep.region[gemm].astype(str)
     allowed = _pins(regions, pins, cands)
-    codes = np.array([DATAFLOWS.index(c) for c in cands], np.float64)
     reconfig = np.array([float(reconfig_cycles), float(reconfig_pj)])
     if reconfig.min() < 0 or not np.isfinite(reconfig).all():
         raise PolicyError(f"reconfig_cycles and reconfig_pj must be finite and >= 0, got {reconfig.tolist()}")
     batch = hw.batch_shape
+    energy, cycles = gemm_costs(prep, hw, cands)
     machine = for_jit(hw) if batch == () else dataclasses.replace(
         hw, name="", execution="time",
         **{f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), batch) for f in _fields()})
-    fn = functools.partial(_select, objective=objective, max_switches=max_switches, ideal=memory == "ideal")
+    fn = functools.partial(_select, objective=objective, max_switches=max_switches)
     with jax.enable_x64(True):
         if batch == ():
-            out = jax.device_get(fn(ops, machine, codes, allowed, reconfig))
+            out = jax.device_get(fn(energy, cycles, ops, machine, allowed, reconfig))
         else:
-            out = jax.device_get(jax.vmap(lambda h: fn(ops, h, codes, allowed, reconfig))(machine))
+            out = jax.device_get(jax.vmap(lambda e, c, h: fn(e, c, ops, h, allowed, reconfig))(
+                energy, cycles, machine))
     names = np.asarray(cands, dtype=object)
     if batch != ():
         return xr.Dataset(
@@ -446,8 +496,10 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
     policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
-                                 reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]))
-    return policy.evaluate(trace, hw) if evaluate else policy
+                                 reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
+                                 trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
+                                 trace=trace if prepared is None else None, hw=hw)
+    return policy.evaluate() if evaluate and prepared is None else policy
 
 
 def _fields() -> list[str]:

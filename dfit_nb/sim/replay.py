@@ -9,7 +9,7 @@ The pipeline (one jitted program per grid size and execution style):
 2. :func:`dfit_nb.sim.mapping.search`: the virtual layout of every op.
 3. :func:`dfit_nb.sim.schedule.allocate` (layer-pipelined machines only):
    each op's tile region.
-4. :func:`dfit_nb.sim.mapping.model`: the physical mapping and the op's
+4. :func:`dfit_nb.sim.machine.model` (the one machine model): the physical mapping and the op's
    cycles, traffic and energy.
 5. :func:`dfit_nb.sim.schedule.run`: the ``lax.scan`` over ops.
 6. :mod:`dfit_nb.sim.run`: events, cube, summary and bottlenecks, on the host
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import re
 import warnings
 from collections.abc import Mapping
@@ -31,10 +32,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..errors import DfitError, DfitWarning
-from . import mapping, schedule
-from .cost import CostInputError, _itemsize, dataflow_codes, for_jit, ops_arrays
-from .dataflow import DATAFLOWS, switch_cost, switched, word_and_mac_energy
+from . import machine, mapping, schedule
+from .cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
 from .hardware import EXECUTION_STYLES, Hardware
+from .machine import switch_cost, switched, word_and_mac_energy
 
 
 class ReplayError(DfitError, ValueError):
@@ -58,18 +59,6 @@ class Prepared:
     pred_bytes: np.ndarray  # (ops, P) bytes each producer passes (program dtype)
 
 
-_SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
-
-
-def _operand_bytes(in_shapes: str) -> list[float]:
-    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    out = []
-    for dtype, dims in _SHAPE.findall(in_shapes):
-        size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
-        out.append(size * (_itemsize(dtype) or 4.0))
-    return out
-
-
 def prepare(trace: Any) -> Prepared:
     """The replayable ops of ``trace`` (cached on the trace object)."""
     cached = getattr(trace, "_dfit_replay_prepared", None)
@@ -89,7 +78,7 @@ def prepare(trace: Any) -> Prepared:
     row[op_ids] = np.arange(n)
 
     # operand sizes (program dtype) of the GEMM's lhs and rhs
-    operand = [_operand_bytes(s) for s in table["in_shapes"].values]
+    operand = [operand_bytes(s) for s in table["in_shapes"].values]
     lhs = np.array([o[0] if o else 0.0 for o in operand])
     rhs = np.array([o[1] if len(o) > 1 else 0.0 for o in operand])
 
@@ -135,8 +124,10 @@ def prepare(trace: Any) -> Prepared:
     return prepared
 
 
-def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None) -> dict[str, np.ndarray]:
-    """Per-op pinned layout (-1 free) and factors (0 free) from ``{region: "mn" | "mk" | "mk:4x8"}``."""
+def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None
+                   ) -> dict[str, np.ndarray]:
+    """Per-op pinned layout (-1 free) and factors (0 free) from ``{region: "mn" | "mk" | "mk:4x8"}``; the factors
+    are checked against the split factors the search offers on a grid of ``tiles`` tiles."""
     n = len(prep.op)
     out = {"layout": np.full(n, -1.0), "gy": np.zeros(n), "gx": np.zeros(n)}
     if not layouts:
@@ -147,12 +138,14 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None) -> dict[st
         m = re.fullmatch(r"(mn|mk)(?::(\d+)x(\d+))?", str(spec).strip().lower())
         if m is None:
             raise ReplayError(f"layout {spec!r} for region {region!r} is not valid; use 'mn' or 'mk', optionally "
-                              "with power-of-two factors 'mn:GYxGX' (e.g. 'mk:4x8')")
+                              "with split factors 'mn:GYxGX' (e.g. 'mk:4x8')")
         gy, gx = (float(m.group(2)), float(m.group(3))) if m.group(2) else (0.0, 0.0)
         for f in (gy, gx):
-            if f and (f < 1 or 2 ** round(np.log2(f)) != f or f > 2 ** mapping.MAX_LOG2):
-                raise ReplayError(f"layout {spec!r}: factors must be powers of two from 1 to "
-                                  f"{2 ** mapping.MAX_LOG2}")
+            if f and tiles is not None and not mapping.factor_ok(f, tiles):
+                q = int(np.asarray(mapping.odd_part(float(tiles))))
+                offered = "powers of two" + (f" or {q} x a power of two" if q > 1 else "")
+                raise ReplayError(f"layout {spec!r}: split factor {f:g} is not one the search offers on a grid of "
+                                  f"{tiles} tiles: {offered}, up to {2 ** mapping.MAX_LOG2}")
         region = region.strip("/")
         hit = np.array([str(r) == region or str(r).startswith(region + "/") or region == "" for r in prep.region])
         if not hit.any():
@@ -191,7 +184,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`).
 
     ``reconfig``: ``(reconfig_cycles, reconfig_pj)``, the penalty per dataflow switch (default none). A GEMM whose
-    dataflow differs from the previous GEMM's in program order pays :func:`dfit_nb.sim.dataflow.switch_cost`
+    dataflow differs from the previous GEMM's in program order pays :func:`dfit_nb.sim.machine.switch_cost`
     (the selection's price) in its retile phase.
     """
     f64 = jnp.float64
@@ -213,7 +206,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
                                                                  outs)))
     else:
         alloc = n_tiles + 0.0 * ops["m"]
-    m = mapping.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
+    m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
@@ -225,16 +218,121 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     return {**m, **records, "alloc": alloc}
 
 
+def _per_op_records(out: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
+    """Per op, all executions: the energy the replay charges it and its increment of the latency (its end past
+    every earlier op's, in program order): they sum to the replayed energy and latency exactly."""
+    energy = (ops["count"] * (out["energy_compute_pj"] + out["energy_sram_pj"] + out["energy_noc_pj"]
+                              + out["energy_dram_pj"]) + out["retile_energy_pj"] + out["extra_dram_pj"]
+              + out["extra_noc_pj"]) * ops["real"]
+    end = out["end"] * ops["real"]
+    before = jnp.concatenate([jnp.zeros(1, end.dtype), jax.lax.cummax(end)[:-1]])
+    return {"energy_pj": energy, "latency_cycles": jnp.maximum(end - before, 0.0)}
+
+
+@functools.partial(jax.jit, static_argnames=("grid", "spatial", "shared_grid"))
+def _styles_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, dfs: Any,
+                    pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool) -> dict[str, Any]:
+    """Per-op replayed costs (:func:`_per_op_records`) of every dataflow assignment in ``dfs`` ``(D, ops)``, on one
+    machine (``shared_grid``) or a batch (leading axis of ``hw`` and, unless shared, of ``tables``)."""
+    def one(tables_1: Any, hw_1: Hardware) -> dict[str, Any]:
+        def style(df: Any) -> dict[str, Any]:
+            return _per_op_records(program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid,
+                                                       spatial), ops)
+        return jax.vmap(style)(dfs)
+
+    if hw.batch_shape == ():
+        return one(tables, hw)
+    return jax.vmap(one, in_axes=(None if shared_grid else 0, 0))(tables, hw)
+
+
+def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None) -> dict[str, np.ndarray]:
+    """What the replay charges each op under each dataflow assignment: ``energy_pj`` and ``latency_cycles``
+    (the op's increment of the latency), shaped ``(D, ops)`` (``(machines, D, ops)`` for a batch of machines).
+
+    ``codes`` ``(D, ops)``: dataflow codes per op, e.g. one row per single style. This is how
+    :func:`dfit_nb.sim.select_dataflows` prices its choices: with the replay's own mapping, refetch, movement
+    and scheduling.
+    """
+    execution = hw.execution if execution is None else execution
+    shape = hw.batch_shape
+    n = len(prep.op)
+    codes = np.asarray(codes, np.float64).reshape(-1, n)
+    arrays, preds, pred_bytes, _, pin = padded(prep, codes[0], pinned_layouts(prep, None))
+    size = arrays["m"].shape[0]
+    dfs = np.concatenate([codes, np.zeros((codes.shape[0], size - n))], axis=1)
+    if shape == ():
+        grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+        tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+        machines, shared = for_jit(hw), True
+    else:
+        from .hardware import FIELDS
+
+        leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
+        grid, tables, shared = _batch_tables(leaves)
+        machines = dataclasses.replace(hw, name="", execution="time", **leaves)
+    with jax.enable_x64(True):
+        out = jax.device_get(_styles_program(arrays, preds, pred_bytes, tables, machines, dfs, pin, grid,
+                                             execution == "spatial", shared))
+    return {k: np.asarray(v)[..., :n] for k, v in out.items()}
+
+
+def _batch_tables(leaves: dict[str, np.ndarray]) -> tuple[schedule.Grid, Any, bool]:
+    """The padded grid of a batch of machines, its tile-order tables (one, or one per machine) and whether
+    every machine shares one grid."""
+    rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
+    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    shapes = list(zip(rows.tolist(), cols.tolist(), strict=True))
+    tables = {shape: schedule.prefix_counts(schedule.tile_order(*shape, grid.tiles), grid.rows, grid.cols)
+              for shape in set(shapes)}  # one per distinct grid shape
+    shared = len(tables) == 1
+    per_machine = tables[shapes[0]] if shared else tuple(np.stack([tables[s][i] for s in shapes]) for i in (0, 1))
+    return grid, per_machine, shared
+
+
+def trace_key(prep: Prepared) -> str:
+    """A fingerprint of the replayed op table (ids, primitives, GEMM view, sizes, counts, edges)."""
+    h = hashlib.sha1()
+    for arr in (prep.op, *(prep.arrays[k] for k in ("m", "k", "n", "batch", "count", "bytes_written", "flops")),
+                prep.preds):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    h.update("|".join(str(p) for p in prep.primitive).encode())
+    return h.hexdigest()[:16]
+
+
+def hardware_key(hw: Hardware) -> str:
+    """A fingerprint of a machine: every field's value and the execution style (not its name)."""
+    from .hardware import FIELDS
+
+    values = np.array([np.asarray(getattr(hw, f), np.float64).reshape(-1) for f in FIELDS], dtype=object)
+    h = hashlib.sha1(hw.execution.encode())
+    for v in values:
+        h.update(np.asarray(v, np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_policy_target(policy: Any, trace: Any, hw: Hardware) -> None:
+    """A Policy replays only on the trace and machine it was selected on: a clear error otherwise."""
+    want_trace, want_hw = getattr(policy, "trace_key", ""), getattr(policy, "hw_key", "")
+    if want_trace and want_trace != trace_key(prepare(trace)):
+        raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected for another trace: its "
+                          "per-op choices would not match these ops; select again with "
+                          "dfit_nb.sim.select_dataflows(trace, hw, objective)")
+    if want_hw and want_hw != hardware_key(hw):
+        raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected on machine "
+                          f"{getattr(policy, 'hw_name', '')!r}, not on {hw.name!r} (fields or execution style "
+                          "differ): its gains were priced there; select again with "
+                          "dfit_nb.sim.select_dataflows(trace, hw, objective)")
+
+
 def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> tuple[np.ndarray, str]:
     """Dataflow codes per op and the policy's name for provenance."""
     n = len(prep.op)
     if isinstance(dataflow, str) and dataflow.lower() == "hybrid":
-        from .cost import cost
-
-        ds = cost(prep.table, hw, list(DATAFLOWS))
-        return np.argmin(ds["energy_pj"].values, axis=0).astype(np.float64), "hybrid(greedy energy, no switch cost)"
+        raise ReplayError("'hybrid' is chosen per machine: replay(trace, hw, 'hybrid') for one machine, or "
+                          "dfit_nb.sim.select_dataflows(trace, machines) for the choices over a batch")
     per_op = getattr(dataflow, "per_op", None)
     if per_op is not None:  # a Policy: per-op names aligned with trace.ops
+        check_policy_target(dataflow, trace, hw)
         values = np.asarray(getattr(per_op, "values", per_op))
         try:
             values = values[prep.op] if len(values) != n else values
@@ -275,12 +373,14 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     hw : Hardware
         One machine, e.g. ``dfit_nb.sim.presets.get("cerebras_like")``.
     dataflow : {"ws", "os", "is", "hybrid"}, or a Policy
-        One dataflow for every GEMM; ``"hybrid"`` picks each op's lowest-energy
-        dataflow on its own (ignoring switch costs; :func:`dfit_nb.sim.select_dataflows`
-        is the exact selection); a Policy (anything with a ``per_op`` array of
-        names aligned with ``trace.ops``) chooses per op. Where the dataflow
+        One dataflow for every GEMM; ``"hybrid"`` selects one per GEMM
+        (:func:`dfit_nb.sim.select_dataflows`, energy objective), replays it and
+        every single style, and returns the hybrid's run only when it beats them
+        (else the best single style's, named so); a Policy (from
+        :func:`~dfit_nb.sim.select_dataflows` on this trace and machine: others
+        are refused) chooses per op. Where the dataflow
         changes between GEMMs adjacent in program order, the later GEMM pays the
-        switch the selection prices (:func:`dfit_nb.sim.dataflow.switch_cost`,
+        switch the selection prices (:func:`dfit_nb.sim.machine.switch_cost`,
         plus a Policy's ``reconfig_cycles`` / ``reconfig_pj``) as a ``retile``
         before its body: energy, bytes, and a delay on its tiles.
     execution : {"time", "spatial"}, optional
@@ -326,8 +426,15 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     if not isinstance(inferences, (int, np.integer)) or inferences < 1:
         raise ReplayError(f"inferences must be a positive integer, got {inferences!r}")
     prep = prepare(trace)
+    if isinstance(dataflow, str) and dataflow.lower() == "hybrid":
+        from .policy import select_dataflows
+
+        # the exact selection (energy), replayed and verified against every single style
+        policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False)
+        return policy.evaluate(layouts=layouts, time_bins=time_bins, inferences=inferences,
+                               measured=measured).runs["hybrid"]
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
-    pinned = pinned_layouts(prep, layouts)
+    pinned = pinned_layouts(prep, layouts, int(hw.tiles))
     grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
     with jax.enable_x64(True):
@@ -375,12 +482,9 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
     def one(tables_1: Any, hw_1: Hardware) -> dict[str, Any]:
         out = program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid, spatial, reconfig)
         real, count = ops["real"], ops["count"]
-        energy = (count * (out["energy_compute_pj"] + out["energy_sram_pj"] + out["energy_noc_pj"]
-                           + out["energy_dram_pj"]) + out["retile_energy_pj"] + out["extra_dram_pj"]
-                  + out["extra_noc_pj"]) * real
+        energy = _per_op_records(out, ops)["energy_pj"]
         f64 = jnp.float64
-        peak = (jnp.asarray(hw_1.tile_rows, f64) * jnp.asarray(hw_1.tile_cols, f64) * jnp.asarray(hw_1.pe_rows, f64)
-                * jnp.asarray(hw_1.pe_cols, f64))
+        peak = machine.tiles(hw_1) * machine.field(hw_1, "pe_rows") * machine.field(hw_1, "pe_cols")
         latency = jnp.max(out["end"] * real)
         macs = jnp.sum(out["macs"] * count * real)
         return {
@@ -451,13 +555,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     from .hardware import FIELDS
 
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
-    rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
-    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
-    shapes = list(zip(rows.tolist(), cols.tolist(), strict=True))
-    tables = {shape: schedule.prefix_counts(schedule.tile_order(*shape, grid.tiles), grid.rows, grid.cols)
-              for shape in set(shapes)}  # one per distinct grid shape
-    shared = len(tables) == 1
-    per_machine = tables[shapes[0]] if shared else tuple(np.stack([tables[s][i] for s in shapes]) for i in (0, 1))
+    grid, per_machine, shared = _batch_tables(leaves)
     prep = prepare(trace)
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))

@@ -36,8 +36,8 @@ from .._files import open_tree, save_tree
 from ..events import binning
 from ..events.schema import events_dataset
 from .cost import hardware_attrs
-from .dataflow import DATAFLOWS
 from .hardware import Hardware
+from .machine import DATAFLOWS
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
 
@@ -398,10 +398,23 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
                          "pipeline sections (layer-pipelined)"),
         "n_ops": _var((), ops.sizes["op"], "1", "ops replayed"),
         "n_events": _var((), int((events["source"].values == "simulated").sum()), "1", "simulated events"),
+        **roof_variables(hw),
         "bottleneck": _var((), MECHANISMS[int(np.argmax(evidence))], "", "dominant mechanism over all ops"),
         "evidence": _var(("mechanism",), evidence, "1", "mechanism cycles over the sum of op spans"),
     }
     return xr.Dataset(data, coords={"mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def roof_variables(hw: Hardware) -> dict[str, Any]:
+    """The machine's roofs (:func:`dfit_nb.sim.machine.roofs`) as summary variables ``roof_<name>``: the roofline
+    view plots these, so it never re-models the hardware."""
+    import jax
+
+    from .machine import ROOFS, roofs
+
+    with jax.enable_x64(True):
+        values = {k: float(np.asarray(v)) for k, v in roofs(hw).items()}
+    return {f"roof_{k}": _var((), values[k], *ROOFS[k]) for k in ROOFS}
 
 
 class Run:

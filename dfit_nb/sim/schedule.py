@@ -50,7 +50,7 @@ stream tile to tile; a documented assumption of 8 chunks).
    A GEMM whose dataflow differs from the previous GEMM's (program order)
    then pays the dataflow switch the selection prices (``switch_bytes``,
    ``switch_cycles``, ``switch_energy_pj`` from
-   :func:`dfit_nb.sim.dataflow.switch_cost`, once, not per execution): its
+   :func:`dfit_nb.sim.machine.switch_cost`, once, not per execution): its
    cycles extend the retile phase, so the body starts that much later on the
    op's tiles; on a grid its bytes load the west-edge links of every row.
 2. **body** from ``t1``: each tile computes its pieces (``compute``), its SRAM
@@ -89,6 +89,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import machine
 from .hardware import Hardware
 
 STREAM_CHUNKS = 8.0
@@ -143,15 +144,16 @@ def tile_order(tile_rows: int, tile_cols: int, size: int | None = None) -> np.nd
 def allocate(work: Any, hw: Hardware, min_tiles: Any) -> Any:
     """Tiles each op holds when layer-pipelined: proportional to its work, at least ``min_tiles``.
 
-    ``max(tiles - n_ops, tiles / 4)`` tiles are shared in proportion to each op's
+    ``max(tiles - n_ops + 1, tiles / 4)`` tiles are shared in proportion to each op's
     work and every op gets at least one (so one section holds every op when
     there are fewer ops than tiles); an op whose weights or result need more
     tiles' SRAM than that gets what they need (``min_tiles``), up to the whole grid.
     """
     f64 = jnp.float64
     tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
-    n = work.shape[0]
-    pool = jnp.maximum(tiles - n, tiles / 4.0)
+    n = jnp.sum(work > 0)  # ops that do work (padding ops do none)
+    # floored shares sum to at most the pool and at most n - 1 ops are raised to one tile: all fit the grid
+    pool = jnp.maximum(tiles - n + 1.0, tiles / 4.0)
     share = jnp.floor(pool * work / jnp.maximum(work.sum(), 1e-30))
     return jnp.clip(jnp.maximum(share, min_tiles), 1.0, tiles)
 
@@ -298,7 +300,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         retile_bytes = moved.sum() * count
         retile_cycles = jnp.where(retile_bytes > 0, jnp.max(retile_links) / link_bw + hop * longest * count, 0.0)
         retile_energy = ((moved * dist).sum() * hop_pj + 2.0 * moved.sum() * sram_pj) * count
-        # a dataflow switch (priced by dfit_nb.sim.dataflow.switch_cost) re-lays out the input after the moves,
+        # a dataflow switch (priced by dfit_nb.sim.machine.switch_cost) re-lays out the input after the moves,
         # once: on a grid, in over the west-edge links of every row
         sw_bytes, sw_cycles = op["switch_bytes"], op["switch_cycles"]
         retile_links = retile_links + jnp.concatenate([
@@ -309,24 +311,18 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         retile_bytes = retile_bytes + sw_bytes
         retile_energy = retile_energy + op["switch_energy_pj"]
         t1 = start + retile_cycles
-        # ---- body: NoC delivery from the west edge of each row, compute, SRAM, DRAM
+        # ---- body (the one machine model): NoC delivery from the west edge of each row, compute, SRAM, DRAM
         extra = from_dram.sum()
-        rows_in = row_share * jnp.where(multi, op["noc_unique_in"] + extra, 0.0) * count
-        rows_out = row_share * (op["noc_out"] + op["psum_noc"]) * count
-        noc_links = jnp.concatenate([rows_in, rows_out, jnp.zeros(2 * grid.cols, f64)])
-        far = jnp.max(jnp.where(col_n > 0, cols_at + 1.0, 0.0))
-        noc_cycles = jnp.where(rows_in.sum() + rows_out.sum() > 0, jnp.max(noc_links) / link_bw + hop * far, 0.0)
-        top = jnp.ceil(v / u)  # virtual tiles on the busiest tile
-        compute = top * op["compute_v"] * count
-        sram = top * op["sram_cycles_v"] * count
-        dram_bytes = (op["dram_bytes"] + extra) * count
+        body = machine.op_body(op, count, extra, row_share, col_n > 0, hw, cols_at)
+        noc_links, noc_cycles = body["noc_links"], body["noc_cycles"]
+        compute, sram, dram_bytes = body["compute"], body["sram"], body["dram_bytes"]
         # the DRAM channel: a timeline of bins, each with dram_bw x width bytes of capacity; a transfer takes
         # what is left from t1 on (earlier reservations keep theirs) and completes when it has it all, then
         # waits the latency (pipelined with other transfers)
         if spatial:
             done, take = dram_timeline(carry["dram_used"], t1, dram_bytes)
         else:  # ops run one at a time, each finishing its transfers: the channel is free at t1
-            done, take = t1 + dram_bytes / dram_bw, 0.0
+            done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
         body_end = jnp.maximum(jnp.maximum(t1 + compute, t1 + sram), jnp.maximum(t1 + noc_cycles, dram_end))
         if spatial:

@@ -32,8 +32,8 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from .dataflow import DATAFLOWS
 from .hardware import Hardware
+from .machine import DATAFLOWS
 from .replay import Prepared, prepare, summarize
 
 #: the op-table columns that scale with size (fractions and flags do not)

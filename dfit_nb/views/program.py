@@ -221,7 +221,8 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
     run : Run
         A replay.
     hw : Hardware, optional
-        The machine for the roofs; by default the ``hw_*`` attrs the Run carries.
+        The machine for the roofs; by default the roofs the Run carries (``run.summary["roof_*"]``, from the one
+        machine model).
     trace : Trace, optional
         Gives FLOPs to non-GEMM ops (a Run counts MACs only; without it those ops are left out).
     region : str, optional
@@ -245,16 +246,19 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
     """
     a = run.attrs
     clock_hz = _hw_value(a, hw, "clock_ghz") * 1e9
-    tiles = _hw_value(a, hw, "tile_rows") * _hw_value(a, hw, "tile_cols")
-    r, c = _hw_value(a, hw, "pe_rows"), _hw_value(a, hw, "pe_cols")
-    peak = 2.0 * tiles * r * c * clock_hz
+    if hw is not None:  # the roofs of another machine, from the one machine model
+        from ..sim.run import roof_variables
+
+        roof = {k: float(v[1]) for k, v in roof_variables(hw).items()}
+    else:
+        require(run.summary, ("roof_peak_flops_per_s", "roof_dram_bytes_per_s", "roof_noc_edge_bytes_per_s",
+                              "roof_sram_bytes_per_s"), "roofline", "summary")
+        roof = {k: float(run.summary[k]) for k in run.summary.data_vars if k.startswith("roof_")}
+    peak = roof["roof_peak_flops_per_s"]
     roofs = {
-        "dram": ("DRAM", _hw_value(a, hw, "dram_bytes_per_cycle") * clock_hz),
-        # data enter the mesh at the west edge of each row
-        "noc": ("NoC (west edge)", _hw_value(a, hw, "tile_rows") * _hw_value(a, hw, "noc_link_bytes_per_cycle")
-                * clock_hz),
-        # each tile's array reads R + 2C words per cycle from its SRAM
-        "sram": ("SRAM", tiles * (r + 2.0 * c) * _hw_value(a, hw, "word_bytes") * clock_hz),
+        "dram": ("DRAM", roof["roof_dram_bytes_per_s"]),
+        "noc": ("NoC (west edge)", roof["roof_noc_edge_bytes_per_s"]),
+        "sram": ("SRAM", roof["roof_sram_bytes_per_s"]),
     }
     ops = run.ops
     require(ops, ("op", "region", "primitive", "bottleneck", "macs", "span", "start", "end",

@@ -1,9 +1,23 @@
 """``Explorer(trace, hw)``: machine controls, a dataflow choice and a region picker over tabs of linked views.
 
+The Explorer starts from the exact machine it is given (a preset name or a
+:class:`~dfit_nb.sim.Hardware`, custom or swept) and replays exactly it until
+a control moves: each slider's options hold the machine's own value, so
+showing the machine never rounds it. The sliders move fields of that machine
+(PE rows and columns apart, tile rows and columns, the SRAM total split in the
+machine's proportions, NoC and DRAM bandwidth); every other field is kept.
+A machine that differs from the one chosen in the ``machine`` dropdown says
+so in its name (``"npu_like (modified: pe_cols=32)"``), so a Run's
+``attrs["hardware"]`` never calls a modified machine by a preset's name; the
+dropdown resets to a preset (or to the given machine) exactly.
+
 A change of any control replays the trace (and re-selects the hybrid policy
-when asked) and redraws the visible view; the other views redraw when their
-tab is opened. A status line says when it is running and how long the last
-update took.
+when asked: selected, then replayed against every single style, falling back
+to the best single style when the hybrid does not beat it; the status line
+names the policy) and redraws the visible view; the other views redraw when
+their tab is opened. A status line says when it is running, how long the last
+update took, which machine and policy it shows, and when the SRAM was raised
+to the floor the PE array needs.
 
 Views are linked through Python: brushing a time window on the timeline (or
 on the utilization line) narrows the utilization heatmap, the NoC load, the
@@ -25,6 +39,7 @@ notebook keeps them without a kernel (ipywidgets state embeds them).
 from __future__ import annotations
 
 import html
+import math
 import time
 import warnings
 from functools import partial
@@ -36,30 +51,126 @@ import numpy as np
 import pandas as pd
 
 from .. import views
-from ..sim import presets, replay, select_dataflows
-from ..sim.hardware import Hardware
+from ..sim import DATAFLOWS, presets, replay, select_dataflows
+from ..sim.hardware import FIELDS, Hardware
+from ..sim.policy import OBJECTIVES
 from ..sim.replay import SpillWarning
 from ..sim.run import Run
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")
+#: The dataflow control's options: every single style, then the per-op hybrid policy.
+DATAFLOW_OPTIONS = (*DATAFLOWS, "hybrid")
+# Slider menus; each slider also holds the shown machine's own value (see ``_menu``).
 PE = (4, 8, 12, 16, 32, 64, 128, 256)
 SRAM_KB = (8, 16, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 GRID = (1, 2, 4, 5, 8, 16, 20, 32, 64)
+NOC_BW = tuple(float(2 ** i) for i in range(11))  # 1 .. 1024 B/cycle per link
+DRAM_BW = tuple(float(2 ** i) for i in range(13))  # 1 .. 4096 B/cycle for the chip
+SRAM_FIELDS = ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")
+# control -> the Hardware field it sets (SRAM is the total over SRAM_FIELDS, in KiB)
+_SLIDERS = {"tile_rows": "tile_rows", "tile_cols": "tile_cols", "pe_rows": "pe_rows", "pe_cols": "pe_cols",
+            "noc_bw": "noc_link_bytes_per_cycle", "dram_bw": "dram_bytes_per_cycle"}
+_MENUS = {"tile_rows": GRID, "tile_cols": GRID, "pe_rows": PE, "pe_cols": PE, "sram_kb": SRAM_KB,
+          "noc_bw": NOC_BW, "dram_bw": DRAM_BW}
 
 
-def _nearest(options: tuple[int, ...], value: float) -> int:
-    return min(options, key=lambda o: abs(o - value))
+def _number(value: Any) -> int | float:
+    """A Python number from a scalar field (a swept machine's fields are numpy floats): whole values as ``int``,
+    so slider labels and modified-machine names read ``8``, not ``8.0``."""
+    v = float(np.asarray(value))
+    return int(v) if v.is_integer() else v
+
+
+def _label(value: float) -> str:
+    # exact (repr), so two options never share a label and a label never hides a fraction
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _menu(menu: tuple[float, ...], value: float) -> list[tuple[str, int | float]]:
+    """The slider's (label, value) options: the menu with ``value`` inserted exactly where it is not on it."""
+    values = sorted({*(_number(m) for m in menu), _number(value)})  # a set: 8 and 8.0 are one option
+    return [(_label(v), v) for v in values]
+
+
+def same_machine(a: Hardware, b: Hardware) -> bool:
+    """Whether ``a`` and ``b`` are the same machine: name, execution style and every field of ``FIELDS``.
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.widgets.explorer import same_machine
+    >>> npu = presets.get("npu_like")
+    >>> same_machine(npu, npu.replace(pe_cols=16.0)), same_machine(npu, npu.replace(pe_cols=8))
+    (True, False)
+    """
+    return a.name == b.name and a.execution == b.execution and not _differing(a, b)
+
+
+def _differing(base: Hardware, hw: Hardware) -> list[str]:
+    """The fields of ``FIELDS`` whose values differ between two scalar machines, sorted by name."""
+    return sorted(f for f in FIELDS if float(np.asarray(getattr(base, f))) != float(np.asarray(getattr(hw, f))))
+
+
+def modified_name(base: Hardware, hw: Hardware) -> str:
+    """``base.name`` when ``hw`` has every field of ``base``, else a name that lists what changed.
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.widgets.explorer import modified_name
+    >>> npu = presets.get("npu_like")
+    >>> modified_name(npu, npu.replace(pe_cols=32, tile_rows=2))
+    'npu_like (modified: pe_cols=32, tile_rows=2)'
+    >>> modified_name(npu, npu)
+    'npu_like'
+    """
+    changed = _differing(base, hw)
+    if not changed:
+        return base.name
+    return f"{base.name} (modified: {', '.join(f'{f}={_label(_number(getattr(hw, f)))}' for f in changed)})"
+
+
+def _split(base: Hardware, total: int) -> dict[str, int]:
+    """``total`` bytes of SRAM split over the three buffers in ``base``'s proportions, summing to ``total``
+    exactly (largest remainders get the spare bytes); ``base``'s own partitions when ``total`` is its total."""
+    have = {f: int(_number(getattr(base, f))) for f in SRAM_FIELDS}
+    if total == sum(have.values()):
+        return have
+    exact = {f: total * v / sum(have.values()) for f, v in have.items()}
+    parts = {f: math.floor(x) for f, x in exact.items()}
+    for f in sorted(exact, key=lambda f: parts[f] - exact[f])[: total - sum(parts.values())]:
+        parts[f] += 1
+    return parts
 
 
 class Explorer(w.VBox):
-    """Explore one trace on machines you adjust: preset, PE array, SRAM, NoC and DRAM bandwidth, tile grid.
+    """Explore one trace on machines you adjust: preset, PE rows and columns, SRAM, NoC and DRAM bandwidth, tiles.
+
+    Parameters
+    ----------
+    trace : Trace
+        The captured program.
+    hw : Hardware or str, optional
+        The machine to start from, replayed exactly (a preset name, or any scalar
+        :class:`~dfit_nb.sim.Hardware`: a custom or a swept one); ``npu_like`` when omitted.
+    dataflow : {"ws", "os", "is", "hybrid"}
+        The dataflow to start with.
+    objective : {"energy", "latency", "edp"}
+        What the hybrid policy minimises.
+    views_shown : tuple of str
+        The views to show, as tabs (see ``VIEWS``).
 
     Attributes
     ----------
     run : Run
-        The current replay.
+        The current replay (for ``hybrid``, the selected policy's replay: ``policy.runs["hybrid"]``).
     policy : Policy or None
-        The hybrid policy when the dataflow is ``hybrid``.
+        The hybrid policy when the dataflow is ``hybrid``, evaluated by replay (its ``name`` says when it
+        fell back to a single style).
+    controls : dict
+        Control name -> widget: ``preset``, ``tile_rows``, ``tile_cols``, ``pe_rows``, ``pe_cols``,
+        ``sram_kb`` (SRAM per tile in KiB, all three buffers), ``noc_bw``, ``dram_bw``, ``dataflow``,
+        ``objective``, ``region``.
     charts : dict
         View name -> ``alt.JupyterChart``.
     last_update_s : float
@@ -74,21 +185,25 @@ class Explorer(w.VBox):
     >>> import jax.numpy as jnp, dfit_nb
     >>> from dfit_nb.widgets import Explorer
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
-    >>> ex = Explorer(t, "npu_like")
-    >>> ex.controls["pe"].value = 8
-    >>> int(ex.run.attrs["hw_pe_rows"])
-    8
+    >>> ex = Explorer(t, "sambanova_like", views_shown=("regions",))
+    >>> ex.hardware().pe_rows, ex.hardware().pe_cols, ex.run.attrs["hardware"]
+    (16, 6, 'sambanova_like')
+    >>> ex.controls["pe_cols"].value = 8
+    >>> ex.run.attrs["hardware"], int(ex.run.attrs["hw_pe_cols"])
+    ('sambanova_like (modified: pe_cols=8)', 8)
     >>> ex.narrow(window=(0.0, 1e-7)); ex.window
     (0.0, 1e-07)
     """
 
     def __init__(self, trace: Any, hw: Hardware | str | None = None, *, dataflow: str = "ws",
-                 views_shown: tuple[str, ...] = VIEWS) -> None:
+                 objective: str = "energy", views_shown: tuple[str, ...] = VIEWS) -> None:
         unknown = [v for v in views_shown if v not in VIEWS]
         if unknown:
             raise ValueError(f"unknown view(s) {unknown}; valid: {', '.join(VIEWS)}")
-        if dataflow not in ("ws", "os", "is", "hybrid"):
-            raise ValueError(f"unknown dataflow {dataflow!r}; valid: ws, os, is, hybrid")
+        if dataflow not in DATAFLOW_OPTIONS:
+            raise ValueError(f"unknown dataflow {dataflow!r}; valid: {', '.join(DATAFLOW_OPTIONS)}")
+        if objective not in OBJECTIVES:
+            raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
         self.trace = trace
         if hw is None:
             hw = presets.get("npu_like")
@@ -96,30 +211,43 @@ class Explorer(w.VBox):
             hw = presets.get(hw)
         if not isinstance(hw, Hardware):
             raise TypeError(f"hw must be a Hardware or a preset name, got {type(hw).__name__}")
-        self._base = hw
+        if hw.batch_shape != ():
+            raise ValueError(f"the Explorer shows one machine; {hw.name!r} is a batch of shape {hw.batch_shape} "
+                             "(open one of them, e.g. with SweepExplorer.open_machine)")
+        # dropdown label -> machine: every preset, and the given machine under its own label unless it is
+        # exactly the preset of its name (a machine named like a preset but differing keeps both reachable)
+        self._machines: dict[str, Hardware] = {name: presets.get(name) for name in presets.names()}
+        label = hw.name
+        if label in self._machines and not same_machine(hw, self._machines[label]):
+            label = f"{hw.name} (as given)"
+        self._machines[label] = hw
         self.run: Run | None = None
         self.policy: Any = None
         self.last_update_s = float("nan")
         self.window: tuple[float, float] | None = None
         self._syncing = False
         self._drawing = False
-        names = list(presets.names())
-        if hw.name not in names:
-            names.append(hw.name)
+        self._notes: list[str] = []
         # every node of the region tree, in program order (inner nodes such as "encoder/layer_0" too)
         regions = [str(r) for r in trace.regions["region"].values if str(r)]
         style = {"description_width": "7em"}
+
+        def slider(description: str) -> w.SelectionSlider:
+            # options are set from the machine by _set_sliders; a placeholder keeps the widget valid until then
+            return w.SelectionSlider(options=[("1", 1)], description=description, style=style)
+
         c = {
-            "preset": w.Dropdown(options=names, value=hw.name, description="machine", style=style),
-            "tile_rows": w.SelectionSlider(options=GRID, description="tile rows", style=style),
-            "tile_cols": w.SelectionSlider(options=GRID, description="tile cols", style=style),
-            "pe": w.SelectionSlider(options=PE, description="PE array", style=style),
-            "sram_kb": w.SelectionSlider(options=SRAM_KB, description="SRAM KiB", style=style),
-            "noc_bw": w.FloatLogSlider(base=2, min=0, max=10, step=1, description="NoC B/cyc", style=style),
-            "dram_bw": w.FloatLogSlider(base=2, min=0, max=12, step=0.5, description="DRAM B/cyc", style=style),
-            "dataflow": w.ToggleButtons(options=["ws", "os", "is", "hybrid"], value=dataflow, description="dataflow",
+            "preset": w.Dropdown(options=list(self._machines), value=label, description="machine", style=style),
+            "tile_rows": slider("tile rows"),
+            "tile_cols": slider("tile cols"),
+            "pe_rows": slider("PE rows"),
+            "pe_cols": slider("PE cols"),
+            "sram_kb": slider("SRAM KiB"),
+            "noc_bw": slider("NoC B/cyc"),
+            "dram_bw": slider("DRAM B/cyc"),
+            "dataflow": w.ToggleButtons(options=list(DATAFLOW_OPTIONS), value=dataflow, description="dataflow",
                                         style=style),
-            "objective": w.Dropdown(options=["energy", "latency", "edp"], value="energy", description="objective",
+            "objective": w.Dropdown(options=list(OBJECTIVES), value=objective, description="objective",
                                     style=style),
             "region": w.Dropdown(options=[("all regions", "")] + [(r, r) for r in regions], value="",
                                  description="region", style=style),
@@ -146,48 +274,85 @@ class Explorer(w.VBox):
             chart.observe(partial(self._on_selection, name), names="_vl_selections")
         self.clear.on_click(lambda _: self.narrow(window=None, region=""))
         c["preset"].observe(self._on_preset, names="value")
-        for key in ("tile_rows", "tile_cols", "pe", "sram_kb", "noc_bw", "dram_bw", "dataflow", "objective"):
+        for key in (*_MENUS, "dataflow"):
             c[key].observe(lambda change: self._update(), names="value")
+        # the objective only steers the hybrid policy: a single style's replay does not change with it
+        c["objective"].observe(lambda change: self._update() if c["dataflow"].value == "hybrid" else None,
+                               names="value")
         c["region"].observe(lambda change: self._narrowed(source=None), names="value")
-        machine = w.VBox([c["preset"], c["tile_rows"], c["tile_cols"], c["pe"], c["sram_kb"], c["noc_bw"],
-                          c["dram_bw"]], layout=w.Layout(min_width="390px"))  # room for the sliders' readouts
+        machine = w.VBox([c[k] for k in ("preset", "tile_rows", "tile_cols", "pe_rows", "pe_cols", "sram_kb",
+                                         "noc_bw", "dram_bw")],
+                         layout=w.Layout(min_width="390px"))  # room for the sliders' readouts
         policy = w.VBox([c["dataflow"], c["objective"], c["region"], w.HBox([self.focus, self.clear]), self.status,
                          self.summary])
         super().__init__([w.HBox([machine, policy]), tabs])
 
     # ---- machine from the controls ---------------------------------------------------------------
+    @property
+    def base(self) -> Hardware:
+        """The machine chosen in the ``machine`` dropdown (a preset, or the machine the Explorer was given)."""
+        return self._machines[self.controls["preset"].value]
+
     def _set_sliders(self, hw: Hardware) -> None:
+        """Show ``hw`` exactly: each slider's options get the machine's own value, then the slider takes it."""
         c = self.controls
-        self._syncing = True
+        values = {key: getattr(hw, field) for key, field in _SLIDERS.items()}
+        values["sram_kb"] = float(np.asarray(hw.sram_bytes)) / 1024  # exact: bytes / 2**10 is a binary float
+        self._syncing = True  # new options reset a slider's value: not a user's move
         try:
-            c["tile_rows"].value = _nearest(GRID, float(hw.tile_rows))
-            c["tile_cols"].value = _nearest(GRID, float(hw.tile_cols))
-            c["pe"].value = _nearest(PE, float(hw.pe_rows))
-            c["sram_kb"].value = _nearest(SRAM_KB, float(hw.sram_bytes) / 1024)
-            c["noc_bw"].value = float(hw.noc_link_bytes_per_cycle)
-            c["dram_bw"].value = float(hw.dram_bytes_per_cycle)
+            for key, value in values.items():
+                c[key].options = _menu(_MENUS[key], value)
+                c[key].value = _number(value)
         finally:
             self._syncing = False
 
     def hardware(self) -> Hardware:
-        """The machine the controls describe: the chosen preset with the sliders' values."""
-        c = self.controls
-        base = self._base if c["preset"].value == self._base.name else presets.get(c["preset"].value)
-        total = float(base.sram_bytes)
-        share = {f: float(getattr(base, f)) / total for f in ("sram_input_bytes", "sram_weight_bytes",
-                                                               "sram_output_bytes")}
-        kb = c["sram_kb"].value * 1024
-        pe = c["pe"].value
-        word = float(base.word_bytes)
-        floor = 2 * pe * word  # each partition holds one array row, double-buffered
-        return base.replace(
-            tile_rows=c["tile_rows"].value, tile_cols=c["tile_cols"].value, pe_rows=pe, pe_cols=pe,
-            noc_link_bytes_per_cycle=float(c["noc_bw"].value), dram_bytes_per_cycle=float(c["dram_bw"].value),
-            **{f: max(int(kb * s), int(floor)) for f, s in share.items()})
+        """The machine the controls describe: the chosen machine with the sliders' values.
+
+        Every field no slider moves is the chosen machine's; the SRAM total is split in its proportions
+        (unchanged, it keeps the exact partitions). A partition below the floor the PE array needs
+        (``2 x max(pe_rows, pe_cols) x word_bytes`` bytes, one array row double-buffered) is raised to it,
+        and the status line says so. The name is the chosen machine's when nothing differs, else it lists
+        the changed fields (see :func:`modified_name`).
+
+        Examples
+        --------
+        >>> import jax.numpy as jnp, dfit_nb
+        >>> from dfit_nb.sim import presets
+        >>> from dfit_nb.widgets import Explorer
+        >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+        >>> ex = Explorer(t, "eyeriss_like", views_shown=("regions",))
+        >>> ex.hardware() == presets.get("eyeriss_like")
+        True
+        >>> ex.controls["sram_kb"].value = 216  # twice the 108 KiB, split 2:1:1 as Eyeriss' buffer is here
+        >>> hw = ex.hardware(); hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes
+        (110592, 55296, 55296)
+        >>> hw.name
+        'eyeriss_like (modified: sram_input_bytes=110592, sram_output_bytes=55296, sram_weight_bytes=55296)'
+        """
+        hw, _ = self._machine()
+        return hw
+
+    def _machine(self) -> tuple[Hardware, list[str]]:
+        """The controls' machine and notes for the status line (an SRAM raised to the floor)."""
+        c, base = self.controls, self.base
+        fields: dict[str, Any] = {field: c[key].value for key, field in _SLIDERS.items()}
+        word = _number(base.word_bytes)
+        floor = math.ceil(2 * max(fields["pe_rows"], fields["pe_cols"]) * word)
+        total = round(float(c["sram_kb"].value) * 1024)
+        parts = _split(base, total)
+        notes = []
+        if min(parts.values()) < floor:  # Hardware would refuse it: keep the widget alive, say what was raised
+            raised = [f for f, v in parts.items() if v < floor]
+            parts = {f: max(v, floor) for f, v in parts.items()}
+            notes.append(f"SRAM raised to the floor of {floor} B per partition (2 x max(PE rows, PE cols) x "
+                         f"{word} B words) in {', '.join(f.split('_')[1] for f in raised)}: "
+                         f"{sum(parts.values()) / 1024:g} KiB per tile, not {total / 1024:g}")
+        hw = base.replace(**fields, **parts)
+        return hw.replace(name=modified_name(base, hw)), notes
 
     def _on_preset(self, change: Any) -> None:
-        hw = self._base if change["new"] == self._base.name else presets.get(change["new"])
-        self._set_sliders(hw)
+        self._set_sliders(self._machines[change["new"]])  # the chosen machine exactly: no slider moves it
         self._update()
 
     # ---- replay and redraw -----------------------------------------------------------------------
@@ -199,12 +364,14 @@ class Explorer(w.VBox):
         self.window = None  # a new machine has a new time axis
         t0 = time.perf_counter()
         try:
-            hw = self.hardware()
+            hw, self._notes = self._machine()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SpillWarning)
                 if c["dataflow"].value == "hybrid":
-                    self.policy = select_dataflows(self.trace, hw, c["objective"].value, evaluate=False)
-                    self.run = replay(self.trace, hw, self.policy)
+                    # evaluated: replayed against every single style, falling back to the best one when the
+                    # hybrid does not beat it, so the Explorer never shows an unverified gain
+                    self.policy = select_dataflows(self.trace, hw, c["objective"].value)
+                    self.run = self.policy.runs["hybrid"]
                 else:
                     self.policy = None
                     self.run = replay(self.trace, hw, c["dataflow"].value)
@@ -214,9 +381,18 @@ class Explorer(w.VBox):
             return
         failed = self._redraw()
         self.last_update_s = time.perf_counter() - t0
-        self.status.value = failed or f"updated in {self.last_update_s * 1e3:.0f} ms"
+        self.status.value = failed or self._status()
         self.summary.value = self.run._repr_html_()
         self._show_focus()
+
+    def _status(self) -> str:
+        """The status line of a good update: time taken, the machine replayed, the policy, any SRAM clamp."""
+        parts = [f"updated in {self.last_update_s * 1e3:.0f} ms",
+                 f"machine <code>{html.escape(str(self.run.attrs['hardware']))}</code>"]
+        if self.policy is not None:
+            parts.append(f"policy <code>{html.escape(self.policy.name)}</code>")
+        parts += [f"<b style='color:#a60'>{html.escape(note)}</b>" for note in self._notes]
+        return "; ".join(parts)
 
     @property
     def region(self) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 import xarray as xr
 
 from .. import views
+from ..sim import DATAFLOWS
 from ..sim.hardware import FIELDS, Hardware
 from .explorer import Explorer
 
@@ -76,17 +77,47 @@ class SweepExplorer(w.VBox):
             self.open_machine(int(m.group(1)))
 
     def machine(self, index: int) -> Hardware:
-        """The Hardware of machine ``index`` of a ``replay_batch`` Dataset (its fields are coordinates)."""
-        if "machine" not in self.ds.dims or any(f not in self.ds.coords for f in FIELDS):
-            raise ValueError("only a dfit_nb.sim.replay_batch Dataset names its machines' hardware fields")
-        values = {f: np.asarray(self.ds[f].values)[index].item() for f in FIELDS}
-        return Hardware(name=f"{self.ds.attrs.get('hardware', 'machine')}[{index}]",
+        """The exact Hardware of machine ``index`` of a ``replay_batch`` Dataset: every field from its coordinates.
+
+        Named ``"<batch name> (swept machine <index>)"``, so a Run replayed on it says where it came from.
+
+        Examples
+        --------
+        >>> import jax.numpy as jnp, dfit_nb
+        >>> from dfit_nb.sim import Hardware, presets, replay_batch
+        >>> from dfit_nb.widgets import SweepExplorer
+        >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+        >>> hw = presets.get("npu_like")
+        >>> ds = replay_batch(t, Hardware.stack([hw, hw.replace(pe_cols=12)], name="npu_like sweep"))
+        >>> m = SweepExplorer(ds).machine(1)
+        >>> m.name, m.pe_rows, m.pe_cols
+        ('npu_like sweep (swept machine 1)', 16.0, 12.0)
+        """
+        missing = [f for f in FIELDS if f not in self.ds.coords]
+        if "machine" not in self.ds.dims or missing:
+            raise ValueError("only a dfit_nb.sim.replay_batch Dataset names its machines' hardware fields"
+                             + (f" (this one lacks {', '.join(missing)})" if "machine" in self.ds.dims else ""))
+        n = self.ds.sizes["machine"]
+        if not -n <= index < n:
+            raise IndexError(f"machine {index} is not in the sweep: it has machines 0..{n - 1}")
+        index = index % n  # a negative index names the machine by its position from the end
+        # replay_batch puts every field along "machine"; a field fixed over the sweep may be a scalar
+        values = {f: np.asarray((self.ds[f].isel(machine=index) if "machine" in self.ds[f].dims else self.ds[f])
+                                .values).item() for f in FIELDS}
+        return Hardware(name=f"{self.ds.attrs.get('hardware', 'machine')} (swept machine {index})",
                         execution=str(self.ds.attrs.get("execution", "time")), **values)
 
     def open_machine(self, index: int) -> Explorer:
-        """Open machine ``index`` in an :class:`Explorer` below the front (needs the trace)."""
+        """Open machine ``index`` in an :class:`Explorer` below the front (needs the trace).
+
+        The Explorer replays exactly that machine (:meth:`machine`), with the sweep's dataflow when it
+        was one single style.
+        """
         if self.trace is None:
             raise ValueError("SweepExplorer was built without the trace: pass it to open machines")
-        self.explorer = Explorer(self.trace, self.machine(index))
-        self.detail.children = [w.HTML(f"<b>machine {index}</b>"), self.explorer]
+        hw = self.machine(index)
+        dataflow = str(self.ds.attrs.get("dataflow", "ws"))
+        self.explorer = Explorer(self.trace, hw, dataflow=dataflow if dataflow in DATAFLOWS else "ws")
+        self.detail.children = [w.HTML(f"<b>machine {int(index)}</b>: <code>{html.escape(hw.name)}</code>"),
+                                self.explorer]
         return self.explorer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import sys
@@ -9,6 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+from dfit_nb.sim import DATAFLOWS, Hardware, presets
+from dfit_nb.sim.hardware import FIELDS
+from dfit_nb.sim.policy import OBJECTIVES
 from dfit_nb.sim.run import Run
 from dfit_nb.widgets import Explorer
 
@@ -37,8 +41,9 @@ def test_a_slider_change_replays_and_redraws(explorer):
     explorer.tabs.selected_index = 1  # utilization: the visible view redraws at once
     spec_before = explorer.charts["utilization"].chart.to_json()
     roofline_before = explorer.charts["roofline"].chart.to_json()
-    explorer.controls["pe"].value = 32
-    assert int(explorer.run.attrs["hw_pe_rows"]) == 32
+    explorer.controls["pe_rows"].value = 32
+    assert int(explorer.run.attrs["hw_pe_rows"]) == 32 and int(explorer.run.attrs["hw_pe_cols"]) == 16  # not squared
+    assert explorer.run.attrs["hardware"] == "npu_like (modified: pe_rows=32)"
     assert float(explorer.run.summary["latency_s"]) != before
     assert explorer.charts["utilization"].chart.to_json() != spec_before
     assert explorer.charts["roofline"].chart.to_json() == roofline_before  # hidden: redrawn when opened
@@ -51,12 +56,24 @@ def test_a_slider_change_replays_and_redraws(explorer):
 
 
 def test_dataflow_hybrid_and_presets(explorer):
+    assert list(explorer.controls["dataflow"].options) == [*DATAFLOWS, "hybrid"]
+    assert list(explorer.controls["objective"].options) == list(OBJECTIVES)
     explorer.controls["dataflow"].value = "hybrid"
-    assert explorer.policy is not None and explorer.run.attrs["dataflow"].startswith("hybrid")
-    explorer.controls["preset"].value = "sambanova_like"
-    assert explorer.run.attrs["execution"] == "spatial"
-    assert explorer.controls["tile_cols"].value == 20 and explorer.controls["pe"].value == 16
+    policy = explorer.policy
+    # the evaluated policy: the Run shown is its replay, and the status names it (a fallback says so)
+    assert policy is not None and policy.runs is not None and explorer.run is policy.runs["hybrid"]
+    assert policy.baselines is not None and policy.name in html.unescape(explorer.status.value)
+    assert float(explorer.run.summary["energy_j"]) <= min(
+        float(policy.runs[s].summary["energy_j"]) for s in DATAFLOWS) * (1 + 1e-9)
+    explorer.controls["preset"].value = "sambanova_like"  # resets to the preset exactly
+    sambanova = presets.get("sambanova_like")
+    assert explorer.run.attrs["execution"] == "spatial" and explorer.run.attrs["hardware"] == "sambanova_like"
+    assert explorer.controls["tile_cols"].value == 20
+    assert (explorer.controls["pe_rows"].value, explorer.controls["pe_cols"].value) == (16, 6)
+    assert explorer.hardware() == sambanova
     explorer.controls["dataflow"].value = "ws"
+    explorer.controls["preset"].value = "npu_like"
+    assert explorer.hardware() == presets.get("npu_like")
 
 
 def test_the_region_picker_narrows_the_timeline(explorer):
@@ -153,15 +170,18 @@ def test_a_view_that_cannot_draw_says_why(explorer):
 
 
 def test_an_extreme_machine_is_kept_valid_and_replays(explorer):
-    explorer.controls["pe"].value = 256
+    explorer.controls["pe_rows"].value = 256
+    explorer.controls["pe_cols"].value = 256
     explorer.controls["sram_kb"].value = 8  # the smallest SRAM beside the widest array
     assert explorer.status.value.startswith("updated in"), explorer.status.value
     a = explorer.run.attrs
-    assert a["hw_pe_rows"] == 256 and a["hw_sram_input_bytes"] + a["hw_sram_weight_bytes"] \
+    assert a["hw_pe_rows"] == a["hw_pe_cols"] == 256 and a["hw_sram_input_bytes"] + a["hw_sram_weight_bytes"] \
         + a["hw_sram_output_bytes"] == 8 * 1024
     floor = 2 * 256 * a["hw_word_bytes"]  # each partition holds two array rows at least
     assert min(a["hw_sram_input_bytes"], a["hw_sram_weight_bytes"], a["hw_sram_output_bytes"]) >= floor
-    explorer.controls["preset"].value = "npu_like"  # back to the fixture's machine
+    explorer.controls["preset"].value = "scalesim_32"  # the dropdown resets exactly, back to the fixture's machine
+    explorer.controls["preset"].value = "npu_like"
+    assert explorer.hardware() == presets.get("npu_like")
 
 
 def test_widget_state_serialises(explorer):
@@ -191,3 +211,91 @@ def test_bad_arguments(static_traces):
     with pytest.raises(KeyError, match="no hardware preset"):
         Explorer(static_traces["mlp"], "tpu")
     assert np.isfinite(Explorer(static_traces["mlp"], views_shown=("regions",)).last_update_s)
+
+
+# ---- the machine shown is the machine given ------------------------------------------------------------------
+
+def _same_fields(hw, expected):
+    return {f: float(np.asarray(getattr(hw, f))) for f in FIELDS} == {
+        f: float(np.asarray(getattr(expected, f))) for f in FIELDS}
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_every_preset_is_replayed_exactly(static_traces, name):
+    preset = presets.get(name)
+    ex = Explorer(static_traces["mlp"], name, views_shown=("regions",))
+    hw = ex.hardware()
+    assert _same_fields(hw, preset) and hw.execution == preset.execution and hw.name == name
+    a = ex.run.attrs
+    assert a["hardware"] == name and a["execution"] == preset.execution
+    assert {f: a[f"hw_{f}"] for f in FIELDS} == {f: float(getattr(preset, f)) for f in FIELDS}
+    assert f"machine <code>{name}</code>" in ex.status.value
+
+
+def test_sambanova_keeps_its_16_by_6_array(static_traces):
+    ex = Explorer(static_traces["mlp"], "sambanova_like", views_shown=("regions",))
+    assert (ex.run.attrs["hw_pe_rows"], ex.run.attrs["hw_pe_cols"]) == (16.0, 6.0)
+    assert ex.controls["pe_cols"].value == 6 and 6 in [v for _, v in ex.controls["pe_cols"].options]
+
+
+def test_a_custom_machine_round_trips_and_a_control_changes_one_field(static_traces):
+    mine = presets.get("npu_like").replace(name="mine", pe_cols=12, dram_bytes_per_cycle=37.5, noc_hop_cycles=3.0,
+                                           sram_output_bytes=20 * 1024 + 7)
+    ex = Explorer(static_traces["mlp"], mine, views_shown=("regions",))
+    assert ex.hardware() == mine and ex.run.attrs["hardware"] == "mine"
+    assert ex.controls["preset"].value == "mine" and "mine" in ex.controls["preset"].options
+    assert ex.controls["dram_bw"].value == 37.5 and ex.controls["sram_kb"].value == (68 * 1024 + 7) / 1024
+    ex.controls["pe_cols"].value = 32
+    hw = ex.hardware()
+    assert hw.name == "mine (modified: pe_cols=32)" == ex.run.attrs["hardware"]
+    assert hw.pe_cols == 32 and _same_fields(hw.replace(pe_cols=12), mine)  # nothing else moved
+    ex.controls["tile_rows"].value = 2
+    assert ex.run.attrs["hardware"] == "mine (modified: pe_cols=32, tile_rows=2)"
+    ex.controls["pe_cols"].value = 12  # back on the given value: only tile_rows differs now
+    ex.controls["tile_rows"].value = 4
+    assert ex.hardware() == mine and ex.run.attrs["hardware"] == "mine"
+    ex.controls["preset"].value = "npu_like"  # another machine, exactly; the given one stays reachable
+    assert ex.hardware() == presets.get("npu_like")
+    ex.controls["preset"].value = "mine"
+    assert ex.hardware() == mine
+
+
+def test_a_machine_named_like_a_preset_but_different_is_not_the_preset(static_traces):
+    given = presets.get("npu_like").replace(pe_cols=8)  # still called npu_like: the user's name is kept
+    ex = Explorer(static_traces["mlp"], given, views_shown=("regions",))
+    assert ex.hardware() == given and ex.controls["preset"].value == "npu_like (as given)"
+    ex.controls["preset"].value = "npu_like"
+    assert ex.hardware() == presets.get("npu_like")
+
+
+def test_the_sram_split_keeps_the_proportions_and_a_too_small_partition_is_raised(static_traces):
+    npu = presets.get("npu_like")
+    ex = Explorer(static_traces["mlp"], npu, views_shown=("regions",))
+    ex.controls["sram_kb"].value = 128  # 32:16:16 KiB doubled
+    hw = ex.hardware()
+    assert (hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes) == (64 * 1024, 32 * 1024, 32 * 1024)
+    assert hw.name == ("npu_like (modified: sram_input_bytes=65536, sram_output_bytes=32768, "
+                       "sram_weight_bytes=32768)")
+    # a skewed split whose smallest partition cannot hold a 256-wide array row of 4-byte words at 8 KiB
+    skewed = Hardware(name="skewed", pe_rows=16, pe_cols=16, word_bytes=4, sram_input_bytes=60 * 1024,
+                      sram_weight_bytes=60 * 1024, sram_output_bytes=8 * 1024)
+    ex = Explorer(static_traces["mlp"], skewed, views_shown=("regions",))
+    ex.controls["sram_kb"].value = 8
+    ex.controls["pe_rows"].value = 256
+    floor = 2 * 256 * 4
+    hw = ex.hardware()
+    assert min(hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes) == floor
+    assert hw.sram_output_bytes == floor and hw.sram_input_bytes + hw.sram_weight_bytes < 8 * 1024
+    status = ex.status.value
+    assert status.startswith("updated in") and f"SRAM raised to the floor of {floor} B" in status
+    assert ex.run.attrs["hw_sram_output_bytes"] == floor
+
+
+def test_the_objective_is_a_parameter_and_a_batch_is_refused(static_traces):
+    ex = Explorer(static_traces["mlp"], "npu_like", dataflow="hybrid", objective="latency", views_shown=("regions",))
+    assert ex.policy.objective == "latency" and ex.run is ex.policy.runs["hybrid"]
+    with pytest.raises(ValueError, match="unknown objective"):
+        Explorer(static_traces["mlp"], objective="area")
+    npu = presets.get("npu_like")
+    with pytest.raises(ValueError, match="one machine"):
+        Explorer(static_traces["mlp"], Hardware.stack([npu, npu.replace(pe_cols=8)]))

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import types
+import warnings
 
 import pytest
 
-from dfit_nb.sim import Hardware, presets, replay_batch, sweep
+from dfit_nb.sim import Hardware, presets, replay, replay_batch, sweep
+from dfit_nb.sim.hardware import FIELDS
+from dfit_nb.sim.replay import SpillWarning
 from dfit_nb.widgets import SweepExplorer
 
 
@@ -25,6 +28,30 @@ def test_a_click_opens_the_machine_in_an_explorer(static_traces, batch):
     assert sx.explorer is not None and int(sx.explorer.run.attrs["hw_pe_rows"]) == 8
     assert float(sx.explorer.run.summary["latency_s"]) == pytest.approx(float(batch["latency_s"][1]), rel=1e-9)
     assert len(sx.detail.children) == 2
+    assert sx.explorer.run.attrs["hardware"] == "batch (swept machine 1)"
+
+
+def test_an_opened_machine_is_the_swept_machine_exactly(static_traces):
+    hw = presets.get("sambanova_like")  # spatial, a 16x6 array: nothing the old square PE slider could show
+    machines = [hw, hw.replace(pe_cols=12, tile_rows=3, dram_bytes_per_cycle=37.5, noc_hop_cycles=2.0,
+                               sram_output_bytes=100_000, clock_ghz=1.2)]
+    ds = replay_batch(static_traces["mlp"], Hardware.stack(machines, name="sn sweep"))
+    sx = SweepExplorer(ds, static_traces["mlp"])
+    for i, machine in enumerate(machines):
+        ex = sx.open_machine(i)
+        got = ex.hardware()
+        assert got.name == f"sn sweep (swept machine {i})" == ex.run.attrs["hardware"]
+        assert got.execution == "spatial" == ex.run.attrs["execution"]
+        assert {f: float(getattr(got, f)) for f in FIELDS} == {f: float(getattr(machine, f)) for f in FIELDS}
+        assert {f: ex.run.attrs[f"hw_{f}"] for f in FIELDS} == {f: float(getattr(machine, f)) for f in FIELDS}
+        # the Explorer's Run is the replay of exactly that machine
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SpillWarning)
+            alone = replay(static_traces["mlp"], machine)
+        assert float(ex.run.summary["latency_s"]) == float(alone.summary["latency_s"])
+        assert float(ex.run.summary["energy_j"]) == float(alone.summary["energy_j"])
+    with pytest.raises(IndexError, match=r"machines 0\.\.1"):
+        sx.machine(2)
 
 
 def test_axes_redraw_and_bad_uses(static_traces, batch):

@@ -1,0 +1,495 @@
+"""The one machine model: the per-tile physics every figure of the toolkit reads.
+
+Everything that turns an op, a mapping and a :class:`~dfit_nb.sim.Hardware`
+into cycles, bytes and joules lives here, as pure array functions (``jax.numpy``,
+elementwise over ops, candidates and machines: ``jit``, ``vmap`` and ``grad``
+go through them). Nothing else in the toolkit restates a formula:
+
+* :func:`dfit_nb.sim.cost` maps each op alone (:func:`dfit_nb.sim.mapping.search`
+  over the whole grid), then prices it with :func:`model` and times it with
+  :func:`op_body` / :func:`alone_cycles`: exactly what :func:`dfit_nb.replay`
+  charges a one-op program;
+* :func:`dfit_nb.replay` (:mod:`dfit_nb.sim.schedule`) calls :func:`model` per op
+  and :func:`op_body` per scan step, adding what only a schedule knows
+  (dependencies, retiles between differently laid-out ops, DRAM contention);
+* :func:`dfit_nb.sim.select_dataflows` prices every op x dataflow with the
+  replay's own per-op records, and switches with :func:`switch_cost`;
+* the views' roofline plots the roofs a Run carries (:func:`roofs`).
+
+The model of one op
+-------------------
+An op is a batch of ``B`` GEMMs ``(M x K) @ (K x N)``; non-GEMM ops are a
+stream of elements on the tiles' vector units. A *mapping* splits it over a
+virtual grid of ``gy x gx`` tiles (layout ``mn``: rows by ``gy``, output
+columns by ``gx``; layout ``mk``: rows by ``gy``, the reduction by ``gx``),
+folded onto ``U = min(gy gx, alloc)`` physical tiles.
+
+**Compute** per virtual tile follows SCALE-Sim's fold structure on an ``R x C``
+array. A dataflow maps the GEMM onto (array rows, array columns, time):
+
+=====  ==========  ==========  =========
+style  rows (Sr)   cols (Sc)   time (T)
+=====  ==========  ==========  =========
+os     M           N           K
+ws     K           N           M
+is     K           M           N
+=====  ==========  ==========  =========
+
+The array runs ``ceil(Sr / R) * ceil(Sc / C)`` folds back to back; a fold costs
+``T + R + C - 2`` cycles for OS and ``2R + C + T - 2`` for WS and IS (the
+stationary operand is loaded first); like SCALE-Sim's "Total Cycles", a GEMM's
+count is that product minus one. A K split (``mk``) reduces its partial sums on
+the vector units (a ``log2(gx)``-deep tree). Non-GEMM work is ``flops`` plus
+``TRANSCENDENTAL_WORK`` per transcendental (a documented assumption: a
+polynomial or table evaluation) over ``vector_lanes`` lanes per tile.
+
+**SRAM traffic** (elements) per GEMM piece: each fold reads its operands once.
+
+=====  ======================  ======================  ===========================
+style  input reads             weight reads            output writes / reads
+=====  ======================  ======================  ===========================
+os     M*K*ceil(N/C)           K*N*ceil(M/R)           M*N / 0
+ws     M*K*ceil(N/C)           K*N                     M*N*ceil(K/R) / M*N*(ceil(K/R)-1)
+is     M*K                     K*N*ceil(M/C)           M*N*ceil(K/R) / M*N*(ceil(K/R)-1)
+=====  ======================  ======================  ===========================
+
+**What fits.** Per virtual tile, an operand piece that fits half its SRAM
+partition (the other half prefetches: double buffering) is fetched once;
+otherwise every fold refetches it from DRAM. Partial sums that do not fit half
+the output partition spill to DRAM (written and read back per fold).
+
+**Where operands come from.** Weights and program inputs come from DRAM,
+delivered over the mesh from the grid's west edge (``(tile_cols + 1) / 2`` hops
+on average; a piece several tiles share is multicast: it crosses each link once).
+A tensor a producer kept on chip arrives over the NoC (a retile, priced by the
+schedule); a result stays on chip for its consumers when its pieces fit half the
+output partitions of its tiles, else it is written to DRAM.
+
+**Time** (:func:`op_body`). With double buffering, compute, SRAM ports, NoC
+delivery and DRAM overlap; the op takes the slowest of
+
+* compute: the busiest tile's virtual tiles x cycles each;
+* SRAM ports: bytes / ``(R + 2C) x word`` per tile (``3 x lanes x word`` on the
+  vector unit);
+* NoC: the busiest west-edge row link's bytes / ``noc_link_bytes_per_cycle``
+  plus ``noc_hop_cycles`` x the farthest column;
+* DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once.
+
+**Words.** An op moves words of its dtype's width cast down to the machine's
+widest native word (``word_bytes``); tables without a dtype use the native word.
+
+**Energy** (pJ): MACs x the MAC energy of the op's word (``mac_pj_1/2/4``; an
+8-byte MAC is charged 4x the 4-byte one); register file 3 words per MAC; SRAM
+bytes read and written; NoC byte-hops; DRAM bytes.
+
+**Dataflow switch** (:func:`switch_cost`): changing the stationary operand
+re-lays out the next GEMM's input in SRAM (read and written back), and on a
+grid moves it across the mesh; a control penalty may be added per switch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .hardware import Hardware
+
+#: Dataflows (stationary operand): weight-, output-, input-stationary. Codes are their indices.
+DATAFLOWS = ("ws", "os", "is")
+WS, OS, IS = range(3)
+#: Virtual layouts: split (rows, output columns) or (rows, reduction).
+LAYOUTS = ("mn", "mk")
+MN, MK = range(2)
+#: Tensors and memory levels of the traffic matrix (``model(...)["traffic"]``).
+TENSORS = ("activation", "weight", "psum")
+LEVELS = ("sram", "noc", "dram")
+#: Energy levels of :func:`model`.
+ENERGY_LEVELS = ("mac", "rf", "sram", "noc", "dram")
+#: Vector-unit work per transcendental (a documented assumption: a polynomial or table evaluation).
+TRANSCENDENTAL_WORK = 8.0
+#: Bytes per element of an op whose dtype is unknown (JAX's default float32).
+DEFAULT_ITEMSIZE = 4.0
+
+_f64 = jnp.float64
+
+
+def field(hw: Hardware, name: str) -> Any:
+    """A Hardware field as a float64 array (the one way the model reads a field)."""
+    return jnp.asarray(getattr(hw, name), _f64)
+
+
+def tiles(hw: Hardware) -> Any:
+    """Tiles of the grid."""
+    return field(hw, "tile_rows") * field(hw, "tile_cols")
+
+
+def multi_tile(hw: Hardware) -> Any:
+    """Whether the grid has more than one tile (a mesh to cross)."""
+    return tiles(hw) > 1
+
+
+def avg_hops(hw: Hardware) -> Any:
+    """Average hops from the west edge to a tile of a row (XY routing)."""
+    return (field(hw, "tile_cols") + 1.0) / 2.0
+
+
+def sram_per_tile(hw: Hardware) -> Any:
+    """SRAM bytes per tile, all partitions."""
+    return field(hw, "sram_input_bytes") + field(hw, "sram_weight_bytes") + field(hw, "sram_output_bytes")
+
+
+def sram_port_bytes_per_cycle(hw: Hardware, word: Any, gemm: Any) -> Any:
+    """One tile's SRAM port bandwidth: R inputs + C weights + C outputs per cycle on the PE array, two reads
+    and a write per lane on the vector unit."""
+    r, c, lanes = field(hw, "pe_rows"), field(hw, "pe_cols"), field(hw, "vector_lanes")
+    return jnp.where(gemm, (r + 2.0 * c) * word, 3.0 * lanes * word)
+
+
+def roofs(hw: Hardware) -> dict[str, Any]:
+    """The machine's roofs, whole chip, per second: what the roofline plots and a Run carries.
+
+    ``peak_flops_per_s`` (a MAC is two FLOPs), ``dram_bytes_per_s``,
+    ``noc_edge_bytes_per_s`` (data enter the mesh through one link per tile row
+    at the west edge), ``sram_bytes_per_s`` (every tile's PE-array ports at the
+    native word).
+
+    >>> from dfit_nb.sim import presets
+    >>> r = roofs(presets.get("scalesim_32"))
+    >>> float(r["peak_flops_per_s"]) == 2 * 32 * 32 * 1e9
+    True
+    """
+    clock = field(hw, "clock_ghz") * 1e9
+    native = field(hw, "word_bytes")
+    return {
+        "peak_flops_per_s": 2.0 * tiles(hw) * field(hw, "pe_rows") * field(hw, "pe_cols") * clock,
+        "dram_bytes_per_s": field(hw, "dram_bytes_per_cycle") * clock,
+        "noc_edge_bytes_per_s": field(hw, "tile_rows") * field(hw, "noc_link_bytes_per_cycle") * clock,
+        "sram_bytes_per_s": tiles(hw) * sram_port_bytes_per_cycle(hw, native, True) * clock,
+    }
+
+
+#: units and descriptions of :func:`roofs`
+ROOFS = {
+    "peak_flops_per_s": ("FLOP/s", "peak compute of every PE array (a MAC is two FLOPs)"),
+    "dram_bytes_per_s": ("B/s", "DRAM bandwidth"),
+    "noc_edge_bytes_per_s": ("B/s", "bandwidth into the mesh: one link per tile row at the west edge"),
+    "sram_bytes_per_s": ("B/s", "SRAM port bandwidth of every tile's PE array at the native word"),
+}
+
+
+def word_and_mac_energy(itemsize: Any, hw: Hardware, xp: Any = jnp) -> tuple[Any, Any]:
+    """An op's word (its dtype's width cast down to the machine's widest native word; the native word when
+    the width is unknown, 0) and the energy of one MAC at that width."""
+    f64 = xp.float64
+    native = xp.asarray(hw.word_bytes, f64)
+    word = xp.where(itemsize > 0, xp.minimum(itemsize, native), native)
+    mac_pj = xp.where(word <= 1, xp.asarray(hw.mac_pj_1, f64), xp.where(
+        word <= 2, xp.asarray(hw.mac_pj_2, f64), xp.asarray(hw.mac_pj_4, f64) * xp.maximum(word / 4.0, 1.0) ** 2))
+    return word, mac_pj
+
+
+def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:
+    """Program bytes -> bytes in the machine's words (an unknown dtype counts as float32)."""
+    return word / xp.where(itemsize > 0, itemsize, DEFAULT_ITEMSIZE)
+
+
+def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> tuple[Any, Any, Any]:
+    """Cycles of one GEMM on one R x C array: ``(cycles, row folds, col folds)``.
+
+    ``df`` is a dataflow code (:data:`DATAFLOWS` index), elementwise.
+    """
+    sr = xp.where(df == OS, m, k)
+    sc = xp.where(df == IS, m, n)
+    t = xp.where(df == WS, m, xp.where(df == OS, k, n))
+    fr, fc = xp.ceil(sr / r), xp.ceil(sc / c)
+    per_fold = xp.where(df == OS, t + r + c - 2, 2 * r + c + t - 2)
+    # SCALE-Sim reports the 0-based index of the last cycle as "Total Cycles": one less than
+    # folds x per-fold cycles. We keep its convention so its figures compare exactly.
+    return fr * fc * per_fold - 1, fr, fc
+
+
+def gemm_sram_elements(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> dict[str, Any]:
+    """SRAM element traffic of one GEMM per operand (see the module docstring)."""
+    fold_n_c = xp.ceil(n / c)
+    fold_k_r = xp.ceil(k / r)
+    inp = xp.where(df == IS, m * k, m * k * fold_n_c)
+    wgt = xp.where(df == WS, k * n, xp.where(df == OS, k * n * xp.ceil(m / r), k * n * xp.ceil(m / c)))
+    out_w = xp.where(df == OS, m * n, m * n * fold_k_r)
+    out_r = xp.where(df == OS, 0.0, m * n * (fold_k_r - 1))
+    return {"input": inp, "weight": wgt, "output_w": out_w, "output_r": out_r}
+
+
+def _pieces(ops: dict[str, Any], layout: Any, gy: Any, gx: Any) -> dict[str, Any]:
+    """Per-virtual-tile GEMM piece: rows, bt GEMMs of mt x kt x nt."""
+    m, k, n, b = ops["m"], ops["k"], ops["n"], jnp.maximum(ops["batch"], 1.0)
+    rows = b * m
+    rows_t = jnp.ceil(rows / gy)
+    mt = jnp.minimum(rows_t, m)
+    bt = jnp.ceil(rows_t / jnp.maximum(m, 1.0))
+    mk = layout == MK
+    kt = jnp.where(mk, jnp.ceil(k / gx), k)
+    nt = jnp.where(mk, n, jnp.ceil(n / gx))
+    return {"rows": rows, "rows_t": rows_t, "mt": mt, "bt": bt, "kt": kt, "nt": nt}
+
+
+def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: Any, alloc: Any) -> dict[str, Any]:
+    """Cost of each op (one execution) under a mapping, folded onto ``alloc`` physical tiles.
+
+    ``ops`` holds float64 arrays (see :func:`dfit_nb.sim.replay.prepare`): the
+    GEMM view (``m``, ``k``, ``n``, ``batch``, ``gemm``), ``flops``,
+    ``transcendentals``, ``elems_in``, ``elems_out``, ``itemsize``, operand
+    bytes (``lhs_bytes``, ``rhs_bytes``, ``ext_bytes``, ``bytes_written``, in
+    program bytes), the fractions of the operands producers feed (``fed0``,
+    ``fed1``) and ``has_consumer``. Every argument broadcasts. Returns per-op
+    arrays: the mapping (``layout``, ``gy``, ``gx``, ``virtual_tiles``,
+    ``tiles``, ``fold``, ``spilled_bytes``), ``compute_v`` and ``sram_cycles_v``
+    per virtual tile, ``dram_bytes``, the NoC bytes the scheduler moves
+    (``noc_in`` with multicast copies, ``noc_unique_in`` once per link,
+    ``noc_out``, ``psum_noc``), bytes per operand (``sram_reads_input``, ...,
+    ``dram_writes_output``), bytes by tensor and level (``traffic``, shape
+    ``(3, 3, ...)``: :data:`TENSORS` x :data:`LEVELS`) and energy by level
+    (``energy_<level>_pj`` for :data:`ENERGY_LEVELS`, and ``energy_compute_pj`` = MAC + RF).
+    """
+    r, c = field(hw, "pe_rows"), field(hw, "pe_cols")
+    lanes = field(hw, "vector_lanes")
+    gemm = ops["gemm"] > 0
+    word, mac_pj = word_and_mac_energy(ops["itemsize"], hw)
+    scale = word_scale(ops["itemsize"], word)
+    gx = jnp.where(gemm, gx, 1.0)
+    v = gy * gx
+    u = jnp.maximum(jnp.minimum(v, alloc), 1.0)
+    fold = jnp.ceil(v / u)
+    p = _pieces(ops, layout, gy, gx)
+    mk = (layout == MK) & gemm
+
+    # ---- compute: per virtual tile
+    one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c)
+    # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
+    reduce_cycles = jnp.where(mk & (gx > 1), jnp.ceil(p["rows_t"] * p["nt"] / lanes) * jnp.log2(gx), 0.0)
+    gemm_v = p["bt"] * one + reduce_cycles
+    work = ops["flops"] + TRANSCENDENTAL_WORK * ops["transcendentals"]
+    vector_v = jnp.ceil(jnp.maximum(work, ops["elems_out"]) / (lanes * v))
+    compute_v = jnp.where(gemm, gemm_v, vector_v)
+    macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
+
+    # ---- SRAM (bytes, whole op)
+    e = gemm_sram_elements(p["mt"], p["kt"], p["nt"], df, r, c)
+    per_v = {key: val * p["bt"] * word for key, val in e.items()}
+    sram_in = jnp.where(gemm, per_v["input"] * v, ops["elems_in"] * word)
+    sram_w = jnp.where(gemm, per_v["weight"] * v, 0.0)
+    sram_out_w = jnp.where(gemm, per_v["output_w"] * v, ops["elems_out"] * word)
+    sram_out_r = jnp.where(gemm, per_v["output_r"] * v, 0.0)
+    final_out = jnp.where(gemm, p["rows"] * ops["n"] * word, ops["elems_out"] * word)
+
+    # ---- what each tile is handed (compulsory, with multicast copies) and what does not fit
+    half = 0.5
+    in_piece = p["bt"] * p["mt"] * p["kt"] * word
+    w_piece = p["bt"] * p["kt"] * p["nt"] * word
+    in_fits = p["mt"] * p["kt"] * word <= half * field(hw, "sram_input_bytes")
+    w_fits = p["kt"] * p["nt"] * word <= half * field(hw, "sram_weight_bytes")
+    psum_rows = jnp.where(df == OS, jnp.minimum(p["mt"], r), p["mt"])  # OS keeps partial sums in the PEs
+    out_fits = psum_rows * p["nt"] * word <= half * field(hw, "sram_output_bytes")
+    deliv_in = in_piece * v
+    deliv_w = w_piece * v
+    refetch_in = jnp.where(gemm & ~in_fits, jnp.maximum(sram_in - deliv_in, 0.0), 0.0)
+    refetch_w = jnp.where(gemm & ~w_fits, jnp.maximum(sram_w - deliv_w, 0.0), 0.0)
+    spill_w = jnp.where(gemm & ~out_fits, sram_out_w - final_out, 0.0)
+    spill_r = jnp.where(gemm & ~out_fits, sram_out_r, 0.0)
+    psum_spill = spill_w + spill_r
+    psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * word, 0.0)
+
+    # operands from outside the program's ops (weights, program inputs) come from DRAM; the fractions
+    # fed by producers arrive by retile (scheduler) or, when the producer spilled, from DRAM too
+    ext0, ext1 = 1.0 - ops["fed0"], 1.0 - ops["fed1"]
+    ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ops["ext_bytes"] * scale)
+    ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
+    # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles;
+    # program outputs and results that do not fit are written to DRAM
+    out_onchip = (ops["has_consumer"] > 0) & (
+        ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))
+    out_dram = jnp.where(out_onchip, 0.0, ops["bytes_written"] * scale)
+    spilled = refetch_in + refetch_w + psum_spill
+    dram_bytes = ext_in_dram + ext_w_dram + out_dram + spilled
+    multi = multi_tile(hw)
+    noc_in = jnp.where(multi, jnp.where(gemm, ext0 * deliv_in + ext1 * deliv_w, ext_in_dram)
+                       + refetch_in + refetch_w + spill_r, 0.0)
+    noc_out = jnp.where(multi, out_dram + spill_w, 0.0)
+    # a piece several tiles share is multicast: it crosses each link once, so links carry the unique bytes
+    noc_unique_in = jnp.where(multi, ext_in_dram + ext_w_dram + refetch_in + refetch_w + spill_r, 0.0)
+
+    # ---- traffic by tensor (activation, weight, psum) and level (sram, noc, dram)
+    rhs_is_weight = jnp.where(gemm, ext1, 0.0)
+    sram_psum = jnp.where(gemm, (sram_out_w - final_out) + sram_out_r, 0.0)
+    traffic = jnp.stack([
+        jnp.stack([sram_in + sram_w * (1 - rhs_is_weight) + final_out,
+                   jnp.where(multi, jnp.where(gemm, ext0 * deliv_in, ext_in_dram) + refetch_in + out_dram, 0.0),
+                   jnp.where(gemm, ext_in_dram, ops["ext_bytes"] * scale) + refetch_in + out_dram]),
+        jnp.stack([sram_w * rhs_is_weight,
+                   jnp.where(multi, ext1 * deliv_w + refetch_w, 0.0),
+                   ext_w_dram + refetch_w]),
+        jnp.stack([sram_psum, psum_noc + jnp.where(multi, psum_spill, 0.0), psum_spill]),
+    ])
+    # tensors that are not a GEMM's external rhs but still come from outside (LayerNorm scale, bias) count as
+    # weights at the DRAM level for non-GEMM ops
+    nongemm_w = jnp.where(gemm, 0.0, ext_in_dram)
+    traffic = traffic.at[0, 2].add(-nongemm_w).at[1, 2].add(nongemm_w)
+
+    sram_bytes = sram_in + sram_w + sram_out_w + sram_out_r
+    e_noc_hop = field(hw, "noc_pj_per_byte_hop")
+    energy = {
+        "mac": macs * mac_pj,
+        "rf": jnp.where(gemm, 3.0 * macs, work) * word * field(hw, "rf_pj_per_byte"),
+        "sram": sram_bytes * field(hw, "sram_pj_per_byte"),
+        # DRAM traffic delivered from the west edge travels avg_hops (multicast pieces once per link); the
+        # K-split reduction moves its partial sums one hop per step
+        "noc": ((noc_unique_in + noc_out) * avg_hops(hw) + psum_noc) * e_noc_hop,
+        "dram": dram_bytes * field(hw, "dram_pj_per_byte"),
+    }
+    sram_bw = sram_port_bytes_per_cycle(hw, word, gemm)
+    resident = jnp.where(gemm, jnp.minimum(in_piece, field(hw, "sram_input_bytes"))
+                         + jnp.minimum(w_piece, field(hw, "sram_weight_bytes"))
+                         + jnp.minimum(p["bt"] * psum_rows * p["nt"] * word, field(hw, "sram_output_bytes")),
+                         jnp.minimum((ops["elems_in"] + ops["elems_out"]) * word / v, sram_per_tile(hw)))
+    zero = 0.0 * (ops["m"] + df + layout + gy + alloc)
+    out = {
+        "layout": jnp.where(gemm, layout, 0.0), "gy": gy, "gx": gx, "virtual_tiles": v, "tiles": u, "fold": fold,
+        "spilled_bytes": spilled, "compute_v": compute_v, "macs": macs, "word": word,
+        "sram_bytes": sram_bytes, "sram_cycles_v": sram_bytes / (v * sram_bw),
+        "dram_bytes": dram_bytes, "dram_cycles": dram_transfer_cycles(dram_bytes, hw),
+        "noc_in": noc_in, "noc_unique_in": noc_unique_in, "noc_out": noc_out, "psum_noc": psum_noc,
+        "resident_bytes": resident, "final_out": final_out, "out_onchip": out_onchip * 1.0,
+        "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
+        "sram_writes_output": sram_out_w,
+        "dram_reads_input": ext_in_dram + refetch_in, "dram_reads_weight": ext_w_dram + refetch_w,
+        "dram_reads_output": spill_r, "dram_writes_output": out_dram + spill_w,
+        **{f"energy_{key}_pj": val for key, val in energy.items()},
+        "energy_compute_pj": energy["mac"] + energy["rf"],
+    }
+    out = {key: val + zero for key, val in out.items()}
+    out["traffic"] = traffic + zero
+    return out
+
+
+def noc_cycles(max_link_bytes: Any, far: Any, hw: Hardware) -> Any:
+    """Cycles to push ``max_link_bytes`` through the busiest link and reach the column ``far`` hops out."""
+    return jnp.where(max_link_bytes > 0,
+                     max_link_bytes / field(hw, "noc_link_bytes_per_cycle") + field(hw, "noc_hop_cycles") * far, 0.0)
+
+
+def dram_transfer_cycles(nbytes: Any, hw: Hardware) -> Any:
+    """Cycles the DRAM channel needs for ``nbytes`` at full rate (the latency is paid once, after)."""
+    return nbytes / field(hw, "dram_bytes_per_cycle")
+
+
+def op_body(m: dict[str, Any], count: Any, extra_dram: Any, row_share: Any, col_used: Any, hw: Hardware,
+            cols_at: Any) -> dict[str, Any]:
+    """The body of one op (all ``count`` executions) on its tiles: compute, SRAM, NoC and DRAM demands.
+
+    ``m``: one op's :func:`model` outputs (scalars); ``extra_dram``: bytes of
+    producers' results that did not stay on chip (read from DRAM, delivered
+    like other DRAM bytes); ``row_share`` ``(rows,)``: the op's share of work
+    on each tile row; ``col_used`` ``(cols,)``: whether a column holds a tile of
+    the op; ``cols_at``: column indices. Returns ``compute``, ``sram``,
+    ``noc_cycles``, ``noc_links`` (bytes per link group: row in, row out, then
+    ``2 x cols`` column groups, zero here) and ``dram_bytes``.
+    """
+    multi = multi_tile(hw)
+    rows_in = row_share * jnp.where(multi, m["noc_unique_in"] + extra_dram, 0.0) * count
+    rows_out = row_share * (m["noc_out"] + m["psum_noc"]) * count
+    noc_links = jnp.concatenate([rows_in, rows_out, jnp.zeros(2 * cols_at.shape[0], _f64)])
+    far = jnp.max(jnp.where(col_used, cols_at + 1.0, 0.0))
+    top = jnp.ceil(m["virtual_tiles"] / m["tiles"])  # virtual tiles on the busiest tile
+    return {
+        "compute": top * m["compute_v"] * count,
+        "sram": top * m["sram_cycles_v"] * count,
+        "noc_cycles": noc_cycles(jnp.max(noc_links), far, hw),
+        "noc_links": noc_links,
+        "dram_bytes": (m["dram_bytes"] + extra_dram) * count,
+    }
+
+
+def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dict[str, Any]:
+    """An op's cycles when nothing else runs (the DRAM channel free): the slowest of its overlapped demands.
+
+    ``ideal``: memories never stall (SCALE-Sim's computed-bandwidth mode): compute only.
+    """
+    compute = body["compute"]
+    dram = jnp.where(body["dram_bytes"] > 0,
+                     dram_transfer_cycles(body["dram_bytes"], hw) + field(hw, "dram_latency_cycles"), 0.0)
+    if ideal:
+        return {"cycles": compute, "dram_cycles": dram}
+    return {"cycles": jnp.maximum(jnp.maximum(compute, body["sram"]), jnp.maximum(body["noc_cycles"], dram)),
+            "dram_cycles": dram}
+
+
+def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, reconfig_pj: Any = 0.0,
+                xp: Any = jnp) -> dict[str, Any]:
+    """The price of switching dataflow before each op: one formula for the selection and the replay.
+
+    Changing the stationary operand changes how the op's input activation
+    (``lhs_bytes``, in the op's words) must be laid out in SRAM, so it is
+    re-laid-out: read from and written back to SRAM (``2 x bytes x
+    sram_pj_per_byte``) and, on a multi-tile grid, moved across the mesh
+    (``bytes x (tile_cols + 1) / 2`` hops ``x noc_pj_per_byte_hop``). It takes
+    ``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles over the west-edge
+    links of a grid, or ``bytes / ((R + 2C) x word)`` through one tile's SRAM
+    ports. ``reconfig_cycles`` and ``reconfig_pj`` (control / reconfiguration
+    penalty) are added per switch. Once per switch, not per execution of the op.
+
+    Returns ``bytes`` (re-laid-out), ``energy_pj`` and ``cycles`` (penalty
+    included), and ``relayout_energy_pj`` / ``relayout_cycles`` (without it).
+    Pure array code (``jax.numpy`` or ``numpy`` as ``xp``): jit-able and vmap-able.
+
+    >>> import numpy as np
+    >>> from dfit_nb.sim import presets
+    >>> ops = {"itemsize": np.array([2.0]), "lhs_bytes": np.array([1000.0])}
+    >>> sw = switch_cost(ops, presets.get("eyeriss_like"), 10.0, 5.0, xp=np)
+    >>> float(sw["bytes"][0]), float(sw["cycles"][0] - sw["relayout_cycles"][0])
+    (1000.0, 10.0)
+    """
+    f64 = xp.float64
+    itemsize = xp.asarray(ops["itemsize"], f64)
+    word, _ = word_and_mac_energy(itemsize, hw, xp)
+    nbytes = xp.asarray(ops["lhs_bytes"], f64) * word_scale(itemsize, word, xp)
+    rows, cols = xp.asarray(hw.tile_rows, f64), xp.asarray(hw.tile_cols, f64)
+    multi = rows * cols > 1
+    energy = nbytes * (2.0 * xp.asarray(hw.sram_pj_per_byte, f64)
+                       + xp.where(multi, (cols + 1.0) / 2.0 * xp.asarray(hw.noc_pj_per_byte_hop, f64), 0.0))
+    ports = (xp.asarray(hw.pe_rows, f64) + 2.0 * xp.asarray(hw.pe_cols, f64)) * word
+    cycles = xp.where(multi, nbytes / (rows * xp.asarray(hw.noc_link_bytes_per_cycle, f64)), nbytes / ports)
+    return {"bytes": nbytes, "energy_pj": energy + reconfig_pj, "cycles": cycles + reconfig_cycles,
+            "relayout_energy_pj": energy, "relayout_cycles": cycles}
+
+
+def switched(codes: Any, gemm: Any, xp: Any = jnp) -> Any:
+    """Per op: a dataflow switch is paid before it (a GEMM whose dataflow differs from the previous GEMM's in
+    program order: the adjacency the selection's DP charges; non-GEMM ops between them do not break it).
+
+    >>> import numpy as np
+    >>> switched(np.array([0., 2., 1., 0., 1.]), np.array([1., 0., 1., 1., 1.]), xp=np).tolist()
+    [False, False, True, True, True]
+    """
+    codes = xp.asarray(codes)
+    index = xp.where(xp.asarray(gemm) > 0, xp.arange(codes.shape[-1]), -1)
+    last = jax.lax.cummax(index) if xp is jnp else np.maximum.accumulate(index)  # latest GEMM at or before
+    prev = xp.concatenate([xp.full(1, -1, last.dtype), last[:-1]])
+    return (xp.asarray(gemm) > 0) & (prev >= 0) & (codes[xp.maximum(prev, 0)] != codes)
+
+
+def last_gemm(gemm: Any, xp: Any = jnp) -> Any:
+    """Per op: the index of the latest GEMM at or before it (the first GEMM for ops before any; -1 if none).
+
+    The policy charges each op's dataflow-dependent cost (its retile from a GEMM's layout) to that GEMM.
+
+    >>> import numpy as np
+    >>> last_gemm(np.array([0., 1., 0., 0., 1., 0.]), xp=np).tolist()
+    [1, 1, 1, 1, 4, 4]
+    """
+    is_gemm = xp.asarray(gemm) > 0
+    index = xp.where(is_gemm, xp.arange(is_gemm.shape[-1]), -1)
+    last = jax.lax.cummax(index) if xp is jnp else np.maximum.accumulate(index)
+    first = xp.argmax(is_gemm)
+    return xp.where(last < 0, xp.where(is_gemm.any(), first, -1), last)

@@ -1,0 +1,122 @@
+"""``reconcile(trace, hw, run)``: ops costed alone vs the replay, level by level, every difference named.
+
+:func:`dfit_nb.sim.cost` prices each op alone (a one-op program: operands from
+DRAM, results back to it) and :func:`dfit_nb.replay` prices the program; both
+read the one machine model (:mod:`dfit_nb.sim.machine`), so on a one-op program
+they are equal, and on a whole program they differ only by what a program adds
+to its ops. Energy is additive (overlap in time changes latency, not joules),
+so the difference per level is exactly what the program context changed:
+
+* ``dram``: producers keep results on chip for their consumers (not written
+  and re-read), results that do not fit are read back by consumers;
+* ``noc``: DRAM traffic delivered over the mesh shrinks with it;
+* ``compute`` / ``sram``: the mapping an op gets in context (operands already on
+  chip change which layout is fastest) and, layer-pipelined, the tiles it is
+  granted;
+* ``retile``: results moved between differently laid-out ops, and dataflow
+  switches: a program-only cost.
+
+Latency: the ops alone, summed, minus the replay's per-op durations is the
+context (moves, on-chip operands, DRAM contention, a repeated op paying its
+latencies once); the durations summed minus the latency is the overlap of
+ops running at once (layer-pipelined machines).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .hardware import Hardware
+
+LEVELS = ("compute", "sram", "noc", "dram", "retile")
+REASONS = {
+    "compute": "the mapping each op gets in context (and, layer-pipelined, the tiles it is granted)",
+    "sram": "the mapping each op gets in context",
+    "noc": "DRAM traffic delivered over the mesh changes with what stays on chip",
+    "dram": "results producers keep on chip are not written to and re-read from DRAM",
+    "retile": "moves between differently laid-out ops and dataflow switches (program only)",
+}
+
+
+def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
+    """Σ of per-op costs alone vs the replayed ``run``, by energy level, with the reason for each difference.
+
+    Parameters
+    ----------
+    trace : Trace
+        The trace ``run`` replays.
+    hw : Hardware
+        The machine ``run`` replayed (its ``hw_*`` attrs are checked against it).
+    run : Run
+        From :func:`dfit_nb.replay`; its per-op dataflows are the ones costed alone.
+
+    Returns
+    -------
+    xarray.Dataset
+        Over ``level`` (:data:`LEVELS`): ``alone_j``, ``replayed_j``,
+        ``difference_j`` (replayed minus alone) and ``reason``; scalars
+        ``alone_energy_j`` and ``replayed_energy_j`` (equal to
+        ``run.summary["energy_j"]``), ``alone_cycles`` (Σ cycles x count),
+        ``replayed_op_cycles`` (Σ per-op durations), ``latency_cycles``,
+        ``context_cycles`` and ``overlap_cycles``.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets, reconcile
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> hw = presets.get("npu_like")
+    >>> r = reconcile(t, hw, dfit_nb.replay(t, hw, "ws"))
+    >>> bool(abs(float(r["alone_energy_j"] + r["difference_j"].sum() - r["replayed_energy_j"])) < 1e-18)
+    True
+    """
+    from .cost import cost
+    from .hardware import FIELDS
+
+    for f in FIELDS:
+        have = run.attrs.get(f"hw_{f}")
+        if have is not None and not np.isclose(float(have), float(np.asarray(getattr(hw, f)))):
+            raise ValueError(f"reconcile: the run was replayed with {f} = {have:g}, not {hw.name!r}'s "
+                             f"{float(np.asarray(getattr(hw, f))):g}; pass the machine the run replayed")
+    ops = run.ops
+    ids = ops["op"].values
+    names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
+    per_op = ops["dataflow"].values.astype(object)
+    names[ids] = np.where(per_op == "", "ws", per_op)
+    alone = cost(trace, hw, names).sel(op=ids)
+    count = alone["count"].values
+    lv_alone = {
+        "compute": (alone["energy_mac_pj"] + alone["energy_rf_pj"]).values,
+        "sram": alone["energy_sram_pj"].values, "noc": alone["energy_noc_pj"].values,
+        "dram": alone["energy_dram_pj"].values, "retile": np.zeros(len(ids)),
+    }
+    a = np.array([float((lv_alone[k] * count).sum()) * 1e-12 for k in LEVELS])
+    r = np.array([float(ops[f"energy_{k}_pj"].sum()) * 1e-12 for k in LEVELS])
+    alone_cycles = float((alone["cycles"].values * count).sum())
+    durations = float((ops["end"] - ops["start"]).sum())
+    latency = float(run.summary["latency_cycles"])
+    d = ("level",)
+    return xr.Dataset(
+        {
+            "alone_j": (d, a, {"units": "J", "description": "Σ over replayed ops of energy alone x count"}),
+            "replayed_j": (d, r, {"units": "J", "description": "the replay's energy at the level"}),
+            "difference_j": (d, r - a, {"units": "J", "description": "replayed minus alone"}),
+            "reason": (d, np.array([REASONS[k] for k in LEVELS], dtype=object),
+                       {"units": "", "description": "what the program context changes at the level"}),
+            "alone_energy_j": ((), float(a.sum()), {"units": "J"}),
+            "replayed_energy_j": ((), float(r.sum()), {"units": "J"}),
+            "alone_cycles": ((), alone_cycles, {"units": "cycle", "description": "Σ cycles x count, ops alone"}),
+            "replayed_op_cycles": ((), durations, {"units": "cycle", "description": "Σ per-op durations replayed"}),
+            "latency_cycles": ((), latency, {"units": "cycle", "description": "replayed latency"}),
+            "context_cycles": ((), durations - alone_cycles, {
+                "units": "cycle", "description": "what the program context adds to its ops' time (moves, "
+                "on-chip operands, DRAM contention, latencies paid once by repeated ops)"}),
+            "overlap_cycles": ((), durations - latency, {
+                "units": "cycle", "description": "time ops ran at once (layer-pipelined machines)"}),
+        },
+        coords={"level": list(LEVELS)},
+        attrs={"hardware": hw.name, "dataflow": str(run.attrs.get("dataflow", ""))},
+    )
