@@ -30,8 +30,8 @@ def main() -> None:
     ex = Explorer(trace, a.preset)
     print(f"first build (compile included): {time.perf_counter() - t0:.2f} s; "
           f"{int(ex.run.summary['n_events'])} events, {int(ex.run.summary['n_ops'])} ops")
-    moves = [("pe", 32), ("dram_bw", 128.0), ("noc_bw", 64.0), ("sram_kb", 128), ("pe", 16), ("dram_bw", 64.0),
-             ("noc_bw", 32.0), ("sram_kb", 64), ("pe", 8), ("pe", 16)]
+    moves = [("pe_rows", 32), ("dram_bw", 128.0), ("noc_bw", 64.0), ("sram_kb", 128), ("pe_cols", 32),
+             ("dram_bw", 64.0), ("noc_bw", 32.0), ("sram_kb", 64), ("pe_rows", 8), ("pe_cols", 16)]
     for tab, name in ((0, "timeline"), (1, "utilization")):
         ex.tabs.selected_index = tab
         updates = []
@@ -42,7 +42,7 @@ def main() -> None:
               + f"; median {statistics.median(updates) * 1e3:.0f} ms (target <= 200 ms after the first compile)")
     opens = []
     for tab in range(2, len(ex.tabs.children)):
-        ex.controls["pe"].value = 32 if ex.controls["pe"].value != 32 else 16
+        ex.controls["pe_rows"].value = 32 if ex.controls["pe_rows"].value != 32 else 16
         t0 = time.perf_counter()
         ex.tabs.selected_index = tab
         opens.append(time.perf_counter() - t0)

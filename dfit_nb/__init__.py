@@ -26,6 +26,23 @@ __all__ = ("Run", "Trace", "__version__", "capture", "errors", "events", "exampl
            "replay", "sim")
 
 
+#: submodules imported on first use (PEP 562): ``import dfit_nb`` stays free of Altair and ipywidgets
+_LAZY = ("views", "widgets")
+
+
+def __getattr__(name: str) -> object:
+    """``dfit_nb.views`` and ``dfit_nb.widgets`` import on first access."""
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'dfit_nb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
+
+
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext dfit_nb``: register ``%dfit``, ``%%dfit``, ``%dfit_presets`` and ``%dfit_compare``.
 

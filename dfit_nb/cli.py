@@ -31,6 +31,7 @@ from typing import Any
 from . import examples
 from .capture import MODES, capture
 from .sim import DATAFLOWS, cost, presets
+from .sim.policy import OBJECTIVES
 from .sim.reconcile import LEVELS, reconcile
 
 #: ``--args`` dtype spellings -> NumPy/JAX dtype names
@@ -70,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
                         "for the first")
     r.add_argument("--dataflow", default="ws", choices=[*DATAFLOWS, "hybrid"],
                    help="dataflow of the replay table, event cubes and Perfetto traces (default ws)")
-    r.add_argument("--objective", default="energy", choices=["energy", "latency", "edp"],
+    r.add_argument("--objective", default="energy", choices=list(OBJECTIVES),
                    help="what the hybrid policy minimises (default energy)")
     r.add_argument("-o", "--output-dir", default="dfit_report", metavar="DIR",
                    help="folder for report.html, <preset>.nc, <preset>.perfetto.json and the playbooks "

@@ -53,12 +53,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .capture import capture
+from .capture.api import MODES
 from .errors import DfitWarning
 from .sim import presets
 from .sim.compare import CompareError
 from .sim.compare import compare as compare_runs
 from .sim.hardware import Hardware
-from .sim.policy import select_dataflows
+from .sim.machine import DATAFLOWS as SINGLE_STYLES
+from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.replay import replay
 from .sim.run import Run
 from .views import compare as compare_chart
@@ -67,9 +69,8 @@ from .widgets import Explorer, enable_offline
 __all__ = ["DfitMagics", "evaluate_call", "load_ipython_extension", "parse_call", "presets_table",
            "unload_ipython_extension"]
 
-DATAFLOWS = ("ws", "os", "is", "hybrid")
-OBJECTIVES = ("energy", "latency", "edp")
-MODES = ("static", "profile", "eager")
+# defined once, where they live: the single styles (sim.machine), objectives (sim.policy), modes (capture)
+DATAFLOWS = (*SINGLE_STYLES, "hybrid")
 DEFAULT_HW = "npu_like"
 #: keyword arguments of :func:`dfit_nb.capture` itself: a call cannot pass these to the captured function
 _CAPTURE_OPTIONS = ("mode", "while_trips", "profile_rounds", "profile_calls")
@@ -354,9 +355,7 @@ class DfitMagics(Magics):
                 run = replay(trace, hw, dataflow)
             explorer = None
             if not args.no_explorer:
-                explorer = Explorer(trace, hw, dataflow=dataflow)
-                if explorer.controls["objective"].value != objective:
-                    explorer.controls["objective"].value = objective
+                explorer = Explorer(trace, hw, dataflow=dataflow, objective=objective)
         if args.output:
             self.shell.user_ns[args.output] = run
             self.shell.user_ns[f"{args.output}_trace"] = trace

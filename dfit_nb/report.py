@@ -57,12 +57,13 @@ from . import views
 from .errors import DfitError, DfitWarning
 from .sim import presets
 from .sim.hardware import Hardware
-from .sim.policy import select_dataflows
+from .sim.machine import DATAFLOWS
+from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.replay import SpillWarning, replay
 
 __all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
 
-SINGLE_STYLES = ("ws", "os", "is")
+SINGLE_STYLES = DATAFLOWS  # the single styles, defined once in sim.machine
 
 
 class ReportError(DfitError, ValueError):
@@ -573,7 +574,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     """
     if charts not in ("auto", "interactive", "svg"):
         raise ReportError(f"unknown charts mode {charts!r}; valid: auto, interactive, svg")
-    if objective not in ("energy", "latency", "edp"):
+    if objective not in OBJECTIVES:
         raise ReportError(f"unknown objective {objective!r}; valid: energy, latency, edp")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()

@@ -56,3 +56,22 @@ def test_importing_the_core_loads_no_ui_library():
         "assert not ui, ui\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_views_and_widgets_load_on_first_access():
+    """PEP 562: ``dfit_nb.views`` / ``dfit_nb.widgets`` work after a bare ``import dfit_nb``, and only then load
+    the UI libraries."""
+    code = (
+        "import sys, dfit_nb\n"
+        "assert 'altair' not in sys.modules\n"
+        "assert callable(dfit_nb.views.timeline) and dfit_nb.widgets.Explorer.__name__ == 'Explorer'\n"
+        "assert 'altair' in sys.modules and 'views' in dir(dfit_nb)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_module_imports_the_package_root_back():
+    """No ``from .. import __version__`` back-edges: submodules read ``dfit_nb._version``."""
+    bad = [f"{p.relative_to(PKG)}" for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG
+           if "from .. import __version__" in p.read_text() or "from ... import __version__" in p.read_text()]
+    assert not bad, bad

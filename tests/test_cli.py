@@ -49,7 +49,8 @@ def test_report_writes_every_file(report):
 def test_report_prints_the_tables_and_where_the_files_are(report):
     out = report["out"]
     assert "dense_0" in out and "MFLOP" in out  # the region table
-    assert "ops costed one at a time" in out and "replayed on each preset" in out and "bottleneck" in out
+    assert "ops costed alone" in out and "replayed on each preset" in out and "bottleneck" in out
+    assert "ops alone vs the replay" in out  # the reconciliation: one story from the one model
     assert "hybrid dataflow policy per preset" in out and "vs ws E" in out
     assert "npu_like" in out and "tpu_like" not in out
     assert str(report["dir"] / "report.html") in out and "MB" in out and "saved" in out

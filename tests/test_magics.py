@@ -101,9 +101,9 @@ def test_dfit_shows_the_explorer_with_the_options(shell, monkeypatch):
     shown = []
     monkeypatch.setattr(magics, "display", shown.append)
     shell.run_line_magic("dfit", "--objective latency -o h f(a, b)")  # --objective alone: hybrid
-    run, explorer = shown
-    assert run is shell.user_ns["h"]
-    assert run.attrs["hardware"] == "npu_like" and run.attrs["dataflow"].startswith("hybrid")
+    policy, run, explorer = shown  # the verified policy (replayed against every single style), then its run
+    assert run is shell.user_ns["h"] and run is policy.runs["hybrid"]
+    assert run.attrs["hardware"] == "npu_like" and run.attrs["dataflow"] == policy.name
     assert isinstance(explorer, dfit_nb.widgets.Explorer)
     assert explorer.trace is shell.user_ns["h_trace"]
     assert explorer.controls["preset"].value == "npu_like"

@@ -13,7 +13,7 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
-from .. import __version__
+from .._version import __version__
 from ..errors import CaptureError
 from . import counts as counts_mod
 from . import probes, tables

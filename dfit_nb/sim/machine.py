@@ -425,6 +425,18 @@ def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dic
             "dram_cycles": dram}
 
 
+def move_energy(nbytes: Any, byte_hops: Any, hw: Hardware) -> Any:
+    """Energy (pJ) of moving ``nbytes`` between tiles over ``byte_hops`` byte-hops: read from the producer's
+    SRAM, written to the consumer's, and carried by the mesh (a retile)."""
+    return byte_hops * field(hw, "noc_pj_per_byte_hop") + 2.0 * nbytes * field(hw, "sram_pj_per_byte")
+
+
+def dram_delivery_energy(nbytes: Any, hw: Hardware) -> tuple[Any, Any]:
+    """``(dram_pj, noc_pj)`` of reading ``nbytes`` from DRAM and delivering them from the grid's west edge."""
+    return (nbytes * field(hw, "dram_pj_per_byte"),
+            jnp.where(multi_tile(hw), nbytes * avg_hops(hw) * field(hw, "noc_pj_per_byte_hop"), 0.0))
+
+
 def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, reconfig_pj: Any = 0.0,
                 xp: Any = jnp) -> dict[str, Any]:
     """The price of switching dataflow before each op: one formula for the selection and the replay.

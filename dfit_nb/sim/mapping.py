@@ -97,10 +97,18 @@ def factors(hw: Hardware) -> tuple[Any, Any]:
     return values, valid
 
 
+def host_odd_part(n: int) -> int:
+    """:func:`odd_part` of one grid on the host (plain integers)."""
+    n = int(n)
+    while n > 0 and n % 2 == 0:
+        n //= 2
+    return n
+
+
 def factor_ok(f: float, tiles: int) -> bool:
     """Whether ``f`` is a split factor the search offers on a grid of ``tiles`` tiles (host check for pins)."""
     pow2 = [2.0 ** a for a in range(MAX_LOG2 + 1)]
-    q = float(np.asarray(odd_part(float(tiles))))
+    q = host_odd_part(tiles)
     return f in pow2 or (q > 1 and f in [q * p for p in pow2])
 
 

@@ -142,7 +142,7 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int
         gy, gx = (float(m.group(2)), float(m.group(3))) if m.group(2) else (0.0, 0.0)
         for f in (gy, gx):
             if f and tiles is not None and not mapping.factor_ok(f, tiles):
-                q = int(np.asarray(mapping.odd_part(float(tiles))))
+                q = mapping.host_odd_part(tiles)
                 offered = "powers of two" + (f" or {q} x a power of two" if q > 1 else "")
                 raise ReplayError(f"layout {spec!r}: split factor {f:g} is not one the search offers on a grid of "
                                   f"{tiles} tiles: {offered}, up to {2 ** mapping.MAX_LOG2}")

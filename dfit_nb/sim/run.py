@@ -31,8 +31,8 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .. import __version__
 from .._files import open_tree, save_tree
+from .._version import __version__
 from ..events import binning
 from ..events.schema import events_dataset
 from .cost import hardware_attrs

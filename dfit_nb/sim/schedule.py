@@ -202,14 +202,12 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     rows_at, cols_at = jnp.arange(grid.rows, dtype=f64), jnp.arange(grid.cols, dtype=f64)
     n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
     multi = n_tiles > 1
-    link_bw = jnp.asarray(hw.noc_link_bytes_per_cycle, f64)
-    hop = jnp.asarray(hw.noc_hop_cycles, f64)
-    dram_bw = jnp.asarray(hw.dram_bytes_per_cycle, f64)
-    latency = jnp.asarray(hw.dram_latency_cycles, f64)
-    hop_pj = jnp.asarray(hw.noc_pj_per_byte_hop, f64)
-    sram_pj = jnp.asarray(hw.sram_pj_per_byte, f64)
-    dram_pj = jnp.asarray(hw.dram_pj_per_byte, f64)
-    avg_hops = (jnp.asarray(hw.tile_cols, f64) + 1.0) / 2.0
+    # the physics is machine's; the schedule reads the link, hop and DRAM figures only to bound its horizon
+    # and to run the shared DRAM channel's timeline
+    link_bw = machine.field(hw, "noc_link_bytes_per_cycle")
+    hop = machine.field(hw, "noc_hop_cycles")
+    dram_bw = machine.field(hw, "dram_bytes_per_cycle")
+    latency = machine.field(hw, "dram_latency_cycles")
     out_onchip, layout, gy, gx, n_used = (per_op[k] for k in ("out_onchip", "layout", "gy", "gx", "tiles"))
     # DRAM timeline: bins over a horizon no schedule can pass (every op's work serialized, DRAM at full rate,
     # every NoC byte over one link); the last bin takes what overflows at the full rate
@@ -298,8 +296,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         span_y = jnp.max(jnp.where(row_n[None, :] > 0, jnp.abs(rows_at[None, :] - py[:, None]), 0.0), axis=1)
         longest = jnp.max(jnp.where(moved > 0, span_x + span_y, 0.0))
         retile_bytes = moved.sum() * count
-        retile_cycles = jnp.where(retile_bytes > 0, jnp.max(retile_links) / link_bw + hop * longest * count, 0.0)
-        retile_energy = ((moved * dist).sum() * hop_pj + 2.0 * moved.sum() * sram_pj) * count
+        retile_cycles = jnp.where(retile_bytes > 0, machine.noc_cycles(jnp.max(retile_links), longest * count, hw),
+                                  0.0)
+        retile_energy = machine.move_energy(moved.sum(), (moved * dist).sum(), hw) * count
         # a dataflow switch (priced by dfit_nb.sim.machine.switch_cost) re-lays out the input after the moves,
         # once: on a grid, in over the west-edge links of every row
         sw_bytes, sw_cycles = op["switch_bytes"], op["switch_cycles"]
@@ -339,6 +338,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             "barrier": barrier,
             "section": section,
         }
+        extra_dram_pj, extra_noc_pj = machine.dram_delivery_energy(extra * count, hw)
         record = {
             "offset": offset, "section": section, "ready": ready, "prev_free": prev_free, "start": start, "t1": t1,
             "end": end, "compute_cycles": compute, "sram_cycles": sram, "noc_cycles": noc_cycles,
@@ -346,8 +346,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             "retile_bytes": retile_bytes, "retile_energy_pj": retile_energy,
             "switch_bytes": sw_bytes, "switch_cycles": sw_cycles, "switch_energy_pj": op["switch_energy_pj"],
             "dram_extra_bytes": extra * count,
-            "extra_dram_pj": extra * count * dram_pj,
-            "extra_noc_pj": jnp.where(multi, extra * count * avg_hops * hop_pj, 0.0),
+            "extra_dram_pj": extra_dram_pj,
+            "extra_noc_pj": extra_noc_pj,
             "link_retile": retile_links, "link_noc": noc_links,
         }
         return new, record

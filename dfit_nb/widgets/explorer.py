@@ -324,11 +324,11 @@ class Explorer(w.VBox):
         >>> ex = Explorer(t, "eyeriss_like", views_shown=("regions",))
         >>> ex.hardware() == presets.get("eyeriss_like")
         True
-        >>> ex.controls["sram_kb"].value = 216  # twice the 108 KiB, split 2:1:1 as Eyeriss' buffer is here
+        >>> ex.controls["sram_kb"].value = 256  # from 108 KiB, split 2:1:1 as Eyeriss' buffer is here
         >>> hw = ex.hardware(); hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes
-        (110592, 55296, 55296)
+        (131072, 65536, 65536)
         >>> hw.name
-        'eyeriss_like (modified: sram_input_bytes=110592, sram_output_bytes=55296, sram_weight_bytes=55296)'
+        'eyeriss_like (modified: sram_input_bytes=131072, sram_output_bytes=65536, sram_weight_bytes=65536)'
         """
         hw, _ = self._machine()
         return hw

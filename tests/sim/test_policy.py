@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 import dfit_nb
 from dfit_nb.sim import Hardware, Policy, presets, replay_batch, select_dataflows
 from dfit_nb.sim.policy import PolicyError, viterbi
+from dfit_nb.sim.replay import ReplayError
 
 
 def brute_force(cost: np.ndarray, switch: np.ndarray, max_switches: int | None) -> float:
@@ -309,3 +310,43 @@ def test_the_reconfiguration_penalty_is_charged_per_switch(static_traces, eyeris
     ds = replay_batch(t, Hardware.stack([hw, hw]), sel)
     for var in ("energy_j", "latency_cycles", "retile_bytes"):
         assert float(ds[var][1]) == pytest.approx(float(run.summary[var]), rel=1e-9), var
+
+
+def test_the_selection_prices_single_styles_exactly_as_the_replay(static_traces):
+    """The DP's cost table is the replay's own: each single style's column sums to its replayed energy and
+    latency, so the policy and its baselines tell one story."""
+    t, hw = static_traces["encoder"], presets.get("npu_like")
+    policy = select_dataflows(t, hw, "energy")
+    b, tot = policy.baselines, policy.totals
+    for style in ("ws", "os", "is"):
+        assert float(tot["single_energy_pj"].sel(candidate=style)) * 1e-12 == pytest.approx(
+            float(b["energy_j"].sel(policy=style)), rel=1e-9)
+        cycles = float(tot["single_cycles"].sel(candidate=style))
+        assert cycles / (hw.clock_ghz * 1e9) == pytest.approx(float(b["latency_s"].sel(policy=style)), rel=1e-9)
+    if not policy.fallback:  # the replay confirms what the DP priced, switches included
+        assert float(tot["energy_pj"]) * 1e-12 == pytest.approx(float(b["energy_j"].sel(policy="hybrid")), rel=1e-6)
+    assert "replayed" in repr(policy) and str(b.attrs["best_single"]) in repr(policy)
+
+
+def test_a_policy_knows_its_trace_and_machine(static_traces):
+    t, hw = static_traces["encoder"], presets.get("eyeriss_like")
+    policy = select_dataflows(t, hw, "energy", evaluate=False)
+    assert "not replayed yet" in repr(policy)
+    evaluated = policy.evaluate()  # no arguments: the trace and machine it was selected on
+    assert evaluated.baselines is not None and "replayed" in repr(evaluated)
+    with pytest.raises(ReplayError, match="selected for another trace"):
+        dfit_nb.replay(static_traces["mlp"], hw, policy)
+    with pytest.raises(ReplayError, match="selected on machine 'eyeriss_like', not on 'eyeriss_like'"):
+        dfit_nb.replay(t, hw.replace(pe_rows=16), policy)
+    with pytest.raises(PolicyError, match="selected on machine"):
+        policy.evaluate(t, presets.get("npu_like"))
+
+
+def test_replaying_hybrid_gives_the_verified_policy_run(static_traces):
+    t, hw = static_traces["cnn"], presets.get("npu_like")
+    run = dfit_nb.replay(t, hw, "hybrid")
+    policy = select_dataflows(t, hw, "energy")
+    assert run.attrs["dataflow"] == policy.name
+    assert float(run.summary["energy_j"]) == pytest.approx(float(policy.baselines["energy_j"].sel(policy="hybrid")))
+    best = float(policy.baselines["energy_j"].drop_sel(policy="hybrid").min())
+    assert float(run.summary["energy_j"]) <= best * (1 + 1e-12)

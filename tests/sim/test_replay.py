@@ -261,7 +261,7 @@ def test_an_op_larger_than_the_chip_maps_through_dram_with_a_warning():
         run = dfit_nb.replay(t, presets.get("eyeriss_like"))
     assert float(run.ops["spilled_bytes"].sum()) > 0
     assert float(run.summary["dram_bytes"]) > (4096 * 2048 + 2048 * 2048) * 2
-    assert _kind_sum(run, "compute", "macs") == 4096 * 2048 * 2048
+    assert _kind_sum(run, "compute", "macs") == pytest.approx(4096 * 2048 * 2048, rel=1e-12)
 
 
 def test_hybrid_and_per_op_dataflows(static_traces):
@@ -315,7 +315,8 @@ def test_conservation_holds_for_random_gemm_chains(m, k, n, pe, sram_kb, spatial
     hw = Hardware(tile_rows=2, tile_cols=3, pe_rows=pe, pe_cols=pe, sram_input_bytes=kb, sram_weight_bytes=kb,
                   sram_output_bytes=kb, word_bytes=2, execution="spatial" if spatial else "time")
     run = dfit_nb.replay(t, hw, "os")
-    assert _kind_sum(run, "compute", "macs") == m * k * n + m * n * k
+    # per-tile shares of a split over 3 or 6 tiles are not exact binary fractions: equal to rounding
+    assert _kind_sum(run, "compute", "macs") == pytest.approx(m * k * n + m * n * k, rel=1e-12)
     for kind, level in LEVEL_OF_KIND.items():
         assert _kind_sum(run, kind, "bytes") == pytest.approx(float(run.ops[f"bytes_{level}"].sum()), rel=1e-9,
                                                               abs=1e-6)

@@ -67,9 +67,9 @@ def test_sweep_is_sharded_over_several_devices():
         ds = sweep(ops, hw, pe=[(8, 8), (16, 16), (32, 32)], dram_bw=[4.0, 16.0, 64.0])
         seen = []
         real = mod._evaluate_batch
-        def spy(ops, part, df, ideal):
+        def spy(ops, part, df, tables, index, ideal):
             seen.append(len(part.pe_rows.sharding.device_set))
-            return real(ops, part, df, ideal)
+            return real(ops, part, df, tables, index, ideal)
         mod._evaluate_batch = spy
         again = sweep(ops, hw, pe=[(8, 8), (16, 16), (32, 32)], dram_bw=[4.0, 16.0, 64.0])
         assert seen == [2], seen

@@ -1,0 +1,118 @@
+"""The one machine model: cost() and replay agree by construction, energy reconciles, every tile is usable."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dfit_nb
+from dfit_nb.sim import presets, reconcile
+from dfit_nb.sim.replay import ReplayError, SpillWarning, prepare
+
+
+def _conv(x, w):
+    return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+
+# one-op programs of each kind the model distinguishes: a GEMM, a batched GEMM, a convolution, a vector op
+ONE_OP = {
+    "matmul": (lambda a, b: a @ b, (jnp.ones((96, 200)), jnp.ones((200, 48)))),
+    "batched": (lambda a, b: jnp.einsum("bmk,bkn->bmn", a, b), (jnp.ones((3, 40, 64)), jnp.ones((3, 64, 24)))),
+    "conv": (_conv, (jnp.ones((1, 12, 12, 8)), jnp.ones((3, 3, 8, 16)))),
+    "tanh": (jnp.tanh, (jnp.ones((64, 96)),)),
+}
+
+
+@pytest.fixture(scope="module")
+def one_op_traces():
+    traces = {name: dfit_nb.capture(fn, *args) for name, (fn, args) in ONE_OP.items()}
+    for name, t in traces.items():
+        assert len(prepare(t).op) == 1, name
+    return traces
+
+
+@pytest.mark.parametrize("preset", presets.names())
+def test_cost_equals_a_one_op_replay_on_every_preset_and_dataflow(one_op_traces, preset):
+    hw = presets.get(preset)
+    for name, t in one_op_traces.items():
+        (op,) = prepare(t).op
+        for df in ("ws", "os", "is"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SpillWarning)
+                run = dfit_nb.replay(t, hw, df)
+            c = dfit_nb.sim.cost(t, hw, df).sel(op=op)
+            r = run.ops.sel(op=op)
+            where = f"{name} on {preset} ({df})"
+            np.testing.assert_allclose(float(c["cycles"]), float(run.summary["latency_cycles"]), rtol=1e-9,
+                                       err_msg=where)
+            np.testing.assert_allclose(float(c["energy_pj"]), float(r["energy_pj"]), rtol=1e-9, err_msg=where)
+            levels = {"compute": float(c["energy_mac_pj"] + c["energy_rf_pj"]), "sram": float(c["energy_sram_pj"]),
+                      "noc": float(c["energy_noc_pj"]), "dram": float(c["energy_dram_pj"])}
+            for level, value in levels.items():
+                np.testing.assert_allclose(value, float(r[f"energy_{level}_pj"]), rtol=1e-9, atol=1e-9,
+                                           err_msg=f"{level} energy, {where}")
+            dram = sum(float(c[v]) for v in ("dram_reads_input", "dram_reads_weight", "dram_reads_output",
+                                              "dram_writes_output"))
+            np.testing.assert_allclose(dram, float(r["bytes_dram"]), rtol=1e-9, err_msg=f"DRAM bytes, {where}")
+            np.testing.assert_allclose(float(c["noc_bytes"]), float(r["bytes_noc"]), rtol=1e-9, atol=1e-9,
+                                       err_msg=f"NoC bytes, {where}")
+            assert (float(c["gy"]), float(c["gx"])) == (float(r["gy"]), float(r["gx"])), where
+            assert float(r["energy_retile_pj"]) == 0.0, where
+
+
+@pytest.mark.parametrize("preset", ["tpu_like", "cerebras_like", "npu_like"])
+def test_energy_of_every_example_reconciles_level_by_level(static_traces, all_runs, preset):
+    hw = presets.get(preset)
+    for name, t in static_traces.items():
+        run = all_runs[(name, preset)]
+        r = reconcile(t, hw, run)
+        replayed = float(run.summary["energy_j"])
+        assert float(r["replayed_energy_j"]) == pytest.approx(replayed, rel=1e-12), name
+        # alone + the named differences = the replay, exactly
+        assert float(r["alone_energy_j"] + r["difference_j"].sum()) == pytest.approx(replayed, rel=1e-12), name
+        # a program never re-reads more from DRAM than its ops alone do: results stay on chip or go to DRAM
+        assert float(r["difference_j"].sel(level="dram")) <= 1e-15, name
+        assert float(r["difference_j"].sel(level="retile")) >= 0.0, name
+        if hw.execution == "time":  # ops run one after another: nothing overlaps
+            assert float(r["overlap_cycles"]) == pytest.approx(0.0, abs=1e-6), name
+
+
+def test_reconcile_refuses_another_machine(static_traces, all_runs):
+    with pytest.raises(ValueError, match="replayed with"):
+        reconcile(static_traces["mlp"], presets.get("tpu_like"), all_runs[("mlp", "npu_like")])
+
+
+def test_a_large_gemm_uses_every_tile_of_a_4x5_grid():
+    """Split factors are not only powers of two: the fifth column of an XDNA-like 4x5 grid works."""
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((640, 256)), jnp.ones((256, 320)))
+    hw = presets.get("npu_like")
+    run = dfit_nb.replay(t, hw, "os")  # compute-bound here: 20 tiles beat 16 by more than the tile penalty
+    assert float(run.ops["tiles"].max()) == hw.tiles
+    busy = run.cube["busy"].sum("time").values
+    assert (busy > 0).all(), busy
+    assert float(dfit_nb.sim.cost(t, hw, "os")["tiles_used"].max()) == hw.tiles
+
+
+def test_pinned_factors_are_checked_against_the_grid():
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((256, 128)), jnp.ones((128, 160)))
+    hw = presets.get("npu_like")
+    run = dfit_nb.replay(t, hw, "ws", layouts={"": "mn:5x4"})
+    assert (float(run.ops["gy"][0]), float(run.ops["gx"][0])) == (5.0, 4.0)
+    with pytest.raises(ReplayError, match="split factor 3"):
+        dfit_nb.replay(t, hw, "ws", layouts={"": "mn:3x1"})
+
+
+def test_runs_carry_the_roofs_of_the_one_model(all_runs):
+    from dfit_nb.sim.machine import roofs
+
+    run = all_runs[("mlp", "npu_like")]
+    hw = presets.get("npu_like")
+    with jax.enable_x64(True):
+        want = {k: float(v) for k, v in roofs(hw).items()}
+    for key, value in want.items():
+        assert float(run.summary[f"roof_{key}"]) == pytest.approx(value, rel=1e-12)
+    assert want["peak_flops_per_s"] == pytest.approx(2 * hw.peak_macs_per_cycle * hw.clock_ghz * 1e9)
