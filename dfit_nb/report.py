@@ -228,9 +228,10 @@ def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:
         if r.policy is not None:
             b = r.policy.baselines
             best = b.attrs.get("best_single", "")
-            metric = {"energy": "energy_gain", "latency": "latency_gain"}.get(r.policy.objective)
-            gain = float(b[metric].sel(policy=best)) if best and metric else float(
-                r.policy.totals["gain_vs_best_single"])
+            # replayed figures only: the objective on the replayed runs, hybrid against the best single style
+            m = {"energy": b["energy_j"], "latency": b["latency_s"],
+                 "edp": b["energy_j"] * b["latency_s"]}[r.policy.objective]
+            gain = float((m.sel(policy=best) - m.sel(policy="hybrid")) / m.sel(policy=best)) if best else np.nan
             row.update(policy=r.policy.name, switches=r.policy.switches, best_single=best, gain_vs_best_single=gain)
         rows.append(row)
     return pd.DataFrame(rows)
@@ -431,7 +432,8 @@ def _policies_html(results: Sequence[PresetResult]) -> str:
         b = r.policy.baselines
         notes.append(f"<li><b>{_e(r.name)}</b>: {_e(r.policy.name)}, {r.policy.switches} switch(es); uses "
                      f"{_e(', '.join(sorted(set(r.policy.choices['dataflow'].values.tolist()))))}; best single "
-                     f"style {_e(b.attrs.get('best_single', '?'))}</li>")
+                     f"style {_e(b.attrs.get('best_single', '?'))} (replayed)"
+                     + (f"; fell back: {_e(r.policy.fallback)}" if r.policy.fallback else "") + "</li>")
         for i, p in enumerate(b["policy"].values):
             p = str(p)
             gains = (["", ""] if p == "hybrid" else

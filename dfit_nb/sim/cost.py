@@ -1,4 +1,4 @@
-"""``cost(ops, hw, dataflow)``: the per-op cost model as an xarray Dataset."""
+"""``cost(ops, hw, dataflow)``: every op alone on a machine, priced by the one machine model, as an xarray Dataset."""
 
 from __future__ import annotations
 
@@ -321,7 +321,15 @@ def hardware_attrs(hw: Hardware) -> dict[str, Any]:
 
 
 def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> xr.Dataset:
-    """Per-op cycles, traffic and energy of ``ops`` on ``hw``.
+    """Per-op cycles, traffic and energy of ``ops`` on ``hw``, each op alone.
+
+    Each op is priced exactly as :func:`dfit_nb.replay` prices a one-op
+    program (operands from DRAM, the result written back): the replay's
+    mapping search over the whole grid, the one machine model
+    (:mod:`dfit_nb.sim.machine`), and the body time on the tiles the op is
+    placed on. On a whole program the replay differs only by what the program
+    adds (results kept on chip, retiles, overlap): :func:`dfit_nb.sim.reconcile`
+    names it.
 
     Parameters
     ----------
