@@ -205,7 +205,7 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     n = ops["m"].shape[0]
     df = jnp.broadcast_to(jnp.asarray(df, jnp.float64), (n,))
     free = {"layout": jnp.full(n, -1.0), "gy": jnp.zeros(n), "gx": jnp.zeros(n)}
-    best = mapping.search(ops, hw, df, n_tiles, free)
+    best = mapping.search(ops, hw, df, n_tiles, free, tables)
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], n_tiles)
     row_pre, col_pre = (jnp.asarray(t, jnp.float64) for t in tables)
     cols_at = jnp.arange(col_pre.shape[1], dtype=jnp.float64)

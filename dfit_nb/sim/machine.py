@@ -156,8 +156,10 @@ def roofs(hw: Hardware) -> dict[str, Any]:
     at the west edge), ``sram_bytes_per_s`` (every tile's PE-array ports at the
     native word).
 
+    >>> import jax
     >>> from dfit_nb.sim import presets
-    >>> r = roofs(presets.get("scalesim_32"))
+    >>> with jax.enable_x64(True):
+    ...     r = roofs(presets.get("scalesim_32"))
     >>> float(r["peak_flops_per_s"]) == 2 * 32 * 32 * 1e9
     True
     """

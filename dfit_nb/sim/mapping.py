@@ -27,8 +27,8 @@ The search tries every layout with split factors ``gy, gx`` from ``2^a`` and
 so that a 4x5 grid can use all 20 tiles: ``5 x 4``, ``10 x 2``, ``20 x 1``),
 ``gy * gx <= tiles`` (546 candidates per op, evaluated at once), and
 keeps the one with the lowest time of the op alone under the one machine model
-(:func:`dfit_nb.sim.machine.op_body`: compute, SRAM ports, NoC, DRAM; the NoC
-spread evenly over the rows the op's tiles can cover), times
+(the body time of :func:`dfit_nb.sim.machine.op_body` on tiles ``0 .. U-1``:
+compute, SRAM ports, NoC, DRAM; exactly what a one-op replay takes), times
 ``1 + 0.02 log2(tiles used)``: each doubling of the tiles an
 op occupies must buy more than 2 % of its time, which maximises utilisation
 (an op never spreads where it does not speed up) and keeps tiles free for
@@ -112,24 +112,40 @@ def factor_ok(f: float, tiles: int) -> bool:
     return f in pow2 or (q > 1 and f in [q * p for p in pow2])
 
 
-def estimate(m: dict[str, Any], hw: Hardware) -> Any:
-    """The search's score of a mapping (lower is better): the op's time alone under the one model, the NoC
-    spread evenly over the rows its tiles can cover, with a small penalty per doubling of its tiles."""
-    rows_used = jnp.minimum(machine.field(hw, "tile_rows"), m["tiles"])
-    far = jnp.minimum(machine.field(hw, "tile_cols"), jnp.ceil(m["tiles"] / rows_used))
+def placement(tables: tuple[Any, Any]) -> tuple[Any, Any]:
+    """Per tile count ``u``: the largest share of ``u`` tiles (from tile 0 along the tile order) on one tile row,
+    and the farthest column they reach (``+1``): what the body time of an op on those tiles needs (one virtual
+    tile per tile). ``tables``: the :func:`~dfit_nb.sim.schedule.prefix_counts` of the grid."""
+    row_pre, col_pre = (jnp.asarray(t, jnp.float64) for t in tables)
+    u = jnp.arange(row_pre.shape[0], dtype=jnp.float64)
+    row_share = jnp.max(row_pre, axis=1) / jnp.maximum(u, 1.0)
+    far = jnp.max(jnp.where(col_pre > 0, jnp.arange(col_pre.shape[1], dtype=jnp.float64)[None, :] + 1.0, 0.0),
+                  axis=1)
+    return row_share, far
+
+
+def estimate(m: dict[str, Any], hw: Hardware, tables: tuple[Any, Any]) -> Any:
+    """The search's score of a mapping (lower is better): the op's time alone on tiles ``0 .. U-1`` under the
+    one model (:func:`dfit_nb.sim.machine.op_body` of a one-op replay), times a small penalty per doubling of
+    its tiles."""
+    row_share, far = placement(tables)
+    i = jnp.clip(m["tiles"], 0, row_share.shape[0] - 1).astype(jnp.int32)
     multi = machine.multi_tile(hw)
-    link = jnp.maximum(jnp.where(multi, m["noc_unique_in"], 0.0), m["noc_out"] + m["psum_noc"]) / rows_used
-    body = {"compute": m["fold"] * m["compute_v"], "sram": m["fold"] * m["sram_cycles_v"],
-            "noc_cycles": machine.noc_cycles(link, far, hw), "dram_bytes": m["dram_bytes"]}
+    link = row_share[i] * jnp.maximum(jnp.where(multi, m["noc_unique_in"], 0.0), m["noc_out"] + m["psum_noc"])
+    top = jnp.ceil(m["virtual_tiles"] / m["tiles"])
+    body = {"compute": top * m["compute_v"], "sram": top * m["sram_cycles_v"],
+            "noc_cycles": machine.noc_cycles(link, far[i], hw), "dram_bytes": m["dram_bytes"]}
     t = machine.alone_cycles(body, hw)["cycles"]
     return t * (1.0 + TILE_PENALTY * jnp.log2(m["tiles"]))
 
 
-def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict[str, Any]) -> dict[str, Any]:
+def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict[str, Any],
+           tables: tuple[Any, Any]) -> dict[str, Any]:
     """The best virtual mapping of every op: ``layout``, ``gy``, ``gx`` arrays.
 
     ``budget``: tiles an op may spread over. ``pinned``: per-op ``layout``
     (-1 free), ``gy`` and ``gx`` (0 free) from the user's per-region choices.
+    ``tables``: the grid's tile-order prefix counts (where an op's tiles lie).
     """
     values, valid = factors(hw)
     iy, ix = jnp.asarray(CANDIDATES["iy"]), jnp.asarray(CANDIDATES["ix"])
@@ -151,6 +167,6 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     alloc = budget[:, None] if jnp.ndim(budget) else budget
     m = machine.model(col, hw, jnp.asarray(df)[:, None] if jnp.ndim(df) else df, cand["layout"], cand["gy"],
                       cand["gx"], alloc)
-    score = jnp.where(ok, estimate(m, hw), jnp.inf)
+    score = jnp.where(ok, estimate(m, hw, tables), jnp.inf)
     best = jnp.argmin(score, axis=1)  # ties: the first candidate (mn before mk, smaller gy, then smaller gx)
     return {"layout": jnp.asarray(CANDIDATES["layout"])[best], "gy": values[iy[best]], "gx": values[ix[best]]}

@@ -8,9 +8,16 @@ costs
 
     sum_g cost[g, d_g]  +  sum_{g >= 1, d_g != d_(g-1)} switch[g]
 
-where ``cost`` is the op's total over its executions under the objective
-(the per-op model of :mod:`dfit_nb.sim.dataflow`: energy in pJ, or cycles),
-and ``switch[g]`` the price of changing style before op ``g``. A Viterbi pass
+where ``cost[g, d]`` is what the replay charges under single style ``d``
+(:func:`dfit_nb.sim.replay.style_costs`: each style replayed once, with its
+mapping, refetches, movement and scheduling) to GEMM ``g`` and the non-GEMM
+ops after it up to the next GEMM (their retiles depend on its layout): energy
+in pJ, or the ops' increments of the latency in cycles (they sum to the
+replayed latency exactly), and ``switch[g]`` the price of changing style
+before op ``g``. The single styles' totals are therefore the replayed ones;
+a hybrid differs from its DP total only where a retile's price depends on a
+neighbour's style, or (layer-pipelined) where overlap makes latency not a
+sum, which :meth:`Policy.evaluate` checks by replaying. A Viterbi pass
 over ``(dataflow, switches used)`` states finds the minimum exactly for this
 chain cost; ``max_switches`` bounds the switches, ``pins`` fix the dataflow of
 the GEMMs of a region. On branching graphs the switch is charged between ops

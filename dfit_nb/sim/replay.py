@@ -190,7 +190,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     f64 = jnp.float64
     reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
     n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
-    best = mapping.search(ops, hw, df, n_tiles, pinned)
+    best = mapping.search(ops, hw, df, n_tiles, pinned, tables)
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
     if spatial:

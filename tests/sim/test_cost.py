@@ -158,8 +158,8 @@ def test_invariants_of_the_cost_model(m, k, n, batch, p, df):
         if hw.tiles == 1:
             assert float(b["cycles"][0]) <= float(c["cycles"][0])
             assert dram(b) <= dram(c)
-        else:  # the search keeps the layout with the best penalised estimate: within its penalty of the best
-            assert float(b["cycles"][0]) <= float(c["cycles"][0]) * (1 + 0.02 * np.log2(hw.tiles)) * 1.5
+        else:  # the search keeps the layout with the best penalised time: never slower than that penalty allows
+            assert float(b["cycles"][0]) <= float(c["cycles"][0]) * (1 + 0.02 * np.log2(hw.tiles)) * (1 + 1e-12)
     ideal = cost(ops, hw, df, memory="ideal")
     assert float(ideal["stall_cycles"][0]) == 0.0 and float(ideal["cycles"][0]) <= float(c["cycles"][0])
 
