@@ -51,7 +51,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
                                    + op["sram_cycles_v"][i] * op["virtual_tiles"][i] + op["dram_cycles"][i]
                                    + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw)
                  + sum(pred_bytes[i]) * op["count"][i] / link_bw + op["switch_cycles"][i] for i in range(n))
-    horizon = serial + n * (latency + hop * (grid.rows + grid.cols)) + 1.0
+    horizon = serial + n * (latency + hop * (float(hw.tile_rows) + float(hw.tile_cols))) + 1.0
     width = horizon / DRAM_BINS
     capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
     used = [0.0] * DRAM_BINS

@@ -218,7 +218,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}
     horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
-               + jnp.sum(per_op["real"]) * (latency + hop * (grid.rows + grid.cols)) + 1.0)
+               # the machine's own grid, not the batch's padded one: a machine's bins do not depend on its batch
+               + jnp.sum(per_op["real"]) * (latency + hop * (machine.field(hw, "tile_rows")
+                                                             + machine.field(hw, "tile_cols"))) + 1.0)
     width = horizon / DRAM_BINS
     bins = jnp.arange(DRAM_BINS, dtype=f64)
     capacity = jnp.where(bins == DRAM_BINS - 1, jnp.inf, dram_bw * width)
@@ -276,9 +278,12 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         from_dram = jnp.where(has & ~(out_onchip[pi] > 0), pred_bytes[i], 0.0)
         # producers' tiles: their rows (from the prefix counts) and centroid
         p_off, p_u = jnp.maximum(carry["offset"][pi], 0.0), n_used[pi]
-        p_rows = (row_pre[(p_off + p_u).astype(jnp.int32)] - row_pre[p_off.astype(jnp.int32)]) / p_u[:, None]
-        p_cols = (col_pre[(p_off + p_u).astype(jnp.int32)] - col_pre[p_off.astype(jnp.int32)]) / p_u[:, None]
-        py, px = jnp.round(p_rows @ rows_at), jnp.round(p_cols @ cols_at)
+        row_n_p = row_pre[(p_off + p_u).astype(jnp.int32)] - row_pre[p_off.astype(jnp.int32)]
+        col_n_p = col_pre[(p_off + p_u).astype(jnp.int32)] - col_pre[p_off.astype(jnp.int32)]
+        p_rows = row_n_p / p_u[:, None]
+        # the centroid from whole tile counts (exact in float64, then one division): a tie at .5 rounds the same
+        # way however the sum is ordered (a vmapped or batched program must place it where a single one does)
+        py, px = jnp.round((row_n_p @ rows_at) / p_u), jnp.round((col_n_p @ cols_at) / p_u)
         # X legs leave along the producer's rows (in proportion to its tiles there), east or west of its
         # centroid column; Y legs run down the destination columns, the destination rows' share of the op
         # split at the producer's centroid row (rows and columns of a compact block taken as independent)

@@ -327,7 +327,7 @@ def test_conservation_holds_for_random_gemm_chains(m, k, n, pe, sram_kb, spatial
     assert (ops["start"].values >= ops["ready"].values - 1e-9).all()
 
 
-@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])
+@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like", "cerebras_like"])
 def test_replay_batch_matches_replay_machine_by_machine(static_traces, preset):
     t = static_traces["encoder"]
     base = presets.get(preset)
