@@ -4,7 +4,7 @@
    op captured alone as a one-op program and replayed, against ``cost`` of that op: the largest relative
    difference in cycles and energy (target 0: they read the same model).
 2. Every example on every preset (weight-stationary): Σ over ops of energy alone x count against the replayed
-   energy, and the remainder named level by level (``dfit_nb.sim.reconcile``): it closes exactly.
+   energy, and the remainder named level by level (``dfit_nb.sim._reconcile``): it closes exactly.
 Run: ``python benchmarks/bench_one_model.py`` (a few minutes on 2 cores).
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 import dfit_nb
 from dfit_nb.sim import cost, presets, reconcile
-from dfit_nb.sim.replay import SpillWarning, prepare
+from dfit_nb.sim._replay import SpillWarning, prepare
 
 
 def one_op_programs(trace):

@@ -23,9 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import dfit_nb
-from dfit_nb.sim import Hardware, presets, select_dataflows
+from dfit_nb.sim import Hardware, SpillWarning, presets, select_dataflows
 from dfit_nb.sim.policy import OBJECTIVES
-from dfit_nb.sim.replay import SpillWarning
 
 
 def _conv(x, w, stride):

@@ -24,8 +24,8 @@ import numpy as np
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import Hardware, presets, reference, replay_batch
-from dfit_nb.sim.cost import for_jit
-from dfit_nb.sim.replay import padded, pinned_layouts, prepare, program
+from dfit_nb.sim._cost import for_jit
+from dfit_nb.sim._replay import padded, pinned_layouts, prepare, program
 from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
 
 

@@ -1,6 +1,6 @@
 """Sweep throughput: machines x ops x dataflows per second, one vmapped call against a loop over machines.
 
-Both evaluate the one machine model (:mod:`dfit_nb.sim.machine`) exactly as :func:`dfit_nb.sim.cost` does
+Both evaluate the one machine model (:mod:`dfit_nb.sim.machine`) exactly as :func:`dfit_nb.sim._cost` does
 (each op alone: the mapping search over every layout candidate, the model, the body time): ``dfit_nb.sim.sweep``
 runs every machine in one jitted ``vmap`` (float64, grid build and Dataset included); the baseline is the
 straightforward loop a user would write, ``cost(ops, machine, dataflows)`` per machine (each call jitted and

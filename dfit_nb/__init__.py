@@ -18,7 +18,7 @@ from . import sim as sim
 from .capture import Trace as Trace
 from .capture import capture as capture
 from .capture import load_trace as load_trace
-from .sim.replay import replay as replay
+from .sim._replay import replay as replay
 from .sim.run import Run as Run
 from .sim.run import load_run as load_run
 

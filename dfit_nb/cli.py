@@ -31,8 +31,8 @@ from typing import Any
 from . import examples
 from .capture import MODES, capture
 from .sim import DATAFLOWS, cost, presets
+from .sim._reconcile import LEVELS, reconcile
 from .sim.policy import OBJECTIVES
-from .sim.reconcile import LEVELS, reconcile
 
 #: ``--args`` dtype spellings -> NumPy/JAX dtype names
 DTYPES = {

@@ -56,10 +56,10 @@ import pandas as pd
 from . import views
 from .errors import DfitError, DfitWarning
 from .sim import presets
+from .sim._replay import SpillWarning, replay
 from .sim.hardware import Hardware
 from .sim.machine import DATAFLOWS
 from .sim.policy import OBJECTIVES, select_dataflows
-from .sim.replay import SpillWarning, replay
 
 __all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
 
@@ -87,7 +87,7 @@ class PresetResult:
     policy : Policy or None
         The evaluated hybrid policy (``None`` when selection failed, e.g. a trace without GEMMs).
     spills : bool
-        Some op's data exceeded on-chip SRAM (a :class:`~dfit_nb.sim.replay.SpillWarning` was caught).
+        Some op's data exceeded on-chip SRAM (a :class:`~dfit_nb.sim.SpillWarning` was caught).
     seconds : float
         Wall time of the replay and the selection.
     note : str

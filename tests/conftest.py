@@ -39,8 +39,7 @@ def all_runs(static_traces):
     """(example, preset) -> Run: every bundled example replayed on every preset (weight-stationary)."""
     import warnings
 
-    from dfit_nb.sim import presets
-    from dfit_nb.sim.replay import SpillWarning
+    from dfit_nb.sim import SpillWarning, presets
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SpillWarning)  # small machines (Eyeriss' 108 KB) spill: expected here

@@ -1,6 +1,8 @@
 """The simulator of a tiled dataflow accelerator.
 
-Pure ``jax.numpy``; never imports altair or ipywidgets.
+Pure ``jax.numpy``; never imports altair or ipywidgets. The implementation modules that hold a public
+function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_reconcile``), so
+``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from ``dfit_nb.sim``.
 
 >>> from dfit_nb import sim
 >>> hw = sim.presets.get("scalesim_32")
@@ -10,21 +12,27 @@ Pure ``jax.numpy``; never imports altair or ipywidgets.
 """
 
 from . import presets as presets
-from .compare import compare as compare
-from .cost import cost as cost
+from ._compare import CompareError as CompareError
+from ._compare import compare as compare
+from ._cost import CostInputError as CostInputError
+from ._cost import cost as cost
+from ._reconcile import reconcile as reconcile
+from ._replay import ReplayError as ReplayError
+from ._replay import SpillWarning as SpillWarning
+from ._replay import replay as replay
+from ._replay import replay_batch as replay_batch
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
 from .machine import DATAFLOWS as DATAFLOWS
 from .policy import Policy as Policy
+from .policy import PolicyError as PolicyError
 from .policy import select_dataflows as select_dataflows
-from .reconcile import reconcile as reconcile
-from .replay import replay as replay
-from .replay import replay_batch as replay_batch
 from .run import Run as Run
 from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("DATAFLOWS", "Hardware", "HardwareError", "Policy", "Run", "compare", "cost", "load_run", "presets",
-           "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")
+__all__ = ("DATAFLOWS", "CompareError", "CostInputError", "Hardware", "HardwareError", "Policy", "PolicyError",
+           "ReplayError", "Run", "SpillWarning", "compare", "cost", "load_run", "presets", "reconcile", "replay",
+           "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")

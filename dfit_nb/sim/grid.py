@@ -12,7 +12,7 @@ import xarray as xr
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .cost import (
+from ._cost import (
     MEMORY_MODES,
     CostInputError,
     alone,
@@ -83,7 +83,7 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
 @functools.partial(jax.jit, static_argnames="ideal")
 def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, tables: Any, index: Any, ideal: bool
                     ) -> dict[str, Any]:
-    """:func:`dfit_nb.sim.cost.alone` over machines (leading axis of ``hw`` and ``index``) and dataflows."""
+    """:func:`dfit_nb.sim._cost.alone` over machines (leading axis of ``hw`` and ``index``) and dataflows."""
     def one(h: Hardware, i: Any) -> dict[str, Any]:
         t = (tables[0][i], tables[1][i])
         return jax.vmap(lambda d: alone(ops, h, d, t, ideal))(df)
@@ -112,7 +112,7 @@ def sweep(
     Parameters
     ----------
     ops : Trace, Dataset, DataFrame or mapping
-        As for :func:`dfit_nb.sim.cost`.
+        As for :func:`dfit_nb.sim._cost`.
     hw : Hardware
         The base machine; swept fields replace its values.
     dataflow : str or sequence of str

@@ -5,7 +5,7 @@ into cycles, bytes and joules lives here, as pure array functions (``jax.numpy``
 elementwise over ops, candidates and machines: ``jit``, ``vmap`` and ``grad``
 go through them). Nothing else in the toolkit restates a formula:
 
-* :func:`dfit_nb.sim.cost` maps each op alone (:func:`dfit_nb.sim.mapping.search`
+* :func:`dfit_nb.sim._cost` maps each op alone (:func:`dfit_nb.sim.mapping.search`
   over the whole grid), then prices it with :func:`model` and times it with
   :func:`op_body` / :func:`alone_cycles`: exactly what :func:`dfit_nb.replay`
   charges a one-op program;
@@ -240,7 +240,7 @@ def _pieces(ops: dict[str, Any], layout: Any, gy: Any, gx: Any) -> dict[str, Any
 def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: Any, alloc: Any) -> dict[str, Any]:
     """Cost of each op (one execution) under a mapping, folded onto ``alloc`` physical tiles.
 
-    ``ops`` holds float64 arrays (see :func:`dfit_nb.sim.replay.prepare`): the
+    ``ops`` holds float64 arrays (see :func:`dfit_nb.sim._replay.prepare`): the
     GEMM view (``m``, ``k``, ``n``, ``batch``, ``gemm``), ``flops``,
     ``transcendentals``, ``elems_in``, ``elems_out``, ``itemsize``, operand
     bytes (``lhs_bytes``, ``rhs_bytes``, ``ext_bytes``, ``bytes_written``, in

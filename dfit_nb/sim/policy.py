@@ -9,7 +9,7 @@ costs
     sum_g cost[g, d_g]  +  sum_{g >= 1, d_g != d_(g-1)} switch[g]
 
 where ``cost[g, d]`` is what the replay charges under single style ``d``
-(:func:`dfit_nb.sim.replay.style_costs`: each style replayed once, with its
+(:func:`dfit_nb.sim._replay.style_costs`: each style replayed once, with its
 mapping, refetches, movement and scheduling) to GEMM ``g`` and the non-GEMM
 ops after it up to the next GEMM (their retiles depend on its layout): energy
 in pJ, or the ops' increments of the latency in cycles (they sum to the
@@ -65,10 +65,10 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from .cost import for_jit
+from ._cost import for_jit
+from ._replay import hardware_key, prepare, style_costs, trace_key
 from .hardware import Hardware
 from .machine import DATAFLOWS, last_gemm, switch_cost
-from .replay import hardware_key, prepare, style_costs, trace_key
 
 OBJECTIVES = ("energy", "latency", "edp")
 EDP_WEIGHTS = 33  # weighted-sum points for the energy-delay product
@@ -190,7 +190,7 @@ class Policy:
         instead (named so, with the reason in ``fallback``), so a selected policy is never worse than the best
         single style. ``trace`` and ``hw`` default to the ones the policy was selected on; others raise
         :class:`PolicyError` (a policy is chosen for one program on one machine)."""
-        from .replay import ReplayError, replay
+        from ._replay import ReplayError, replay
 
         trace = self.trace if trace is None else trace
         hw = self.hw if hw is None else hw
@@ -270,7 +270,7 @@ class Policy:
 
     def _check_target(self, trace: Any, hw: Hardware) -> None:
         """Raise ReplayError when ``trace`` or ``hw`` is not what the policy was selected on."""
-        from .replay import check_policy_target
+        from ._replay import check_policy_target
 
         check_policy_target(self, trace, hw)
 
@@ -303,7 +303,7 @@ class Policy:
 
 def _artifacts(policy: Policy, trace: Any, hw: Hardware, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
     """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`)."""
-    from .cost import cost
+    from ._cost import cost
 
     prep = prepare(trace)
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)

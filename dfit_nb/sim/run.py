@@ -1,6 +1,6 @@
 """``Run``: a replay's events, cube, summary, per-op and per-region tables; saved without pickle.
 
-Built on the host from the per-op records of :func:`dfit_nb.sim.replay.program`
+Built on the host from the per-op records of :func:`dfit_nb.sim._replay.program`
 with NumPy, vectorized over events (no Python loop over ops, tiles or events).
 
 Bottlenecks
@@ -35,7 +35,7 @@ from .._files import open_tree, save_tree
 from .._version import __version__
 from ..events import binning
 from ..events.schema import events_dataset
-from .cost import hardware_attrs
+from ._cost import hardware_attrs
 from .hardware import Hardware
 from .machine import DATAFLOWS
 from .mapping import LAYOUTS, LEVELS, TENSORS

@@ -32,9 +32,9 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
+from ._replay import Prepared, prepare, summarize
 from .hardware import Hardware
 from .machine import DATAFLOWS
-from .replay import Prepared, prepare, summarize
 
 #: the op-table columns that scale with size (fractions and flags do not)
 FIELDS = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "lhs_bytes", "rhs_bytes",

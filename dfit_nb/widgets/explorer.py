@@ -52,9 +52,9 @@ import pandas as pd
 
 from .. import views
 from ..sim import DATAFLOWS, presets, replay, select_dataflows
+from ..sim._replay import SpillWarning
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.policy import OBJECTIVES
-from ..sim.replay import SpillWarning
 from ..sim.run import Run
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")

@@ -12,8 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dfit_nb import sim
-from dfit_nb.sim import Hardware, cost, presets
-from dfit_nb.sim.cost import CostInputError
+from dfit_nb.sim import CostInputError, Hardware, cost, presets
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "scalesim_reference.csv"
 MACHINES = {"scale_32": "scalesim_32", "scale_128": "scalesim_128"}

@@ -11,7 +11,7 @@ import pytest
 
 import dfit_nb
 from dfit_nb.sim import presets, reconcile
-from dfit_nb.sim.replay import ReplayError, SpillWarning, prepare
+from dfit_nb.sim._replay import ReplayError, SpillWarning, prepare
 
 
 def _conv(x, w):

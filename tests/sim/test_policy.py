@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dfit_nb
-from dfit_nb.sim import Hardware, Policy, presets, replay_batch, select_dataflows
+from dfit_nb.sim import Hardware, Policy, ReplayError, presets, replay_batch, select_dataflows
 from dfit_nb.sim.policy import PolicyError, viterbi
-from dfit_nb.sim.replay import ReplayError
 
 
 def brute_force(cost: np.ndarray, switch: np.ndarray, max_switches: int | None) -> float:
@@ -155,8 +154,7 @@ def test_a_hybrid_the_replay_shows_worse_falls_back_to_the_best_single_style(sta
 
 
 def test_compare_two_policies_and_two_machines(all_runs, static_traces):
-    from dfit_nb.sim import compare
-    from dfit_nb.sim.compare import CompareError
+    from dfit_nb.sim import CompareError, compare
 
     t, hw = static_traces["encoder"], presets.get("npu_like")
     a, b = dfit_nb.replay(t, hw, "ws"), dfit_nb.replay(t, hw, "os")

@@ -16,8 +16,8 @@ import dfit_nb
 from dfit_nb.errors import DfitError
 from dfit_nb.events.schema import KINDS
 from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
-from dfit_nb.sim.cost import for_jit
-from dfit_nb.sim.replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
+from dfit_nb.sim._cost import for_jit
+from dfit_nb.sim._replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
 from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
 
 PARTS = ("events", "cube", "summary", "ops", "regions")
@@ -304,7 +304,7 @@ def test_perfetto_export_of_a_run(all_runs, tmp_path):
     assert os.path.getsize(path) > 0
 
 
-@pytest.mark.filterwarnings("ignore::dfit_nb.sim.replay.SpillWarning")  # small SRAM spills: expected here
+@pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")  # small SRAM spills: expected here
 @settings(max_examples=12, deadline=None)
 @given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), pe=st.sampled_from([4, 8, 16]),
        sram_kb=st.sampled_from([8, 64, 512]), spatial=st.booleans())

@@ -10,7 +10,7 @@ import pytest
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import presets
-from dfit_nb.sim.replay import prepare, summarize
+from dfit_nb.sim._replay import prepare, summarize
 from dfit_nb.sim.shapes import ShapeError, exponents, scaled, shape_sensitivity, tail_latency
 
 BUILD = examples.get("encoder").build

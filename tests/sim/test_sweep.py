@@ -10,9 +10,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from dfit_nb.sim import cost, presets, sweep
+from dfit_nb.sim import CostInputError, cost, presets, sweep
 from dfit_nb.sim import grid as sweep_mod
-from dfit_nb.sim.cost import CostInputError
 
 OPS = {"m": [64, 197, 1], "k": [64, 300, 512], "n": [64, 33, 512], "batch": [1, 2, 1]}
 

@@ -44,8 +44,8 @@ def test_the_explorer_draws_and_a_slider_redraws_a_chart(lab_server):
         scope = ".jp-OutputArea-output .lm-TabPanel-stackedPanel:not(.lm-mod-hidden)"
         before = lab._visible_chart_image(page, scope)
         assert before, "the Explorer's visible tab has no drawn chart"
-        slider = page.locator(".widget-hslider", has_text="PE array").locator(".noUi-handle").first
-        value = page.locator(".widget-hslider", has_text="PE array").locator(".widget-readout").first
+        slider = page.locator(".widget-hslider", has_text="PE rows").locator(".noUi-handle").first
+        value = page.locator(".widget-hslider", has_text="PE rows").locator(".widget-readout").first
         old = value.inner_text()
         slider.focus()
         page.keyboard.press("ArrowRight")

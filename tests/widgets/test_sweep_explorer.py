@@ -7,9 +7,8 @@ import warnings
 
 import pytest
 
-from dfit_nb.sim import Hardware, presets, replay, replay_batch, sweep
+from dfit_nb.sim import Hardware, SpillWarning, presets, replay, replay_batch, sweep
 from dfit_nb.sim.hardware import FIELDS
-from dfit_nb.sim.replay import SpillWarning
 from dfit_nb.widgets import SweepExplorer
 
 

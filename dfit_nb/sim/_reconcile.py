@@ -1,6 +1,6 @@
 """``reconcile(trace, hw, run)``: ops costed alone vs the replay, level by level, every difference named.
 
-:func:`dfit_nb.sim.cost` prices each op alone (a one-op program: operands from
+:func:`dfit_nb.sim._cost` prices each op alone (a one-op program: operands from
 DRAM, results back to it) and :func:`dfit_nb.replay` prices the program; both
 read the one machine model (:mod:`dfit_nb.sim.machine`), so on a one-op program
 they are equal, and on a whole program they differ only by what a program adds
@@ -73,7 +73,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
     >>> bool(abs(float(r["alone_energy_j"] + r["difference_j"].sum() - r["replayed_energy_j"])) < 1e-18)
     True
     """
-    from .cost import cost
+    from ._cost import cost
     from .hardware import FIELDS
 
     for f in FIELDS:

@@ -328,7 +328,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     mapping search over the whole grid, the one machine model
     (:mod:`dfit_nb.sim.machine`), and the body time on the tiles the op is
     placed on. On a whole program the replay differs only by what the program
-    adds (results kept on chip, retiles, overlap): :func:`dfit_nb.sim.reconcile`
+    adds (results kept on chip, retiles, overlap): :func:`dfit_nb.sim._reconcile`
     names it.
 
     Parameters

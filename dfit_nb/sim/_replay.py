@@ -33,7 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..errors import DfitError, DfitWarning
 from . import machine, mapping, schedule
-from .cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
+from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
 from .hardware import EXECUTION_STYLES, Hardware
 from .machine import switch_cost, switched, word_and_mac_energy
 
