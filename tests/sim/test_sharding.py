@@ -41,7 +41,7 @@ SCRIPT = textwrap.dedent('''
             np.testing.assert_array_equal(ds[c].values, plain[c].values[:n], err_msg=c)
     # the compiled program really ran on both devices: its output is sharded like its input
     import importlib
-    replay_mod = importlib.import_module("dfit_nb.sim.replay")
+    replay_mod = importlib.import_module("dfit_nb.sim._replay")
     seen = []
     original = replay_mod._batch_program
     def spy(*args, **kwargs):
