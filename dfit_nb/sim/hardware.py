@@ -70,6 +70,9 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "dram_bytes_per_cycle": ("B/cycle", "off-chip DRAM bandwidth of the whole chip", "positive", 0, math.inf),
     "dram_latency_cycles": ("cycle", "DRAM access latency", "nonneg", 0, 1e9),
     "clock_ghz": ("GHz", "clock frequency", "positive", 0, 1e3),
+    "op_overhead_cycles": ("cycle", "fixed cost of every op execution beyond its overlapped demands (launch, "
+                           "pipeline fill and drain, synchronisation); 0 unless a preset or a calibration says",
+                           "nonneg", 0, 1e9),
     "mac_pj_1": ("pJ", "energy of one MAC on 1-byte words (int8)", "nonneg", 0, math.inf),
     "mac_pj_2": ("pJ", "energy of one MAC on 2-byte words (bf16/fp16)", "nonneg", 0, math.inf),
     "mac_pj_4": ("pJ", "energy of one MAC on 4-byte words (fp32; 8-byte words are charged 4x this)", "nonneg", 0,
@@ -80,7 +83,9 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "dram_pj_per_byte": ("pJ/B", "DRAM access energy per byte", "nonneg", 0, math.inf),
 }
 
-_USER_TYPES = (numbers.Number, np.ndarray, np.generic, jax.Array, list, tuple, str)
+# values a user passes are checked; jax Arrays are not: JAX rebuilds the pytree with them (gradients, cotangents,
+# device-placed leaves), where a zero or negative entry is a derivative, not a machine
+_USER_TYPES = (numbers.Number, np.ndarray, np.generic, list, tuple, str)
 
 #: How ops share the tile grid (static: it changes the shape of the schedule, not a number in it).
 #: "time": time-multiplexed, each op has the whole grid in turn (TPU-like); "spatial": layer-pipelined,
@@ -117,6 +122,7 @@ class Hardware:
     dram_bytes_per_cycle: Any = 16.0
     dram_latency_cycles: Any = 100.0
     clock_ghz: Any = 1.0
+    op_overhead_cycles: Any = 0.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]
     mac_pj_2: Any = MAC_PJ_BY_WORD[2]
     mac_pj_4: Any = MAC_PJ_BY_WORD[4]

@@ -73,7 +73,10 @@ delivery and DRAM overlap; the op takes the slowest of
   vector unit);
 * NoC: the busiest west-edge row link's bytes / ``noc_link_bytes_per_cycle``
   plus ``noc_hop_cycles`` x the farthest column;
-* DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once.
+* DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once;
+
+plus ``op_overhead_cycles`` per execution (launch, pipeline fill and drain,
+synchronisation: a fixed floor real chips show on small ops; 0 by default).
 
 **Words.** An op moves words of its dtype's width cast down to the machine's
 widest native word (``word_bytes``); tables without a dtype use the native word.
@@ -423,8 +426,13 @@ def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dic
                      dram_transfer_cycles(body["dram_bytes"], hw) + field(hw, "dram_latency_cycles"), 0.0)
     if ideal:
         return {"cycles": compute, "dram_cycles": dram}
-    return {"cycles": jnp.maximum(jnp.maximum(compute, body["sram"]), jnp.maximum(body["noc_cycles"], dram)),
-            "dram_cycles": dram}
+    slowest = jnp.maximum(jnp.maximum(compute, body["sram"]), jnp.maximum(body["noc_cycles"], dram))
+    return {"cycles": slowest + overhead_cycles(slowest, 1.0, hw), "dram_cycles": dram}
+
+
+def overhead_cycles(busy: Any, count: Any, hw: Hardware) -> Any:
+    """The fixed cost of an op that does something (``busy > 0``): ``op_overhead_cycles`` per execution."""
+    return jnp.where(busy > 0, field(hw, "op_overhead_cycles") * count, 0.0)
 
 
 def move_energy(nbytes: Any, byte_hops: Any, hw: Hardware) -> Any:

@@ -6,7 +6,8 @@ where a vendor publishes no number the value is an assumption, said so.
 
 >>> from dfit_nb.sim import presets
 >>> presets.names()
-('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like')
+('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like',
+ 'tpu_v4')
 >>> presets.get("scalesim_32").pe_rows
 32
 """
@@ -126,4 +127,20 @@ register(
     sources="Public: Chen et al., 'Eyeriss', ISSCC 2016 / JSSC 2017 (168 PEs in 12x14, 108 KB global buffer, "
             "16-bit, 100-250 MHz); the buffer split and DRAM bandwidth (64-bit at ~200 MHz, ~4 B/cycle "
             "effective) are assumptions.",
+)
+register(
+    Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
+             sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=256,
+             noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1200 / 1.05, dram_latency_cycles=500.0,
+             clock_ghz=1.05, op_overhead_cycles=1000.0),
+    approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
+                 "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
+    sources="Public: Jouppi et al., 'TPU v4', ISCA 2023, and the Cloud TPU documentation: 2 TensorCores per chip, "
+            "4 MXUs of 128x128 per TensorCore, 1050 MHz (275 TFLOP/s bf16 = 2 x 8 x 128 x 128 x 1.05 GHz), 32 GiB "
+            "HBM at 1.2 TB/s (-> 1143 B/cycle), 16 MiB vector memory per TensorCore (-> 4 MiB per MXU tile, split "
+            "2/1/1 MiB input/weight/output: an assumption), 128 MiB CMEM (not modelled). Assumptions: the "
+            "vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared by 4 MXUs), the link width between "
+            "tiles, the 500-cycle HBM latency, and op_overhead_cycles = 1000 (~0.95 us of launch, fill and "
+            "sync per op: the order of the 1.0-1.5 us floor the measured small matmuls in "
+            "../shared/data/tpu_v4_matmul show; calibrate it to your chip with dfit_nb.sim.calibrate).",
 )

@@ -49,7 +49,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     n = len(preds)
     serial = sum(op["count"][i] * (op["compute_v"][i] * op["virtual_tiles"][i]
                                    + op["sram_cycles_v"][i] * op["virtual_tiles"][i] + op["dram_cycles"][i]
-                                   + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw)
+                                   + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw
+                                   + float(hw.op_overhead_cycles))
                  + sum(pred_bytes[i]) * op["count"][i] / link_bw + op["switch_cycles"][i] for i in range(n))
     horizon = serial + n * (latency + hop * (float(hw.tile_rows) + float(hw.tile_cols))) + 1.0
     width = horizon / DRAM_BINS
@@ -157,6 +158,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
             remaining -= take
         dram_end = max(done, t1) + latency if dram_bytes > 0 else t1
         body_end = max(t1 + compute, t1 + sram, t1 + noc, dram_end)
+        body_end += float(hw.op_overhead_cycles) * op["count"][i] if body_end > t1 else 0.0
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
         last_end = max(last_end, end)
         starts[i], ends[i], offsets[i] = start, end, offset

@@ -213,7 +213,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     # every NoC byte over one link); the last bin takes what overflows at the full rate
     serial = per_op["count"] * (per_op["compute_v"] * per_op["virtual_tiles"] + per_op["sram_cycles_v"]
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
-                                + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw)
+                                + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw
+                                + machine.field(hw, "op_overhead_cycles"))
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}
@@ -329,6 +330,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
         body_end = jnp.maximum(jnp.maximum(t1 + compute, t1 + sram), jnp.maximum(t1 + noc_cycles, dram_end))
+        body_end = body_end + machine.overhead_cycles(body_end - t1, count, hw)  # the fixed cost per execution
         if spatial:
             end = jnp.maximum(body_end, last_producer + (body_end - t1) / STREAM_CHUNKS)
         else:

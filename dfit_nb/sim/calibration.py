@@ -1,0 +1,438 @@
+"""Calibration against measured times: fit Hardware fields by gradient through the one machine model.
+
+:func:`predictor` turns an op table and a machine's grid into a pure function
+``Hardware -> per-op outputs`` (the ops-alone model of :func:`dfit_nb.sim.cost`:
+the mapping search, :func:`dfit_nb.sim.machine.model`, the body time), so
+``jax.grad`` and ``jax.jacfwd`` go through it with respect to the machine's
+continuous fields (clock, bandwidths, latencies, the per-op overhead, energies;
+the tile grid and array sizes are shapes of the search and stay fixed).
+
+:func:`calibrate` fits chosen fields to measured seconds: the log error, its
+gradient through the model, BFGS (``jax.scipy.optimize.minimize``) over
+unconstrained parameters mapped into each field's bounds (a sigmoid), so the
+fitted machine is always valid. It fits on a seeded, stratified half of the
+rows and reports on the other half: MAPE, Pearson and Spearman correlation,
+per size bucket and pooled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from ..errors import DfitError, DfitWarning
+from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
+from .hardware import FIELDS, Hardware
+
+#: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search)
+FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items() if kind in ("positive", "nonneg"))
+#: default fields: how fast the arrays run, how fast memory feeds them, and the fixed cost per op
+DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "op_overhead_cycles")
+#: measured-time columns accepted, with their scale to seconds
+TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6}
+
+
+class CalibrationError(DfitError, ValueError):
+    """The measurements, fields or bounds cannot be calibrated on."""
+
+
+class CalibrationWarning(DfitWarning):
+    """The fit did not converge: the machine returned is the last iterate, flagged so."""
+
+
+def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
+              ) -> Callable[[Hardware], dict[str, Any]]:
+    """A pure function ``Hardware -> per-op outputs`` of ``ops`` alone, for ``jax.grad`` / ``jax.jacfwd``.
+
+    The grid (tile rows and columns) of ``hw`` is fixed in the function (it
+    shapes the mapping search); every other field comes from the Hardware it
+    is called with, so gradients flow to them. Outputs are those of
+    :func:`dfit_nb.sim.cost` (``cycles``, ``energy_pj``, ...) plus ``seconds``.
+    Call it under ``jax.enable_x64(True)`` (the model counts in float64).
+
+    Examples
+    --------
+    >>> import jax
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.sim.calibration import predictor
+    >>> hw = presets.get("tpu_v4")
+    >>> f = predictor({"m": [512], "k": [512], "n": [512], "dtype": ["float16"]}, hw)
+    >>> with jax.enable_x64(True):
+    ...     g = jax.grad(lambda h: f(h)["seconds"].sum())(jax.tree.map(lambda x: jax.numpy.asarray(x, float), hw))
+    >>> float(g.clock_ghz) < 0 < float(g.op_overhead_cycles)  # a faster clock, a smaller overhead: less time
+    True
+    """
+    if memory not in ("finite", "ideal"):
+        raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
+    arrays, coord = alone_arrays(ops)
+    codes, names = dataflow_codes(dataflow, len(coord))
+    if names:
+        raise CalibrationError("predictor() takes one dataflow (or one per op), not a list")
+    tables = grid_tables(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)))
+    ideal = memory == "ideal"
+
+    def predict_with(h: Hardware) -> dict[str, Any]:
+        out = alone({k: jnp.asarray(v, jnp.float64) for k, v in arrays.items()}, h,
+                    jnp.asarray(codes, jnp.float64), tables, ideal)
+        out["seconds"] = out["cycles"] / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
+        return out
+
+    return predict_with
+
+
+def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
+    """Per-op seconds, cycles and the rest of :func:`dfit_nb.sim.cost`'s outputs as NumPy arrays (one jitted call).
+
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.sim.calibration import predict
+    >>> p = predict({"m": [64, 4096], "k": [64, 4096], "n": [64, 4096], "dtype": ["float16"] * 2},
+    ...             presets.get("tpu_v4"))
+    >>> bool(p["seconds"][1] > p["seconds"][0] > 0)
+    True
+    """
+    f = predictor(ops, hw, dataflow, memory)
+    with jax.enable_x64(True):
+        return {k: np.asarray(v) for k, v in jax.device_get(jax.jit(f)(for_jit(hw))).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    """A machine fitted to measured times, with its predictions and error on fitted and held-out rows.
+
+    Attributes
+    ----------
+    hw : Hardware
+        The fitted machine (its name says so).
+    base : Hardware
+        The machine the fit started from.
+    fields : tuple of str
+        The fitted fields.
+    rows : xarray.Dataset
+        Dim ``row``: ``m``, ``k``, ``n``, ``batch``, ``measured_s``, ``predicted_s`` (fitted machine),
+        ``base_predicted_s``, ``fitted`` (the row was fitted), ``bucket``.
+    metrics : xarray.Dataset
+        ``mape``, ``pearson``, ``spearman`` over (``machine``: base / fitted, ``split``: fitted / held_out,
+        ``bucket``: each bucket and ``pooled``), and ``rows``.
+    converged : bool
+    loss : float
+        The final mean squared log error on the fitted rows.
+    seed : int
+        The seed of the split.
+    """
+
+    hw: Hardware
+    base: Hardware
+    fields: tuple[str, ...]
+    rows: xr.Dataset
+    metrics: xr.Dataset
+    converged: bool
+    loss: float
+    seed: int
+
+    def summary(self) -> pd.DataFrame:
+        """The metrics as a table: one row per (machine, split, bucket)."""
+        return self.metrics.to_dataframe().reset_index()
+
+    def __repr__(self) -> str:
+        held = self.metrics.sel(split="held_out", bucket="pooled")
+        fit = {f: float(np.asarray(getattr(self.hw, f))) for f in self.fields}
+        state = "" if self.converged else " (NOT converged)"
+        return (f"<dfit_nb.Calibration of {self.base.name!r}{state}: "
+                + ", ".join(f"{k}={v:.4g}" for k, v in fit.items())
+                + f"; held-out MAPE {float(held['mape'].sel(machine='fitted')):.1%} "
+                f"(base {float(held['mape'].sel(machine='base')):.1%}), Spearman "
+                f"{float(held['spearman'].sel(machine='fitted')):.3f}; {int(self.rows.sizes['row'])} rows, "
+                f"{int(self.rows['fitted'].sum())} fitted, seed {self.seed}>")
+
+    def _repr_html_(self) -> str:
+        table = self.summary().pivot_table(index=["split", "bucket"], columns="machine",
+                                           values=["mape", "spearman", "pearson"])
+        fit = "".join(f"<tr><td>{html.escape(f)}</td><td>{float(np.asarray(getattr(self.base, f))):.6g}</td>"
+                      f"<td>{float(np.asarray(getattr(self.hw, f))):.6g}</td></tr>" for f in self.fields)
+        state = "converged" if self.converged else "<b>did not converge</b>"
+        return (f"<div><p>Calibration of <code>{html.escape(self.base.name)}</code> ({state}; loss "
+                f"{self.loss:.4g}; split seed {self.seed})</p><table><tr><th>field</th><th>base</th><th>fitted</th>"
+                f"</tr>{fit}</table>{table.to_html(float_format=lambda v: f'{v:.3f}')}</div>")
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the rows and metrics to one netCDF file (the fitted machine in its attrs); see :func:`load`."""
+        path = Path(path)
+        if path.exists() and path.is_dir():
+            raise CalibrationError(f"{path} is a directory; give a file name such as calibration.nc")
+        doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
+               "converged": self.converged, "loss": self.loss, "seed": self.seed}
+        # the metrics' bucket axis and the rows' bucket labels share a name: prefix the metrics on disk
+        metrics = self.metrics.rename({**{v: f"metric_{v}" for v in self.metrics.data_vars},
+                                       "bucket": "metric_bucket"})
+        ds = xr.merge([self.rows, metrics]).assign_attrs(dfit_calibration=json.dumps(doc))
+        tmp = path.with_name(path.name + ".tmp")
+        ds.to_netcdf(tmp, engine="h5netcdf")
+        os.replace(tmp, path)
+        return path
+
+
+def load(path: str | os.PathLike[str]) -> Calibration:
+    """A :class:`Calibration` written by :meth:`Calibration.save`."""
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        ds = ds.load()
+    if "dfit_calibration" not in ds.attrs:
+        raise CalibrationError(f"{path} is not a dfit_nb calibration (no dfit_calibration attribute)")
+    doc = json.loads(ds.attrs["dfit_calibration"])
+    metric_vars = [v for v in ds.data_vars if str(v).startswith("metric_")]
+    metrics = ds[metric_vars].rename({**{v: str(v)[len("metric_"):] for v in metric_vars},
+                                      "metric_bucket": "bucket"})
+    rows = ds.drop_vars(metric_vars).drop_dims([d for d in ("machine", "split", "metric_bucket") if d in ds.dims])
+    rows.attrs = {}
+    return Calibration(hw=Hardware(**doc["hw"]), base=Hardware(**doc["base"]), fields=tuple(doc["fields"]),
+                       rows=rows, metrics=metrics, converged=bool(doc["converged"]), loss=float(doc["loss"]),
+                       seed=int(doc["seed"]))
+
+
+def _hw_doc(hw: Hardware) -> dict[str, Any]:
+    return {"name": hw.name, "execution": hw.execution, **{f: float(np.asarray(getattr(hw, f))) for f in FIELDS}}
+
+
+def measured_table(measured: Any) -> pd.DataFrame:
+    """``m, k, n, batch, dtype, time_s`` (and ``bucket`` when given) from a DataFrame or a profile-mode Trace."""
+    if isinstance(getattr(measured, "ops", None), xr.Dataset):
+        ops = measured.ops
+        if "time_s" not in ops:
+            raise CalibrationError("the trace has no measured times: capture it with mode='profile' on your device")
+        leaf = (ops["container"].values == "") if "container" in ops else np.ones(ops.sizes["op"], bool)
+        t = ops["time_s"].values / np.maximum(ops["count"].values, 1)
+        keep = leaf & (ops["m"].values > 0) & np.isfinite(t) & (t > 0)
+        if not keep.any():
+            raise CalibrationError("the trace has no GEMM op with a measured time (profile mode times ops on the "
+                                   "device; a static capture has none)")
+        sel = ops.isel(op=np.flatnonzero(keep))
+        return pd.DataFrame({"m": sel["m"].values, "k": sel["k"].values, "n": sel["n"].values,
+                             "batch": np.maximum(sel["batch"].values, 1), "dtype": sel["dtype"].values.astype(str),
+                             "time_s": t[keep]})
+    if not isinstance(measured, pd.DataFrame):
+        raise CalibrationError(f"measured must be a pandas DataFrame (m, k, n, [batch, dtype], time_s or time_us) "
+                               f"or a Trace captured in profile mode; got {type(measured).__name__}")
+    missing = [c for c in ("m", "k", "n") if c not in measured.columns]
+    time_col = next((c for c in TIME_COLUMNS if c in measured.columns), None)
+    if missing or time_col is None:
+        raise CalibrationError(f"measured lacks {missing + ([] if time_col else ['a time column'])}; it needs m, k, "
+                               f"n and one of {', '.join(TIME_COLUMNS)} (optional: batch, dtype, bucket)")
+    t = pd.to_numeric(measured[time_col], errors="coerce").to_numpy(np.float64) * TIME_COLUMNS[time_col]
+    bad = ~np.isfinite(t) | (t <= 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise CalibrationError(f"measured {time_col!r} must be finite and > 0; row {i} is "
+                               f"{float(t[i] / TIME_COLUMNS[time_col]):g}")
+    out = pd.DataFrame({"m": measured["m"].to_numpy(), "k": measured["k"].to_numpy(), "n": measured["n"].to_numpy(),
+                        "batch": measured["batch"].to_numpy() if "batch" in measured else 1,
+                        "dtype": measured["dtype"].astype(str).to_numpy() if "dtype" in measured else "float32",
+                        "time_s": t})
+    if "bucket" in measured:
+        out["bucket"] = measured["bucket"].astype(str).to_numpy()
+    return out
+
+
+def _buckets(table: pd.DataFrame) -> np.ndarray:
+    """The size bucket of each row: the table's own, else a decade of MACs (``1e6-1e7`` ...)."""
+    if "bucket" in table:
+        return table["bucket"].astype(str).to_numpy()
+    macs = table["batch"].to_numpy(np.float64) * table["m"] * table["k"] * table["n"]
+    lo = np.floor(np.log10(np.maximum(macs.to_numpy(np.float64), 1.0))).astype(int)
+    return np.array([f"1e{d}-1e{d + 1} MACs" for d in lo])
+
+
+def stratified_split(buckets: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """A seeded boolean mask: ``fraction`` of each bucket's rows (at least one per bucket with two or more)."""
+    rng = np.random.default_rng(seed)
+    fit = np.zeros(len(buckets), bool)
+    for b in np.unique(buckets):
+        idx = np.flatnonzero(buckets == b)
+        k = round(fraction * len(idx))
+        k = min(max(k, 1 if len(idx) > 1 else 0), len(idx) - 1 if len(idx) > 1 else len(idx))
+        fit[rng.choice(idx, size=k, replace=False)] = True
+    return fit
+
+
+def metrics(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    """MAPE, Pearson and Spearman correlation of ``predicted`` against ``measured``.
+
+    >>> m = metrics(np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.0, 5.0]))
+    >>> round(m["mape"], 4), round(m["spearman"], 3)
+    (0.0667, 1.0)
+    """
+    from scipy import stats
+
+    p, y = np.asarray(predicted, np.float64), np.asarray(measured, np.float64)
+    if len(y) < 2:
+        return {"mape": float(np.mean(np.abs(p - y) / y)) if len(y) else np.nan, "pearson": np.nan,
+                "spearman": np.nan}
+    return {"mape": float(np.mean(np.abs(p - y) / y)), "pearson": float(stats.pearsonr(p, y)[0]),
+            "spearman": float(stats.spearmanr(p, y)[0])}
+
+
+def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[float, float]] | None
+            ) -> dict[str, tuple[float, float]]:
+    out = {}
+    for f in fields:
+        value = float(np.asarray(getattr(hw, f)))
+        lo, hi = (bounds or {}).get(f, (value / 20.0, value * 20.0) if value > 0 else (0.0, 1e5))
+        lo, hi = float(lo), float(hi)
+        _, _, kind, field_lo, field_hi = FIELDS[f]
+        if not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
+            raise CalibrationError(f"bounds of {f!r} must be finite with low < high, got ({lo:g}, {hi:g})")
+        if lo < field_lo or (kind == "positive" and lo <= 0) or hi > field_hi:
+            raise CalibrationError(f"bounds of {f!r} ({lo:g}, {hi:g}) would leave the machine invalid: "
+                                   f"Hardware.{f} must be {'>' if kind == 'positive' else '>='} {field_lo:g}"
+                                   + ("" if np.isinf(field_hi) else f" and <= {field_hi:g}"))
+        out[f] = (lo, hi)
+    return out
+
+
+def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELDS, dataflow: str = "ws", *,
+              fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
+              max_iterations: int = 200) -> Calibration:
+    """Fit ``fields`` of ``hw`` to measured op times by gradient through the one machine model.
+
+    Parameters
+    ----------
+    measured : pandas.DataFrame or Trace
+        Rows of ``m``, ``k``, ``n`` (optional ``batch``, ``dtype``, ``bucket``) and a time in ``time_s``,
+        ``seconds`` or ``time_us``; or a Trace captured in ``profile`` mode on your device (its GEMM ops' measured
+        times per execution).
+    hw : Hardware
+        The machine to start from (e.g. ``presets.get("tpu_v4")``); its grid and array sizes are kept.
+    fields : sequence of str
+        Continuous Hardware fields to fit (:data:`FITTABLE`); default clock, DRAM bandwidth, per-op overhead.
+    dataflow : str
+        The dataflow the measured ops are modelled with.
+    fit_fraction : float
+        Share of each size bucket fitted (seeded); the rest is held out and reported.
+    seed : int
+        Seed of the split.
+    bounds : dict, optional
+        ``{field: (low, high)}``; default a factor 20 around the start (``(0, 1e5)`` for a zero start).
+    max_iterations : int
+        BFGS iterations at most.
+
+    Returns
+    -------
+    Calibration
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.sim.calibration import calibrate, predict
+    >>> hw = presets.get("tpu_v4")
+    >>> sizes = np.array([128, 256, 512, 1024, 2048, 3072, 4096] * 2)
+    >>> rows = pd.DataFrame({"m": sizes, "k": sizes[::-1], "n": sizes, "dtype": "float16"})
+    >>> truth = hw.replace(clock_ghz=0.8, op_overhead_cycles=1500.0)   # a machine to recover
+    >>> rows["time_s"] = predict(rows, truth)["seconds"]
+    >>> cal = calibrate(rows, hw, ["clock_ghz", "op_overhead_cycles"])
+    >>> round(float(cal.hw.clock_ghz), 2), float(cal.metrics["mape"].sel(machine="fitted", split="held_out",
+    ...                                                                  bucket="pooled")) < 0.01
+    (0.8, True)
+    """
+    table = measured_table(measured)
+    fields = tuple(fields)
+    unknown = [f for f in fields if f not in FIELDS]
+    if unknown:
+        raise CalibrationError(f"Hardware has no field(s) {unknown}; fittable: {', '.join(FITTABLE)}")
+    shaped = [f for f in fields if f not in FITTABLE]
+    if shaped:
+        raise CalibrationError(f"cannot fit {shaped} by gradient: they are whole numbers that shape the mapping "
+                               f"search (sweep them instead); fittable: {', '.join(FITTABLE)}")
+    if not fields or len(set(fields)) != len(fields):
+        raise CalibrationError(f"fields must name one or more distinct Hardware fields, got {list(fields)}")
+    if not 0 < fit_fraction < 1:
+        raise CalibrationError(f"fit_fraction must be between 0 and 1, got {fit_fraction!r}")
+    if not isinstance(hw, Hardware) or hw.batch_shape != ():
+        raise CalibrationError("hw must be one dfit_nb.sim.Hardware (e.g. presets.get('tpu_v4'))")
+    buckets = _buckets(table)
+    fit = stratified_split(buckets, fit_fraction, seed)
+    if fit.sum() < len(fields):
+        raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {len(fields)} field(s): give at "
+                               f"least {len(fields)} rows to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
+    box = _bounds(hw, fields, bounds)
+    f = predictor(table, hw, dataflow)
+    y = np.log(table["time_s"].to_numpy(np.float64))
+    base_hw = for_jit(hw)
+    lo = np.array([box[k][0] for k in fields])
+    hi = np.array([box[k][1] for k in fields])
+    start = np.array([float(np.asarray(getattr(hw, k))) for k in fields])
+    frac = np.clip((start - lo) / (hi - lo), 1e-6, 1 - 1e-6)
+    z0 = np.log(frac / (1 - frac))  # the start, inside the bounds
+
+    def machine_of(z: Any) -> Hardware:
+        values = lo + (hi - lo) * jax.nn.sigmoid(z)
+        return dataclasses.replace(base_hw, **{k: values[i] for i, k in enumerate(fields)})
+
+    def loss(z: Any) -> Any:
+        pred = f(machine_of(z))["seconds"]
+        r = jnp.log(jnp.maximum(pred, 1e-30)) - y
+        return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
+
+    with jax.enable_x64(True):
+        from jax.scipy.optimize import minimize
+
+        result = minimize(jax.jit(loss), jnp.asarray(z0), method="BFGS",
+                          options={"maxiter": int(max_iterations)})
+        z = np.asarray(result.x)
+        final = float(result.fun)
+        # BFGS status 3: the line search finds no further descent (a minimum to precision; common where the model
+        # is piecewise, e.g. the mapping search switching layouts); 1: out of iterations; 5: not finite
+        converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
+        values = lo + (hi - lo) / (1.0 + np.exp(-z))
+        fitted_hw = hw.replace(name=f"{hw.name} (calibrated)", **{k: float(values[i]) for i, k in enumerate(fields)})
+        pred = np.asarray(jax.jit(f)(for_jit(fitted_hw))["seconds"])
+        base_pred = np.asarray(jax.jit(f)(base_hw)["seconds"])
+    if not converged:
+        warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
+                      f"{int(result.status)}); last mean squared log error {final:.4g} "
+                      f"(MAPE on fitted rows {np.mean(np.abs(pred[fit] - np.exp(y[fit])) / np.exp(y[fit])):.1%}): "
+                      "the machine returned is the last iterate (calibration.converged is False)",
+                      CalibrationWarning, stacklevel=2)
+    rows = xr.Dataset(
+        {"m": ("row", table["m"].to_numpy()), "k": ("row", table["k"].to_numpy()), "n": ("row", table["n"].to_numpy()),
+         "batch": ("row", np.broadcast_to(table["batch"].to_numpy(), len(table)).copy()),
+         "measured_s": ("row", np.exp(y), {"units": "s"}), "predicted_s": ("row", pred, {"units": "s"}),
+         "base_predicted_s": ("row", base_pred, {"units": "s"}), "fitted": ("row", fit),
+         "bucket": ("row", buckets.astype(object))},
+        coords={"row": np.arange(len(table))})
+    return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
+                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed)
+
+
+def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
+    """MAPE / Pearson / Spearman over (machine, split, bucket) from a Calibration's rows."""
+    buckets = [*sorted(set(rows["bucket"].values.tolist())), "pooled"]
+    machines, splits = ("base", "fitted"), ("fitted", "held_out")
+    out = {k: np.full((2, 2, len(buckets)), np.nan) for k in ("mape", "pearson", "spearman")}
+    count = np.zeros((2, len(buckets)), np.int64)
+    fit = rows["fitted"].values.astype(bool)
+    for s, mask in enumerate((fit, ~fit)):
+        for b, bucket in enumerate(buckets):
+            sel = mask & ((rows["bucket"].values == bucket) if bucket != "pooled" else True)
+            count[s, b] = int(sel.sum())
+            for i, var in enumerate(("base_predicted_s", "predicted_s")):
+                for key, value in metrics(rows[var].values[sel], rows["measured_s"].values[sel]).items():
+                    out[key][i, s, b] = value
+    dims = ("machine", "split", "bucket")
+    return xr.Dataset({**{k: (dims, v, {"units": "1"}) for k, v in out.items()},
+                       "rows": (("split", "bucket"), count, {"units": "1"})},
+                      coords={"machine": list(machines), "split": list(splits), "bucket": buckets})
+
+
+__all__ = ("DEFAULT_FIELDS", "FITTABLE", "Calibration", "CalibrationError", "CalibrationWarning", "calibrate", "load",
+           "predict", "predictor")
