@@ -21,6 +21,8 @@ from ._replay import ReplayError as ReplayError
 from ._replay import SpillWarning as SpillWarning
 from ._replay import replay as replay
 from ._replay import replay_batch as replay_batch
+from .calibration import Calibration as Calibration
+from .calibration import calibrate as calibrate
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
@@ -33,6 +35,7 @@ from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("DATAFLOWS", "CompareError", "CostInputError", "Hardware", "HardwareError", "Policy", "PolicyError",
-           "ReplayError", "Run", "SpillWarning", "compare", "cost", "load_run", "presets", "reconcile", "replay",
-           "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency")
+__all__ = ("Calibration", "CompareError", "CostInputError", "DATAFLOWS", "Hardware", "HardwareError", "Policy",
+           "PolicyError", "ReplayError", "Run", "SpillWarning", "calibrate", "compare", "cost", "load_run",
+           "presets", "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep",
+           "tail_latency")

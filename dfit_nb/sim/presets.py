@@ -131,7 +131,7 @@ register(
 register(
     Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
              sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=256,
-             noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1200 / 1.05, dram_latency_cycles=500.0,
+             noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
              clock_ghz=1.05, op_overhead_cycles=1000.0),
     approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
                  "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
