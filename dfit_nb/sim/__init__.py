@@ -35,7 +35,7 @@ from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("Calibration", "CompareError", "CostInputError", "DATAFLOWS", "Hardware", "HardwareError", "Policy",
+__all__ = ("DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware", "HardwareError", "Policy",
            "PolicyError", "ReplayError", "Run", "SpillWarning", "calibrate", "compare", "cost", "load_run",
            "presets", "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep",
            "tail_latency")
