@@ -142,3 +142,25 @@ def test_calibration_on_real_measurements_reports_held_out_error(tpu_v4_rows):
     assert int(m["rows"].sel(split="held_out", bucket="pooled")) == 598
     assert np.isfinite(m["mape"].values).all() and np.isfinite(m["spearman"].values).all()
     assert float(m["spearman"].sel(machine="fitted", split="held_out", bucket="pooled")) > 0.95
+
+
+def test_calibrate_on_a_profile_mode_trace_of_this_machine():
+    """Anyone calibrates on their own device: a profile-mode capture here times each GEMM on the host CPU."""
+    import dfit_nb
+
+    def layers(a, b, c, d):
+        return (jnp.tanh(a @ b) @ c @ d).sum()
+
+    args = [jnp.ones((256, 512)), jnp.ones((512, 384)), jnp.ones((384, 640)), jnp.ones((640, 128))]
+    trace = dfit_nb.capture(layers, *args, mode="profile", profile_rounds=2, profile_calls=5)
+    hw = presets.get("scalesim_128").replace(word_bytes=4)
+    cal = calibrate(trace, hw, ["clock_ghz"], fit_fraction=0.5)
+    assert cal.rows.sizes["row"] == 3 and int(cal.rows["fitted"].sum()) >= 1
+    measured = cal.rows["measured_s"].values
+    assert (measured > 0).all() and np.isfinite(cal.rows["predicted_s"].values).all()
+    fitted = cal.rows["fitted"].values
+    # one field fitted on the fitted rows: they are matched better than by the machine as given
+    err = lambda var: np.mean(np.abs(np.log(cal.rows[var].values[fitted] / measured[fitted])))
+    assert err("predicted_s") <= err("base_predicted_s")
+    with pytest.raises(CalibrationError, match="no GEMM op with a measured time"):
+        calibrate(dfit_nb.capture(layers, *args), hw)
