@@ -71,7 +71,7 @@ def main() -> None:
                 cases += 1
                 fallbacks += bool(policy.fallback)
                 print(f"{name:12s} {preset:15s} {objective:9s} {policy.name[:28]:28s} {policy.switches:8d} "
-                      f"{_gain(policy):+12.2%}")
+                      f"{policy.replayed_gain():+12.2%}")
     print(f"fallbacks: {fallbacks} of {cases} (example x preset x objective) cases = {fallbacks / cases:.1%} "
           "(target <= 10%)")
 
@@ -85,7 +85,7 @@ def main() -> None:
         print(f"  {style:7s} {float(b['latency_s'].sel(policy=style)) * 1e3:8.3f} ms")
     print(f"  choices: {' '.join(policy.choices['dataflow'].values)}")
     print(f"  replayed latency gain of the hybrid vs the best single style ({b.attrs['best_single']}): "
-          f"{_gain(policy):+.2%}")
+          f"{policy.replayed_gain():+.2%}")
     batch_selection(a.machines)
     print(f"done in {time.perf_counter() - t_start:.0f} s")
 
@@ -114,15 +114,6 @@ def batch_selection(n: int) -> None:
     print(f"selection for {n:,} machines x {ds.sizes['op']} GEMMs in one call (3 replays per machine, then the DP): "
           f"{first:.2f} s with compile, {again:.2f} s again ({n / again:,.0f} machines/s); {mixed:,} machines get a "
           "mixed policy")
-
-
-def _gain(policy) -> float:
-    """The replayed gain of the policy against the best single style under its objective."""
-    b = policy.baselines
-    best = b.attrs["best_single"]
-    metric = {"energy": b["energy_j"], "latency": b["latency_s"], "edp": b["energy_j"] * b["latency_s"]}
-    m = metric[policy.objective]
-    return float((m.sel(policy=best) - m.sel(policy="hybrid")) / m.sel(policy=best))
 
 
 if __name__ == "__main__":

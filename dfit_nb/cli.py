@@ -30,7 +30,7 @@ from typing import Any
 
 from . import examples
 from .capture import MODES, capture
-from .sim import DATAFLOWS, cost, presets
+from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
 from .sim.policy import OBJECTIVES
 
@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--hw", nargs="*", default=None, metavar="PRESET",
                    help=f"hardware presets (default: all of {', '.join(presets.names())}); the charts are drawn "
                         "for the first")
-    r.add_argument("--dataflow", default="ws", choices=[*DATAFLOWS, "hybrid"],
+    r.add_argument("--dataflow", default="ws", choices=list(REPLAY_DATAFLOWS),
                    help="dataflow of the replay table, event cubes and Perfetto traces (default ws)")
     r.add_argument("--objective", default="energy", choices=list(OBJECTIVES),
                    help="what the hybrid policy minimises (default energy)")

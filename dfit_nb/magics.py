@@ -55,12 +55,11 @@ from IPython.display import display
 from .capture import capture
 from .capture.api import MODES
 from .errors import DfitWarning
-from .sim import presets
+from .sim import REPLAY_DATAFLOWS, presets
 from .sim._compare import CompareError
 from .sim._compare import compare as compare_runs
 from .sim._replay import replay
 from .sim.hardware import Hardware
-from .sim.machine import DATAFLOWS as SINGLE_STYLES
 from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.run import Run
 from .views import compare as compare_chart
@@ -69,8 +68,7 @@ from .widgets import Explorer, enable_offline
 __all__ = ["DfitMagics", "evaluate_call", "load_ipython_extension", "parse_call", "presets_table",
            "unload_ipython_extension"]
 
-# defined once, where they live: the single styles (sim.machine), objectives (sim.policy), modes (capture)
-DATAFLOWS = (*SINGLE_STYLES, "hybrid")
+# defined once, where they live: the replay's dataflows (sim), objectives (sim.policy), modes (capture)
 DEFAULT_HW = "npu_like"
 #: keyword arguments of :func:`dfit_nb.capture` itself: a call cannot pass these to the captured function
 _CAPTURE_OPTIONS = ("mode", "while_trips", "profile_rounds", "profile_calls")
@@ -286,7 +284,7 @@ class DfitMagics(Magics):
     @argument("--hw", default=DEFAULT_HW, metavar="PRESET",
               help=f"The machine: a preset name (see %%dfit_presets; default {DEFAULT_HW}) or the name of a "
                    "dfit_nb.sim.Hardware in the namespace.")
-    @argument("--dataflow", choices=DATAFLOWS, default=None,
+    @argument("--dataflow", choices=REPLAY_DATAFLOWS, default=None,
               help="ws, os or is for every GEMM, or hybrid: the exact per-layer selection under --objective "
                    "(default ws; hybrid when only --objective is given).")
     @argument("--objective", choices=OBJECTIVES, default=None,

@@ -228,10 +228,7 @@ def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:
         if r.policy is not None:
             b = r.policy.baselines
             best = b.attrs.get("best_single", "")
-            # replayed figures only: the objective on the replayed runs, hybrid against the best single style
-            m = {"energy": b["energy_j"], "latency": b["latency_s"],
-                 "edp": b["energy_j"] * b["latency_s"]}[r.policy.objective]
-            gain = float((m.sel(policy=best) - m.sel(policy="hybrid")) / m.sel(policy=best)) if best else np.nan
+            gain = r.policy.replayed_gain() if best else np.nan  # replayed figures only
             row.update(policy=r.policy.name, switches=r.policy.switches, best_single=best, gain_vs_best_single=gain)
         rows.append(row)
     return pd.DataFrame(rows)

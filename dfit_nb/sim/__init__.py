@@ -17,6 +17,7 @@ from ._compare import compare as compare
 from ._cost import CostInputError as CostInputError
 from ._cost import cost as cost
 from ._reconcile import reconcile as reconcile
+from ._replay import REPLAY_DATAFLOWS as REPLAY_DATAFLOWS
 from ._replay import ReplayError as ReplayError
 from ._replay import SpillWarning as SpillWarning
 from ._replay import replay as replay
@@ -35,7 +36,7 @@ from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware", "HardwareError", "Policy",
-           "PolicyError", "ReplayError", "Run", "SpillWarning", "calibrate", "compare", "cost", "load_run",
-           "presets", "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep",
-           "tail_latency")
+__all__ = ("DATAFLOWS", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware",
+           "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning", "calibrate", "compare",
+           "cost", "load_run", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
+           "shape_sensitivity", "sweep", "tail_latency")

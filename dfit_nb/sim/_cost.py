@@ -38,7 +38,7 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "noc_bytes": ("B", "bytes the mesh NoC delivers to and from tiles (a multicast piece once per receiving tile)"),
     "energy_pj": ("pJ", "total energy per execution"),
     "energy_j": ("J", "total energy per execution"),
-    **{f"energy_{lv}_pj": ("pJ", f"energy at the {lv} level") for lv in ("mac", "rf", "sram", "noc", "dram")},
+    **{f"energy_{lv}_pj": ("pJ", f"energy at the {lv} level") for lv in machine.ENERGY_LEVELS},
     **{f"energy_{o}_pj": ("pJ", f"SRAM + DRAM energy of {o} traffic") for o in ("input", "weight", "output")},
     "sram_reads_input": ("B", "SRAM bytes read of the input (ifmap) operand"),
     "sram_reads_weight": ("B", "SRAM bytes read of the weight (filter) operand"),
@@ -220,7 +220,6 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     peak = n_tiles * machine.field(hw, "pe_rows") * machine.field(hw, "pe_cols")
     cycles = t["cycles"]
     levels = {lv: m[f"energy_{lv}_pj"] for lv in machine.ENERGY_LEVELS}
-    e_sram, e_dram = machine.field(hw, "sram_pj_per_byte"), machine.field(hw, "dram_pj_per_byte")
     out = {
         "cycles": cycles, "compute_cycles": b["compute"], "stall_cycles": cycles - b["compute"],
         "sram_cycles": b["sram"], "dram_cycles": t["dram_cycles"], "noc_cycles": b["noc_cycles"],
@@ -229,10 +228,7 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
         "tiles_used": jnp.where((b["compute"] > 0) | (m["dram_bytes"] > 0), m["tiles"], 0.0),
         "noc_bytes": m["noc_in"] + m["noc_out"] + m["psum_noc"],
         "energy_pj": sum(levels.values()), **{f"energy_{lv}_pj": e for lv, e in levels.items()},
-        "energy_input_pj": m["sram_reads_input"] * e_sram + m["dram_reads_input"] * e_dram,
-        "energy_weight_pj": m["sram_reads_weight"] * e_sram + m["dram_reads_weight"] * e_dram,
-        "energy_output_pj": (m["sram_reads_output"] + m["sram_writes_output"]) * e_sram
-        + (m["dram_reads_output"] + m["dram_writes_output"]) * e_dram,
+        **{f"energy_{o}_pj": m[f"energy_{o}_pj"] for o in ("input", "weight", "output")},
         **{k: m[k] for k in ("sram_reads_input", "sram_reads_weight", "sram_reads_output", "sram_writes_output",
                              "dram_reads_input", "dram_reads_weight", "dram_reads_output", "dram_writes_output")},
     }

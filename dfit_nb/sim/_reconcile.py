@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from ..events.schema import KINDS
 from .hardware import Hardware
 
-LEVELS = ("compute", "sram", "noc", "dram", "retile")
+LEVELS = KINDS  # the kinds a replay charges energy to (compute, sram, noc, dram, retile)
 REASONS = {
     "compute": "the mapping each op gets in context (and, layer-pipelined, the tiles it is granted)",
     "sram": "the mapping each op gets in context",

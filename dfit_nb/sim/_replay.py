@@ -32,10 +32,15 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ..errors import DfitError, DfitWarning
+from ..events.schema import KINDS
 from . import machine, mapping, schedule
 from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
 from .hardware import EXECUTION_STYLES, Hardware
-from .machine import switch_cost, switched, word_and_mac_energy
+from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
+from .run import level_totals
+
+#: what ``replay(trace, hw, dataflow)`` takes by name: a single style for every GEMM, or the verified hybrid
+REPLAY_DATAFLOWS = (*DATAFLOWS, "hybrid")
 
 
 class ReplayError(DfitError, ValueError):
@@ -142,7 +147,7 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int
         gy, gx = (float(m.group(2)), float(m.group(3))) if m.group(2) else (0.0, 0.0)
         for f in (gy, gx):
             if f and tiles is not None and not mapping.factor_ok(f, tiles):
-                q = mapping.host_odd_part(tiles)
+                q = int(mapping.odd_part(float(tiles), np))
                 offered = "powers of two" + (f" or {q} x a power of two" if q > 1 else "")
                 raise ReplayError(f"layout {spec!r}: split factor {f:g} is not one the search offers on a grid of "
                                   f"{tiles} tiles: {offered}, up to {2 ** mapping.MAX_LOG2}")
@@ -189,21 +194,13 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     """
     f64 = jnp.float64
     reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
-    n_tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
+    n_tiles = machine.tiles(hw)
     best = mapping.search(ops, hw, df, n_tiles, pinned, tables)
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
-    scale = jnp.where(ops["itemsize"] > 0, word / jnp.maximum(ops["itemsize"], 1.0), 1.0)
+    scale = machine.word_scale(ops["itemsize"], word)
     if spatial:
-        lanes = jnp.asarray(hw.vector_lanes, f64)
-        macs = jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"]
-        work = jnp.where(ops["gemm"] > 0, macs / (jnp.asarray(hw.pe_rows, f64) * jnp.asarray(hw.pe_cols, f64)),
-                         jnp.maximum(ops["flops"] + 8.0 * ops["transcendentals"], ops["elems_out"]) / lanes
-                         ) * ops["count"]
-        weights = jnp.where(ops["gemm"] > 0, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * scale, 0.0)
-        # memory-driven minimum (as on a wafer): the op's weights and its result must fit its tiles' SRAM
-        outs = ops["bytes_written"] * scale / (0.5 * jnp.asarray(hw.sram_output_bytes, f64))
-        alloc = schedule.allocate(work, hw, jnp.ceil(jnp.maximum(weights / jnp.asarray(hw.sram_weight_bytes, f64),
-                                                                 outs)))
+        work, min_tiles = machine.pipeline_demand(ops, hw)
+        alloc = schedule.allocate(work, hw, min_tiles)
     else:
         alloc = n_tiles + 0.0 * ops["m"]
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
@@ -221,9 +218,8 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
 def _per_op_records(out: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
     """Per op, all executions: the energy the replay charges it and its increment of the latency (its end past
     every earlier op's, in program order): they sum to the replayed energy and latency exactly."""
-    energy = (ops["count"] * (out["energy_compute_pj"] + out["energy_sram_pj"] + out["energy_noc_pj"]
-                              + out["energy_dram_pj"]) + out["retile_energy_pj"] + out["extra_dram_pj"]
-              + out["extra_noc_pj"]) * ops["real"]
+    levels = level_totals(out, ops["count"], jnp)
+    energy = sum(levels[f"energy_{k}"] for k in KINDS) * ops["real"]
     end = out["end"] * ops["real"]
     before = jnp.concatenate([jnp.zeros(1, end.dtype), jax.lax.cummax(end)[:-1]])
     return {"energy_pj": energy, "latency_cycles": jnp.maximum(end - before, 0.0)}
@@ -303,10 +299,9 @@ def hardware_key(hw: Hardware) -> str:
     """A fingerprint of a machine: every field's value and the execution style (not its name)."""
     from .hardware import FIELDS
 
-    values = np.array([np.asarray(getattr(hw, f), np.float64).reshape(-1) for f in FIELDS], dtype=object)
     h = hashlib.sha1(hw.execution.encode())
-    for v in values:
-        h.update(np.asarray(v, np.float64).tobytes())
+    for f in FIELDS:
+        h.update(np.asarray(getattr(hw, f), np.float64).tobytes())
     return h.hexdigest()[:16]
 
 
@@ -342,7 +337,7 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
         codes, _ = dataflow_codes(values, n)
         return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
     if isinstance(dataflow, (list, tuple)):
-        raise ReplayError("replay() takes one dataflow ('ws', 'os', 'is', 'hybrid') or a Policy; to compare "
+        raise ReplayError(f"replay() takes one dataflow ({', '.join(REPLAY_DATAFLOWS)}) or a Policy; to compare "
                           "several, replay once per dataflow")
     try:
         codes, _ = dataflow_codes(dataflow, n)
@@ -451,7 +446,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
 def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> None:
     """One warning naming the ops whose data exceed the whole chip's SRAM."""
     chip = float(hw.tiles) * float(hw.sram_bytes)
-    words = out["word"] / np.where(prep.arrays["itemsize"] > 0, prep.arrays["itemsize"], out["word"])
+    words = machine.word_scale(prep.arrays["itemsize"], out["word"], np)
     total = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words
     big = np.flatnonzero(total > chip)
     if big.size:

@@ -372,10 +372,33 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
         "dram_reads_output": spill_r, "dram_writes_output": out_dram + spill_w,
         **{f"energy_{key}_pj": val for key, val in energy.items()},
         "energy_compute_pj": energy["mac"] + energy["rf"],
+        # SRAM + DRAM energy by operand (the operand view of the same bytes)
+        "energy_input_pj": sram_in * field(hw, "sram_pj_per_byte")
+        + (ext_in_dram + refetch_in) * field(hw, "dram_pj_per_byte"),
+        "energy_weight_pj": sram_w * field(hw, "sram_pj_per_byte")
+        + (ext_w_dram + refetch_w) * field(hw, "dram_pj_per_byte"),
+        "energy_output_pj": (sram_out_r + sram_out_w) * field(hw, "sram_pj_per_byte")
+        + (spill_r + out_dram + spill_w) * field(hw, "dram_pj_per_byte"),
     }
     out = {key: val + zero for key, val in out.items()}
     out["traffic"] = traffic + zero
     return out
+
+
+def pipeline_demand(ops: dict[str, Any], hw: Hardware) -> tuple[Any, Any]:
+    """What a layer-pipelined machine allocates tiles by: each op's work in array (or vector-unit) cycles over all
+    its executions, and the tiles its weights and result need (each fits its tiles' SRAM: weights their
+    partitions, the result half its output partitions, the other half prefetching)."""
+    gemm = ops["gemm"] > 0
+    macs = jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"]
+    vector = jnp.maximum(ops["flops"] + TRANSCENDENTAL_WORK * ops["transcendentals"], ops["elems_out"])
+    work = jnp.where(gemm, macs / (field(hw, "pe_rows") * field(hw, "pe_cols")),
+                     vector / field(hw, "vector_lanes")) * ops["count"]
+    word, _ = word_and_mac_energy(ops["itemsize"], hw)
+    scale = word_scale(ops["itemsize"], word)
+    weights = jnp.where(gemm, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * scale, 0.0)
+    outs = ops["bytes_written"] * scale / (0.5 * field(hw, "sram_output_bytes"))
+    return work, jnp.ceil(jnp.maximum(weights / field(hw, "sram_weight_bytes"), outs))
 
 
 def noc_cycles(max_link_bytes: Any, far: Any, hw: Hardware) -> Any:
@@ -401,17 +424,23 @@ def op_body(m: dict[str, Any], count: Any, extra_dram: Any, row_share: Any, col_
     ``noc_cycles``, ``noc_links`` (bytes per link group: row in, row out, then
     ``2 x cols`` column groups, zero here) and ``dram_bytes``.
     """
-    multi = multi_tile(hw)
-    rows_in = row_share * jnp.where(multi, m["noc_unique_in"] + extra_dram, 0.0) * count
-    rows_out = row_share * (m["noc_out"] + m["psum_noc"]) * count
-    noc_links = jnp.concatenate([rows_in, rows_out, jnp.zeros(2 * cols_at.shape[0], _f64)])
+    d = body_demands(m, count, extra_dram, hw)
+    noc_links = jnp.concatenate([row_share * d["noc_in"], row_share * d["noc_out"],
+                                 jnp.zeros(2 * cols_at.shape[0], _f64)])
     far = jnp.max(jnp.where(col_used, cols_at + 1.0, 0.0))
+    return {**d, "noc_cycles": noc_cycles(jnp.max(noc_links), far, hw), "noc_links": noc_links}
+
+
+def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -> dict[str, Any]:
+    """What an op's body asks of its busiest tile and of the mesh and DRAM, wherever it is placed: ``compute`` and
+    ``sram`` cycles, ``noc_in`` / ``noc_out`` bytes through the west edge (before the placement spreads them over
+    rows) and ``dram_bytes``, all ``count`` executions (see :func:`op_body`)."""
     top = jnp.ceil(m["virtual_tiles"] / m["tiles"])  # virtual tiles on the busiest tile
     return {
         "compute": top * m["compute_v"] * count,
         "sram": top * m["sram_cycles_v"] * count,
-        "noc_cycles": noc_cycles(jnp.max(noc_links), far, hw),
-        "noc_links": noc_links,
+        "noc_in": jnp.where(multi_tile(hw), m["noc_unique_in"] + extra_dram, 0.0) * count,
+        "noc_out": (m["noc_out"] + m["psum_noc"]) * count,
         "dram_bytes": (m["dram_bytes"] + extra_dram) * count,
     }
 
@@ -447,41 +476,38 @@ def dram_delivery_energy(nbytes: Any, hw: Hardware) -> tuple[Any, Any]:
             jnp.where(multi_tile(hw), nbytes * avg_hops(hw) * field(hw, "noc_pj_per_byte_hop"), 0.0))
 
 
-def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, reconfig_pj: Any = 0.0,
-                xp: Any = jnp) -> dict[str, Any]:
+def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, reconfig_pj: Any = 0.0
+                ) -> dict[str, Any]:
     """The price of switching dataflow before each op: one formula for the selection and the replay.
 
     Changing the stationary operand changes how the op's input activation
     (``lhs_bytes``, in the op's words) must be laid out in SRAM, so it is
-    re-laid-out: read from and written back to SRAM (``2 x bytes x
-    sram_pj_per_byte``) and, on a multi-tile grid, moved across the mesh
-    (``bytes x (tile_cols + 1) / 2`` hops ``x noc_pj_per_byte_hop``). It takes
-    ``bytes / (tile_rows x noc_link_bytes_per_cycle)`` cycles over the west-edge
-    links of a grid, or ``bytes / ((R + 2C) x word)`` through one tile's SRAM
-    ports. ``reconfig_cycles`` and ``reconfig_pj`` (control / reconfiguration
-    penalty) are added per switch. Once per switch, not per execution of the op.
+    re-laid-out: a move (:func:`move_energy`: read from and written back to
+    SRAM and, on a multi-tile grid, carried ``(tile_cols + 1) / 2`` hops across
+    the mesh). It takes ``bytes / (tile_rows x noc_link_bytes_per_cycle)``
+    cycles over the west-edge links of a grid, or the tile's SRAM-port time
+    (:func:`sram_port_bytes_per_cycle`) on one tile. ``reconfig_cycles`` and
+    ``reconfig_pj`` (control / reconfiguration penalty) are added per switch.
+    Once per switch, not per execution of the op.
 
     Returns ``bytes`` (re-laid-out), ``energy_pj`` and ``cycles`` (penalty
     included), and ``relayout_energy_pj`` / ``relayout_cycles`` (without it).
-    Pure array code (``jax.numpy`` or ``numpy`` as ``xp``): jit-able and vmap-able.
 
-    >>> import numpy as np
+    >>> import jax, numpy as np
     >>> from dfit_nb.sim import presets
     >>> ops = {"itemsize": np.array([2.0]), "lhs_bytes": np.array([1000.0])}
-    >>> sw = switch_cost(ops, presets.get("eyeriss_like"), 10.0, 5.0, xp=np)
-    >>> float(sw["bytes"][0]), float(sw["cycles"][0] - sw["relayout_cycles"][0])
+    >>> with jax.enable_x64(True):
+    ...     sw = switch_cost(ops, presets.get("eyeriss_like"), 10.0, 5.0)
+    ...     float(sw["bytes"][0]), float(sw["cycles"][0] - sw["relayout_cycles"][0])
     (1000.0, 10.0)
     """
-    f64 = xp.float64
-    itemsize = xp.asarray(ops["itemsize"], f64)
-    word, _ = word_and_mac_energy(itemsize, hw, xp)
-    nbytes = xp.asarray(ops["lhs_bytes"], f64) * word_scale(itemsize, word, xp)
-    rows, cols = xp.asarray(hw.tile_rows, f64), xp.asarray(hw.tile_cols, f64)
-    multi = rows * cols > 1
-    energy = nbytes * (2.0 * xp.asarray(hw.sram_pj_per_byte, f64)
-                       + xp.where(multi, (cols + 1.0) / 2.0 * xp.asarray(hw.noc_pj_per_byte_hop, f64), 0.0))
-    ports = (xp.asarray(hw.pe_rows, f64) + 2.0 * xp.asarray(hw.pe_cols, f64)) * word
-    cycles = xp.where(multi, nbytes / (rows * xp.asarray(hw.noc_link_bytes_per_cycle, f64)), nbytes / ports)
+    itemsize = jnp.asarray(ops["itemsize"], _f64)
+    word, _ = word_and_mac_energy(itemsize, hw)
+    nbytes = jnp.asarray(ops["lhs_bytes"], _f64) * word_scale(itemsize, word)
+    multi = multi_tile(hw)
+    energy = move_energy(nbytes, jnp.where(multi, nbytes * avg_hops(hw), 0.0), hw)
+    cycles = jnp.where(multi, nbytes / (field(hw, "tile_rows") * field(hw, "noc_link_bytes_per_cycle")),
+                       nbytes / sram_port_bytes_per_cycle(hw, word, True))
     return {"bytes": nbytes, "energy_pj": energy + reconfig_pj, "cycles": cycles + reconfig_cycles,
             "relayout_energy_pj": energy, "relayout_cycles": cycles}
 

@@ -80,11 +80,12 @@ _KEEP = ((_Y % (MAX_LOG2 + 1)) + (_X % (MAX_LOG2 + 1)) <= MAX_LOG2) & ~((_Y > MA
 CANDIDATES = {"layout": _L[_KEEP].astype(np.float64), "iy": _Y[_KEEP], "ix": _X[_KEEP]}
 
 
-def odd_part(n: Any) -> Any:
-    """The odd part of ``n`` (``20 -> 5``, ``4096 -> 1``), elementwise on float64 arrays."""
-    q = jnp.asarray(n, jnp.float64)
+def odd_part(n: Any, xp: Any = jnp) -> Any:
+    """The odd part of ``n`` (``20 -> 5``, ``4096 -> 1``), elementwise on float64 arrays (``xp``: ``jax.numpy``
+    inside the search, ``numpy`` on the host)."""
+    q = xp.asarray(n, xp.float64)
     for _ in range(MAX_LOG2 + 8):  # static: enough halvings for any grid the fields allow
-        q = jnp.where(jnp.mod(q, 2.0) == 0.0, q / 2.0, q)
+        q = xp.where(xp.mod(q, 2.0) == 0.0, q / 2.0, q)
     return q
 
 
@@ -97,18 +98,10 @@ def factors(hw: Hardware) -> tuple[Any, Any]:
     return values, valid
 
 
-def host_odd_part(n: int) -> int:
-    """:func:`odd_part` of one grid on the host (plain integers)."""
-    n = int(n)
-    while n > 0 and n % 2 == 0:
-        n //= 2
-    return n
-
-
 def factor_ok(f: float, tiles: int) -> bool:
     """Whether ``f`` is a split factor the search offers on a grid of ``tiles`` tiles (host check for pins)."""
     pow2 = [2.0 ** a for a in range(MAX_LOG2 + 1)]
-    q = host_odd_part(tiles)
+    q = float(odd_part(float(tiles), np))
     return f in pow2 or (q > 1 and f in [q * p for p in pow2])
 
 
@@ -130,12 +123,9 @@ def estimate(m: dict[str, Any], hw: Hardware, tables: tuple[Any, Any]) -> Any:
     its tiles."""
     row_share, far = placement(tables)
     i = jnp.clip(m["tiles"], 0, row_share.shape[0] - 1).astype(jnp.int32)
-    multi = machine.multi_tile(hw)
-    link = row_share[i] * jnp.maximum(jnp.where(multi, m["noc_unique_in"], 0.0), m["noc_out"] + m["psum_noc"])
-    top = jnp.ceil(m["virtual_tiles"] / m["tiles"])
-    body = {"compute": top * m["compute_v"], "sram": top * m["sram_cycles_v"],
-            "noc_cycles": machine.noc_cycles(link, far[i], hw), "dram_bytes": m["dram_bytes"]}
-    t = machine.alone_cycles(body, hw)["cycles"]
+    d = machine.body_demands(m, 1.0, 0.0, hw)
+    link = row_share[i] * jnp.maximum(d["noc_in"], d["noc_out"])  # the busiest row link, as op_body finds it
+    t = machine.alone_cycles({**d, "noc_cycles": machine.noc_cycles(link, far[i], hw)}, hw)["cycles"]
     return t * (1.0 + TILE_PENALTY * jnp.log2(m["tiles"]))
 
 

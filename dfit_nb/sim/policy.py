@@ -157,7 +157,7 @@ class Policy:
         The replays behind ``baselines`` (``"ws"``, ``"os"``, ``"is"``, ``"hybrid"`` -> Run).
     artifacts : dict or None
         The playbook's artifacts for the chosen policy, as Datasets: ``"reuse"`` (the
-        reuse-factor map: MACs per byte moved, per GEMM, operand and level),
+        reuse-factor map: MACs per byte moved in the policy's replay, per GEMM, operand and level),
         ``"buffer_pressure"`` (SRAM occupancy over time, mean and busiest tile, per
         policy) and ``"traffic_mix"`` (activation / weight / partial-sum bytes by
         level and region, per policy).
@@ -248,7 +248,7 @@ class Policy:
                    **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
         )
         return dataclasses.replace(policy, baselines=baselines, runs=runs,
-                                   artifacts=_artifacts(policy, trace, hw, runs, labels))
+                                   artifacts=_artifacts(policy, runs, labels))
 
     def report(self, format: str = "markdown") -> str:
         """The playbook: an accelerator review memo, as Markdown or self-contained offline HTML.
@@ -281,18 +281,26 @@ class Policy:
         if self.baselines is None:
             return f"{head}; not replayed yet (call .evaluate())"
         b = self.baselines
-        key = {"energy": "energy_j", "latency": "latency_s", "edp": None}[self.objective]
         best = str(b.attrs.get("best_single", ""))
-        if key is None:
-            edp = (b["energy_j"] * b["latency_s"]).values
-            labels = list(b["policy"].values)
-            gain = (edp[labels.index(best)] - edp[-1]) / edp[labels.index(best)] if best else 0.0
-        else:
-            gain = float(b[f"{key.split('_')[0]}_gain"].sel(policy=best)) if best else 0.0
+        gain = self.replayed_gain()
         line = (f"{head}; replayed {float(b['energy_j'].sel(policy='hybrid')) * 1e3:.4g} mJ, "
                 f"{float(b['latency_s'].sel(policy='hybrid')) * 1e6:.4g} us: {gain:+.2%} {self.objective} vs the "
                 f"best single style ({best}), replayed")
         return line + (f"; fell back: {self.fallback}" if self.fallback else "")
+
+    def replayed_gain(self) -> float:
+        """The relative saving, under the objective, of the replayed policy against the best replayed single style
+        (0 when it is that style; NaN before :meth:`evaluate`)."""
+        if self.baselines is None:
+            return float("nan")
+        b = self.baselines
+        best = str(b.attrs.get("best_single", ""))
+        if not best:
+            return 0.0
+        metric = {"energy": b["energy_j"], "latency": b["latency_s"],
+                  "edp": b["energy_j"] * b["latency_s"]}[self.objective]
+        base = float(metric.sel(policy=best))
+        return (base - float(metric.sel(policy="hybrid"))) / base if base > 0 else 0.0
 
     def __repr__(self) -> str:
         return f"<dfit_nb.Policy {self.summary_line()}>"
@@ -301,17 +309,17 @@ class Policy:
         return f"<pre>{html.escape(repr(self))}</pre>"
 
 
-def _artifacts(policy: Policy, trace: Any, hw: Hardware, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
-    """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`)."""
-    from ._cost import cost
-
-    prep = prepare(trace)
-    names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
-    names[prep.op] = np.where(policy.per_op == "", "ws", policy.per_op)
-    per_op = cost(trace, hw, names).sel(op=policy.choices["op"].values)
+def _artifacts(policy: Policy, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`), all from the replays."""
+    # reuse: MACs per byte of each operand moved at SRAM and DRAM, as the policy's own replay moved them
+    per_op = runs["hybrid"].ops.sel(op=policy.choices["op"].values)
     levels, operands = ("sram", "dram"), ("input", "weight", "output")
-    reuse = np.stack([np.stack([per_op[f"reuse_{lv}_{o}"].values for o in operands], axis=-1) for lv in levels],
-                     axis=1)
+    moved = {("sram", "input"): "sram_reads_input", ("sram", "weight"): "sram_reads_weight",
+             ("sram", "output"): "sram_writes_output", ("dram", "input"): "dram_reads_input",
+             ("dram", "weight"): "dram_reads_weight", ("dram", "output"): "dram_writes_output"}
+    macs = per_op["macs"].values
+    reuse = np.stack([np.stack([np.where(per_op[moved[lv, o]].values > 0, macs / np.maximum(
+        per_op[moved[lv, o]].values, 1.0), 0.0) for o in operands], axis=-1) for lv in levels], axis=1)
     reuse_ds = xr.Dataset(
         {"reuse": (("op", "level", "operand"), reuse,
                    {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),

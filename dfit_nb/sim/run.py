@@ -34,7 +34,7 @@ import xarray as xr
 from .._files import open_tree, save_tree
 from .._version import __version__
 from ..events import binning
-from ..events.schema import events_dataset
+from ..events.schema import KINDS, events_dataset
 from ._cost import hardware_attrs
 from .hardware import Hardware
 from .machine import DATAFLOWS
@@ -74,7 +74,7 @@ def expand_events(prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np
     runs = np.floor(v / u)[op_idx] + (rank < np.mod(v, u)[op_idx])
     share = runs / v[op_idx]
     t1, start = out["t1"][op_idx], out["start"][op_idx]
-    lv = level_totals(prep, out)
+    lv = level_totals(out, prep.arrays["count"])
     kinds = {
         # kind: (start, end, bytes per op, energy per op, macs per op)
         "compute": (t1, t1 + runs * (out["compute_v"] * count)[op_idx], 0.0 * count, lv["energy_compute"],
@@ -113,13 +113,13 @@ def expand_events(prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np
             "kind": kind_names[joined["kind"]], "dataflow": df_names[row]}
 
 
-def level_totals(prep: Any, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per-op totals over all executions: bytes and energy by level (the events sum to these)."""
-    count = prep.arrays["count"]
+def level_totals(out: dict[str, Any], count: Any, xp: Any = np) -> dict[str, Any]:
+    """Per-op totals over all executions: bytes and energy by level (the events sum to these). ``xp``: NumPy on
+    the host, ``jax.numpy`` inside a compiled replay (the selection's per-op costs)."""
     return {
         "bytes_sram": out["sram_bytes"] * count,
         "bytes_noc": (out["noc_in"] + out["noc_out"] + out["psum_noc"]) * count
-        + np.where(out["extra_noc_pj"] > 0, out["dram_extra_bytes"], 0.0),
+        + xp.where(out["extra_noc_pj"] > 0, out["dram_extra_bytes"], 0.0),
         "bytes_dram": out["dram_bytes"] * count + out["dram_extra_bytes"],
         "bytes_retile": out["retile_bytes"],
         "energy_compute": out["energy_compute_pj"] * count,
@@ -185,9 +185,30 @@ def _object_strings(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_coords(coords).assign(data)
 
 
+#: per-operand traffic of an op, from the one model (``machine.model``) -> description
+OPERAND_BYTES = {
+    "sram_reads_input": "SRAM bytes read of the input (ifmap) operand",
+    "sram_reads_weight": "SRAM bytes read of the weight (filter) operand",
+    "sram_reads_output": "SRAM bytes of partial sums read back",
+    "sram_writes_output": "SRAM bytes of outputs and partial sums written",
+    "dram_reads_input": "DRAM bytes read of the input operand (producers' results that left the chip included)",
+    "dram_reads_weight": "DRAM bytes read of the weight operand",
+    "dram_reads_output": "DRAM bytes of spilled partial sums read back",
+    "dram_writes_output": "DRAM bytes of outputs (and spilled partial sums) written",
+}
+
+
+def operand_bytes(out: dict[str, np.ndarray], count: np.ndarray, d: tuple[str, ...]) -> dict[str, Any]:
+    """Per-operand bytes of every op over all its executions (the DRAM ones sum to ``bytes_dram``)."""
+    data = {k: _var(d, out[k] * count, "B", f"{desc}, all executions") for k, desc in OPERAND_BYTES.items()}
+    extra = data["dram_reads_input"][1] + out["dram_extra_bytes"]
+    data["dram_reads_input"] = _var(d, extra, "B", f"{OPERAND_BYTES['dram_reads_input']}, all executions")
+    return data
+
+
 def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs: dict[str, Any]) -> xr.Dataset:
     """Per-op results: the mapping (virtual -> physical), timing, traffic, energy, bottleneck."""
-    lv = level_totals(prep, out)
+    lv = level_totals(out, prep.arrays["count"])
     cycles, span = _evidence(out)
     safe = np.where(span > 0, span, 1.0)
     evidence = np.clip(cycles / safe[:, None], 0.0, None)
@@ -195,7 +216,7 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
     gemm = prep.arrays["gemm"] > 0
     layout = np.asarray(LAYOUTS, dtype=object)[out["layout"].astype(np.int64)]
     transform = _transform_text(layout, out, gemm)
-    energy = sum(lv[f"energy_{k}"] for k in ("compute", "sram", "noc", "dram", "retile"))
+    energy = sum(lv[f"energy_{k}"] for k in KINDS)
     d = ("op",)
     data = {
         "region": _var(d, prep.region.astype(str), "", "region path"),
@@ -214,6 +235,7 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
                             "first tile (Hilbert numbering, see dfit_nb.sim.schedule.tile_order)"),
         "section": _var(d, out["section"], "1", "pipeline section (layer-pipelined; 0 when time-multiplexed)"),
         "fold": _var(d, out["fold"], "1", "virtual tiles merged onto each physical tile"),
+        **operand_bytes(out, prep.arrays["count"], d),
         "spilled_bytes": _var(d, out["spilled_bytes"] * prep.arrays["count"], "B",
                               "DRAM bytes beyond the compulsory: refetches and partial-sum spills"),
         "out_onchip": _var(d, out["out_onchip"] > 0, "", "the result stays on chip for its consumers"),
@@ -229,7 +251,7 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
         **{f"bytes_{k}": _var(d, lv[f"bytes_{k}"], "B", f"bytes at the {k} level, all executions")
            for k in ("sram", "noc", "dram", "retile")},
         **{f"energy_{k}_pj": _var(d, lv[f"energy_{k}"], "pJ", f"{k} energy, all executions")
-           for k in ("compute", "sram", "noc", "dram", "retile")},
+           for k in KINDS},
         "energy_pj": _var(d, energy, "pJ", "energy, all executions"),
         "switch": _var(d, out["switch_cycles"] + out["switch_energy_pj"] + out["switch_bytes"] > 0, "",
                        "a dataflow switch is paid before the op (its re-layout is part of the retile)"),
@@ -390,7 +412,7 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
         **{f"{k}_bytes": _var((), float(ops[f"bytes_{k}"].sum()), "B", f"bytes at the {k} level")
            for k in ("sram", "noc", "dram", "retile")},
         **{f"energy_{k}_j": _var((), float(ops[f"energy_{k}_pj"].sum()) * 1e-12, "J", f"{k} energy")
-           for k in ("compute", "sram", "noc", "dram", "retile")},
+           for k in KINDS},
         "switches": _var((), int(ops["switch"].sum()), "1", "dataflow switches paid (between adjacent GEMMs)"),
         "energy_switch_j": _var((), float(ops["switch_energy_pj"].sum()) * 1e-12, "J",
                                 "dataflow-switch energy (part of energy_retile_j)"),

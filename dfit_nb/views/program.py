@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from ..events.schema import KINDS
 from ._common import MAX_ROWS, aggregated, in_region, require, titled
 
 __all__ = ("policy", "regions", "reuse_map", "roofline", "sweep", "traffic_mix")
@@ -437,13 +438,12 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
     bars = alt.Chart(df).mark_bar().encode(**enc).properties(width=200, height=max(60, 14 * len(labels)))
     parts: list[Any] = [bars]
     if summaries:
-        kinds = ("compute", "sram", "noc", "dram", "retile")
         edf = pd.DataFrame([{"policy": p, "kind": k, "rank": i, "energy_j": float(s[f"energy_{k}_j"])}
-                            for p, s in summaries.items() for i, k in enumerate(kinds)])
+                            for p, s in summaries.items() for i, k in enumerate(KINDS)])
         energy = alt.Chart(edf).mark_bar().encode(
             x=alt.X("sum(energy_j):Q", title="energy (J)", axis=alt.Axis(format="~s")),
             y=alt.Y("policy:N", title=None),
-            color=alt.Color("kind:N", scale=alt.Scale(domain=list(kinds), scheme="tableau10"), title="energy"),
+            color=alt.Color("kind:N", scale=alt.Scale(domain=list(KINDS), scheme="tableau10"), title="energy"),
             order=alt.Order("rank:Q"),
             tooltip=[alt.Tooltip("policy:N"), alt.Tooltip("kind:N"), alt.Tooltip("energy_j:Q", format=".4~s")],
         ).properties(width=420, height=max(30, 22 * len(summaries)), title="energy by level")

@@ -51,15 +51,13 @@ import numpy as np
 import pandas as pd
 
 from .. import views
-from ..sim import DATAFLOWS, presets, replay, select_dataflows
+from ..sim import REPLAY_DATAFLOWS, presets, replay, select_dataflows
 from ..sim._replay import SpillWarning
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")
-#: The dataflow control's options: every single style, then the per-op hybrid policy.
-DATAFLOW_OPTIONS = (*DATAFLOWS, "hybrid")
 # Slider menus; each slider also holds the shown machine's own value (see ``_menu``).
 PE = (4, 8, 12, 16, 32, 64, 128, 256)
 SRAM_KB = (8, 16, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -200,8 +198,8 @@ class Explorer(w.VBox):
         unknown = [v for v in views_shown if v not in VIEWS]
         if unknown:
             raise ValueError(f"unknown view(s) {unknown}; valid: {', '.join(VIEWS)}")
-        if dataflow not in DATAFLOW_OPTIONS:
-            raise ValueError(f"unknown dataflow {dataflow!r}; valid: {', '.join(DATAFLOW_OPTIONS)}")
+        if dataflow not in REPLAY_DATAFLOWS:
+            raise ValueError(f"unknown dataflow {dataflow!r}; valid: {', '.join(REPLAY_DATAFLOWS)}")
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
         self.trace = trace
@@ -245,7 +243,7 @@ class Explorer(w.VBox):
             "sram_kb": slider("SRAM KiB"),
             "noc_bw": slider("NoC B/cyc"),
             "dram_bw": slider("DRAM B/cyc"),
-            "dataflow": w.ToggleButtons(options=list(DATAFLOW_OPTIONS), value=dataflow, description="dataflow",
+            "dataflow": w.ToggleButtons(options=list(REPLAY_DATAFLOWS), value=dataflow, description="dataflow",
                                         style=style),
             "objective": w.Dropdown(options=list(OBJECTIVES), value=objective, description="objective",
                                     style=style),

@@ -77,6 +77,10 @@ def test_energy_of_every_example_reconciles_level_by_level(static_traces, all_ru
         # a program never re-reads more from DRAM than its ops alone do: results stay on chip or go to DRAM
         assert float(r["difference_j"].sel(level="dram")) <= 1e-15, name
         assert float(r["difference_j"].sel(level="retile")) >= 0.0, name
+        # the per-operand DRAM traffic the Run reports (the reuse map reads it) adds up to the op's DRAM bytes
+        per_operand = sum(run.ops[k].values for k in ("dram_reads_input", "dram_reads_weight", "dram_reads_output",
+                                                      "dram_writes_output"))
+        np.testing.assert_allclose(per_operand, run.ops["bytes_dram"].values, rtol=1e-9, atol=1e-6, err_msg=name)
         if hw.execution == "time":  # ops run one after another: nothing overlaps
             assert float(r["overlap_cycles"]) == pytest.approx(0.0, abs=1e-6), name
 
