@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dfit_nb.sim import presets
-from dfit_nb.sim.calibration import calibrate, metrics, predict, stratified_split
+from dfit_nb.sim.calibration import DEFAULT_FIELDS, calibrate, metrics, predict, stratified_split
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tpu_v4_matmul"
 RANGES = {"128": "32-128", "1024": "128-1024", "4096": "1024-4096"}
@@ -39,14 +39,16 @@ def load() -> pd.DataFrame:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--fields", default="clock_ghz,dram_bytes_per_cycle,op_overhead_cycles")
+    p.add_argument("--fields", default=",".join(DEFAULT_FIELDS))
+    p.add_argument("--dataflow", default="ws,is", help="one dataflow, or several: per op the fastest")
     a = p.parse_args()
     if not DATA.is_dir():
         raise SystemExit(f"{DATA} is absent: the measured TPU v4 matmuls live in the project's shared data folder")
     rows = load()
     hw = presets.get("tpu_v4")
     t0 = time.perf_counter()
-    cal = calibrate(rows, hw, a.fields.split(","), seed=a.seed)
+    dataflow = a.dataflow.split(",") if "," in a.dataflow else a.dataflow
+    cal = calibrate(rows, hw, a.fields.split(","), dataflow, seed=a.seed)
     took = time.perf_counter() - t0
     fit = cal.rows["fitted"].values
     assert (fit == stratified_split(rows["bucket"].to_numpy(), 0.5, a.seed)).all()
@@ -73,7 +75,7 @@ def main() -> None:
                         "n": [s[1][1] for s in shapes], "dtype": ["float16"] * len(shapes)})
     y = big["Actual_Duration_us"].to_numpy() * 1e-6
     for name, machine in (("tpu_v4 preset", hw), ("calibrated", cal.hw)):
-        m = metrics(predict(ops, machine)["seconds"], y)
+        m = metrics(predict(ops, machine, dataflow)["seconds"], y)
         print(f"{'unaligned 100':14s} {name:28s} {m['pearson']:8.3f} {m['spearman']:9.3f} {m['mape']:8.1%}")
     print(f"{'unaligned 100':14s} {'peer unified model (theirs)':28s} {'':>8s} {'':>9s} "
           f"{np.mean(np.abs(big['Error_Percentage'])) / 100:8.1%}")

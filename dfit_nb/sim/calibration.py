@@ -38,8 +38,9 @@ from .hardware import FIELDS, Hardware
 
 #: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search)
 FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items() if kind in ("positive", "nonneg"))
-#: default fields: how fast the arrays run, how fast memory feeds them, and the fixed cost per op
-DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "op_overhead_cycles")
+#: default fields: how fast the arrays run, how fast and how soon memory feeds them, how much of that hides
+#: under compute, and the fixed cost per op
+DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "memory_overlap", "op_overhead_cycles")
 #: measured-time columns accepted, with their scale to seconds
 TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6}
 
@@ -55,6 +56,9 @@ class CalibrationWarning(DfitWarning):
 def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
               ) -> Callable[[Hardware], dict[str, Any]]:
     """A pure function ``Hardware -> per-op outputs`` of ``ops`` alone, for ``jax.grad`` / ``jax.jacfwd``.
+
+    ``dataflow``: one name, one per op, or a list or tuple: per op the fastest
+    of those (``dataflow`` in the outputs says which, by code).
 
     The grid (tile rows and columns) of ``hw`` is fixed in the function (it
     shapes the mapping search); every other field comes from the Hardware it
@@ -78,14 +82,19 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
         raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
     arrays, coord = alone_arrays(ops)
     codes, names = dataflow_codes(dataflow, len(coord))
-    if names:
-        raise CalibrationError("predictor() takes one dataflow (or one per op), not a list")
     tables = grid_tables(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)))
     ideal = memory == "ideal"
 
     def predict_with(h: Hardware) -> dict[str, Any]:
-        out = alone({k: jnp.asarray(v, jnp.float64) for k, v in arrays.items()}, h,
-                    jnp.asarray(codes, jnp.float64), tables, ideal)
+        table = {k: jnp.asarray(v, jnp.float64) for k, v in arrays.items()}
+        if names:  # the fastest of several dataflows per op: the compiler picks which operand stays
+            every = jax.vmap(lambda d: alone(table, h, d[0], tables, ideal))(jnp.asarray(codes, jnp.float64))
+            best = jnp.argmin(every["cycles"], axis=0)
+            out = {k: jnp.take_along_axis(v, best[None, :], axis=0)[0] for k, v in every.items()}
+            out["dataflow"] = jnp.asarray(codes, jnp.float64)[:, 0][best]
+        else:
+            out = alone(table, h, jnp.asarray(codes, jnp.float64), tables, ideal)
+            out["dataflow"] = jnp.asarray(codes, jnp.float64)
         out["seconds"] = out["cycles"] / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
         return out
 
@@ -286,9 +295,12 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
     out = {}
     for f in fields:
         value = float(np.asarray(getattr(hw, f)))
-        lo, hi = (bounds or {}).get(f, (value / 20.0, value * 20.0) if value > 0 else (0.0, 1e5))
-        lo, hi = float(lo), float(hi)
         _, _, kind, field_lo, field_hi = FIELDS[f]
+        # default: a factor 20 around the start within what the field allows; a share: all of 0..1
+        default = (value / 20.0, value * 20.0) if value > 0 else (0.0, 1e5)
+        default = (field_lo, field_hi) if field_hi == 1.0 else (max(default[0], field_lo), min(default[1], field_hi))
+        lo, hi = (bounds or {}).get(f, default)
+        lo, hi = float(lo), float(hi)
         if not (np.isfinite(lo) and np.isfinite(hi)) or lo >= hi:
             raise CalibrationError(f"bounds of {f!r} must be finite with low < high, got ({lo:g}, {hi:g})")
         if lo < field_lo or (kind == "positive" and lo <= 0) or hi > field_hi:
@@ -299,7 +311,7 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
     return out
 
 
-def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELDS, dataflow: str = "ws", *,
+def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELDS, dataflow: Any = "ws", *,
               fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
               max_iterations: int = 200) -> Calibration:
     """Fit ``fields`` of ``hw`` to measured op times by gradient through the one machine model.
@@ -313,9 +325,11 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
     hw : Hardware
         The machine to start from (e.g. ``presets.get("tpu_v4")``); its grid and array sizes are kept.
     fields : sequence of str
-        Continuous Hardware fields to fit (:data:`FITTABLE`); default clock, DRAM bandwidth, per-op overhead.
-    dataflow : str
-        The dataflow the measured ops are modelled with.
+        Continuous Hardware fields to fit (:data:`FITTABLE`); default :data:`DEFAULT_FIELDS` (clock, DRAM
+        bandwidth and latency, memory overlap, per-op overhead).
+    dataflow : str or sequence of str
+        The dataflow the measured ops are modelled with; several (``("ws", "is")``): per op the fastest of them,
+        as a compiler that picks which operand stays in the array (on a TPU, by transposing the product).
     fit_fraction : float
         Share of each size bucket fitted (seeded); the rest is held out and reported.
     seed : int

@@ -73,6 +73,12 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "op_overhead_cycles": ("cycle", "fixed cost of every op execution beyond its overlapped demands (launch, "
                            "pipeline fill and drain, synchronisation); 0 unless a preset or a calibration says",
                            "nonneg", 0, 1e9),
+    "fold_overlap": ("1", "share of each fold's stationary-operand load and pipeline fill hidden under the previous "
+                     "fold's stream: 0, SCALE-Sim's folds back to back; 1, a double-buffered array (TPU MXU) filled "
+                     "once per GEMM", "nonneg", 0, 1),
+    "memory_overlap": ("1", "share of an op's memory time (SRAM ports, NoC, DRAM) hidden under its compute: 1, "
+                       "perfect double buffering (the slowest demand sets the time); 0, load, compute and store "
+                       "one after another", "nonneg", 0, 1),
     "mac_pj_1": ("pJ", "energy of one MAC on 1-byte words (int8)", "nonneg", 0, math.inf),
     "mac_pj_2": ("pJ", "energy of one MAC on 2-byte words (bf16/fp16)", "nonneg", 0, math.inf),
     "mac_pj_4": ("pJ", "energy of one MAC on 4-byte words (fp32; 8-byte words are charged 4x this)", "nonneg", 0,
@@ -123,6 +129,8 @@ class Hardware:
     dram_latency_cycles: Any = 100.0
     clock_ghz: Any = 1.0
     op_overhead_cycles: Any = 0.0
+    fold_overlap: Any = 0.0
+    memory_overlap: Any = 1.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]
     mac_pj_2: Any = MAC_PJ_BY_WORD[2]
     mac_pj_4: Any = MAC_PJ_BY_WORD[4]

@@ -201,19 +201,33 @@ def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:
     return word / xp.where(itemsize > 0, itemsize, DEFAULT_ITEMSIZE)
 
 
-def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> tuple[Any, Any, Any]:
+def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, preload: Any = 0.0
+                ) -> tuple[Any, Any, Any]:
     """Cycles of one GEMM on one R x C array: ``(cycles, row folds, col folds)``.
 
     ``df`` is a dataflow code (:data:`DATAFLOWS` index), elementwise.
+    ``preload`` (``Hardware.fold_overlap``, 0..1): the share of each fold's
+    fill (stationary load, skew fill and drain) hidden under the previous
+    fold's stream. 0 is SCALE-Sim: folds run back to back. 1 is a
+    double-buffered array: the fill is paid once per GEMM, and a fold lasts
+    its stream, or, when a next fold follows, the ``R`` cycles of loading
+    its stationary block if the stream is shorter.
+
+    >>> fold_cycles(256.0, 256.0, 256.0, WS, 128.0, 128.0, np)[0]   # 2 x 2 folds of 2R + C + T - 2
+    np.float64(2551.0)
+    >>> fold_cycles(256.0, 256.0, 256.0, WS, 128.0, 128.0, np, preload=1.0)[0]   # 4 x T + one fill
+    np.float64(1405.0)
     """
     sr = xp.where(df == OS, m, k)
     sc = xp.where(df == IS, m, n)
     t = xp.where(df == WS, m, xp.where(df == OS, k, n))
     fr, fc = xp.ceil(sr / r), xp.ceil(sc / c)
-    per_fold = xp.where(df == OS, t + r + c - 2, 2 * r + c + t - 2)
+    fill = xp.where(df == OS, r + c - 2, 2 * r + c - 2)
+    folds = fr * fc
+    hidden = fill + xp.maximum(folds - 1.0, 0.0) * xp.maximum(r - t, 0.0)  # one fill; short streams wait for loads
     # SCALE-Sim reports the 0-based index of the last cycle as "Total Cycles": one less than
     # folds x per-fold cycles. We keep its convention so its figures compare exactly.
-    return fr * fc * per_fold - 1, fr, fc
+    return folds * (t + (1.0 - preload) * fill) + preload * hidden - 1, fr, fc
 
 
 def gemm_sram_elements(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> dict[str, Any]:
@@ -271,7 +285,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     mk = (layout == MK) & gemm
 
     # ---- compute: per virtual tile
-    one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c)
+    one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c, preload=field(hw, "fold_overlap"))
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
     reduce_cycles = jnp.where(mk & (gx > 1), jnp.ceil(p["rows_t"] * p["nt"] / lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
@@ -290,19 +304,37 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     final_out = jnp.where(gemm, p["rows"] * ops["n"] * word, ops["elems_out"] * word)
 
     # ---- what each tile is handed (compulsory, with multicast copies) and what does not fit
-    half = 0.5
+    half = 0.5  # of each partition: the other half prefetches (double buffering)
     in_piece = p["bt"] * p["mt"] * p["kt"] * word
     w_piece = p["bt"] * p["kt"] * p["nt"] * word
-    in_fits = p["mt"] * p["kt"] * word <= half * field(hw, "sram_input_bytes")
-    w_fits = p["kt"] * p["nt"] * word <= half * field(hw, "sram_weight_bytes")
-    psum_rows = jnp.where(df == OS, jnp.minimum(p["mt"], r), p["mt"])  # OS keeps partial sums in the PEs
-    out_fits = psum_rows * p["nt"] * word <= half * field(hw, "sram_output_bytes")
     deliv_in = in_piece * v
     deliv_w = w_piece * v
-    refetch_in = jnp.where(gemm & ~in_fits, jnp.maximum(sram_in - deliv_in, 0.0), 0.0)
-    refetch_w = jnp.where(gemm & ~w_fits, jnp.maximum(sram_w - deliv_w, 0.0), 0.0)
-    spill_w = jnp.where(gemm & ~out_fits, sram_out_w - final_out, 0.0)
-    spill_r = jnp.where(gemm & ~out_fits, sram_out_r, 0.0)
+    # blocked reuse: the compiler tiles the loop, holding a block of one operand while the other streams past it.
+    # Of an operand larger than its buffer, the part that fits stays resident and the rest is re-read from DRAM
+    # once per further block of the other operand; of the two loop orders the cheaper is taken. Refetch so grows
+    # smoothly (piecewise linearly) with each operand's size over its buffer, and is zero while one of them fits.
+    one_in, one_w = p["mt"] * p["kt"] * word, p["kt"] * p["nt"] * word  # one GEMM's pieces
+    buf_in, buf_w = half * field(hw, "sram_input_bytes"), half * field(hw, "sram_weight_bytes")
+    input_again = jnp.maximum(one_in - buf_in, 0.0) * (jnp.maximum(one_w / buf_w, 1.0) - 1.0)
+    weight_again = jnp.maximum(one_w - buf_w, 0.0) * (jnp.maximum(one_in / buf_in, 1.0) - 1.0)
+    input_outer = input_again <= weight_again
+    refetch_in = jnp.where(gemm & input_outer, input_again, 0.0) * p["bt"] * v
+    refetch_w = jnp.where(gemm & ~input_outer, weight_again, 0.0) * p["bt"] * v
+    # partial sums beyond half the output partition (OS keeps its partial sums in the PEs): the compiler either
+    # spills that share to DRAM (written and read back per reduction fold) or blocks the rows so each block's
+    # sums fit, streaming the weights again per further row block (from SRAM while they fit their buffer, the
+    # overflow from DRAM). It takes the cheaper; both grow smoothly with the partial sums' size over the buffer.
+    psum_rows = jnp.where(df == OS, jnp.minimum(p["mt"], r), p["mt"])
+    psum_piece = psum_rows * p["nt"] * word
+    buf_out = half * field(hw, "sram_output_bytes")
+    spill_share = jnp.where(gemm, jnp.clip(1.0 - buf_out / jnp.maximum(psum_piece, 1e-30), 0.0, 1.0), 0.0)
+    spill_w = spill_share * jnp.maximum(sram_out_w - final_out, 0.0)
+    spill_r = spill_share * sram_out_r
+    weight_per_block = jnp.where(gemm, jnp.maximum(one_w - buf_w, 0.0)
+                                 * (jnp.maximum(psum_piece / buf_out, 1.0) - 1.0), 0.0) * p["bt"] * v
+    spill_psums = spill_w + spill_r <= weight_per_block
+    spill_w, spill_r = jnp.where(spill_psums, spill_w, 0.0), jnp.where(spill_psums, spill_r, 0.0)
+    refetch_w = refetch_w + jnp.where(spill_psums, 0.0, weight_per_block)
     psum_spill = spill_w + spill_r
     psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * word, 0.0)
 
@@ -446,7 +478,8 @@ def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -
 
 
 def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dict[str, Any]:
-    """An op's cycles when nothing else runs (the DRAM channel free): the slowest of its overlapped demands.
+    """An op's cycles when nothing else runs (the DRAM channel free): :func:`body_cycles` of its demands plus its
+    fixed overhead.
 
     ``ideal``: memories never stall (SCALE-Sim's computed-bandwidth mode): compute only.
     """
@@ -455,8 +488,17 @@ def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dic
                      dram_transfer_cycles(body["dram_bytes"], hw) + field(hw, "dram_latency_cycles"), 0.0)
     if ideal:
         return {"cycles": compute, "dram_cycles": dram}
-    slowest = jnp.maximum(jnp.maximum(compute, body["sram"]), jnp.maximum(body["noc_cycles"], dram))
-    return {"cycles": slowest + overhead_cycles(slowest, 1.0, hw), "dram_cycles": dram}
+    busy = body_cycles(compute, body["sram"], body["noc_cycles"], dram, hw)
+    return {"cycles": busy + overhead_cycles(busy, 1.0, hw), "dram_cycles": dram}
+
+
+def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware) -> Any:
+    """How an op's demands combine into its busy time: the on-tile work (PE array or vector unit, and the SRAM
+    ports that feed it as it runs) against the off-tile memory time (DRAM and NoC delivery, themselves a
+    pipeline), ``memory_overlap`` of the shorter hidden under the longer (1: the slowest demand alone)."""
+    on_tile, off_tile = jnp.maximum(compute, sram), jnp.maximum(noc, dram)
+    exposed = (1.0 - field(hw, "memory_overlap")) * jnp.minimum(on_tile, off_tile)
+    return jnp.maximum(on_tile, off_tile) + exposed
 
 
 def overhead_cycles(busy: Any, count: Any, hw: Hardware) -> Any:

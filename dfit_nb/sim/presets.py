@@ -129,18 +129,22 @@ register(
             "effective) are assumptions.",
 )
 register(
-    Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
-             sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=256,
-             noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
-             clock_ghz=1.05, op_overhead_cycles=1000.0),
+    Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=8 * MB,
+             sram_weight_bytes=8 * MB, sram_output_bytes=4 * MB, word_bytes=2, vector_lanes=256,
+             noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
+             clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0),
     approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
                  "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023, and the Cloud TPU documentation: 2 TensorCores per chip, "
             "4 MXUs of 128x128 per TensorCore, 1050 MHz (275 TFLOP/s bf16 = 2 x 8 x 128 x 128 x 1.05 GHz), 32 GiB "
-            "HBM at 1.2 TB/s (-> 1143 B/cycle), 16 MiB vector memory per TensorCore (-> 4 MiB per MXU tile, split "
-            "2/1/1 MiB input/weight/output: an assumption), 128 MiB CMEM (not modelled). Assumptions: the "
-            "vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared by 4 MXUs), the link width between "
-            "tiles, the 500-cycle HBM latency, and op_overhead_cycles = 1000 (~0.95 us of launch, fill and "
-            "sync per op: the order of the 1.0-1.5 us floor the measured small matmuls in "
-            "../shared/data/tpu_v4_matmul show; calibrate it to your chip with dfit_nb.sim.calibrate).",
+            "HBM at 1.2 TB/s (-> 1143 B/cycle), 16 MiB vector memory per TensorCore and 128 MiB CMEM (-> 4 + 16 "
+            "MiB per MXU tile, split 8/8/4 MiB input/weight/output: an assumption; CMEM, a chip-wide cache, is "
+            "modelled as its per-MXU share of each tile's SRAM). The MXU double-buffers its weights (Jouppi et al., "
+            "'In-datacenter performance analysis of a TPU', ISCA 2017: the next tile of weights loads while the "
+            "current one computes) -> fold_overlap = 1. Assumptions: a lone op's DMA in and out does not overlap "
+            "its compute (memory_overlap = 0), the vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared "
+            "by 4 MXUs), the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
+            "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op). Measured "
+            "against 1,198 TPU v4 matmuls in benchmarks/bench_tpu_v4.py; calibrate it to your chip with "
+            "dfit_nb.sim.calibrate.",
 )

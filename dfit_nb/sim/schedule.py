@@ -329,7 +329,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         else:  # ops run one at a time, each finishing its transfers: the channel is free at t1
             done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
-        body_end = jnp.maximum(jnp.maximum(t1 + compute, t1 + sram), jnp.maximum(t1 + noc_cycles, dram_end))
+        body_end = t1 + machine.body_cycles(compute, sram, noc_cycles, dram_end - t1, hw)
         body_end = body_end + machine.overhead_cycles(body_end - t1, count, hw)  # the fixed cost per execution
         if spatial:
             end = jnp.maximum(body_end, last_producer + (body_end - t1) / STREAM_CHUNKS)
