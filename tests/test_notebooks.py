@@ -1,7 +1,7 @@
 """The tutorials as stored, and two of them run in a real JupyterLab.
 
 nbval (``notebooks/*.ipynb`` in the default pytest run) re-executes every notebook and compares each output
-strictly; these tests check what nbval cannot: that the six tutorials are there, executed, small, free of CDN
+strictly; these tests check what nbval cannot: that the seven tutorials are there, executed, small, free of CDN
 references and of blanket ``nbval-ignore-output``; and that the quick start and the hybrid tutorial draw their
 charts and widgets in JupyterLab under headless Chromium, offline.
 """
@@ -20,7 +20,7 @@ from tests import jupyterlab as lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TUTORIALS = ["01_quick_start", "02_regions_and_transformations", "03_many_machines", "04_spatial_mapping",
-             "05_hybrid_dataflow", "06_design_space_sweeps"]
+             "05_hybrid_dataflow", "06_design_space_sweeps", "07_real_chip_calibration"]
 MAX_BYTES = 250_000  # scripts/execute_notebooks.py warns above the same size
 _MISSING = lab.missing()
 
@@ -29,7 +29,7 @@ def _read(name: str) -> nbformat.NotebookNode:
     return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
 
 
-def test_the_six_tutorials_are_there():
+def test_the_seven_tutorials_are_there():
     assert sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")) == TUTORIALS
 
 

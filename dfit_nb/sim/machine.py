@@ -38,7 +38,9 @@ is     K           M           N
 The array runs ``ceil(Sr / R) * ceil(Sc / C)`` folds back to back; a fold costs
 ``T + R + C - 2`` cycles for OS and ``2R + C + T - 2`` for WS and IS (the
 stationary operand is loaded first); like SCALE-Sim's "Total Cycles", a GEMM's
-count is that product minus one. A K split (``mk``) reduces its partial sums on
+count is that product minus one. An array that double-buffers its stationary
+operand (``fold_overlap`` 1, a TPU MXU) hides each fold's fill under the previous
+fold's stream: it pays the fill once per GEMM (see :func:`fold_cycles`). A K split (``mk``) reduces its partial sums on
 the vector units (a ``log2(gx)``-deep tree). Non-GEMM work is ``flops`` plus
 ``TRANSCENDENTAL_WORK`` per transcendental (a documented assumption: a
 polynomial or table evaluation) over ``vector_lanes`` lanes per tile.
@@ -54,9 +56,13 @@ is     M*K                     K*N*ceil(M/C)           M*N*ceil(K/R) / M*N*(ceil
 =====  ======================  ======================  ===========================
 
 **What fits.** Per virtual tile, an operand piece that fits half its SRAM
-partition (the other half prefetches: double buffering) is fetched once;
-otherwise every fold refetches it from DRAM. Partial sums that do not fit half
-the output partition spill to DRAM (written and read back per fold).
+partition (the other half prefetches: double buffering) is fetched once. When
+neither operand fits, the loop is blocked: the overflow of one (its bytes
+beyond the buffer) is re-read from DRAM once per further block of the other,
+in the cheaper of the two loop orders; partial sums beyond half the output
+partition spill to DRAM (that share, written and read back per fold) or are
+blocked by rows (the weights' overflow streamed again per row block),
+whichever moves fewer bytes. Re-read bytes grow smoothly with size over buffer.
 
 **Where operands come from.** Weights and program inputs come from DRAM,
 delivered over the mesh from the grid's west edge (``(tile_cols + 1) / 2`` hops
@@ -75,8 +81,11 @@ delivery and DRAM overlap; the op takes the slowest of
   plus ``noc_hop_cycles`` x the farthest column;
 * DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once;
 
-plus ``op_overhead_cycles`` per execution (launch, pipeline fill and drain,
-synchronisation: a fixed floor real chips show on small ops; 0 by default).
+where the on-tile demands (compute, SRAM ports) and the off-tile ones (NoC,
+DRAM) overlap by ``memory_overlap`` (1 by default: the slowest alone; 0: one
+after the other, see :func:`body_cycles`), plus ``op_overhead_cycles`` per
+execution (launch, pipeline fill and drain, synchronisation: a fixed floor
+real chips show on small ops; 0 by default).
 
 **Words.** An op moves words of its dtype's width cast down to the machine's
 widest native word (``word_bytes``); tables without a dtype use the native word.
@@ -335,6 +344,9 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     spill_psums = spill_w + spill_r <= weight_per_block
     spill_w, spill_r = jnp.where(spill_psums, spill_w, 0.0), jnp.where(spill_psums, spill_r, 0.0)
     refetch_w = refetch_w + jnp.where(spill_psums, 0.0, weight_per_block)
+    # every byte read from DRAM passes through SRAM: blocking never re-reads more than refetching on every fold
+    refetch_in = jnp.minimum(refetch_in, jnp.maximum(sram_in - deliv_in, 0.0))
+    refetch_w = jnp.minimum(refetch_w, jnp.maximum(sram_w - deliv_w, 0.0))
     psum_spill = spill_w + spill_r
     psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * word, 0.0)
 

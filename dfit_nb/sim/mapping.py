@@ -42,10 +42,11 @@ The virtual grid is folded onto the tiles the execution style grants the op:
 the whole grid when time-multiplexed, its own region of ``alloc`` tiles when
 layer-pipelined. ``U = min(gy gx, alloc)`` physical tiles each run
 ``fold = ceil(gy gx / U)`` virtual tiles in turn (tile ``j`` runs
-``floor(V / U)`` or one more): *merged*. Per virtual tile, an operand whose
-piece does not fit half its SRAM partition (the other half prefetches) is
-refetched from DRAM on every fold, and partial sums that do not fit spill to
-DRAM: *spilled*. Both are recorded per op (``Run.mapping``).
+``floor(V / U)`` or one more): *merged*. Per virtual tile, operands that do
+not fit half their SRAM partitions (the other half prefetches) are re-read from
+DRAM by blocks, and partial sums that do not fit spill to DRAM or are blocked
+(:mod:`dfit_nb.sim.machine`, "What fits"): *spilled*. Both are recorded per op
+(``Run.mapping``).
 
 Cycles, traffic and energy of a mapped op are :func:`dfit_nb.sim.machine.model`
 (the one machine model): a tensor produced by an earlier op arrives over the

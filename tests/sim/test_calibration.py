@@ -91,7 +91,7 @@ def test_bad_calibration_inputs_are_named():
         calibrate(rows, hw, ["clock_mhz"])
     with pytest.raises(CalibrationError, match="shape the mapping search"):
         calibrate(rows, hw, ["pe_rows"])
-    with pytest.raises(CalibrationError, match="cannot determine 3 field"):
+    with pytest.raises(CalibrationError, match="cannot determine 5 field"):
         calibrate(rows.head(3), hw)
     with pytest.raises(CalibrationError, match="would leave the machine invalid"):
         calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghz": (0.0, 2.0)})
