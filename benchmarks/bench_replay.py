@@ -26,7 +26,7 @@ from dfit_nb import examples
 from dfit_nb.sim import Hardware, presets, reference, replay_batch
 from dfit_nb.sim._cost import for_jit
 from dfit_nb.sim._replay import padded, pinned_layouts, prepare, program
-from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
+from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
 
 
 def variants(base: Hardware, n: int, seed: int = 0) -> Hardware:
@@ -56,9 +56,7 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
     out = {k: np.asarray(v) for k, v in out.items()}
     scale = np.where(arrays["itemsize"] > 0, out["word"] / np.maximum(arrays["itemsize"], 1.0), 1.0)
     n = len(prep.op)
-    per_op = {k: out[k][:n] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
-                                      "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout",
-                                      "gy", "gx")}
+    per_op = {k: out[k][:n] for k in PER_OP}
     per_op["count"] = arrays["count"][:n]
     t0 = time.perf_counter()
     ref = reference.run(per_op, preds[:n], (pred_bytes * scale[:, None])[:n], order, hw, grid,

@@ -207,9 +207,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
-    per_op = {**{k: m[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
-                                   "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
-                                   "gx")}, "count": ops["count"], "real": ops["real"],
+    per_op = {**{k: m[k] for k in schedule.PER_OP}, "count": ops["count"], "real": ops["real"],
               **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")}}
     records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
     return {**m, **records, "alloc": alloc}

@@ -409,6 +409,9 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
         "sram_bytes": sram_bytes, "sram_cycles_v": sram_bytes / (v * sram_bw),
         "dram_bytes": dram_bytes, "dram_cycles": dram_transfer_cycles(dram_bytes, hw),
         "noc_in": noc_in, "noc_unique_in": noc_unique_in, "noc_out": noc_out, "psum_noc": psum_noc,
+        # double-buffered blocks of operands a virtual tile streams through half its buffers (see body_cycles)
+        "blocks_v": jnp.where(gemm, jnp.maximum((in_piece + w_piece) / (buf_in + buf_w), 1.0),
+                              jnp.maximum(ops["elems_in"] * word / v / (0.5 * sram_per_tile(hw)), 1.0)),
         "resident_bytes": resident, "final_out": final_out, "out_onchip": out_onchip * 1.0,
         "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
         "sram_writes_output": sram_out_w,
@@ -486,6 +489,7 @@ def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -
         "noc_in": jnp.where(multi_tile(hw), m["noc_unique_in"] + extra_dram, 0.0) * count,
         "noc_out": (m["noc_out"] + m["psum_noc"]) * count,
         "dram_bytes": (m["dram_bytes"] + extra_dram) * count,
+        "blocks": top * m["blocks_v"] * count,  # the executions of a loop pipeline with each other
     }
 
 
@@ -500,16 +504,26 @@ def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dic
                      dram_transfer_cycles(body["dram_bytes"], hw) + field(hw, "dram_latency_cycles"), 0.0)
     if ideal:
         return {"cycles": compute, "dram_cycles": dram}
-    busy = body_cycles(compute, body["sram"], body["noc_cycles"], dram, hw)
+    busy = body_cycles(compute, body["sram"], body["noc_cycles"], dram, hw, body["blocks"])
     return {"cycles": busy + overhead_cycles(busy, 1.0, hw), "dram_cycles": dram}
 
 
-def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware) -> Any:
-    """How an op's demands combine into its busy time: the on-tile work (PE array or vector unit, and the SRAM
-    ports that feed it as it runs) against the off-tile memory time (DRAM and NoC delivery, themselves a
-    pipeline), ``memory_overlap`` of the shorter hidden under the longer (1: the slowest demand alone)."""
+def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware, blocks: Any = 1.0) -> Any:
+    """How an op's demands combine into its busy time.
+
+    The on-tile work (PE array or vector unit, and the SRAM ports that feed it
+    as it runs) and the off-tile memory time (DRAM and NoC delivery, themselves
+    a pipeline) overlap by double buffering: while one block of operands (half
+    the buffers) is computed on, the next is loaded. Over ``blocks`` blocks the
+    pipeline takes the longer of the two plus its fill and drain, the shorter
+    one's share of one block: ``max + min / blocks``. ``memory_overlap`` is the
+    share of that fill and drain hidden under neighbouring ops (1, the default:
+    all of it, the slowest demand alone sets the time; 0: a lone op, such as
+    one timed on its own, pays it, all of the shorter demand when one block
+    holds the op).
+    """
     on_tile, off_tile = jnp.maximum(compute, sram), jnp.maximum(noc, dram)
-    exposed = (1.0 - field(hw, "memory_overlap")) * jnp.minimum(on_tile, off_tile)
+    exposed = (1.0 - field(hw, "memory_overlap")) * jnp.minimum(on_tile, off_tile) / jnp.maximum(blocks, 1.0)
     return jnp.maximum(on_tile, off_tile) + exposed
 
 

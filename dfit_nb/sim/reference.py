@@ -158,7 +158,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
             remaining -= take
         dram_end = max(done, t1) + latency if dram_bytes > 0 else t1
         on_tile, off_tile = max(compute, sram), max(noc, dram_end - t1)
-        body_end = t1 + max(on_tile, off_tile) + (1.0 - float(hw.memory_overlap)) * min(on_tile, off_tile)
+        blocks = max(top * op["blocks_v"][i] * count, 1.0)
+        body_end = (t1 + max(on_tile, off_tile)
+                    + (1.0 - float(hw.memory_overlap)) * min(on_tile, off_tile) / blocks)
         body_end += float(hw.op_overhead_cycles) * op["count"][i] if body_end > t1 else 0.0
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
         last_end = max(last_end, end)

@@ -183,6 +183,12 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
     return count, (jnp.floor(v / u) * count + extra) / v
 
 
+#: the model outputs (:func:`dfit_nb.sim.machine.model`) the schedule reads per op, besides ``count``, ``real`` and
+#: the ``switch_*`` prices
+PER_OP = ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
+          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v")
+
+
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
         spatial: bool) -> dict[str, Any]:
     """Schedule mapped ops (in topological order) on ``hw``; per-op records (see the module docstring).
@@ -329,7 +335,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         else:  # ops run one at a time, each finishing its transfers: the channel is free at t1
             done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
-        body_end = t1 + machine.body_cycles(compute, sram, noc_cycles, dram_end - t1, hw)
+        body_end = t1 + machine.body_cycles(compute, sram, noc_cycles, dram_end - t1, hw, body["blocks"])
         body_end = body_end + machine.overhead_cycles(body_end - t1, count, hw)  # the fixed cost per execution
         if spatial:
             end = jnp.maximum(body_end, last_producer + (body_end - t1) / STREAM_CHUNKS)

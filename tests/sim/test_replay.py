@@ -18,7 +18,7 @@ from dfit_nb.events.schema import KINDS
 from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
 from dfit_nb.sim._cost import for_jit
 from dfit_nb.sim._replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
-from dfit_nb.sim.schedule import Grid, prefix_counts, tile_order
+from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
 
 PARTS = ("events", "cube", "summary", "ops", "regions")
 LEVEL_OF_KIND = {"sram": "sram", "noc": "noc", "dram": "dram", "retile": "retile"}
@@ -117,9 +117,7 @@ def _records(trace, hw, execution, codes=None, reconfig=None):
     out = {k: np.asarray(v) for k, v in out.items()}
     word = out["word"]
     scale = np.where(arrays["itemsize"] > 0, word / np.maximum(arrays["itemsize"], 1.0), 1.0)
-    per_op = {k: out[k] for k in ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles",
-                                  "dram_bytes", "noc_unique_in", "noc_out", "psum_noc", "out_onchip", "layout", "gy",
-                                  "gx", "switch_bytes", "switch_cycles")}
+    per_op = {k: out[k] for k in (*PER_OP, "switch_bytes", "switch_cycles")}
     per_op["count"] = arrays["count"]
     n = len(prep.op)
     ref = reference.run({k: v[:n] for k, v in per_op.items()}, preds[:n], (pred_bytes * scale[:, None])[:n], order,
