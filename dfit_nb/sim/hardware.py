@@ -76,9 +76,10 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "fold_overlap": ("1", "share of each fold's stationary-operand load and pipeline fill hidden under the previous "
                      "fold's stream: 0, SCALE-Sim's folds back to back; 1, a double-buffered array (TPU MXU) filled "
                      "once per GEMM", "nonneg", 0, 1),
-    "memory_overlap": ("1", "share of an op's memory time (SRAM ports, NoC, DRAM) hidden under its compute: 1, "
-                       "perfect double buffering (the slowest demand sets the time); 0, load, compute and store "
-                       "one after another", "nonneg", 0, 1),
+    "memory_overlap": ("1", "share of an op's double-buffering fill and drain (its memory or compute time, the "
+                       "shorter, over its blocks of half the buffers) hidden under neighbouring ops: 1, the "
+                       "slowest demand alone sets the time; 0, a lone op pays it (all of the shorter when one block "
+                       "holds the op)", "nonneg", 0, 1),
     "mac_pj_1": ("pJ", "energy of one MAC on 1-byte words (int8)", "nonneg", 0, math.inf),
     "mac_pj_2": ("pJ", "energy of one MAC on 2-byte words (bf16/fp16)", "nonneg", 0, math.inf),
     "mac_pj_4": ("pJ", "energy of one MAC on 4-byte words (fp32; 8-byte words are charged 4x this)", "nonneg", 0,

@@ -82,8 +82,9 @@ delivery and DRAM overlap; the op takes the slowest of
 * DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once;
 
 where the on-tile demands (compute, SRAM ports) and the off-tile ones (NoC,
-DRAM) overlap by ``memory_overlap`` (1 by default: the slowest alone; 0: one
-after the other, see :func:`body_cycles`), plus ``op_overhead_cycles`` per
+DRAM) overlap over the op's double-buffered blocks; the pipeline's fill and
+drain (the shorter demand over the blocks) is exposed by ``1 - memory_overlap``
+(1 by default: the slowest alone; see :func:`body_cycles`), plus ``op_overhead_cycles`` per
 execution (launch, pipeline fill and drain, synchronisation: a fixed floor
 real chips show on small ops; 0 by default).
 

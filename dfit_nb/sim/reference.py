@@ -7,7 +7,7 @@ measures it against. Not used by :func:`dfit_nb.replay`.
 >>> import numpy as np
 >>> from dfit_nb.sim import presets
 >>> from dfit_nb.sim.schedule import Grid, tile_order
->>> per_op = {k: np.array([1.0]) for k in ("tiles", "virtual_tiles", "count", "layout", "gy", "gx")}
+>>> per_op = {k: np.array([1.0]) for k in ("tiles", "virtual_tiles", "count", "layout", "gy", "gx", "blocks_v")}
 >>> per_op.update({k: np.array([0.0]) for k in ("sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
 ...                                             "noc_out", "psum_noc", "out_onchip")})
 >>> per_op["compute_v"] = np.array([100.0])
