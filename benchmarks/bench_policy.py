@@ -18,40 +18,12 @@ import argparse
 import time
 import warnings
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 import dfit_nb
+from dfit_nb.examples import resnet18
 from dfit_nb.sim import Hardware, SpillWarning, presets, select_dataflows
 from dfit_nb.sim.policy import OBJECTIVES
-
-
-def _conv(x, w, stride):
-    return jax.lax.conv_general_dilated(x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
-
-
-def resnet18(params, x):
-    """ResNet-18's convolutions (no batch norm: it does not change the GEMMs), global pooling and the classifier."""
-    with jax.named_scope("stem"):
-        x = jax.nn.relu(_conv(x, params["stem"], 2))
-        x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
-    for i, (w1, w2, proj) in enumerate(params["blocks"]):
-        stride = 2 if proj is not None else 1
-        with jax.named_scope(f"block{i}"):
-            y = _conv(jax.nn.relu(_conv(x, w1, stride)), w2, 1)
-            x = jax.nn.relu(y + (_conv(x, proj, stride) if proj is not None else x))
-    return x.mean(axis=(1, 2)) @ params["fc"]
-
-
-def resnet18_specs(batch: int = 1, size: int = 224):
-    spec = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)
-    blocks, cin = [], 64
-    for cout in (64, 64, 128, 128, 256, 256, 512, 512):
-        down = cout != cin
-        blocks.append((spec(3, 3, cin, cout), spec(3, 3, cout, cout), spec(1, 1, cin, cout) if down else None))
-        cin = cout
-    return {"stem": spec(7, 7, 3, 64), "blocks": blocks, "fc": spec(512, 1000)}, spec(batch, size, size, 3)
 
 
 def main() -> None:
@@ -75,8 +47,7 @@ def main() -> None:
     print(f"fallbacks: {fallbacks} of {cases} (example x preset x objective) cases = {fallbacks / cases:.1%} "
           "(target <= 10%)")
 
-    params, x = resnet18_specs()
-    trace = dfit_nb.capture(resnet18, params, x)
+    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs())
     hw = presets.get("tpu_like").replace(name="tpu_like 1x(32x32)", tile_rows=1, tile_cols=1, pe_rows=32, pe_cols=32)
     policy = select_dataflows(trace, hw, "latency")
     b = policy.baselines

@@ -17,6 +17,7 @@ from ._registry import register as register
 from . import cnn as cnn
 from . import encoder as encoder
 from . import mlp as mlp
+from . import resnet18 as resnet18
 from . import scan_model as scan_model
 
-__all__ = ("Example", "cnn", "encoder", "get", "mlp", "names", "register", "scan_model")
+__all__ = ("Example", "cnn", "encoder", "get", "mlp", "names", "register", "resnet18", "scan_model")
