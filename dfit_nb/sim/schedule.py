@@ -220,7 +220,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     serial = per_op["count"] * (per_op["compute_v"] * per_op["virtual_tiles"] + per_op["sram_cycles_v"]
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
                                 + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw
-                                + machine.field(hw, "op_overhead_cycles"))
+                                + machine.field(hw, "op_overhead_cycles") * per_op["real"])  # padding: none
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}

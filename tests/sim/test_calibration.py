@@ -123,25 +123,40 @@ def tpu_v4_rows():
 
 def test_the_tpu_v4_preset_ranks_real_matmuls(tpu_v4_rows):
     """The uncalibrated preset against 1,198 measured TPU v4 matmuls: what it gets right (ranking across sizes)
-    is held here; its error (MAPE 66% pooled, benchmarks/bench_tpu_v4.py) is reported, not asserted."""
-    pred = predict(tpu_v4_rows, presets.get("tpu_v4"))["seconds"]
+    is held here; its error (MAPE 36% pooled, benchmarks/bench_tpu_v4.py) is reported, not asserted."""
+    pred = predict(tpu_v4_rows, presets.get("tpu_v4"), ("ws", "is"))["seconds"]
     y = tpu_v4_rows["time_us"].to_numpy() * 1e-6
     from scipy import stats
 
     assert stats.spearmanr(pred, y)[0] > 0.95
     big = tpu_v4_rows["bucket"].to_numpy() == "4096"
-    assert stats.spearmanr(pred[big], y[big])[0] > 0.9
+    assert stats.spearmanr(pred[big], y[big])[0] > 0.95
 
 
-def test_calibration_on_real_measurements_reports_held_out_error(tpu_v4_rows):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CalibrationWarning)  # the model misses these shapes: the fit stops short
-        cal = calibrate(tpu_v4_rows, presets.get("tpu_v4"), seed=0, max_iterations=60)
+def test_calibration_on_real_measurements_meets_its_held_out_targets(tpu_v4_rows):
+    """Fit on a stratified half, judged on the other: MAPE <= 10% in each size range and pooled, Spearman >= 0.9
+    in the two ranges above 128 (within 32-128 the chip's 1.0-1.5 us floor is not ranked: reported in
+    docs/validation.md), and a smaller MAPE than the peer's SCALE-Sim cycles after a least-squares line on the
+    same rows in every range."""
+    cal = calibrate(tpu_v4_rows, presets.get("tpu_v4"), dataflow=("ws", "is"), seed=0)
+    assert cal.converged
     m = cal.metrics
     assert set(m["bucket"].values) == {"128", "1024", "4096", "pooled"}
     assert int(m["rows"].sel(split="held_out", bucket="pooled")) == 598
-    assert np.isfinite(m["mape"].values).all() and np.isfinite(m["spearman"].values).all()
-    assert float(m["spearman"].sel(machine="fitted", split="held_out", bucket="pooled")) > 0.95
+    held = m.sel(machine="fitted", split="held_out")
+    assert (held["mape"].values <= 0.10).all(), held["mape"].values
+    assert float(held["spearman"].sel(bucket="1024")) >= 0.9 and float(held["spearman"].sel(bucket="4096")) >= 0.9
+    assert float(held["spearman"].sel(bucket="pooled")) > 0.98
+    # the peer's own metric on the same split
+    parts = [pd.read_csv(DATA / f"fusion_statistics_report_with_scale_sim_{k}.csv") for k in ("128", "1024", "4096")]
+    cycles = pd.concat(parts, ignore_index=True)["scale_sim_cycles"].to_numpy(np.float64)
+    fit = cal.rows["fitted"].values
+    y = cal.rows["measured_s"].values
+    line = np.polyval(np.polyfit(cycles[fit], y[fit], 1), cycles)
+    for bucket in ("128", "1024", "4096"):
+        sel = ~fit & (cal.rows["bucket"].values == bucket)
+        peer = np.mean(np.abs(line[sel] - y[sel]) / y[sel])
+        assert float(held["mape"].sel(bucket=bucket)) < peer, bucket
 
 
 def test_calibrate_on_a_profile_mode_trace_of_this_machine():

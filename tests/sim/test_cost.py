@@ -223,3 +223,23 @@ def test_every_example_costs_on_every_preset(static_traces, preset):
         computes = (trace.ops["m"].values > 0) | (trace.ops["flops"].values > 0)
         assert (ds["cycles"].values[:, computes] > 0).all(), name
         assert (ds["utilization"].values <= 1.0).all() and float(ds["total_energy_j"].min()) > 0, name
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=dims, k=dims, n=dims, p=machines, df=st.sampled_from(["ws", "os", "is"]),
+       fold=st.floats(0.0, 1.0), overlap=st.floats(0.0, 1.0))
+def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
+    """Whatever share of the folds' fill and of the memory pipeline hides: an op takes at least its slowest
+    demand and at most its on-tile and off-tile demands one after the other; hiding more never costs time."""
+    ops = {"m": [m], "k": [k], "n": [n]}
+    hw = _hw(p).replace(fold_overlap=fold, memory_overlap=overlap)
+    c = cost(ops, hw, df)
+    on = max(float(c["compute_cycles"][0]), float(c["sram_cycles"][0]))
+    off = max(float(c["noc_cycles"][0]), float(c["dram_cycles"][0]))
+    cycles = float(c["cycles"][0])
+    assert max(on, off) * (1 - 1e-12) <= cycles <= (on + off) * (1 + 1e-12)
+    if hw.tiles == 1:  # one mapping: the comparison is like for like
+        assert cycles <= float(cost(ops, hw.replace(memory_overlap=0.0), df)["cycles"][0]) * (1 + 1e-12)
+        assert cycles >= float(cost(ops, hw.replace(memory_overlap=1.0), df)["cycles"][0]) * (1 - 1e-12)
+        assert float(c["compute_cycles"][0]) <= float(cost(ops, hw.replace(fold_overlap=0.0), df)[
+            "compute_cycles"][0])

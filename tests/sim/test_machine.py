@@ -120,3 +120,71 @@ def test_runs_carry_the_roofs_of_the_one_model(all_runs):
     for key, value in want.items():
         assert float(run.summary[f"roof_{key}"]) == pytest.approx(value, rel=1e-12)
     assert want["peak_flops_per_s"] == pytest.approx(2 * hw.peak_macs_per_cycle * hw.clock_ghz * 1e9)
+
+
+# ---------------------------------------------------------------- the physics the real-chip check added
+def _dram(c):
+    return sum(float(c[v][0]) for v in ("dram_reads_input", "dram_reads_weight", "dram_reads_output",
+                                         "dram_writes_output"))
+
+
+def test_blocked_reuse_grows_smoothly_with_size_over_buffer():
+    """One GEMM whose operands both overflow: DRAM bytes fall steadily as the buffers grow, with no jump where a
+    buffer crosses an operand's size, reach the compulsory bytes once one operand fits, and never exceed the
+    refetch-every-fold bound (each DRAM byte passes through SRAM)."""
+    from dfit_nb.sim import Hardware, cost
+
+    ops = {"m": [1024], "k": [1024], "n": [1024], "dtype": ["float16"]}
+    compulsory = 3 * 1024 * 1024 * 2
+    kib = np.arange(256, 4097, 64)
+    dram = []
+    for size in kib:
+        hw = Hardware(pe_rows=32, pe_cols=32, word_bytes=2, sram_input_bytes=int(size) * 1024,
+                      sram_weight_bytes=int(size) * 1024, sram_output_bytes=4096 * 1024)
+        c = cost(ops, hw, "ws")
+        dram.append(_dram(c))
+        for x in ("input", "weight"):
+            assert float(c[f"sram_reads_{x}"][0]) >= float(c[f"dram_reads_{x}"][0])
+    dram = np.array(dram)
+    assert (np.diff(dram) <= 1e-6).all()                       # more buffer never moves more
+    assert (np.abs(np.diff(dram)) / dram[:-1] < 0.2).all()     # no all-or-nothing step between neighbours
+    assert dram[0] > 2 * compulsory                            # 2 MiB operands against 128 KiB half-buffers
+    assert dram[-1] == pytest.approx(compulsory)              # the input fits half its 4 MiB partition
+
+
+def test_a_double_buffered_array_pays_its_fill_once_per_gemm():
+    from dfit_nb.sim import cost
+
+    hw = presets.get("scalesim_128")
+    ops = {"m": [1000, 64, 4000], "k": [700, 64, 300], "n": [900, 64, 50]}
+    for df in ("ws", "os", "is"):
+        back_to_back = cost(ops, hw, df, memory="ideal")["compute_cycles"].values
+        overlapped = cost(ops, hw.replace(fold_overlap=1.0), df, memory="ideal")["compute_cycles"].values
+        half = cost(ops, hw.replace(fold_overlap=0.5), df, memory="ideal")["compute_cycles"].values
+        assert (overlapped <= half).all() and (half <= back_to_back).all(), df
+        assert overlapped[1] == back_to_back[1], df  # one fold: nothing to hide the fill under
+        assert overlapped[0] < back_to_back[0], df
+
+
+def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
+    """memory_overlap 1: the slowest demand alone; 0: an op that fits one block loads and computes in turn, and an
+    op of many blocks exposes only a share of its shorter demand."""
+    from dfit_nb.sim import cost
+
+    hw = presets.get("tpu_v4").replace(op_overhead_cycles=0.0)
+    small = {"m": [256], "k": [256], "n": [256], "dtype": ["float16"]}
+    big = {"m": [8192], "k": [8192], "n": [8192], "dtype": ["float16"]}
+    def demands(c):
+        on = max(float(c["compute_cycles"][0]), float(c["sram_cycles"][0]))
+        off = max(float(c["noc_cycles"][0]), float(c["dram_cycles"][0]))
+        return on, off, float(c["cycles"][0])
+
+    for ops in (small, big):
+        on, off, cycles = demands(cost(ops, hw.replace(memory_overlap=1.0), "ws"))
+        assert cycles == pytest.approx(max(on, off))
+        on, off, cycles = demands(cost(ops, hw.replace(memory_overlap=0.0), "ws"))  # its own mapping and demands
+        exposed = cycles - max(on, off)
+        if ops is small:
+            assert exposed == pytest.approx(min(on, off))   # one block: no overlap at all
+        else:
+            assert 0 < exposed < 0.2 * min(on, off)          # many blocks: only the fill and drain show

@@ -144,6 +144,15 @@ def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset, switc
         np.testing.assert_allclose(out[key][:n], ref[key], rtol=1e-9, atol=1e-6, err_msg=key)
 
 
+@pytest.mark.parametrize("preset", ["tpu_v4", "sambanova_like"])
+def test_the_scan_matches_the_event_loop_when_the_pipeline_fill_shows(static_traces, preset):
+    """Partly hidden folds and memory pipelines (the overlaps the real-chip check added) in both schedules."""
+    hw = presets.get(preset).replace(fold_overlap=0.5, memory_overlap=0.3, op_overhead_cycles=40.0)
+    out, ref, n = _records(static_traces["encoder"], hw, hw.execution)
+    for key in ("start", "t1", "end", "ready", "prev_free", "offset", "retile_cycles", "noc_cycles", "dram_end"):
+        np.testing.assert_allclose(out[key][:n], ref[key], rtol=1e-9, atol=1e-6, err_msg=key)
+
+
 def test_execution_styles(static_traces):
     t = static_traces["encoder"]
     pipelined = dfit_nb.replay(t, presets.get("npu_like"), "ws", execution="spatial")
