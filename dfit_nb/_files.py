@@ -1,41 +1,115 @@
 """Results on disk: an ``xarray.DataTree`` written atomically as netCDF4 (h5netcdf) or Zarr, read back checked.
 
 Shared by :class:`dfit_nb.Trace` and :class:`dfit_nb.Run`; no pickle, no code runs on load.
+
+What a save promises (``docs/architecture.md``, "What save promises"):
+
+- It replaces only a file or Zarr store that dfit_nb wrote, recognised by a root attribute (:data:`FORMAT_ATTR`,
+  or ``dfit_nb_version`` / ``dfit_calibration`` in files from before the format version); anything else at the
+  path, and ``.``, ``..``, ``/``, the home and working directories, are refused with :class:`SaveRefusedError`.
+- It is atomic: the new result is written beside the path (``<name>.dfit-tmp-<pid>``) and renamed in once
+  complete. A Zarr store (a directory, which cannot be renamed over) is swapped in three renames: the old store
+  aside (``<name>.dfit-old-<pid>``), the new one in, then the old one deleted. A process killed at any moment
+  leaves either a loadable result at the path or the old store aside, which the next load or save restores.
+- Leftovers of a killed save (temporaries and asides whose process is gone) are removed by the next save to
+  the same path. A failed write (a full disk) removes its temporary, leaves the old result unchanged and raises
+  :class:`SaveError` naming the path.
+- Every save records :data:`FORMAT_VERSION`; a load refuses a newer major format with
+  :class:`FormatVersionError` and loads files without a version (older dfit_nb) as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
+import re
 import shutil
+import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import xarray as xr
 
-from .errors import DfitError
+from ._version import __version__
+from .errors import DfitError, FormatVersionError, SaveError, SaveRefusedError
+
+#: the format of the files this version writes, ``"MAJOR.MINOR"``: a new minor only adds what older readers
+#: ignore; a new major is refused by older readers
+FORMAT_VERSION = "1.0"
+#: the root attribute holding :data:`FORMAT_VERSION`; also the marker of a file or store dfit_nb wrote
+FORMAT_ATTR = "dfit_nb_format"
+#: the newest major format this version reads
+READS_MAJOR = 1
+#: root attributes that mark a file as dfit_nb's: the format, and what traces, runs and calibrations carried
+#: before it (so their files can be replaced by a newer save too)
+_MARKERS = (FORMAT_ATTR, "dfit_nb_version", "dfit_calibration")
+
+#: Test hook (for crash-safety tests only): ``DFIT_NB_SAVE_TEST_HOOK=<point>`` stops a save at ``point``: it
+#: prints ``dfit_nb save hook: <point>`` to stderr and sleeps (up to 120 s), so a test can kill the process
+#: there; ``<point>:exit`` ends the process at once with ``os._exit(75)``. Points, in order: ``partial``
+#: (netCDF: half the temporary written), ``written`` (the temporary complete, nothing replaced), ``aside``
+#: (Zarr: the old store moved aside, the new one not yet in), ``replaced`` (Zarr: the new store in, the old one
+#: aside not yet deleted).
+HOOK_ENV = "DFIT_NB_SAVE_TEST_HOOK"
+_TMP, _OLD = "dfit-tmp", "dfit-old"
 
 
 def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
-    """Write ``tree`` to ``path`` (``.zarr``: Zarr; otherwise netCDF4 via h5netcdf).
+    """Write ``tree`` to ``path`` (``.zarr``: a Zarr store; otherwise netCDF4 via h5netcdf), atomically.
 
-    The file is written next to ``path`` and moved into place only once complete, so a failure never
-    leaves a half-written result behind (nor replaces a good one).
+    Parameters
+    ----------
+    tree : xarray.DataTree
+        What to write; saved with :data:`FORMAT_ATTR` added to its root attrs (``tree`` is not changed).
+    path : str or os.PathLike
+        A new path, or one that holds a previous dfit_nb save of the same kind (netCDF file or Zarr store).
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+
+    Raises
+    ------
+    SaveRefusedError
+        ``path`` holds something dfit_nb did not write, or is ``.``, ``..``, ``/``, the home or the working
+        directory (or one of its parents). Nothing is written.
+    SaveError
+        The directory of ``path`` is missing, or writing failed (a full disk); the previous result at ``path``
+        is unchanged and the temporary is removed. ``errno`` is the cause's.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    zarr = path.suffix == ".zarr"
+    _check_target(path, zarr)
+    _clean_leftovers(path)
+    stamped = tree.copy(deep=False)  # shares the arrays; only the root attrs differ
+    stamped.attrs = {**tree.attrs, FORMAT_ATTR: FORMAT_VERSION}
+    existed = os.path.lexists(path)
+    tmp = _sibling(path, _TMP, os.getpid())
+    _remove(tmp)  # one of our naming with our pid is from a killed process that had this pid before us
     try:
-        if path.suffix == ".zarr":
-            tree.to_zarr(tmp, consolidated=False)
+        if zarr:
+            stamped.to_zarr(tmp, consolidated=False)
+            _test_hook("written")
+            _swap_in(tmp, path)
         else:
-            tree.to_netcdf(tmp, engine="h5netcdf")
-        if path.is_dir():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+            _write_netcdf(stamped, tmp)
+            _test_hook("written")
+            os.replace(tmp, path)  # atomic on one file system: readers see the old file or the new one
+    except SaveError:
+        raise
+    except OSError as err:
+        before = "the previous save there is unchanged" if existed else "nothing was saved there"
+        failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was removed)")
+        failed.errno = err.errno
+        raise failed from err
     finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+        with contextlib.suppress(OSError):  # never mask the error that brought us here
+            _remove(tmp)
     return path
 
 
@@ -43,22 +117,290 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
               foreign: Mapping[str, str] | None = None) -> xr.DataTree:
     """Read a tree written by :func:`save_tree`, loaded into memory, with the groups ``parts``.
 
-    Errors name the file and say it is not a dfit_nb ``what`` (a trace, a run); when groups are missing
-    and the file has a group of ``foreign`` (a group that marks another kind of result), its hint is added.
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A netCDF file or a ``.zarr`` store. If it is missing but a Zarr save to it was killed after moving the
+        old store aside, the old store is moved back and loaded.
+    what : str
+        What the caller loads ("trace", "run"), for the messages.
+    parts : sequence of str
+        The groups the tree must have.
+    foreign : mapping of str to str, optional
+        Group -> hint, added to the message when groups are missing and the file has that group (a group that
+        marks another kind of result).
+
+    Returns
+    -------
+    xarray.DataTree
+        The tree, without :data:`FORMAT_ATTR` in its root attrs.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``path``.
+    FormatVersionError
+        The file was written by a newer major format than :data:`READS_MAJOR`.
+    DfitError
+        The file is not a dfit_nb ``what``.
     """
     path = Path(path)
+    if not os.path.lexists(path):
+        _recover(path)
     if not path.exists():
         raise FileNotFoundError(f"no {what} at {path}")
+    # the version is checked before xarray opens the file: a newer format may fail there with a misleading error
+    markers = _markers(path)
+    if markers is not None:
+        _check_format(path, markers, what)
     try:
         if path.suffix == ".zarr":
-            tree = xr.open_datatree(path, engine="zarr", consolidated=False)
+            opened = xr.open_datatree(path, engine="zarr", consolidated=False)
         else:
-            tree = xr.open_datatree(path, engine="h5netcdf")
-        tree = tree.load()
+            opened = xr.open_datatree(path, engine="h5netcdf")
+        try:
+            tree = opened.load()
+        finally:
+            opened.close()  # in memory now: an open handle would keep a replaced file's space and lock it for h5py
     except Exception as err:
         raise DfitError(f"{path} is not a dfit_nb {what} file: {err}") from err
     missing = [p for p in parts if p not in tree.children]
     if missing:
         hints = [f" ({hint})" for group, hint in (foreign or {}).items() if group in tree.children]
         raise DfitError(f"{path} is not a dfit_nb {what}: groups {missing} are missing{''.join(hints)}")
+    tree.attrs.pop(FORMAT_ATTR, None)  # a property of the file, not of the trace or run
     return tree
+
+
+# ---------------------------------------------------------------------------------------------- the target
+
+
+def _check_target(path: Path, zarr: bool) -> None:
+    """Refuse a path whose replacement could destroy what dfit_nb did not write; nothing is written."""
+    valid = (f"give a new path (such as {path / 'result.nc'} to save inside it) or the path of a previous "
+             "dfit_nb save")
+    special = _special_directory(path)
+    if special:
+        raise SaveRefusedError(f"refusing to save to {str(path)!r}: it is {special}, which dfit_nb never "
+                               f"replaces; {valid}")
+    parent = path.parent
+    if not parent.is_dir():
+        # named here: otherwise the error names the temporary file inside the missing directory
+        missing = not os.path.lexists(parent)
+        failed = SaveError(f"cannot save to {path}: the directory {parent} does not exist" if missing
+                           else f"cannot save to {path}: {parent} is not a directory")
+        failed.errno = errno.ENOENT if missing else errno.ENOTDIR
+        raise failed
+    if not os.path.lexists(path):
+        return
+    kind = "directory" if path.is_dir() else "file" if path.is_file() else "special file or broken link"
+    if _markers(path) is None:
+        hint = valid if kind == "directory" else "give a new path or the path of a previous dfit_nb save"
+        raise SaveRefusedError(f"refusing to replace {path}: it is a {kind} that dfit_nb did not write (no dfit_nb "
+                               f"marker in it); {hint}")
+    if zarr != path.is_dir():
+        have, want = ("a Zarr store", "a netCDF file") if path.is_dir() else ("a netCDF file", "a Zarr store")
+        raise SaveRefusedError(f"refusing to replace {path}: it is {have} dfit_nb wrote, but this path saves "
+                               f"{want} (a .zarr suffix saves Zarr); give a new path, or remove {path} first")
+
+
+def _special_directory(path: Path) -> str:
+    """What makes ``path`` a directory no save may replace ("" when nothing does)."""
+    if path.name in ("", ".", ".."):
+        return "the current or a parent directory"
+    resolved = path.resolve()
+    if resolved == Path(resolved.anchor):
+        return "the root of the file system"
+    with contextlib.suppress(RuntimeError, KeyError):  # no home directory known
+        if resolved == Path.home().resolve():
+            return "the home directory"
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        return "the working directory or one of its parents"
+    return ""
+
+
+def _markers(path: Path) -> dict[str, Any] | None:
+    """The dfit_nb marker attributes in the root of the file or store at ``path``; None when it has none.
+
+    Reads only metadata: a Zarr store's root JSON, or a netCDF file's root attributes through h5py.
+    """
+    try:
+        if path.is_dir():
+            for name, key in (("zarr.json", "attributes"), (".zattrs", None)):  # Zarr v3, v2
+                meta = path / name
+                if meta.is_file():
+                    doc = json.loads(meta.read_text())
+                    attrs = doc.get(key) if key and isinstance(doc, dict) else doc
+                    found = {k: v for k, v in attrs.items() if k in _MARKERS} if isinstance(attrs, dict) else {}
+                    return found or None
+            return None
+        if not path.is_file():  # a FIFO or a device: opening it could block or consume it
+            return None
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            found = {k: f.attrs[k] for k in _MARKERS if k in f.attrs}
+        return found or None
+    except Exception:  # unreadable or not HDF5/Zarr: not ours
+        return None
+
+
+def _check_format(path: Path, markers: Mapping[str, Any], what: str) -> None:
+    """Refuse a file of a newer major format; files without a version (older dfit_nb) pass."""
+    version = markers.get(FORMAT_ATTR)
+    if version is None:
+        return
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    try:
+        major = int(str(version).split(".")[0])
+    except ValueError:
+        raise FormatVersionError(f"{path} has an unreadable dfit_nb format version {version!r}; this version "
+                                 f"reads formats up to {READS_MAJOR}") from None
+    if major > READS_MAJOR:
+        raise FormatVersionError(f"{path} was written by a newer dfit_nb format {major}; this version reads up to "
+                                 f"{READS_MAJOR} (dfit_nb {__version__}): upgrade dfit_nb to load this {what}")
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _write_netcdf(tree: xr.DataTree, tmp: Path) -> None:
+    """Write ``tree`` as netCDF4 to the new file ``tmp``, synced to disk.
+
+    HDF5 builds the file in memory and only Python writes it to disk: h5py crashes the interpreter
+    (segfault) when it closes a file after a failed write (ENOSPC, EFBIG), which a full disk turns into a lost
+    session. Python's writes fail with an ``OSError`` instead. The price is one copy of the file in memory.
+    """
+    data = tree.to_netcdf(None, engine="h5netcdf")
+    half = len(data) // 2
+    with open(tmp, "xb") as f:  # "x": never write through a file we did not just create
+        f.write(data[:half])
+        f.flush()
+        _test_hook("partial")
+        f.write(data[half:])
+        f.flush()
+        os.fsync(f.fileno())  # the rename that follows must not publish a file whose data is still in cache
+
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Move the complete store ``tmp`` to ``path``; a store already there is moved aside, then deleted.
+
+    A directory cannot be renamed over another, so the swap is three steps; at every moment the old store is
+    at ``path`` or aside (restored by :func:`_recover`), or the new one is at ``path``.
+    """
+    old = _sibling(path, _OLD, os.getpid())
+    _remove(old)
+    had_old = os.path.lexists(path)
+    if had_old:
+        os.rename(path, old)
+        _test_hook("aside")
+    try:
+        os.rename(tmp, path)
+    except BaseException:
+        if had_old and not os.path.lexists(path):
+            os.rename(old, path)
+        raise
+    _test_hook("replaced")
+    _remove(old)
+
+
+# ---------------------------------------------------------------------------------------------- leftovers
+
+
+def _sibling(path: Path, kind: str, pid: int) -> Path:
+    """The temporary (``kind`` "dfit-tmp") or aside ("dfit-old") of a save of ``path`` by process ``pid``."""
+    return path.with_name(f"{path.name}.{kind}-{pid}")
+
+
+def _leftovers(path: Path) -> list[tuple[str, int, Path]]:
+    """(kind, pid, path) of every temporary or aside of our naming beside ``path``, newest first.
+
+    Also the temporaries of dfit_nb before the format version (``.<name>.tmp-<pid>``).
+    """
+    ours = re.compile(rf"{re.escape(path.name)}\.({_TMP}|{_OLD})-(\d+)")
+    legacy = re.compile(rf"\.{re.escape(path.name)}\.tmp-(\d+)")
+    found = []
+    with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
+        for entry in entries:
+            if m := ours.fullmatch(entry.name):
+                found.append((m.group(1), int(m.group(2)), Path(entry.path)))
+            elif m := legacy.fullmatch(entry.name):
+                found.append((_TMP, int(m.group(1)), Path(entry.path)))
+    return sorted(found, key=lambda f: _mtime(f[2]), reverse=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _alive(pid: int) -> bool:
+    """Whether another process ``pid`` runs (its save may be in progress: leave its files alone).
+
+    Our own pid counts as gone: this process is not saving to the path (concurrent saves of one path from one
+    process are not supported), so a leftover with our pid is from a killed process that had it before.
+    """
+    if pid <= 0 or pid == os.getpid():  # pid 0 would signal our own process group
+        return False
+    if os.name == "nt":  # there os.kill(pid, 0) terminates the process: assume it runs, leave its files
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _recover(path: Path) -> bool:
+    """Move back the newest old store left aside by a killed Zarr save of the missing ``path``."""
+    for kind, pid, leftover in _leftovers(path):
+        if kind == _OLD and not _alive(pid) and not os.path.lexists(path):
+            with contextlib.suppress(OSError):  # another process recovered it first
+                os.rename(leftover, path)
+                return True
+    return False
+
+
+def _clean_leftovers(path: Path) -> None:
+    """Before a save: restore an old store left aside (so a failed save keeps it), then remove stale leftovers.
+
+    Only names of our own naming whose process is gone are removed: a running save's files are left alone.
+    """
+    if not os.path.lexists(path):
+        _recover(path)
+    for _, pid, leftover in _leftovers(path):
+        if not _alive(pid):
+            with contextlib.suppress(OSError):
+                _remove(leftover)
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, link or directory tree of ours at ``path``, if any."""
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _test_hook(point: str) -> None:
+    """Stop here when the test hook :data:`HOOK_ENV` names ``point`` (see there); otherwise do nothing."""
+    spec = os.environ.get(HOOK_ENV)
+    if not spec:
+        return
+    name, _, action = spec.partition(":")
+    if name != point:
+        return
+    if action == "exit":
+        os._exit(75)
+    sys.stderr.write(f"dfit_nb save hook: {point}\n")
+    sys.stderr.flush()
+    time.sleep(120)  # the test kills us here; never linger if it does not
+    os._exit(75)

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import examples
 from .capture import MODES, capture
+from .errors import SaveError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
 from .sim.policy import OBJECTIVES
@@ -217,7 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"dfit_nb FLOPs (flops x count): {trace.total_flops()}")
     print(trace.region_table(max_depth=args.depth))
     if args.save_trace:
-        print(f"saved {trace.save(args.save_trace)}")
+        try:
+            saved = trace.save(args.save_trace)
+        except SaveError as err:  # a refused path or a full disk: the user's to fix, not a traceback
+            print(f"dfit-nb: error: --save-trace: {err}", file=sys.stderr)
+            return 2
+        print(f"saved {saved}")
     if not names:
         print("no preset given (--hw with no names): nothing replayed, no report written")
         return 0
@@ -233,8 +239,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(policy_table(results))
     print()
-    report = write_report(trace, names, args.output_dir, dataflow=args.dataflow, objective=args.objective,
-                          charts=args.charts, progress=False, results=results)
+    try:
+        report = write_report(trace, names, args.output_dir, dataflow=args.dataflow, objective=args.objective,
+                              charts=args.charts, progress=False, results=results)
+    except SaveError as err:  # e.g. a <preset>.nc in -o that dfit_nb did not write
+        print(f"dfit-nb: error: {err}", file=sys.stderr)
+        return 2
     print(files_table(report))
     print(f"done in {time.perf_counter() - t_start:.1f} s")
     return 0

@@ -11,6 +11,22 @@ class CaptureError(DfitError, RuntimeError):
     """The function could not be traced, lowered or run for capture; the cause is chained."""
 
 
+class SaveError(DfitError, OSError):
+    """A result could not be saved; whatever was at the path before is unchanged.
+
+    Also an ``OSError``: a failed write (a full disk, no permission) keeps the cause's ``errno``, chained.
+    """
+
+
+class SaveRefusedError(SaveError):
+    """The save was refused before writing anything: the path holds something dfit_nb did not write (or is a
+    directory such as ``.``, ``..``, ``/`` or the home directory), so replacing it could destroy a user's files."""
+
+
+class FormatVersionError(DfitError):
+    """The file was written by a newer major version of dfit_nb's file format than this version reads."""
+
+
 class DfitWarning(UserWarning):
     """Base class of dfit_nb's warnings."""
 

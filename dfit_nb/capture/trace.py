@@ -180,6 +180,27 @@ class Trace:
 
         The file is written next to ``path`` and moved into place only once
         complete, so a failure never leaves a half-written result behind.
+        Only a new path or a previous dfit_nb save is replaced: anything else
+        there (a folder, a file dfit_nb did not write, ``.``, ``..``, the
+        home directory) is refused (``docs/architecture.md``, "What save
+        promises").
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            A new path, or the path of a previous dfit_nb save of the same kind.
+
+        Returns
+        -------
+        pathlib.Path
+            ``path``.
+
+        Raises
+        ------
+        dfit_nb.errors.SaveRefusedError
+            ``path`` holds something dfit_nb did not write; nothing is written.
+        dfit_nb.errors.SaveError
+            Writing failed (a full disk); the previous file at ``path`` is unchanged.
         """
         return save_tree(self.to_datatree(), path)
 

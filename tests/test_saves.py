@@ -1,0 +1,423 @@
+"""What save promises (issue 14): it replaces only what dfit_nb wrote, atomically (a kill at any moment leaves a
+loadable result or the old one recoverable), cleans its own leftovers, survives a full disk, and versions files."""
+
+from __future__ import annotations
+
+import copy
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import jax.numpy as jnp
+import pytest
+import xarray as xr
+
+import dfit_nb
+from dfit_nb import _files
+from dfit_nb.cli import main
+from dfit_nb.errors import DfitError, FormatVersionError, SaveError, SaveRefusedError
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return dfit_nb.capture(lambda x: x @ x, jnp.ones((4, 4)))
+
+
+@pytest.fixture(scope="module")
+def run(trace):
+    return dfit_nb.replay(trace, dfit_nb.sim.presets.get("scalesim_32"))
+
+
+def _tagged(obj, tag):
+    """A shallow copy of ``obj`` (a Trace or Run) whose attrs say ``tag``: tells an old save from a new one after
+    a reload (the module's fixtures are not changed)."""
+    tagged = copy.copy(obj)
+    tagged.attrs = {**obj.attrs, "tag": tag}
+    return tagged
+
+
+def _attrs(obj) -> dict:
+    """Attrs as saved and loaded (a loaded trace also holds its jaxpr text there)."""
+    return {k: v for k, v in obj.attrs.items() if k != "jaxpr_text"}
+
+
+def _write_unversioned(obj, path: Path) -> None:
+    """Write ``obj`` as dfit_nb did before the format version: no format attribute."""
+    tree = obj.to_datatree()
+    if path.suffix == ".zarr":
+        tree.to_zarr(path, consolidated=False)
+    else:
+        tree.to_netcdf(path, engine="h5netcdf")
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _load(path: Path):
+    return dfit_nb.load_run(path) if "run" in path.name else dfit_nb.load_trace(path)
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                           check=True)
+    return int(child.stdout)
+
+
+# ------------------------------------------------------------------------------- 1. never delete what is not ours
+
+
+def test_an_unrelated_folder_is_refused_and_kept(trace, tmp_path):
+    results = tmp_path / "results"
+    (results / "sub").mkdir(parents=True)
+    (results / "thesis.tex").write_text("years of work")
+    (results / "sub" / "data.csv").write_text("1,2,3")
+    before = _snapshot(results)
+    with pytest.raises(SaveRefusedError, match=r"refusing to replace .*results: it is a directory that dfit_nb did "
+                                               r"not write.*new path .*result\.nc.*previous dfit_nb save"):
+        trace.save(results)
+    assert _snapshot(results) == before
+    assert _names(tmp_path) == ["results"]  # no temporary either
+
+
+@pytest.mark.parametrize("content", ["text", "foreign_netcdf", "empty"])
+def test_a_file_dfit_nb_did_not_write_is_refused_and_kept(trace, run, tmp_path, content):
+    target = tmp_path / "data.nc"
+    if content == "text":
+        target.write_text("my notes")
+    elif content == "foreign_netcdf":
+        xr.Dataset({"a": ("x", [1, 2])}, attrs={"source": "someone else"}).to_netcdf(target, engine="h5netcdf")
+    else:
+        target.touch()
+    before = target.read_bytes()
+    for obj in (trace, run):
+        with pytest.raises(SaveRefusedError, match=re.escape(f"{target}: it is a file that dfit_nb did not write")):
+            obj.save(target)
+    assert target.read_bytes() == before
+    assert _names(tmp_path) == ["data.nc"]
+
+
+@pytest.mark.parametrize("kind", ["plain_folder", "foreign_zarr", "empty_folder"])
+def test_a_zarr_path_dfit_nb_did_not_write_is_refused_and_kept(trace, tmp_path, kind):
+    target = tmp_path / "store.zarr"
+    if kind == "plain_folder":
+        target.mkdir()
+        (target / "keep.txt").write_text("mine")
+    elif kind == "foreign_zarr":
+        xr.Dataset({"a": ("x", [1, 2])}).to_zarr(target, consolidated=False)
+    else:
+        target.mkdir()
+    before = _snapshot(target)
+    with pytest.raises(SaveRefusedError, match="it is a directory that dfit_nb did not write"):
+        trace.save(target)
+    assert _snapshot(target) == before and target.is_dir()
+    assert _names(tmp_path) == ["store.zarr"]
+
+
+@pytest.mark.parametrize("name", [".", "..", "sub/..", "", "/"])
+def test_dot_dotdot_and_root_are_refused(trace, tmp_path, monkeypatch, name):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "keep.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path / "sub")
+    before = _snapshot(tmp_path)
+    with pytest.raises(SaveRefusedError, match=r"refusing to save to .*: it is the (current or a parent directory|"
+                                               r"root of the file system).*new path.*previous dfit_nb save"):
+        trace.save(name)
+    assert _snapshot(tmp_path) == before
+    assert _names(tmp_path / "sub") == ["keep.txt"]
+
+
+def test_the_home_and_working_directories_are_refused(trace, tmp_path, monkeypatch):
+    home, work = tmp_path / "home", tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    with pytest.raises(SaveRefusedError, match="it is the home directory"):
+        trace.save(home)
+    with pytest.raises(SaveRefusedError, match="it is the working directory"):
+        trace.save(work.resolve())
+    with pytest.raises(SaveRefusedError, match="it is the working directory or one of its parents"):
+        trace.save(tmp_path)
+    assert _names(work) == [] and _names(home) == ["work"]
+
+
+def test_a_link_to_a_folder_is_refused_and_the_folder_kept(trace, tmp_path):
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    (tmp_path / "link.zarr").symlink_to(folder, target_is_directory=True)
+    with pytest.raises(SaveRefusedError, match=r"link\.zarr: it is a directory that dfit_nb did not write"):
+        trace.save(tmp_path / "link.zarr")
+    assert _names(folder) == ["keep.txt"] and (tmp_path / "link.zarr").is_symlink()
+
+
+def test_a_missing_folder_is_named_not_a_temporary(trace, tmp_path):
+    missing = re.escape(str(tmp_path / "nowhere"))
+    with pytest.raises(SaveError, match=rf"cannot save to .*: the directory {missing} does not exist") as info:
+        trace.save(tmp_path / "nowhere" / "t.nc")
+    assert "dfit-tmp" not in str(info.value) and info.value.errno == errno.ENOENT
+    assert _names(tmp_path) == []
+
+
+def test_a_netcdf_and_a_zarr_save_are_not_swapped(trace, tmp_path):
+    store = trace.save(tmp_path / "t.zarr")
+    store.rename(tmp_path / "t.nc")  # a dfit_nb store under a netCDF name
+    with pytest.raises(SaveRefusedError, match=r"it is a Zarr store dfit_nb wrote, but this path saves a netCDF"):
+        trace.save(tmp_path / "t.nc")
+    assert (tmp_path / "t.nc" / "zarr.json").is_file()
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_previous_dfit_nb_save_is_replaced(trace, run, tmp_path, suffix):
+    for obj, name in ((trace, "t"), (run, "run")):
+        path = tmp_path / f"{name}{suffix}"
+        obj.save(path)
+        obj.save(path)  # a save of ours: replaced
+        assert _attrs(_load(path)) == _attrs(obj)
+    assert _names(tmp_path) == sorted([f"run{suffix}", f"t{suffix}"])
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_save_from_before_the_format_version_is_replaced(trace, tmp_path, suffix):
+    path = tmp_path / f"t{suffix}"
+    assert "dfit_nb_version" in trace.attrs  # the marker of earlier saves
+    _write_unversioned(trace, path)
+    trace.save(path)
+    assert _root_attrs(path)[_files.FORMAT_ATTR] == _files.FORMAT_VERSION
+
+
+def test_the_cli_refuses_a_folder_for_save_trace(tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    code = main(["report", "--example", "mlp", "--hw", "--no-progress", "--save-trace", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("dfit-nb: error: --save-trace: refusing to replace") and str(folder) in err
+    assert "Traceback" not in err and _names(folder) == ["keep.txt"]
+
+
+# ------------------------------------------------------------------------------------------------ 2. crash safety
+
+_CHILD = textwrap.dedent("""
+    import sys
+    import dfit_nb
+    src, dst = sys.argv[1], sys.argv[2]
+    obj = dfit_nb.load_run(src) if "run" in src.rsplit("/", 1)[-1] else dfit_nb.load_trace(src)
+    obj.attrs["tag"] = "new"
+    obj.save(dst)
+    print("saved")
+""")
+
+
+def _killed_save(src: Path, dst: Path, point: str, how: str = "kill") -> int:
+    """Save ``src`` to ``dst`` in a child process stopped by the save's test hook at ``point`` and killed there
+    (SIGKILL; ``how="exit"``: the hook's own ``os._exit``). Returns the child's pid."""
+    env = {**os.environ, _files.HOOK_ENV: point if how == "kill" else f"{point}:exit", "JAX_PLATFORMS": "cpu"}
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(src), str(dst)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        if how == "kill":
+            for line in child.stderr:  # the hook says where it stopped; anything else is the child's noise
+                if line.strip() == f"dfit_nb save hook: {point}":
+                    child.send_signal(signal.SIGKILL)
+                    break
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    expected = -signal.SIGKILL if how == "kill" else 75
+    assert child.returncode == expected, (child.returncode, out, err)
+    assert "saved" not in out
+    return child.pid
+
+
+@pytest.mark.parametrize(("suffix", "point", "how"), [
+    (".nc", "partial", "kill"),     # half the temporary written
+    (".nc", "written", "exit"),     # the temporary complete, not yet renamed in
+    (".zarr", "written", "kill"),   # the new store complete beside the old
+    (".zarr", "aside", "kill"),     # the old store moved aside, the new one not yet in: nothing at the path
+    (".zarr", "replaced", "kill"),  # the new store in, the old one aside not yet deleted
+])
+def test_a_save_killed_at_any_step_leaves_a_loadable_result(run, tmp_path, suffix, point, how):
+    src = tmp_path / "src" / "run.nc"
+    src.parent.mkdir()
+    run.save(src)  # what the child loads, tags "new" and saves
+    dst = tmp_path / "out" / f"run{suffix}"
+    dst.parent.mkdir()
+    _tagged(run, "old").save(dst)  # the previous result the killed save replaces
+
+    pid = _killed_save(src, dst, point, how)
+    leftovers = sorted(set(_names(dst.parent)) - {dst.name})
+    expected = {"partial": ["dfit-tmp"], "written": ["dfit-tmp"], "aside": ["dfit-old", "dfit-tmp"],
+                "replaced": ["dfit-old"]}[point]
+    assert leftovers == [f"{dst.name}.{kind}-{pid}" for kind in expected]  # the kill hit the window
+    assert dst.exists() == (point != "aside")
+
+    back = dfit_nb.load_run(dst)  # the old result (restored from aside if need be), or the complete new one
+    assert back.attrs["tag"] == ("new" if point == "replaced" else "old")
+    assert back.events.identical(run.events)
+
+    _tagged(run, "next").save(dst)  # the next save cleans the leftovers of the killed one
+    assert _names(dst.parent) == [dst.name]
+    assert dfit_nb.load_run(dst).attrs["tag"] == "next"
+
+
+def test_a_killed_zarr_save_is_restored_by_the_next_save_too(run, tmp_path):
+    """Killed between the renames, then saved again (not loaded first): the old store comes back first, so if
+    the next save failed too, the old result would still be there."""
+    src, dst = tmp_path / "run_src.nc", tmp_path / "run.zarr"
+    run.save(src)
+    _tagged(run, "old").save(dst)
+    _killed_save(src, dst, "aside")
+    assert not dst.exists()
+    _tagged(run, "next").save(dst)
+    assert _names(tmp_path) == ["run.zarr", "run_src.nc"]
+    assert dfit_nb.load_run(dst).attrs["tag"] == "next"
+
+
+def test_stale_leftovers_of_our_naming_are_cleaned_and_others_kept(trace, tmp_path):
+    path = trace.save(tmp_path / "t.nc")
+    dead, live = _dead_pid(), os.getppid()  # the parent runs: its save could be in progress
+    (tmp_path / f"t.nc.dfit-tmp-{dead}").write_bytes(b"half a file")
+    (tmp_path / f".t.nc.tmp-{dead}").write_bytes(b"half a file, earlier naming")
+    (tmp_path / f"t.nc.dfit-old-{dead}").mkdir()
+    (tmp_path / f"t.nc.dfit-tmp-{live}").write_bytes(b"another process's save")
+    for keep in ("t.nc.backup", "t.nc.dfit-tmp-notapid", f"u.nc.dfit-tmp-{dead}"):
+        (tmp_path / keep).write_text("not ours to remove")
+    trace.save(path)
+    assert _names(tmp_path) == sorted(["t.nc", f"t.nc.dfit-tmp-{live}", "t.nc.backup", "t.nc.dfit-tmp-notapid",
+                                       f"u.nc.dfit-tmp-{dead}"])
+
+
+def test_a_failed_netcdf_write_keeps_the_old_file_and_removes_the_temporary(trace, tmp_path, monkeypatch):
+    path = _tagged(trace, "old").save(tmp_path / "t.nc")
+    before = path.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # fails after the whole temporary is written
+    with pytest.raises(SaveError, match=r"could not save .*t\.nc: .*No space left on device \(the previous save "
+                                        r"there is unchanged; the temporary t\.nc\.dfit-tmp-\d+ was removed\)") as info:
+        _tagged(trace, "new").save(path)
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before and _names(tmp_path) == ["t.nc"]
+
+
+def test_a_failed_zarr_write_keeps_the_old_store_and_removes_the_temporary(trace, tmp_path, monkeypatch):
+    path = trace.save(tmp_path / "t.zarr")
+    before = _snapshot(path)
+    to_zarr = xr.DataTree.to_zarr
+
+    def full(self, store, **kw):
+        to_zarr(self, store, **kw)  # a whole temporary store on disk, then the disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(xr.DataTree, "to_zarr", full)
+    with pytest.raises(SaveError, match="No space left on device") as info:
+        trace.save(path)
+    assert info.value.errno == errno.ENOSPC
+    assert _snapshot(path) == before and _names(tmp_path) == ["t.zarr"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
+def test_a_full_disk_gives_a_clear_error_not_a_crash(trace, tmp_path):
+    """A real failed write (the file-size limit stands in for a full disk: writes fail with EFBIG): HDF5 used to
+    segfault closing the file; now the process lives, the old file is intact and no temporary is left."""
+    path = _tagged(trace, "old").save(tmp_path / "t.nc")
+    before = path.read_bytes()
+    code = textwrap.dedent(f"""
+        import resource, signal, dfit_nb
+        t = dfit_nb.load_trace({str(path)!r})
+        t.attrs["padding"] = "x" * 200_000  # a file larger than the limit
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+        try:
+            t.save({str(path)!r})
+        except dfit_nb.errors.SaveError as err:
+            print("SaveError", err.errno, err)
+    """)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert child.returncode == 0, (child.returncode, child.stderr[-2000:])
+    assert child.stdout.startswith(f"SaveError {errno.EFBIG} could not save {path}: [Errno {errno.EFBIG}] File too "
+                                   "large (the previous save there is unchanged"), child.stdout
+    assert path.read_bytes() == before and _names(tmp_path) == ["t.nc"]
+
+
+# ------------------------------------------------------------------------------------------------ 3. format version
+
+
+def _root_attrs(path: Path) -> dict:
+    if path.is_dir():
+        return json.loads((path / "zarr.json").read_text())["attributes"]
+    with h5py.File(path, "r") as f:
+        return dict(f.attrs)
+
+
+def _set_format(path: Path, version: str) -> None:
+    if path.is_dir():
+        meta = json.loads((path / "zarr.json").read_text())
+        meta["attributes"][_files.FORMAT_ATTR] = version
+        (path / "zarr.json").write_text(json.dumps(meta))
+    else:
+        with h5py.File(path, "r+") as f:
+            f.attrs[_files.FORMAT_ATTR] = version
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_every_save_records_the_format_and_loading_hides_it(trace, run, tmp_path, suffix):
+    for obj, name in ((trace, "t"), (run, "run")):
+        path = obj.save(tmp_path / f"{name}{suffix}")
+        assert _root_attrs(path)[_files.FORMAT_ATTR] == _files.FORMAT_VERSION == "1.0"
+        assert _files.FORMAT_ATTR not in obj.attrs  # the object saved is not changed
+        back = _load(path)
+        assert _files.FORMAT_ATTR not in back.attrs
+        assert _attrs(back) == _attrs(obj)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_newer_major_format_is_refused_clearly(trace, run, tmp_path, suffix):
+    for obj, name, load in ((trace, "t", dfit_nb.load_trace), (run, "run", dfit_nb.load_run)):
+        path = obj.save(tmp_path / f"{name}{suffix}")
+        _set_format(path, "2.0")
+        newer = rf"{re.escape(str(path))} was written by a newer dfit_nb format 2; this version reads up to 1 "
+        with pytest.raises(FormatVersionError, match=newer + r"\(dfit_nb .*\): upgrade dfit_nb"):
+            load(path)
+        obj.save(path)  # still ours: a save may replace it
+        assert load(path).attrs["function"] == obj.attrs["function"]
+
+
+def test_a_newer_minor_format_loads_and_a_garbled_version_is_named(trace, tmp_path):
+    path = trace.save(tmp_path / "t.nc")
+    _set_format(path, "1.7")
+    assert dfit_nb.load_trace(path).total_flops() == trace.total_flops()
+    _set_format(path, "banana")
+    with pytest.raises(FormatVersionError, match=r"unreadable dfit_nb format version 'banana'"):
+        dfit_nb.load_trace(path)
+    assert issubclass(FormatVersionError, DfitError)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_files_from_before_the_format_version_still_load(trace, run, tmp_path, suffix):
+    for obj, name in ((trace, "t"), (run, "run")):
+        path = tmp_path / f"{name}{suffix}"
+        _write_unversioned(obj, path)
+        assert _files.FORMAT_ATTR not in _root_attrs(path)
+        assert _attrs(_load(path)) == _attrs(obj)
