@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
 from .hardware import FIELDS, Hardware
@@ -176,34 +177,30 @@ class Calibration:
                 f"</tr>{fit}</table>{table.to_html(float_format=lambda v: f'{v:.3f}')}</div>")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the rows and metrics to one netCDF file (the fitted machine in its attrs); see :func:`load`."""
-        path = Path(path)
-        if path.exists() and path.is_dir():
-            raise CalibrationError(f"{path} is a directory; give a file name such as calibration.nc")
+        """Write the rows and metrics (groups ``rows``, ``metrics``; the machines in the root's attrs) to one
+        netCDF file, or a Zarr store for a ``.zarr`` path, as every dfit_nb result is saved
+        (``docs/architecture.md``, "What save promises": it replaces only a previous dfit_nb save, atomically);
+        see :func:`load`."""
         doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
                "converged": self.converged, "loss": self.loss, "seed": self.seed}
-        # the metrics' bucket axis and the rows' bucket labels share a name: prefix the metrics on disk
-        metrics = self.metrics.rename({**{v: f"metric_{v}" for v in self.metrics.data_vars},
-                                       "bucket": "metric_bucket"})
-        ds = xr.merge([self.rows, metrics]).assign_attrs(dfit_calibration=json.dumps(doc))
-        tmp = path.with_name(path.name + ".tmp")
-        ds.to_netcdf(tmp, engine="h5netcdf")
-        os.replace(tmp, path)
-        return path
+        root = xr.Dataset(attrs={"dfit_calibration": json.dumps(doc)})
+        parts = {"rows": _text_as_objects(self.rows), "metrics": _text_as_objects(self.metrics)}
+        return save_tree(xr.DataTree.from_dict({"/": root, **parts}), path)
+
+
+def _text_as_objects(ds: xr.Dataset) -> xr.Dataset:
+    """Fixed-width text arrays as Python strings: Zarr v3 specifies variable-length UTF-8, not NumPy's ``<U``."""
+    return ds.assign({k: v.astype(object) for k, v in ds.data_vars.items() if v.dtype.kind == "U"}).assign_coords(
+        {k: v.astype(object) for k, v in ds.coords.items() if v.dtype.kind == "U"})
 
 
 def load(path: str | os.PathLike[str]) -> Calibration:
     """A :class:`Calibration` written by :meth:`Calibration.save`."""
-    with xr.open_dataset(path, engine="h5netcdf") as ds:
-        ds = ds.load()
-    if "dfit_calibration" not in ds.attrs:
+    tree = open_tree(path, "calibration", ("rows", "metrics"))
+    if "dfit_calibration" not in tree.attrs:
         raise CalibrationError(f"{path} is not a dfit_nb calibration (no dfit_calibration attribute)")
-    doc = json.loads(ds.attrs["dfit_calibration"])
-    metric_vars = [v for v in ds.data_vars if str(v).startswith("metric_")]
-    metrics = ds[metric_vars].rename({**{v: str(v)[len("metric_"):] for v in metric_vars},
-                                      "metric_bucket": "bucket"})
-    rows = ds.drop_vars(metric_vars).drop_dims([d for d in ("machine", "split", "metric_bucket") if d in ds.dims])
-    rows.attrs = {}
+    doc = json.loads(tree.attrs["dfit_calibration"])
+    rows, metrics = tree["rows"].to_dataset(), tree["metrics"].to_dataset()
     return Calibration(hw=Hardware(**doc["hw"]), base=Hardware(**doc["base"]), fields=tuple(doc["fields"]),
                        rows=rows, metrics=metrics, converged=bool(doc["converged"]), loss=float(doc["loss"]),
                        seed=int(doc["seed"]))

@@ -72,6 +72,16 @@ def test_calibration_recovers_a_known_machine_and_reports_held_out_rows(tmp_path
     assert isinstance(again, Calibration) and again.fields == cal.fields
     assert float(again.hw.clock_ghz) == float(cal.hw.clock_ghz)
     np.testing.assert_array_equal(again.rows["predicted_s"].values, cal.rows["predicted_s"].values)
+    assert again.metrics.equals(cal.metrics)
+    assert list(again.rows["bucket"].values) == list(cal.rows["bucket"].values)
+    # a calibration is saved as every dfit_nb result: Zarr too, replacing only a previous dfit_nb save
+    assert load(cal.save(tmp_path / "cal.zarr")).metrics.equals(cal.metrics)
+    (tmp_path / "notes").mkdir()
+    from dfit_nb.errors import SaveRefusedError
+
+    with pytest.raises(SaveRefusedError):
+        cal.save(tmp_path / "notes")
+    assert (tmp_path / "notes").is_dir()
 
 
 def test_the_split_is_stratified_and_seeded():
