@@ -370,6 +370,55 @@ def _e(x: Any) -> str:
     return html.escape(str(x))
 
 
+def embedded_json(spec: Any) -> str:
+    r"""``spec`` as JSON safe inside a ``<script>`` element, whatever its strings hold (region names are a user's).
+
+    In JSON ``<``, ``>`` and ``&`` occur only inside strings, where ``\u003c``, ``\u003e`` and ``\u0026`` mean the
+    same characters to ``JSON.parse``; escaped, no ``</script>`` can close the element early and no ``<!--``
+    can switch the HTML parser into the script-data-escaped state (a region named ``<!--<script>`` stopped every
+    chart of the page from rendering).
+
+    >>> print(embedded_json({"region": "<!--<script></script>"}))
+    {"region":"\u003c!--\u003cscript\u003e\u003c/script\u003e"}
+    """
+    text = json.dumps(spec, separators=(",", ":"), allow_nan=False, default=str)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def file_stem(name: str) -> str:
+    """A file name stem from a machine's name (a user's string): letters, digits, ``.``, ``_`` and ``-`` only, no
+    leading or trailing dot, so no name (``../x``, ``/etc/passwd``, ``..``) can point outside the report's folder.
+
+    >>> file_stem("npu_like"), file_stem("../x"), file_stem("a/b c"), file_stem("..")
+    ('npu_like', 'x', 'a_b_c', 'hardware')
+    """
+    stem = re.sub(r"[^\w.-]+", "_", str(name), flags=re.ASCII).strip("._")
+    return stem[:100] or "hardware"
+
+
+def _file_stems(names: Sequence[str]) -> dict[str, str]:
+    """Machine name -> its file stem, unique (case-insensitively: macOS and Windows file systems fold case)."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in names:
+        stem, k = file_stem(name), 2
+        base = stem
+        while stem.lower() in taken:
+            stem, k = f"{base}-{k}", k + 1
+        taken.add(stem.lower())
+        out[name] = stem
+    return out
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """``folder / name``, refused if it would resolve outside ``folder`` (file_stem makes that impossible; this
+    keeps it so if the stem rules ever change)."""
+    path = folder / name
+    if path.resolve().parent != folder.resolve():
+        raise ReportError(f"refusing to write {name!r}: it would land outside the report folder {folder}")
+    return path
+
+
 def _pct(x: float, signed: bool = True) -> str:
     if not np.isfinite(x):
         return "-"
@@ -464,7 +513,7 @@ def _charts_html(specs: Sequence[tuple[str, str, Any]], mode: str) -> str:
         if isinstance(spec, str):
             inner = f"<p class='err'>this chart could not be built: {_e(spec)}</p>"
         elif mode == "interactive":
-            data = json.dumps(spec, separators=(",", ":"), allow_nan=False, default=str).replace("</", "<\\/")
+            data = embedded_json(spec)
             inner = (f"<div id='chart-{key}' class='vl'></div>"
                      f"<script type='application/json' class='vl-spec' data-target='chart-{key}'>{data}</script>")
         else:
@@ -548,7 +597,9 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     -------
     Report
         The paths written (``report.html``, ``<preset>.nc``, ``<preset>.perfetto.json``,
-        ``playbook_<preset>.md`` / ``.html``), the results, the summary table and the page's size.
+        ``playbook_<preset>.md`` / ``.html``), the results, the summary table and the page's size. A file
+        name takes the machine's name through :func:`file_stem` (letters, digits, ``.``, ``_``, ``-``; made
+        unique), so every file lands inside ``out_dir`` whatever the name.
 
     Raises
     ------
@@ -589,14 +640,17 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     folder.mkdir(parents=True, exist_ok=True)
     runs, perfetto, playbooks, playbooks_html = {}, {}, {}, {}
     files: dict[str, dict[str, str]] = {}
+    # file names come from machine names, which are a user's strings: sanitised and made unique first
+    stems = _file_stems([r.name for r in results])
     for r in results:
-        runs[r.name] = r.run.save(folder / f"{r.name}.nc")
-        perfetto[r.name] = r.run.to_perfetto(folder / f"{r.name}.perfetto.json")
+        stem = stems[r.name]
+        runs[r.name] = r.run.save(_inside(folder, f"{stem}.nc"))
+        perfetto[r.name] = r.run.to_perfetto(_inside(folder, f"{stem}.perfetto.json"))
         files[r.name] = {"event cube": runs[r.name].name, "Perfetto": perfetto[r.name].name}
         if r.policy is not None:
-            playbooks[r.name] = folder / f"playbook_{r.name}.md"
+            playbooks[r.name] = _inside(folder, f"playbook_{stem}.md")
             playbooks[r.name].write_text(r.policy.report("markdown"), encoding="utf-8")
-            playbooks_html[r.name] = folder / f"playbook_{r.name}.html"
+            playbooks_html[r.name] = _inside(folder, f"playbook_{stem}.html")
             playbooks_html[r.name].write_text(r.policy.report("html"), encoding="utf-8")
             files[r.name].update({"playbook": playbooks[r.name].name, "playbook (HTML)": playbooks_html[r.name].name})
     seconds["files"] = time.perf_counter() - t0

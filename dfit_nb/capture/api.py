@@ -40,11 +40,19 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", None) or getattr(type(fn), "__name__", "fn")
 
 
-def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any) -> None:
+def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any,
+                  profile: dict[str, Any] | None = None) -> None:
     if not callable(fn):
         raise TypeError(f"capture() needs a callable as its first argument, got {type(fn).__name__}: {fn!r:.80}")
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
+    # checked in every mode, before tracing: profile mode with no rounds or calls has no time to take a median of
+    for name, value in (profile or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be a whole number >= 1 (profile mode times profile_rounds blocks of "
+                            f"profile_calls calls), got {type(value).__name__} {value!r}")
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1: profile mode times at least one round of one call; got {value}")
     if (while_trips is not None and not isinstance(while_trips, (int, Mapping))) or isinstance(while_trips, bool):
         raise TypeError(
             "while_trips must be None, an int (every while loop), or a mapping from a while op id (int) "
@@ -155,7 +163,7 @@ def capture(
         ``fn`` is not callable, the arguments do not fit its signature, or a
         hint has the wrong type.
     ValueError
-        Unknown ``mode``, or a hint naming no while loop.
+        Unknown ``mode``, a hint naming no while loop, or ``profile_rounds`` or ``profile_calls`` below 1.
     CaptureError
         JAX failed to trace or compile ``fn`` (its error is chained).
 
@@ -186,7 +194,8 @@ def capture(
     ``dfit_nb.capture(lambda s, x: nnx.merge(graphdef, s)(x), state, x)``.
     """
     t_start = time.perf_counter()
-    _check_inputs(fn, args, kwargs, mode, while_trips)
+    _check_inputs(fn, args, kwargs, mode, while_trips,
+                  {"profile_rounds": profile_rounds, "profile_calls": profile_calls})
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dyn_pos = [i for i, leaf in enumerate(leaves) if _is_dynamic(leaf)]
     dyn = [leaves[i] for i in dyn_pos]

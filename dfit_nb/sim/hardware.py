@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from typing import Any
 
 import jax
@@ -53,7 +52,9 @@ class HardwareError(DfitError, ValueError):
 
 
 # field -> (unit, description, kind, lower bound, upper bound); kind: "count" (a positive
-# integer), "size" (a non-negative integer number of bytes), "positive" or "nonneg" (reals)
+# integer), "size" (a non-negative integer number of bytes), "word" (a power of two within the
+# bounds), "positive" or "nonneg" (reals). A "positive" field's lower bound above 0 is where it stops
+# being physically meaningful (1e-300 B/cycle of DRAM gave a 7.7e294 s latency): rejected too.
 FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "tile_rows": ("1", "rows of tiles in the grid", "count", 1, 1e6),
     "tile_cols": ("1", "columns of tiles in the grid", "count", 1, 1e6),
@@ -63,13 +64,14 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "sram_weight_bytes": ("B", "SRAM per tile for weight (filter) operands", "size", 1, 1e12),
     "sram_output_bytes": ("B", "SRAM per tile for outputs and partial sums", "size", 1, 1e12),
     "word_bytes": ("B", "widest native word of the datapath (1 int8, 2 bf16/fp16, 4 fp32); wider dtypes are cast "
-                   "down to it, narrower ones keep their width", "count", 1, 8),
+                   "down to it, narrower ones keep their width", "word", 1, 8),
     "vector_lanes": ("1", "lanes of each tile's vector unit (elements per cycle)", "count", 1, 1e6),
-    "noc_link_bytes_per_cycle": ("B/cycle", "bandwidth of one mesh NoC link", "positive", 0, math.inf),
+    "noc_link_bytes_per_cycle": ("B/cycle", "bandwidth of one mesh NoC link", "positive", 1e-3, math.inf),
     "noc_hop_cycles": ("cycle", "latency of one NoC hop", "nonneg", 0, 1e6),
-    "dram_bytes_per_cycle": ("B/cycle", "off-chip DRAM bandwidth of the whole chip", "positive", 0, math.inf),
+    "dram_bytes_per_cycle": ("B/cycle", "off-chip DRAM bandwidth of the whole chip", "positive", 1e-3,
+                             math.inf),
     "dram_latency_cycles": ("cycle", "DRAM access latency", "nonneg", 0, 1e9),
-    "clock_ghz": ("GHz", "clock frequency", "positive", 0, 1e3),
+    "clock_ghz": ("GHz", "clock frequency", "positive", 1e-3, 1e3),
     "op_overhead_cycles": ("cycle", "fixed cost of every op execution beyond its overlapped demands (launch, "
                            "pipeline fill and drain, synchronisation); 0 unless a preset or a calibration says",
                            "nonneg", 0, 1e9),
@@ -90,9 +92,11 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "dram_pj_per_byte": ("pJ/B", "DRAM access energy per byte", "nonneg", 0, math.inf),
 }
 
-# values a user passes are checked; jax Arrays are not: JAX rebuilds the pytree with them (gradients, cotangents,
-# device-placed leaves), where a zero or negative entry is a derivative, not a machine
-_USER_TYPES = (numbers.Number, np.ndarray, np.generic, list, tuple, str)
+# Values a user passes are checked; JAX's own values are not: tracers and jax Arrays (gradients, cotangents,
+# device-placed leaves, where a zero or negative entry is a derivative, not a machine) and shape specs. JAX
+# rebuilds the pytree without the constructor (see ``_unflatten``), so its placeholders (``object()`` sentinels,
+# ``None``) never reach these checks, and a user's ``None``, dict or object can be refused.
+_UNCHECKED = (jax.core.Tracer, jax.Array, jax.ShapeDtypeStruct)
 
 #: How ops share the tile grid (static: it changes the shape of the schedule, not a number in it).
 #: "time": time-multiplexed, each op has the whole grid in turn (TPU-like); "spatial": layer-pipelined,
@@ -110,7 +114,11 @@ class Hardware:
 
     Every field but ``name`` may be a scalar or an array (a batch of machines).
     Invalid values raise :class:`HardwareError` naming the field, the value and
-    the valid range; traced values (inside ``jit``/``vmap``) are not checked.
+    the valid range: bools, strings, ``None`` and other non-numbers, a
+    ``word_bytes`` other than 1, 2, 4 or 8, and values outside a field's
+    physically meaningful range (e.g. bandwidths below 1e-3 B/cycle, a clock
+    outside 1e-3..1e3 GHz; see :data:`FIELDS`). Traced values (inside
+    ``jit``/``vmap``), jax Arrays and shape specs are not checked.
     """
 
     name: str = "custom"
@@ -141,14 +149,15 @@ class Hardware:
     dram_pj_per_byte: Any = 162.5
 
     def __post_init__(self) -> None:
-        if self.execution not in EXECUTION_STYLES:
+        if not isinstance(self.name, str):
+            raise HardwareError(f"Hardware.name must be a str (it names the machine in results and file names), "
+                                f"got {_given(self.name)}")
+        if not isinstance(self.execution, str) or self.execution not in EXECUTION_STYLES:
             raise HardwareError(f"Hardware.execution = {self.execution!r} is not an execution style; valid: "
                                 f"{', '.join(EXECUTION_STYLES)}")
         for field, (_, _, kind, lo, hi) in FIELDS.items():
             value = getattr(self, field)
-            # JAX rebuilds the pytree with tracers, shape specs or placeholders inside
-            # transformations: only values a user can pass are checked
-            if isinstance(value, jax.core.Tracer) or not isinstance(value, _USER_TYPES):
+            if isinstance(value, _UNCHECKED):  # traced or device values: see _UNCHECKED
                 continue
             _check(field, value, kind, lo, hi)
         self._check_buffers()
@@ -156,12 +165,12 @@ class Hardware:
     def _check_buffers(self) -> None:
         """Each SRAM partition must hold one array row of operands, double-buffered."""
         values = [getattr(self, f) for f in ("pe_rows", "pe_cols", "word_bytes")]
-        if any(isinstance(v, jax.core.Tracer) or not isinstance(v, _USER_TYPES) for v in values):
+        if any(isinstance(v, _UNCHECKED) for v in values):
             return
         need = 2 * np.maximum(np.asarray(values[0]), np.asarray(values[1])) * np.asarray(values[2])
         for field in ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes"):
             have = getattr(self, field)
-            if isinstance(have, jax.core.Tracer) or not isinstance(have, _USER_TYPES):
+            if isinstance(have, _UNCHECKED):
                 continue
             short = np.asarray(have) < need
             if np.any(short):
@@ -243,11 +252,43 @@ def _fmt(value: Any) -> str:
     return f"{arr.item():g}" if arr.dtype.kind == "f" else str(arr.item())
 
 
+def _given(value: Any) -> str:
+    """``value`` as an error message names it: its type and a short repr."""
+    if value is None:
+        return "None"
+    name, text = type(value).__name__, repr(value)
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    return f"{article} {name} ({text[:60] + '...' if len(text) > 60 else text})"
+
+
+def _numbers(field: str, value: Any) -> np.ndarray:
+    """``value`` as a float64 array, or :class:`HardwareError` naming the field and the type given.
+
+    Bools are refused although NumPy and Python count them as numbers: ``pe_rows=True`` is a slip, not one PE.
+    Strings are refused although NumPy would parse ``"16"``: the field would keep the string and fail later.
+    """
+    expected = "a number (an int or a float; a NumPy array or a list of them for a batch of machines)"
+    if isinstance(value, (bool, np.bool_)):
+        raise HardwareError(f"Hardware.{field} must be {expected}, got a bool ({value!r})")
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return np.asarray(value, dtype=np.float64)
+    if isinstance(value, (np.ndarray, list, tuple)):
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as err:  # ragged nested lists
+            raise HardwareError(f"Hardware.{field} must be {expected}, got {_given(value)}") from err
+        if arr.dtype.kind == "b":
+            raise HardwareError(f"Hardware.{field} must be {expected}, got an array of bools ({_given(value)})")
+        if arr.dtype.kind not in "iuf":
+            raise HardwareError(f"Hardware.{field} must be {expected}, got values of dtype {arr.dtype} in "
+                                f"{_given(value)}")
+        return arr.astype(np.float64)
+    raise HardwareError(f"Hardware.{field} must be {expected}, got {_given(value)}")
+
+
 def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise HardwareError(f"Hardware.{field} must be a number, got {value!r}") from err
+    arr = _numbers(field, value)
+
     def shown(mask: np.ndarray) -> str:
         if arr.ndim == 0:
             return repr(value)
@@ -256,15 +297,52 @@ def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
 
     if not np.all(np.isfinite(arr)):
         raise HardwareError(f"Hardware.{field} must be finite, got {shown(~np.isfinite(arr))}")
-    integer = kind in ("count", "size")
+    integer = kind in ("count", "size", "word")
     if integer and not np.all(arr == np.round(arr)):
         raise HardwareError(f"Hardware.{field} must be a whole number, got {shown(arr != np.round(arr))}")
+    unit = FIELDS[field][0]
+    if kind == "word":  # a datapath word is a power of two bytes (int8, bf16/fp16, fp32, fp64)
+        sizes = [2 ** i for i in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]
+        bad = ~np.isin(arr, sizes)
+        if np.any(bad):
+            raise HardwareError(f"Hardware.{field} = {shown(bad)} is not a word size: it must be "
+                                f"{', '.join(map(str, sizes[:-1]))} or {sizes[-1]} ({unit}: int8, bf16/fp16, fp32, "
+                                "fp64)")
+        return
     strict = kind in ("count", "positive")
     bad = (arr < lo) | (arr > hi) if not strict or lo > 0 else (arr <= lo) | (arr > hi)
     if np.any(bad):
-        valid = f"{'>' if strict and lo == 0 else '>='} {lo:g}" + ("" if math.isinf(hi) else f" and <= {hi:g}")
-        unit = FIELDS[field][0]
-        raise HardwareError(f"Hardware.{field} = {shown(bad)} is out of range: it must be {valid} ({unit})")
+        upper = "" if math.isinf(hi) else f" and <= {hi:g}"
+        if kind == "positive" and lo > 0:
+            # the bound is not a sign rule but where the model stops describing a machine: say so
+            valid = f"> 0 and, to be physically meaningful, >= {lo:g}{upper}"
+        else:
+            valid = f"{'>' if strict and lo == 0 else '>='} {lo:g}{upper}"
+        why = ("; values outside it describe no real machine and make the model's times meaningless"
+               if kind == "positive" and lo > 0 else "")
+        raise HardwareError(f"Hardware.{field} = {shown(bad)} is out of range: it must be {valid} ({unit}){why}")
 
 
-jax.tree_util.register_dataclass(Hardware, data_fields=list(FIELDS), meta_fields=["name", "execution"])
+def _flatten_with_keys(hw: Hardware) -> tuple[list[tuple[Any, Any]], tuple[str, str]]:
+    return [(jax.tree_util.GetAttrKey(f), getattr(hw, f)) for f in FIELDS], (hw.name, hw.execution)
+
+
+def _flatten(hw: Hardware) -> tuple[list[Any], tuple[str, str]]:
+    return [getattr(hw, f) for f in FIELDS], (hw.name, hw.execution)
+
+
+def _unflatten(meta: tuple[str, str], leaves: Any) -> Hardware:
+    """Rebuild a machine without the constructor's checks.
+
+    JAX rebuilds the pytree with its own values: tracers, shape specs, and placeholders such as the ``object()``
+    sentinels ``vmap`` puts in every leaf to match ``in_axes``. None of them is a user's input, and only a user's
+    input is validated (in ``__post_init__``), so refusing a user's ``object()`` cannot break ``vmap``.
+    """
+    hw = object.__new__(Hardware)
+    for name, value in zip(("name", "execution", *FIELDS), (*meta, *leaves), strict=True):
+        object.__setattr__(hw, name, value)  # frozen dataclass: its own __setattr__ refuses
+    return hw
+
+
+# keyed like jax.tree_util.register_dataclass (GetAttrKey per field; name and execution static metadata)
+jax.tree_util.register_pytree_with_keys(Hardware, _flatten_with_keys, _unflatten, _flatten)

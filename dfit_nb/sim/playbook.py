@@ -12,6 +12,7 @@ resource (it renders offline).
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import numpy as np
@@ -188,21 +189,38 @@ def report(policy: Any, format: str = "markdown") -> str:
     return _markdown(blocks) if format == "markdown" else _html(blocks)
 
 
+def _md(text: Any, cell: bool = False) -> str:
+    r"""``text`` safe in Markdown: names (regions, functions, machines) are a user's strings and may hold anything.
+
+    Backslashes are doubled first (so none can undo the escapes below); a line break would end a table row or
+    start a new block, so it becomes a space; ``&`` and ``<`` become entities, so no HTML tag or comment can
+    open (``>`` alone opens nothing and stays, as in ``bqhd,bkhd->bhqk``); brackets are escaped, so no link or
+    remote image can form; in a table cell ``|`` is escaped, so it cannot split the cell.
+
+    >>> print(_md("a|b <!--<script>\n![x](y)", cell=True))
+    a\|b &lt;!--&lt;script> !\[x\](y)
+    """
+    out = str(text).replace("\\", "\\\\")
+    out = re.sub(r"\r\n?|\n", " ", out)
+    out = out.replace("&", "&amp;").replace("<", "&lt;").replace("[", "\\[").replace("]", "\\]")
+    return out.replace("|", "\\|") if cell else out
+
+
 def _markdown(blocks: list[tuple[str, Any]]) -> str:
     out = []
     for kind, body in blocks:
         if kind == "h1":
-            out.append(f"# {body}")
+            out.append(f"# {_md(body)}")
         elif kind == "h2":
-            out.append(f"## {body}")
+            out.append(f"## {_md(body)}")
         elif kind == "p":
-            out.append(str(body))
+            out.append(_md(body))
         elif kind == "ul":
-            out.append("\n".join(f"- {item}" for item in body))
+            out.append("\n".join(f"- {_md(item)}" for item in body))
         else:
             head, *rows = body
-            out.append("\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                                 + ["| " + " | ".join(r) + " |" for r in rows]))
+            out.append("\n".join(["| " + " | ".join(_md(h, cell=True) for h in head) + " |", "|" + "---|" * len(head)]
+                                 + ["| " + " | ".join(_md(c, cell=True) for c in r) + " |" for r in rows]))
     return "\n\n".join(out) + "\n"
 
 

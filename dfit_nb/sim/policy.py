@@ -56,6 +56,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import html
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -396,19 +397,26 @@ def _totals(choice: Any, energy: Any, cycles: Any, sw_e: Any, sw_c: Any) -> tupl
     return e, t
 
 
-def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Sequence[str]) -> np.ndarray:
-    """``(G, D)`` allowed choices from ``{region: dataflow}`` (the most specific region wins; ties must agree)."""
+def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Sequence[str]
+          ) -> tuple[np.ndarray, list[str | None], list[str | None]]:
+    """``(G, D)`` allowed choices from ``{region: dataflow}`` (the most specific region wins; ties must agree), with,
+    per GEMM, the dataflow a pin fixed (``None``: free) and the pin (its region, as given) that fixed it."""
     allowed = np.ones((len(regions), len(candidates)), bool)
-    if not pins:
-        return allowed
     depth = np.full(len(regions), -1)
     pinned: list[str | None] = [None] * len(regions)
+    source: list[str | None] = [None] * len(regions)
+    if not pins:
+        return allowed, pinned, source
+    if not isinstance(pins, Mapping):
+        raise PolicyError(f"pins must be a dict {{region: dataflow}}, got {type(pins).__name__}")
     regions = np.asarray(regions, dtype=str)
-    for region, df in pins.items():
-        df = str(df).lower()
+    for key, df in pins.items():
+        if not isinstance(key, str) or not isinstance(df, str):
+            raise PolicyError(f"pins map a region path (str) to a dataflow (str), got {key!r}: {df!r}")
+        df = df.lower()
         if df not in candidates:
-            raise PolicyError(f"pin {region!r} -> {df!r}: not a candidate; candidates: {', '.join(candidates)}")
-        region = region.strip("/")
+            raise PolicyError(f"pin {key!r} -> {df!r}: not a candidate; candidates: {', '.join(candidates)}")
+        region = key.strip("/")
         level = region.count("/") + 1 if region else 0
         hit = (regions == region) | (np.char.startswith(regions, region + "/") if region else True)
         if not np.any(hit):
@@ -418,11 +426,35 @@ def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Seque
             raise PolicyError(f"contradictory pins: region {region!r} is pinned to {df!r} and, at the same depth, "
                               f"to {pinned[int(np.flatnonzero(clash)[0])]!r}")
         for i in np.flatnonzero(hit & (depth <= level)):
-            pinned[i], depth[i] = df, level
+            pinned[i], depth[i], source[i] = df, level, key
     for i, df in enumerate(pinned):
         if df is not None:
             allowed[i] = [c == df for c in candidates]
-    return allowed
+    return allowed, pinned, source
+
+
+def _check_feasible(ops: np.ndarray, pinned: list[str | None], source: list[str | None],
+                    max_switches: int | None) -> None:
+    """Raise :class:`PolicyError` when the pins cannot all hold within ``max_switches``.
+
+    Free GEMMs between two pinned ones can take either side's dataflow at no extra switch, so the fewest
+    switches any assignment needs is the number of changes along the pinned GEMMs in program order; the DP
+    given fewer has only infinite-cost paths and would silently drop a pin.
+    """
+    if max_switches is None:
+        return
+    seq = [(int(op), df, src) for op, df, src in zip(ops, pinned, source, strict=True) if df is not None]
+    changes = [(a, b) for a, b in itertools.pairwise(seq) if a[1] != b[1]]
+    if len(changes) <= max_switches:
+        return
+    shown = "; ".join(f"op #{a[0]} pinned to {a[1]} by {a[2]!r}, then op #{b[0]} pinned to {b[1]} by {b[2]!r}"
+                      for a, b in changes[:4]) + ("; ..." if len(changes) > 4 else "")
+    conflicting = {src: df for _, df, src in seq if any(src in (a[2], b[2]) for a, b in changes)}
+    raise PolicyError(
+        f"the pins {conflicting} cannot all hold with max_switches={max_switches}: in program order they need at "
+        f"least {len(changes)} switch{'es' if len(changes) != 1 else ''} ({shown}). Valid: max_switches >= "
+        f"{len(changes)} (or None for no cap), or pins that agree on one dataflow where switches are not allowed"
+    )
 
 
 def _check(objective: str, candidates: Sequence[str], max_switches: int | None) -> list[str]:
@@ -457,7 +489,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     max_switches : int, optional
         At most this many switches (``None``: no cap).
     pins : dict, optional
-        ``{region: dataflow}``: the GEMMs of a region keep that dataflow.
+        ``{region: dataflow}``: the GEMMs of a region keep that dataflow. Pins that cannot all hold within
+        ``max_switches`` (``{"a": "ws", "b": "os"}`` with ``max_switches=0``) raise :class:`PolicyError`
+        naming them and the switches they need; a pin is never dropped.
     reconfig_cycles, reconfig_pj : float
         Control/reconfiguration penalty per switch, on top of the retile cost.
     evaluate : bool
@@ -486,7 +520,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         raise PolicyError("the trace has no GEMM (dot_general / conv) ops: there is no dataflow to choose")
     ops = {k: v[gemm] for k, v in prep.arrays.items()}
     regions = prep.region[gemm].astype(str)
-    allowed = _pins(regions, pins, cands)
+    allowed, pinned, source = _pins(regions, pins, cands)
+    _check_feasible(prep.op[gemm], pinned, source, max_switches)
     reconfig = np.array([float(reconfig_cycles), float(reconfig_pj)])
     if reconfig.min() < 0 or not np.isfinite(reconfig).all():
         raise PolicyError(f"reconfig_cycles and reconfig_pj must be finite and >= 0, got {reconfig.tolist()}")
@@ -502,6 +537,16 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         else:
             out = jax.device_get(jax.vmap(lambda e, c, h: fn(e, c, ops, h, allowed, reconfig))(
                 energy, cycles, machine))
+    # the feasibility check above covers the pins and the cap; this catches what it cannot see (a cost that is
+    # infinite or NaN leaves the DP no finite path, and its argmin would then ignore a pin without a word)
+    choice = np.asarray(out["choice"]).astype(np.int64)
+    honoured = allowed[np.arange(allowed.shape[0]), choice]
+    if not np.all(honoured):
+        g = int(np.flatnonzero(~honoured.reshape(-1, allowed.shape[0]).all(axis=0))[0])
+        raise PolicyError(f"no assignment honours the pins {dict(pins or {})} under max_switches={max_switches}: "
+                          f"GEMM op #{int(prep.op[gemm][g])} ({regions[g] or '<root>'}) would have to break its pin "
+                          f"{source[g]!r} -> {pinned[g]!r} (its costs: energy {energy[..., g, :].tolist()} pJ, "
+                          f"cycles {cycles[..., g, :].tolist()})")
     names = np.asarray(cands, dtype=object)
     if batch != ():
         return xr.Dataset(

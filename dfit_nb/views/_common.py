@@ -2,14 +2,136 @@
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Sequence
 from typing import Any
 
 import altair as alt
 import numpy as np
 import pandas as pd
+import xarray as xr
+
+from ..errors import DfitError
 
 #: rows a chart may embed (Altair's MaxRowsError fires at 5,000 by default; specs stay small)
 MAX_ROWS = 4000
+
+
+class ViewInputError(DfitError, TypeError):
+    """A view or widget was given an object of the wrong kind (a Trace where a Run is needed, a str, None).
+
+    The message names the parameter, what it needs and what it was given. Also a ``TypeError``.
+    """
+
+
+# kind -> (where such an object comes from), for the messages of :func:`expect`
+_ORIGIN = {
+    "Trace": "a Trace (from dfit_nb.capture)",
+    "Run": "a Run (from dfit_nb.replay or dfit_nb.load_run)",
+    "Policy": "a Policy (from dfit_nb.sim.select_dataflows)",
+    "Calibration": "a Calibration (from dfit_nb.sim.calibrate)",
+    "Hardware": "a Hardware (dfit_nb.sim.Hardware or dfit_nb.sim.presets.get(name))",
+    "Dataset": "an xarray.Dataset",
+}
+
+
+def _classes() -> dict[str, type]:
+    # imported on first use: the classes live in floors below the views, which must not load UI libraries
+    from ..capture.trace import Trace
+    from ..sim.calibration import Calibration
+    from ..sim.hardware import Hardware
+    from ..sim.policy import Policy
+    from ..sim.run import Run
+
+    return {"Trace": Trace, "Run": Run, "Policy": Policy, "Calibration": Calibration, "Hardware": Hardware,
+            "Dataset": xr.Dataset}
+
+
+def describe(obj: Any) -> str:
+    """What ``obj`` is, as an error message says what it was given.
+
+    >>> describe(None), describe("run.nc"), describe(3)
+    ('None', "a str ('run.nc')", 'an int (3)')
+    """
+    if obj is None:
+        return "None"
+    for kind, cls in _classes().items():
+        if isinstance(obj, cls):
+            if kind == "Dataset":
+                names = sorted(map(str, obj.data_vars))
+                return (f"an xarray.Dataset with variables {names[:8]}{' ...' if len(names) > 8 else ''}"
+                        if names else "an empty xarray.Dataset")
+            if kind == "Hardware":
+                return f"a Hardware ({obj.name!r})"
+            return f"a {kind}"
+    name = type(obj).__name__
+    text = repr(obj)
+    text = text[:60] + "..." if len(text) > 60 else text
+    article = "an" if name[:1].lower() in "aeiou" else "a"
+    return f"{article} {name} ({text})"
+
+
+def _hint(obj: Any, kinds: Sequence[str]) -> str:
+    """The usual way from what was given to what is needed."""
+    cls = _classes()
+    if "Run" in kinds and isinstance(obj, cls["Trace"]):
+        return "; replay the trace first: dfit_nb.replay(trace, hw)"
+    if "Run" in kinds and isinstance(obj, cls["Policy"]):
+        return "; a policy's replays are in policy.runs (e.g. policy.runs['hybrid'])"
+    if "Trace" in kinds and isinstance(obj, cls["Run"]):
+        return "; pass the Trace the run was replayed from"
+    if "Policy" in kinds and isinstance(obj, (cls["Run"], cls["Trace"])):
+        return "; select one first: dfit_nb.sim.select_dataflows(trace, hw)"
+    if isinstance(obj, (str, bytes)) and ("Run" in kinds or "Trace" in kinds):
+        return "; a saved result is opened first: dfit_nb.load_run(path) or dfit_nb.load_trace(path)"
+    return ""
+
+
+def expect(obj: Any, view: str, param: str, *kinds: str, dataset: str = "") -> str:
+    """The kind of ``obj`` among ``kinds`` ("Trace", "Run", "Policy", "Calibration", "Hardware", "Dataset"), or
+    :class:`ViewInputError` saying what ``view``'s ``param`` needs and what it was given.
+
+    ``dataset`` says which Dataset a ``"Dataset"`` kind means (e.g. ``"its cube"``).
+
+    >>> expect(None, "timeline", "run", "Run")
+    Traceback (most recent call last):
+    ...
+    dfit_nb.views._common.ViewInputError: timeline() needs a Run (from dfit_nb.replay or dfit_nb.load_run) as \
+'run', got None
+    """
+    cls = _classes()
+    for kind in kinds:
+        if isinstance(obj, cls[kind]):
+            return kind
+    wanted = [_ORIGIN[k] + (f" ({dataset})" if k == "Dataset" and dataset else "") for k in kinds]
+    needs = wanted[0] if len(wanted) == 1 else ", ".join(wanted[:-1]) + " or " + wanted[-1]
+    raise ViewInputError(f"{view}() needs {needs} as {param!r}, got {describe(obj)}{_hint(obj, kinds)}")
+
+
+def check_region(region: Any, view: str, name: str = "region") -> None:
+    """``region`` (the parameter ``name``) must be a region path (str) or ``None``."""
+    if region is not None and not isinstance(region, str):
+        raise ViewInputError(f"{view}() needs a region path (str, e.g. 'encoder/layer_0') or None as {name!r}, "
+                             f"got {describe(region)}")
+
+
+def check_window(time_window: Any, view: str) -> None:
+    """``time_window`` must be ``None`` or two numbers ``(start_s, end_s)`` (their order is checked on use)."""
+    if time_window is None:
+        return
+    ok = (isinstance(time_window, (tuple, list, np.ndarray)) and len(time_window) == 2
+          and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in time_window))
+    if not ok:
+        raise ViewInputError(f"{view}() needs time_window as two numbers (start_s, end_s) in seconds, or None; got "
+                             f"{describe(time_window)}")
+
+
+def check_count(value: Any, name: str, view: str, low: int = 1) -> None:
+    """``value`` must be a whole number ``>= low`` (a row budget, a number of regions)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ViewInputError(f"{view}() needs {name} as a whole number >= {low}, got {describe(value)}")
+    if value < low:
+        raise ValueError(f"{view}() needs {name} >= {low}, got {value}")
 
 
 def titled(chart: Any, title: str, subtitle: str | list[str] | None = None) -> Any:
@@ -50,6 +172,7 @@ def in_region(paths: Any, region: str | None) -> Any:
     >>> in_region(["enc/a", "enc/ab", "enc/a/x", "dec"], "enc/a").tolist()
     [True, False, True, False]
     """
+    check_region(region, "in_region")
     if not region:
         return np.ones(np.shape(paths), dtype=bool)
     codes, names = pd.factorize(np.asarray(paths, dtype=object).reshape(-1))  # hash once: events repeat few paths
@@ -74,4 +197,7 @@ def png(chart: Any, scale: float = 1.0) -> bytes:
     """Render ``chart`` to PNG offline with vl-convert (no browser, no network)."""
     import vl_convert as vlc
 
+    if not callable(getattr(chart, "to_json", None)):
+        raise ViewInputError(f"png() needs an Altair chart (e.g. from a dfit_nb.views function), got "
+                             f"{describe(chart)}")
     return vlc.vegalite_to_png(chart.to_json(), scale=scale)

@@ -8,7 +8,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ._common import MAX_ROWS, aggregated, require, titled
+from ._common import MAX_ROWS, aggregated, expect, require, titled
 
 
 def calibration(cal: Any, machine: str = "both") -> alt.LayerChart:
@@ -40,6 +40,7 @@ def calibration(cal: Any, machine: str = "both") -> alt.LayerChart:
     >>> "$schema" in calibration(calibrate(rows, hw, ["clock_ghz"])).to_dict()
     True
     """
+    expect(cal, "calibration", "cal", "Calibration")
     rows = cal.rows
     require(rows, ("measured_s", "predicted_s", "base_predicted_s", "fitted", "bucket"), "calibration", "rows")
     if machine not in ("both", "fitted", "base"):

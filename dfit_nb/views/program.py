@@ -15,7 +15,18 @@ import pandas as pd
 import xarray as xr
 
 from ..events.schema import KINDS
-from ._common import MAX_ROWS, aggregated, in_region, require, titled
+from ._common import (
+    MAX_ROWS,
+    ViewInputError,
+    aggregated,
+    check_count,
+    check_region,
+    describe,
+    expect,
+    in_region,
+    require,
+    titled,
+)
 
 __all__ = ("policy", "regions", "reuse_map", "roofline", "sweep", "traffic_mix")
 
@@ -159,6 +170,10 @@ def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = No
     >>> "$schema" in program.regions(t).to_dict()
     True
     """
+    expect(trace_or_run, "regions", "trace_or_run", "Trace", "Run")
+    if max_depth is not None:
+        check_count(max_depth, "max_depth", "regions", low=0)
+    check_region(selected, "regions", "selected")
     if metric not in _METRICS:
         raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
     if color not in ("depth", "metric"):
@@ -245,6 +260,15 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
     >>> "$schema" in program.roofline(run, trace=t).to_dict()
     True
     """
+    expect(run, "roofline", "run", "Run")
+    if hw is not None:
+        expect(hw, "roofline", "hw", "Hardware")
+        if hw.batch_shape != ():
+            raise ValueError(f"roofline() draws the roofs of one machine; hw {hw.name!r} is a batch of shape "
+                             f"{hw.batch_shape}")
+    if trace is not None:
+        expect(trace, "roofline", "trace", "Trace")
+    check_region(region, "roofline")
     a = run.attrs
     clock_hz = _hw_value(a, hw, "clock_ghz") * 1e9
     if hw is not None:  # the roofs of another machine, from the one machine model
@@ -380,9 +404,13 @@ def traffic_mix(run_or_policy: Any, level: str | None = None, top: int = 12, dep
     >>> "$schema" in program.traffic_mix(dfit_nb.replay(t, presets.get("npu_like"))).to_dict()
     True
     """
+    kind = expect(run_or_policy, "traffic_mix", "run_or_policy", "Run", "Policy")
+    check_count(top, "top", "traffic_mix")
+    check_count(depth, "depth", "traffic_mix", low=0)
+    check_region(region, "traffic_mix")
     if level is not None and level not in _LEVELS:
         raise ValueError(f"level must be one of {_LEVELS} or None, got {level!r}")
-    if _is_run(run_or_policy):
+    if kind == "Run":
         da = run_or_policy.cube["traffic"].expand_dims(policy=[str(run_or_policy.attrs.get("dataflow", "run"))])
         summaries = {da["policy"].values[0]: run_or_policy.summary}
         title = f"Traffic mix: {run_or_policy.attrs.get('function', '?')} on {run_or_policy.attrs.get('hardware', '?')}"
@@ -475,6 +503,7 @@ def reuse_map(policy: Any) -> alt.Chart:
     >>> "$schema" in program.reuse_map(select_dataflows(t, presets.get("npu_like"), "energy")).to_dict()
     True
     """
+    expect(policy, "reuse_map", "policy", "Policy")
     if not policy.artifacts or "reuse" not in policy.artifacts:
         raise ValueError("this policy has no reuse map: select with evaluate=True (or call policy.evaluate)")
     ds = policy.artifacts["reuse"]
@@ -544,6 +573,7 @@ def policy(policy: Any) -> alt.VConcatChart:
     >>> "$schema" in program.policy(select_dataflows(t, presets.get("npu_like"), "latency")).to_dict()
     True
     """
+    expect(policy, "policy", "policy", "Policy")
     ch = policy.choices
     ops = [int(o) for o in ch["op"].values]
     cands = [str(c) for c in ch["candidate"].values]
@@ -633,7 +663,7 @@ def _sweep_frame(ds: xr.Dataset) -> tuple[pd.DataFrame, list[str]]:
         dims += varying
     else:
         raise ValueError("expected a dfit_nb.sim.sweep Dataset (total_cycles, total_energy_j) or a replay_batch "
-                         "Dataset (latency_s, energy_j)")
+                         f"Dataset (latency_s, energy_j); got {describe(ds)}")
     for d in dims:
         df[d] = df[d].map(lambda v: v if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v))
     df["config"] = [", ".join(f"{d}={row[d]}" for d in dims) for _, row in df[dims].iterrows()]
@@ -646,7 +676,15 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     >>> pareto_mask(np.array([1.0, 2.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0, 2.0])).tolist()
     [True, True, False, False]
     """
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    arrays = []
+    for name, values in (("x", x), ("y", y)):
+        try:
+            arrays.append(np.asarray(values, np.float64).reshape(-1))
+        except (TypeError, ValueError) as err:
+            raise ViewInputError(f"pareto_mask() needs {name} as numbers (an array), got {describe(values)}") from err
+    x, y = arrays
+    if x.size != y.size:
+        raise ValueError(f"pareto_mask() needs x and y of one length, got {x.size} and {y.size}")
     order = np.lexsort((y, x))
     ys = y[order]
     prev = np.concatenate([[np.inf], np.minimum.accumulate(ys)[:-1]])
@@ -686,6 +724,11 @@ def sweep(ds: xr.Dataset, x: str = "latency", y: str = "energy", color: str | No
     >>> "$schema" in program.sweep(ds).to_dict()
     True
     """
+    expect(ds, "sweep", "ds", "Dataset", dataset="from dfit_nb.sim.sweep or dfit_nb.sim.replay_batch")
+    for name, value in (("x", x), ("y", y), ("color", color)):
+        if not isinstance(value, str) and not (name == "color" and value is None):
+            raise ViewInputError(f"sweep() needs {name} as a variable name (str{', or None' if name == 'color' else ''}"
+                                 f"), got {describe(value)}")
     df, dims = _sweep_frame(ds)
     xcol, ycol = _ALIASES.get(x, x), _ALIASES.get(y, y)
     for col in (xcol, ycol):

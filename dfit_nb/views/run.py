@@ -15,7 +15,20 @@ import pandas as pd
 import xarray as xr
 
 from ..events import binning
-from ._common import MAX_ROWS, aggregated, in_region, require, titled, window_mask
+from ._common import (
+    MAX_ROWS,
+    ViewInputError,
+    aggregated,
+    check_count,
+    check_region,
+    check_window,
+    describe,
+    expect,
+    in_region,
+    require,
+    titled,
+    window_mask,
+)
 
 __all__ = ["buffer_pressure", "compare", "noc_load", "timeline", "utilization"]
 
@@ -150,6 +163,10 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     >>> spec["mark"]["type"], spec["title"]["text"].startswith("Timeline")
     ('bar', True)
     """
+    expect(run, "timeline", "run", "Run")
+    check_count(max_rows, "max_rows", "timeline")
+    check_window(time_window, "timeline")
+    check_region(region, "timeline")
     if by not in ("tile", "region"):
         raise ValueError(f"by must be 'tile' or 'region', got {by!r}")
     if color not in ("kind", "region"):
@@ -342,6 +359,10 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     >>> "vconcat" in spec, spec["title"]["text"]
     (True, 'Tile utilization (npu_like)')
     """
+    expect(run, "utilization", "run", "Run", "Dataset", dataset="a Run's cube")
+    check_count(max_rows, "max_rows", "utilization")
+    check_window(time_window, "utilization")
+    check_region(region, "utilization")
     cube = _cube_of(run)
     require(cube, ("busy", "time_end"), "utilization", "cube")
     hz = _hz(cube.attrs)
@@ -438,6 +459,9 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS, time_window: tuple[float, float
     >>> spec["mark"]["type"], spec["title"]["text"]
     ('rect', 'NoC link load (npu_like)')
     """
+    expect(run, "noc_load", "run", "Run", "Dataset", dataset="a Run's cube")
+    check_count(max_rows, "max_rows", "noc_load")
+    check_window(time_window, "noc_load")
     cube = _cube_of(run)
     require(cube, ("link_load", "time_end"), "noc_load", "cube")
     hz = _hz(cube.attrs)
@@ -518,6 +542,10 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
     ('line', 'Buffer pressure (npu_like)')
     """
     ds = run_or_dataset
+    expect(ds, "buffer_pressure", "run_or_dataset", "Run", "Dataset",
+           dataset="a Run's cube, or a policy's artifacts['buffer_pressure']")
+    check_count(max_rows, "max_rows", "buffer_pressure")
+    check_window(time_window, "buffer_pressure")
     if hasattr(ds, "cube") or (isinstance(ds, xr.Dataset) and "sram_occupancy" in ds):
         cube = _cube_of(ds)
         require(cube, ("sram_occupancy",), "buffer_pressure", "cube")
@@ -537,7 +565,8 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
             raise ValueError("buffer_pressure(time_window=...) takes a Run or its cube, not a policy artifact")
         name = "per policy"
     else:
-        raise TypeError("buffer_pressure takes a Run, its cube, or a policy's artifacts['buffer_pressure'] Dataset")
+        raise ViewInputError("buffer_pressure() takes a Run, its cube, or a policy's artifacts['buffer_pressure'] "
+                             f"Dataset (mean, busiest, bin_start_s); got {describe(ds)}")
     n_p, n_t = mean.shape
     n_before = 2 * n_p * n_t
     factor = -(-n_t // max(1, max_rows // (2 * n_p)))
@@ -601,6 +630,12 @@ def compare(ab: xr.Dataset, top: int = 15, max_rows: int = MAX_ROWS) -> alt.Char
     >>> len(spec["hconcat"]), spec["title"]["text"].startswith("A/B")
     (2, True)
     """
+    expect(ab, "compare", "ab", "Dataset", dataset="from dfit_nb.sim.compare(run_a, run_b)")
+    if not {"region", "delta_energy_pj", "energy_pj_a", "energy_pj_b"} <= set(ab.variables):
+        raise ViewInputError("compare() needs the Dataset of dfit_nb.sim.compare(run_a, run_b) (region, "
+                             f"delta_energy_pj, energy_pj_a, energy_pj_b) as 'ab', got {describe(ab)}")
+    check_count(top, "top", "compare")
+    check_count(max_rows, "max_rows", "compare")
     regions = np.asarray([str(r) for r in ab["region"].values], dtype=object)
     delta = np.nan_to_num(ab["delta_energy_pj"].values)
     top = max(1, min(top, max_rows))

@@ -56,6 +56,7 @@ from ..sim._replay import SpillWarning
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
+from ..views._common import ViewInputError, describe, expect
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")
 # Slider menus; each slider also holds the shown machine's own value (see ``_menu``).
@@ -195,6 +196,11 @@ class Explorer(w.VBox):
 
     def __init__(self, trace: Any, hw: Hardware | str | None = None, *, dataflow: str = "ws",
                  objective: str = "energy", views_shown: tuple[str, ...] = VIEWS) -> None:
+        # the wrong object fails here, named, not deep inside the first replay
+        expect(trace, "Explorer", "trace", "Trace")
+        if isinstance(views_shown, str) or not isinstance(views_shown, (tuple, list)):
+            raise ViewInputError(f"Explorer() needs views_shown as a tuple of view names (e.g. ('timeline',); "
+                                 f"valid: {', '.join(VIEWS)}), got {describe(views_shown)}")
         unknown = [v for v in views_shown if v not in VIEWS]
         if unknown:
             raise ValueError(f"unknown view(s) {unknown}; valid: {', '.join(VIEWS)}")
@@ -208,7 +214,8 @@ class Explorer(w.VBox):
         elif isinstance(hw, str):
             hw = presets.get(hw)
         if not isinstance(hw, Hardware):
-            raise TypeError(f"hw must be a Hardware or a preset name, got {type(hw).__name__}")
+            raise ViewInputError(f"Explorer() needs a Hardware or a preset name ({', '.join(presets.names())}) as "
+                                 f"'hw', got {describe(hw)}")
         if hw.batch_shape != ():
             raise ValueError(f"the Explorer shows one machine; {hw.name!r} is a batch of shape {hw.batch_shape} "
                              "(open one of them, e.g. with SweepExplorer.open_machine)")

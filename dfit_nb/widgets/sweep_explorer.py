@@ -14,6 +14,7 @@ import xarray as xr
 from .. import views
 from ..sim import DATAFLOWS
 from ..sim.hardware import FIELDS, Hardware
+from ..views._common import ViewInputError, describe, expect
 from .explorer import Explorer
 
 _AXES = {"latency": "latency_s", "energy": "energy_j"}
@@ -43,12 +44,19 @@ class SweepExplorer(w.VBox):
     """
 
     def __init__(self, ds: xr.Dataset, trace: Any = None) -> None:
+        expect(ds, "SweepExplorer", "ds", "Dataset", dataset="from dfit_nb.sim.replay_batch or dfit_nb.sim.sweep")
+        if trace is not None:
+            expect(trace, "SweepExplorer", "trace", "Trace")
         self.ds, self.trace = ds, trace
         self.explorer: Explorer | None = None
         per_config = [v for v in ds.data_vars if v not in ("op",)]
         options = [a for a in _AXES if _AXES[a] in ds or (a == "latency" and "total_cycles" in ds)]
         options += [v for v in per_config if v not in _AXES.values() and v not in ("total_cycles",)
                     and ds[v].dims and "op" not in ds[v].dims]
+        if not ({"latency_s", "energy_j"} <= set(ds.data_vars) or "total_cycles" in ds) or not options:
+            # a Dataset of another kind: no per-configuration figure to put on an axis
+            raise ViewInputError("SweepExplorer() needs a Dataset from dfit_nb.sim.replay_batch (latency_s, energy_j "
+                                 f"per machine) or dfit_nb.sim.sweep (total_cycles, ...) as 'ds', got {describe(ds)}")
         self.x = w.Dropdown(options=options, value="latency" if "latency" in options else options[0], description="x")
         self.y = w.Dropdown(options=options, value="energy" if "energy" in options else options[-1], description="y")
         self.status = w.HTML()
