@@ -93,7 +93,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     _remove(tmp)  # one of our naming with our pid is from a killed process that had this pid before us
     try:
         if zarr:
-            stamped.to_zarr(tmp, consolidated=False)
+            stamped.map_over_datasets(_text_as_objects).to_zarr(tmp, consolidated=False)
             _test_hook("written")
             _swap_in(tmp, path)
         else:
@@ -111,6 +111,13 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
         with contextlib.suppress(OSError):  # never mask the error that brought us here
             _remove(tmp)
     return path
+
+
+def _text_as_objects(ds: xr.Dataset) -> xr.Dataset:
+    """Fixed-width text arrays (NumPy ``<U``) as Python strings: Zarr v3 specifies variable-length UTF-8 only."""
+    text = {k: v.astype(object) for k, v in ds.variables.items() if v.dtype.kind == "U"}
+    return ds.assign_coords({k: v for k, v in text.items() if k in ds.coords}).assign(
+        {k: v for k, v in text.items() if k not in ds.coords})
 
 
 def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],

@@ -184,14 +184,7 @@ class Calibration:
         doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
                "converged": self.converged, "loss": self.loss, "seed": self.seed}
         root = xr.Dataset(attrs={"dfit_calibration": json.dumps(doc)})
-        parts = {"rows": _text_as_objects(self.rows), "metrics": _text_as_objects(self.metrics)}
-        return save_tree(xr.DataTree.from_dict({"/": root, **parts}), path)
-
-
-def _text_as_objects(ds: xr.Dataset) -> xr.Dataset:
-    """Fixed-width text arrays as Python strings: Zarr v3 specifies variable-length UTF-8, not NumPy's ``<U``."""
-    return ds.assign({k: v.astype(object) for k, v in ds.data_vars.items() if v.dtype.kind == "U"}).assign_coords(
-        {k: v.astype(object) for k, v in ds.coords.items() if v.dtype.kind == "U"})
+        return save_tree(xr.DataTree.from_dict({"/": root, "rows": self.rows, "metrics": self.metrics}), path)
 
 
 def load(path: str | os.PathLike[str]) -> Calibration:
