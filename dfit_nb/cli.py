@@ -14,7 +14,9 @@ Examples::
     dfit-nb report --module mypkg.model:forward --args "f32[8,128] f32[128,64]" --hw tpu_like
 
 Bad input (an unknown preset, a bad ``--args`` token, a module that does not
-import, a missing function) exits with status 2 and a message naming it.
+import, a missing function, an ``-o`` folder or ``--save-trace`` path that
+cannot be written) exits with status 2 and a one-line ``dfit-nb: error:``
+message naming it, before any capture or replay starts; no traceback.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from . import examples
+from ._files import _check_target
 from .capture import MODES, capture
-from .errors import SaveError
+from .errors import DfitError, SaveError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
 from .sim.policy import OBJECTIVES
@@ -43,12 +47,18 @@ DTYPES = {
     "bf16": "bfloat16", "f16": "float16", "f32": "float32", "f64": "float64", "float": "float32",
     "c64": "complex64", "c128": "complex128",
 }
-_TOKEN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[([0-9,]*)\]$")
+_TOKEN = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[([^\[\]]*)\]$")
+#: the most bytes one ``--args`` argument may describe (256 TiB): far beyond any accelerator's memory, and it
+#: keeps byte and FLOP counts clear of 64-bit overflow (XLA aborts the whole process on an array of 2**63 bytes)
+MAX_ARG_BYTES = 2**48
 SPEC_HELP = ("space-separated dtype[shape] per positional argument, e.g. \"f32[8,128] f32[128,64]\" or \"i32[]\" for "
              f"a scalar; dtypes: {', '.join(DTYPES)}")
+_LIMIT = f"{MAX_ARG_BYTES:,} bytes ({MAX_ARG_BYTES / 2**40:g} TiB)"
+_DIMS_HELP = (f"dimensions are whole numbers >= 1 in digits, comma-separated, e.g. f32[8,128], at most {_LIMIT} "
+              "per argument")
 
 
-class UsageError(Exception):
+class UsageError(DfitError, ValueError):
     """Bad command-line input: the message names the bad token and what would be valid (exit status 2)."""
 
 
@@ -107,17 +117,46 @@ def parse_spec(spec: str) -> list[Any]:
     for tok in tokens:
         m = _TOKEN.match(tok)
         if not m:
-            raise UsageError(f"bad --args token {tok!r}: expected dtype[shape]; {SPEC_HELP}")
+            raise UsageError(f"bad --args token {_quote(tok)}: expected dtype[shape]; {SPEC_HELP}")
         dt, dims = m.group(1).lower(), m.group(2)
         if dt not in DTYPES:
-            raise UsageError(f"bad --args token {tok!r}: unknown dtype {m.group(1)!r}; valid dtypes: "
+            raise UsageError(f"bad --args token {_quote(tok)}: unknown dtype {m.group(1)!r}; valid dtypes: "
                              f"{', '.join(DTYPES)}")
-        parts = dims.split(",") if dims else []
-        if any(not d for d in parts):
-            raise UsageError(f"bad --args token {tok!r}: empty dimension; a shape is comma-separated whole numbers, "
-                             "e.g. f32[8,128]")
-        out.append(jax.ShapeDtypeStruct(tuple(int(d) for d in parts), jnp.dtype(DTYPES[dt])))
+        shape = tuple(_dimension(tok, d) for d in (dims.split(",") if dims else []))
+        dtype = jnp.dtype(DTYPES[dt])
+        elements = 1
+        for n in shape:
+            elements *= n
+        if elements * dtype.itemsize > MAX_ARG_BYTES:
+            raise UsageError(f"bad --args token {_quote(tok)}: {elements:.4g} elements x {dtype.itemsize} bytes = "
+                             f"{elements * dtype.itemsize:.4g} bytes, above the limit of {_LIMIT} per argument; "
+                             "give smaller dimensions")
+        out.append(jax.ShapeDtypeStruct(shape, dtype))
     return out
+
+
+def _quote(token: str) -> str:
+    """``repr(token)``, shortened to one readable line when a token is thousands of characters long."""
+    return repr(token) if len(token) <= 80 else repr(f"{token[:60]}...{token[-12:]}") + f" ({len(token)} characters)"
+
+
+def _dimension(token: str, text: str) -> int:
+    """One dimension of ``token`` (a whole number >= 1 in digits) or a UsageError naming it."""
+    if not text:
+        raise UsageError(f"bad --args token {_quote(token)}: empty dimension; {_DIMS_HELP}")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):  # 1e20, 2.5, x, 0x10: no notation but digits
+        raise UsageError(f"bad --args token {_quote(token)}: dimension {_quote(text)} is not a whole number in "
+                         f"digits; {_DIMS_HELP}")
+    digits = text.lstrip("+-").lstrip("0")
+    if text.startswith("-") and digits:
+        raise UsageError(f"bad --args token {_quote(token)}: dimension {_quote(text)} is negative; {_DIMS_HELP}")
+    if not digits:  # JAX takes zero-size arrays, but they have no work to cost or replay
+        raise UsageError(f"bad --args token {_quote(token)}: dimension {_quote(text)} is zero (a zero-size array "
+                         f"has nothing to cost or replay); {_DIMS_HELP}")
+    if len(digits) > 19:  # above 2**63 whatever the dtype; also keeps int() clear of its 4300-digit limit
+        raise UsageError(f"bad --args token {_quote(token)}: dimension {_quote(text)} is too large: an argument "
+                         f"may describe at most {_LIMIT}; give smaller dimensions")
+    return int(digits)
 
 
 def concrete(structs: Sequence[Any]) -> list[Any]:
@@ -126,6 +165,40 @@ def concrete(structs: Sequence[Any]) -> list[Any]:
 
     return [jnp.ones(s.shape, s.dtype) if jnp.issubdtype(s.dtype, jnp.inexact) else jnp.zeros(s.shape, s.dtype)
             for s in structs]
+
+
+def _available_bytes() -> tuple[int | None, str]:
+    """Memory free for new arrays on JAX's default device (its allocator's limit, or the host's available memory
+    for the CPU backend) and the device's name; ``None`` where it cannot be told."""
+    import jax
+
+    device = jax.devices()[0]
+    with_stats = getattr(device, "memory_stats", None)
+    stats = with_stats() if with_stats is not None else None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), str(device)
+    try:  # Linux: what the kernel says can be allocated without swapping
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, str(device)
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), str(device)
+    except (ValueError, OSError, AttributeError):
+        return None, str(device)
+
+
+def _check_fits(structs: Sequence[Any], mode: str, target: str) -> None:
+    """Runtime modes run the function on real arrays: refuse ``--args`` whose arrays alone exceed the memory free,
+    before allocating them (an allocation that large ends in the OOM killer, not an error)."""
+    need = sum(int(s.size) * s.dtype.itemsize for s in structs)
+    free, device = _available_bytes()
+    if free is not None and need > free:
+        raise UsageError(f"--mode {mode} runs {target} on real arrays: --args describe {need / 1e9:.4g} GB, more "
+                         f"than the {free / 1e9:.4g} GB free on {device}; use --mode static (shapes only, nothing "
+                         "runs) or smaller dimensions")
 
 
 def load_function(target: str) -> Any:
@@ -170,8 +243,10 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, list[Any], str]:
         return fn, list(fn_args), f"example {name}"
     structs = parse_spec(args.spec or "")
     fn = load_function(args.module)
-    fn_args = structs if args.mode == "static" else concrete(structs)
-    return fn, fn_args, f"{args.module}({args.spec or ''})"
+    if args.mode == "static":
+        return fn, structs, f"{args.module}({args.spec or ''})"
+    _check_fits(structs, args.mode, args.module)
+    return fn, concrete(structs), f"{args.module}({args.spec or ''})"
 
 
 def _presets(names: Sequence[str] | None) -> list[str]:
@@ -183,31 +258,144 @@ def _presets(names: Sequence[str] | None) -> list[str]:
     return names
 
 
+def _writable(folder: Path) -> bool:
+    """Whether this process may create files in the existing folder ``folder`` (by its effective ids)."""
+    effective = os.access in os.supports_effective_ids
+    return os.access(folder, os.W_OK | os.X_OK, effective_ids=effective)
+
+
+def _kind(path: Path) -> str:
+    if path.is_dir():
+        return "folder"
+    if path.is_file():
+        return "file"
+    return "broken link" if path.is_symlink() else "special file"
+
+
+def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> Path:
+    """Refuse an ``-o`` folder the report could not be written to, before any work: a file there, a folder that
+    is not writable or cannot be created, or report files that would replace what dfit_nb did not write.
+
+    Nothing is created or written; returns the folder's path. Raises :class:`UsageError` naming the path.
+    """
+    from .report import _file_stems
+
+    folder = Path(out_dir)
+    label = f"-o {str(out_dir)!r}"
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise UsageError(f"{label} is a {_kind(folder)}, not a folder; give a folder for the report (created if "
+                         "missing)")
+    existing = folder
+    while not os.path.lexists(existing) and existing.parent != existing:
+        existing = existing.parent
+    if existing != folder:  # it will be created with its missing parents: the nearest that exists decides
+        if not existing.is_dir():
+            raise UsageError(f"{label} cannot be created: {existing} is a {_kind(existing)}, not a folder; give a "
+                             "folder path")
+        if not _writable(existing):
+            raise UsageError(f"{label} cannot be created: the folder {existing} is not writable; give a folder you "
+                             "can write to")
+        return folder
+    if not _writable(folder):
+        raise UsageError(f"{label} is not writable; give a folder you can write to")
+    stems = list(_file_stems(names).values())
+    for stem in stems:
+        try:  # the event cubes go through the save guard: the same refusal now that would come after the work
+            _check_target(folder / f"{stem}.nc", zarr=False)
+        except SaveError as err:
+            raise UsageError(f"{label}: {err}; or choose another -o folder") from None
+    files = ["report.html", *(f"{stem}.perfetto.json" for stem in stems),
+             *(f"playbook_{stem}{ext}" for stem in stems for ext in (".md", ".html"))]
+    for name in files:
+        path = folder / name
+        if os.path.lexists(path) and not path.is_file():
+            raise UsageError(f"{label}: {path} is a {_kind(path)}, where the report writes a file; move it away or "
+                             "choose another -o folder")
+    return folder
+
+
+def check_save_path(save: str | os.PathLike[str], out_dir: Path | None) -> Path:
+    """Refuse a ``--save-trace`` path the trace could not be saved to, before any work: a missing or unwritable
+    directory (named), or something there that dfit_nb did not write. ``out_dir``: the ``-o`` folder when a report
+    will be written, which is created before the save (so ``-o out --save-trace out/trace.nc`` works)."""
+    path = Path(save)
+    label = f"--save-trace {str(save)!r}"
+    parent = path.parent
+    created = (out_dir is not None and not os.path.lexists(out_dir)
+               and parent.resolve() == out_dir.resolve())
+    if out_dir is not None and (path.resolve() == out_dir.resolve() or path.resolve() in out_dir.resolve().parents):
+        raise UsageError(f"{label} is the -o folder {str(out_dir)!r} or a folder above it; save the trace to a "
+                         f"file, e.g. {out_dir / 'trace.nc'}")
+    if created:
+        return path
+    try:
+        _check_target(path, zarr=path.suffix == ".zarr")
+    except SaveError as err:  # names the missing directory (not a temporary inside it), or what it will not replace
+        raise UsageError(f"{label}: {err}") from None
+    if not _writable(parent):
+        raise UsageError(f"{label}: cannot save to {path}: the folder {parent} is not writable; give a path in a "
+                         "folder you can write to")
+    return path
+
+
 # ------------------------------------------------------------------------------------------------ main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code (2 for bad input, with a message naming it)."""
+    """Run the CLI; returns the process exit code (2 for bad input, with a one-line message naming it).
+
+    User errors (a :class:`~dfit_nb.errors.DfitError`, a bad argument, an ``OSError`` on a path) are reported as
+    ``dfit-nb: error: ...`` on stderr, never as a traceback; anything else is a dfit_nb bug and keeps its
+    traceback, as does a bundled example that fails to capture.
+    """
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2, message already printed)
         return int(exit_.code or 0)
     try:
+        return _report(args)
+    except (DfitError, OSError) as err:
+        return _fail(err)
+    except KeyboardInterrupt:
+        print("dfit-nb: interrupted", file=sys.stderr)
+        return 130
+
+
+def _fail(message: object) -> int:
+    """Print ``message`` (an error or a text) as one ``dfit-nb: error:`` line on stderr; returns 2, the exit status
+    for bad input."""
+    text = " ".join(str(message).split()) or type(message).__name__
+    print(f"dfit-nb: error: {text}", file=sys.stderr)
+    return 2
+
+
+def _first_line(err: BaseException) -> str:
+    """An error from the user's function (JAX, MLIR) on one line: its first line, and how many more it has."""
+    lines = [line for line in str(err).splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return f"{type(err).__name__}: {lines[0].strip() if lines else ''}"
+    return (f"{type(err).__name__}: {lines[0].strip()} (and {len(lines) - 1} more lines: call the function in "
+            "Python for the whole message)")
+
+
+def _report(args: argparse.Namespace) -> int:
+    """``dfit-nb report``: every input and path checked first, then capture, replay, policies and the report."""
+    try:
         names = _presets(args.hw)
+        # checked before the work, not after it: a bad -o or --save-trace must not cost a capture and replays
+        out_dir = check_output_dir(args.output_dir, names) if names else None
+        save = check_save_path(args.save_trace, out_dir) if args.save_trace else None
         fn, fn_args, label = _inputs(args)
-    except UsageError as err:
-        print(f"dfit-nb: error: {err}", file=sys.stderr)
-        return 2
+    except (ValueError, TypeError) as err:  # UsageError (a ValueError) and argument-parsing errors
+        return _fail(err)
     t_start = time.perf_counter()
     try:
         trace = capture(fn, *fn_args, mode=args.mode)
     except Exception as err:
         if args.module is None:
-            raise
+            raise  # a bundled example that does not capture is a dfit_nb bug: its traceback is the report
         # the user's function (or its --args) did not trace: bad input, not a dfit_nb bug
-        cause = err.__cause__ or err
-        print(f"dfit-nb: error: capturing {label} failed: {type(cause).__name__}: {cause}", file=sys.stderr)
-        return 2
+        return _fail(f"capturing {label} failed: {_first_line(err.__cause__ or err)}")
     print(repr(trace))
     if trace.mode != "static":
         o = trace.overhead
@@ -217,14 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"XLA cost analysis FLOPs: {low.get('xla_flops', float('nan')):.0f} ({low.get('xla_flops_note', '')}); "
           f"dfit_nb FLOPs (flops x count): {trace.total_flops()}")
     print(trace.region_table(max_depth=args.depth))
-    if args.save_trace:
+    if save is not None:
+        if out_dir is not None and save.parent.resolve() == out_dir.resolve():
+            out_dir.mkdir(parents=True, exist_ok=True)  # the trace goes into the -o folder: create it first
         try:
-            saved = trace.save(args.save_trace)
-        except SaveError as err:  # a refused path or a full disk: the user's to fix, not a traceback
-            print(f"dfit-nb: error: --save-trace: {err}", file=sys.stderr)
-            return 2
+            saved = trace.save(save)
+        except SaveError as err:  # changed since the check (a full disk, a file that appeared)
+            return _fail(f"--save-trace: {err}")
         print(f"saved {saved}")
-    if not names:
+    if out_dir is None:
         print("no preset given (--hw with no names): nothing replayed, no report written")
         return 0
     print()
@@ -239,12 +428,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(policy_table(results))
     print()
-    try:
-        report = write_report(trace, names, args.output_dir, dataflow=args.dataflow, objective=args.objective,
-                              charts=args.charts, progress=False, results=results)
-    except SaveError as err:  # e.g. a <preset>.nc in -o that dfit_nb did not write
-        print(f"dfit-nb: error: {err}", file=sys.stderr)
-        return 2
+    # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
+    report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
+                          charts=args.charts, progress=False, results=results)
     print(files_table(report))
     print(f"done in {time.perf_counter() - t_start:.1f} s")
     return 0

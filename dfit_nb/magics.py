@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import inspect
 import keyword
 import re
 import sys
@@ -70,8 +71,15 @@ __all__ = ["DfitMagics", "evaluate_call", "load_ipython_extension", "parse_call"
 
 # defined once, where they live: the replay's dataflows (sim), objectives (sim.policy), modes (capture)
 DEFAULT_HW = "npu_like"
-#: keyword arguments of :func:`dfit_nb.capture` itself: a call cannot pass these to the captured function
-_CAPTURE_OPTIONS = ("mode", "while_trips", "profile_rounds", "profile_calls")
+#: the named parameters of :func:`dfit_nb.capture` itself (``fn``, ``mode``, ...): a call cannot pass these to the
+#: captured function. Read from its signature, so an option added to capture is covered here too.
+_CAPTURE_OPTIONS = tuple(p.name for p in inspect.signature(capture).parameters.values()
+                         if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an int", "a list"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 # ---- the call: parsed with ast, evaluated piece by piece ----------------------------------------------------
@@ -92,10 +100,11 @@ def parse_call(expr: str, magic: str = "%dfit") -> ast.Call:
         raise UsageError(f"{magic}: missing EXPR, the call to capture, e.g. {magic} f(x, y)")
     try:
         tree = ast.parse(expr, mode="eval")
-    except SyntaxError as err:
-        raise UsageError(f"{magic}: {expr!r} is not a Python expression ({err.msg})") from None
+    except (SyntaxError, ValueError) as err:  # ValueError: a null byte, on some Python versions
+        raise UsageError(f"{magic}: {expr!r} is not a Python expression ({getattr(err, 'msg', err)}); expected "
+                         "one call f(args...)") from None
     if not isinstance(tree.body, ast.Call):
-        raise UsageError(f"{magic} needs one call f(args...), got {expr!r} (a {type(tree.body).__name__})")
+        raise UsageError(f"{magic} needs one call f(args...), got {expr!r} ({_a(type(tree.body).__name__)})")
     return tree.body
 
 
@@ -132,8 +141,9 @@ def evaluate_call(call: str | ast.Call, namespace: dict[str, Any],
     Raises
     ------
     UsageError
-        ``call`` is not a single call, a name is not defined (the message names it), or the callee is not
-        callable.
+        ``call`` is not a single call, a name is not defined (the message names it), the callee is not
+        callable, a ``*`` argument is not iterable, a ``**`` argument is not a mapping with string keys, or a
+        keyword is given twice.
 
     Examples
     --------
@@ -147,25 +157,55 @@ def evaluate_call(call: str | ast.Call, namespace: dict[str, Any],
     IPython.core.error.UsageError: %dfit: name 'nope' is not defined in the user namespace
     """
     node = parse_call(call, magic) if isinstance(call, str) else call
+    text = ast.unparse(node)
     fn = _eval(node.func, namespace, magic)
     if not callable(fn):
-        raise UsageError(f"{magic}: {ast.unparse(node.func)!r} is a {type(fn).__name__}, not a function")
+        raise UsageError(f"{magic}: {ast.unparse(node.func)!r} is {_a(type(fn).__name__)}, not a function")
     args: list[Any] = []
     for a in node.args:
         if isinstance(a, ast.Starred):
-            args.extend(_eval(a.value, namespace, magic))
+            value = _eval(a.value, namespace, magic)
+            try:
+                items = iter(value)
+            except TypeError:  # Python's own message would name neither the argument nor the call
+                raise UsageError(f"{magic}: *{ast.unparse(a.value)} in {text!r} is {_a(type(value).__name__)}, not "
+                                 "an iterable; *args takes a sequence such as a list or tuple") from None
+            args.extend(items)  # an error raised while iterating is the user's code's own: it propagates as is
         else:
             args.append(_eval(a, namespace, magic))
     kwargs: dict[str, Any] = {}
     for kw in node.keywords:
         value = _eval(kw.value, namespace, magic)
         if kw.arg is None:
+            where = f"**{ast.unparse(kw.value)} in {text!r}"
             if not isinstance(value, Mapping):
-                raise UsageError(f"{magic}: **{ast.unparse(kw.value)} is a {type(value).__name__}, not a mapping")
-            kwargs.update(value)
+                raise UsageError(f"{magic}: {where} is {_a(type(value).__name__)}, not a mapping; **kwargs takes a "
+                                 "dict of keyword names to values")
+            items = dict(value)
+            for key in items:
+                if not isinstance(key, str):
+                    raise UsageError(f"{magic}: {where} has the key {key!r} ({_a(type(key).__name__)}); keyword "
+                                     "names must be strings")
         else:
-            kwargs[kw.arg] = value
+            items = {kw.arg: value}
+        for key in items:  # Python refuses a keyword given twice; a silent override would capture another call
+            if key in kwargs:
+                raise UsageError(f"{magic}: {text!r} passes the keyword {key!r} twice")
+        kwargs.update(items)
     return fn, tuple(args), kwargs
+
+
+def _check_signature(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], text: str, magic: str) -> None:
+    """Refuse a call whose arguments do not fit ``fn``'s signature, naming the call and the signature."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and some C callables have none: tracing decides
+        return
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as err:
+        name = getattr(fn, "__name__", None) or type(fn).__name__
+        raise UsageError(f"{magic}: {text!r} does not match {name}{sig}: {err}") from None
 
 
 def _split_options(parser: argparse.ArgumentParser, line: str, magic: str) -> tuple[str, str]:
@@ -311,8 +351,9 @@ class DfitMagics(Magics):
         data exceed the chip's SRAM) are printed once each on stderr.
 
         Returns None (nothing is echoed as Out[]): with ``-o NAME`` the Run is stored as NAME and the Trace
-        as NAME_trace. Bad input (an undefined name, not a call, an unknown preset, dataflow, objective or
-        mode) raises UsageError naming it, and leaves the namespace as it was.
+        as NAME_trace. Bad input (an undefined name, not a call, ``*`` of a non-iterable, ``**`` of a
+        non-mapping, a keyword given twice, arguments that do not fit the function's signature, an unknown
+        preset, dataflow, objective or mode) raises UsageError naming it, and leaves the namespace as it was.
 
         Examples::
 
@@ -332,16 +373,18 @@ class DfitMagics(Magics):
         dataflow, objective = self._dataflow(args, magic)
         hw = self._hardware(args.hw, magic)
         if cell is None:
-            fn, fargs, fkwargs = evaluate_call(expr, self.shell.user_ns, magic)
+            node = parse_call(expr, magic)
+            fn, fargs, fkwargs = evaluate_call(node, self.shell.user_ns, magic)
         else:
             if expr.strip():
                 raise UsageError(f"%%dfit: unexpected {expr.strip()!r} on the magic's line: it takes options "
                                  "only; the call is the cell's last line")
-            fn, fargs, fkwargs = self._run_cell_body(cell)
+            node, (fn, fargs, fkwargs) = self._run_cell_body(cell)
         clash = [k for k in fkwargs if k in _CAPTURE_OPTIONS]
         if clash:
-            raise UsageError(f"{magic}: keyword {clash[0]!r} is an option of dfit_nb.capture; wrap the function "
+            raise UsageError(f"{magic}: keyword {clash[0]!r} is a parameter of dfit_nb.capture; wrap the function "
                              "(e.g. functools.partial) to pass it")
+        _check_signature(fn, fargs, fkwargs, ast.unparse(node), magic)
         with _dfit_warnings_once():
             trace = capture(fn, *fargs, mode=args.mode, **fkwargs)
             policy = None
@@ -374,29 +417,38 @@ class DfitMagics(Magics):
         if name in presets.names():
             return presets.get(name)
         value = self.shell.user_ns.get(name)
-        if isinstance(value, Hardware) and not value.batch_shape:
-            return value
-        raise UsageError(f"{magic}: unknown preset {name!r} (nor a Hardware in the namespace); valid: "
-                         f"{', '.join(presets.names())}")
+        if isinstance(value, Hardware):
+            if not value.batch_shape:
+                return value
+            raise UsageError(f"{magic}: --hw {name!r} is a batch of machines (batch shape {value.batch_shape}); "
+                             "%dfit replays one machine: pass a preset or a single Hardware, not a stacked batch")
+        # a name in the namespace that is something else: say what it is, not only that it is no preset
+        found = (f" ({name!r} in the namespace is {_a(type(value).__name__)}, not a dfit_nb.sim.Hardware)"
+                 if name in self.shell.user_ns else " (nor a Hardware in the namespace)")
+        raise UsageError(f"{magic}: unknown preset {name!r}{found}; valid: {', '.join(presets.names())}")
 
-    def _run_cell_body(self, cell: str) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-        """Check the cell's last statement is a call, run the others in the user namespace, evaluate the call."""
+    def _run_cell_body(self, cell: str) -> tuple[ast.Call, tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+        """Check the cell's last statement is a call, run the others in the user namespace, evaluate the call.
+
+        Returns the call's node and ``(fn, args, kwargs)``.
+        """
         source = self.shell.transform_cell(cell)
         try:
             module = ast.parse(source)
-        except SyntaxError as err:
-            raise UsageError(f"%%dfit: the cell is not valid Python: {err.msg} (line {err.lineno})") from None
+        except (SyntaxError, ValueError) as err:  # ValueError: a null byte, on some Python versions
+            line = f" (line {err.lineno})" if getattr(err, "lineno", None) else ""
+            raise UsageError(f"%%dfit: the cell is not valid Python: {getattr(err, 'msg', err)}{line}") from None
         if not module.body:
             raise UsageError("%%dfit: the cell is empty; its last line must be the call to capture, f(args...)")
         last = module.body[-1]
         if not (isinstance(last, ast.Expr) and isinstance(last.value, ast.Call)):
             kind = type(last.value if isinstance(last, ast.Expr) else last).__name__
             raise UsageError(f"%%dfit: the cell's last line must be one call f(args...), got "
-                             f"{ast.get_source_segment(source, last)!r} (a {kind})")
+                             f"{ast.get_source_segment(source, last)!r} ({_a(kind)})")
         if len(module.body) > 1:
             filename = self.shell.compile.cache(source)  # tracebacks show the cell's lines
             self.shell.ex(compile(ast.Module(body=module.body[:-1], type_ignores=[]), filename, "exec"))
-        return evaluate_call(last.value, self.shell.user_ns, "%%dfit")
+        return last.value, evaluate_call(last.value, self.shell.user_ns, "%%dfit")
 
     @magic_arguments()
     @line_magic
@@ -453,7 +505,7 @@ class DfitMagics(Magics):
             raise UsageError(f"%dfit_compare: name {name!r} is not defined in the user namespace")
         value = self.shell.user_ns[name]
         if not isinstance(value, Run):
-            raise UsageError(f"%dfit_compare: {name!r} is a {type(value).__name__}, not a dfit_nb.Run "
+            raise UsageError(f"%dfit_compare: {name!r} is {_a(type(value).__name__)}, not a dfit_nb.Run "
                              "(store one with %dfit -o NAME)")
         return value
 

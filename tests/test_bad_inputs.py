@@ -1,11 +1,14 @@
-"""The catalogue of bad inputs (issue 14, items 4, 6 and 7): each is refused with the right class and a message naming
-the offending field, value or token; hostile names cannot break the HTML and Markdown outputs or steer file names;
-and random valid machines and op tables give finite, non-negative, conserved costs (hypothesis)."""
+"""The catalogue of bad inputs (issue 14, items 4, 6 and 7): each is refused with the right class (the CLI: exit status
+2 and one error line) and a message naming the offending field, value or token; hostile names cannot break the HTML
+and Markdown outputs or steer file names; and random valid machines and op tables give finite, non-negative,
+conserved costs (hypothesis)."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -443,3 +446,264 @@ def test_random_valid_machines_and_ops_cost_finite_non_negative_and_conserved(hw
     np.testing.assert_allclose(ds["energy_pj"].values, levels.values, rtol=1e-9)
     for operand in ("input", "weight"):  # DRAM delivers into SRAM: never more read from DRAM than from SRAM
         assert (ds[f"dram_reads_{operand}"] <= ds[f"sram_reads_{operand}"] * (1 + 1e-12)).all(), operand
+
+
+# ------------------------------------------------------------------------------------------------ item 6: CLI, magics
+
+# The CLI runs in-process (dfit_nb.cli.main); its checks are real: a real file at -o, a real read-only folder.
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    from dfit_nb.cli import main
+
+    code = main(["report", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_error_line(err: str) -> str:
+    """The CLI's answer to a user error: exactly one 'dfit-nb: error:' line, no traceback."""
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dfit-nb: error: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def tracer_module(tmp_path, monkeypatch):
+    """A --module function that leaves a marker file when it is traced: proof that a capture ran (or did not)."""
+    marker = tmp_path / "traced.marker"
+    (tmp_path / "cli_marked_xyz.py").write_text(
+        "import pathlib\n"
+        "import jax.numpy as jnp\n\n"
+        "def forward(x, w):\n"
+        f"    pathlib.Path({str(marker)!r}).touch()\n"
+        "    return jnp.tanh(x @ w)\n\n"
+        "def noisy(x):\n"
+        "    raise ValueError('first line of a long error\\nsecond\\nthird')\n")
+    monkeypatch.chdir(tmp_path)  # --module imports from the working directory, as `python -m` does
+    # a module imported by an earlier test would write its marker into that test's folder: import afresh
+    monkeypatch.delitem(sys.modules, "cli_marked_xyz", raising=False)
+    return {"target": "cli_marked_xyz:forward", "args": "f32[8,16] f32[16,8]", "marker": marker, "dir": tmp_path}
+
+
+@pytest.mark.parametrize(("token", "tokens"), [
+    ("f32[100000000000000000000]", ("'f32[100000000000000000000]'", "'100000000000000000000'", "too large",
+                                    "256 TiB")),
+    ("f32[1e20]", ("'f32[1e20]'", "'1e20'", "not a whole number in digits", "e.g. f32[8,128]")),
+    ("f32[8,-3]", ("'f32[8,-3]'", "'-3'", "negative", ">= 1")),
+    ("f32[0]", ("'f32[0]'", "'0'", "zero", ">= 1")),
+    ("i8[4,000]", ("'i8[4,000]'", "'000'", "zero")),
+    ("f32[2.5]", ("'f32[2.5]'", "'2.5'", "whole number")),
+    ("f32[x]", ("'f32[x]'", "'x'", "whole number")),
+    ("f32[0x10]", ("'f32[0x10]'", "'0x10'", "in digits")),
+    ("f32[2,,3]", ("'f32[2,,3]'", "empty dimension")),
+    ("f32[70368744177665]", ("'f32[70368744177665]'", "7.037e+13 elements x 4 bytes", "281,474,976,710,656")),
+    # 2**62 elements: XLA would abort the whole process on it, so it must never get that far
+    ("f32[4611686018427387904]", ("'f32[4611686018427387904]'", "4.612e+18 elements", "256 TiB")),
+    ("f32[1048576,1048576,1048576]", ("'f32[1048576,1048576,1048576]'", "elements x 4 bytes")),
+    ("f32[" + "9" * 5000 + "]", ("5005 characters", "too large")),  # int() would refuse > 4300 digits itself
+    ("q7[2]", ("'q7[2]'", "unknown dtype 'q7'", "bf16")),
+    ("float32[2]", ("'float32[2]'", "unknown dtype 'float32'", "f32")),
+    ("f32", ("'f32'", "expected dtype[shape]")),
+    ("f32[2]]", ("'f32[2]]'", "expected dtype[shape]")),
+])
+def test_cli_bad_args_token_is_one_line_naming_it(capsys, token, tokens):
+    # no presets: nothing could run after the parse anyway; the point is the parse itself answers
+    code, out, err = _cli(capsys, "--module", "os.path:join", "--args", f"f32[2] {token}", "--hw")
+    assert code == 2 and out == ""
+    line = _one_error_line(err)
+    assert len(line) < 600, line  # one readable line, never a dump
+    for t in tokens:
+        assert t in line, (t, line)
+
+
+def test_cli_parse_spec_errors_are_dfit_errors_and_value_errors():
+    from dfit_nb.cli import UsageError, parse_spec
+
+    with pytest.raises(UsageError) as info:
+        parse_spec("f32[1e20]")
+    assert isinstance(info.value, DfitError) and isinstance(info.value, ValueError)
+    assert [s.shape for s in parse_spec("f32[70368744177664] u8[1]")] == [(2**46,), (1,)]  # the limit itself passes
+
+
+def test_cli_output_dir_that_is_a_file_is_refused_before_any_capture(capsys, tracer_module):
+    afile = tracer_module["dir"] / "notes.txt"
+    afile.write_text("mine")
+    code, out, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                          "--hw", "npu_like", "-o", str(afile))
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"-o {str(afile)!r}" in line and "is a file, not a folder" in line
+    assert not tracer_module["marker"].exists() and "<dfit_nb.Trace" not in out  # nothing was traced
+    assert afile.read_text() == "mine"
+
+
+def test_cli_output_dir_below_a_file_is_refused_naming_the_file(capsys, tracer_module):
+    afile = tracer_module["dir"] / "notes.txt"
+    afile.write_text("mine")
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", str(afile / "sub" / "deeper"))
+    assert code == 2
+    line = _one_error_line(err)
+    assert "cannot be created" in line and f"{afile} is a file" in line
+    assert not tracer_module["marker"].exists()
+
+
+def test_cli_output_dir_holding_what_dfit_nb_did_not_write_is_refused_first(capsys, tracer_module):
+    out_dir = tracer_module["dir"] / "out"
+    out_dir.mkdir()
+    (out_dir / "npu_like.nc").write_text("a user's file")
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", str(out_dir))
+    assert code == 2
+    line = _one_error_line(err)
+    assert str(out_dir / "npu_like.nc") in line and "did not write" in line and "another -o folder" in line
+    assert not tracer_module["marker"].exists()
+    assert (out_dir / "npu_like.nc").read_text() == "a user's file"
+    (out_dir / "npu_like.nc").unlink()
+    (out_dir / "report.html").mkdir()  # a folder where the page goes
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", str(out_dir))
+    assert code == 2 and str(out_dir / "report.html") in _one_error_line(err) and "is a folder" in err
+    assert not tracer_module["marker"].exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder: nothing to refuse")
+@pytest.mark.parametrize("below", ["", "new/sub"])
+def test_cli_output_dir_that_cannot_be_written_is_refused_before_any_capture(capsys, tracer_module, below):
+    locked = tracer_module["dir"] / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        target = locked / below if below else locked
+        code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                            "--hw", "npu_like", "-o", str(target))
+    finally:
+        locked.chmod(0o755)
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"-o {str(target)!r}" in line and "not writable" in line and str(locked) in line
+    assert not tracer_module["marker"].exists()
+
+
+def test_cli_save_trace_into_a_missing_directory_names_it_before_any_capture(capsys, tracer_module):
+    missing = tracer_module["dir"] / "no_such_dir"
+    code, out, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"], "--hw",
+                          "--save-trace", str(missing / "t.nc"))
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"the directory {missing} does not exist" in line and "dfit-tmp" not in line
+    assert not tracer_module["marker"].exists() and out == ""
+
+
+@pytest.mark.parametrize("kind", ["foreign file", "the -o folder"])
+def test_cli_save_trace_that_would_be_refused_is_refused_before_any_capture(capsys, tracer_module, kind):
+    d = tracer_module["dir"]
+    (d / "mine.nc").write_text("a user's file")
+    argv = ["--save-trace", str(d / "mine.nc"), "--hw"] if kind == "foreign file" else \
+        ["--save-trace", str(d / "rep"), "-o", str(d / "rep"), "--hw", "npu_like"]
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"], *argv)
+    assert code == 2
+    line = _one_error_line(err)
+    if kind == "foreign file":
+        assert str(d / "mine.nc") in line and "did not write" in line
+    else:
+        assert f"--save-trace {str(d / 'rep')!r} is the -o folder" in line and "trace.nc" in line
+    assert not tracer_module["marker"].exists()
+    assert (d / "mine.nc").read_text() == "a user's file"
+
+
+@pytest.mark.parametrize("mode", ["eager", "profile"])
+def test_cli_runtime_mode_refuses_args_beyond_memory_before_allocating(capsys, tracer_module, mode):
+    # 2**46 floats (256 TiB) fit the --args limit but no machine's memory: refused by size, never allocated
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", "f32[8388608,8388608] f32[1,1]",
+                        "--mode", mode, "--hw")
+    assert code == 2
+    line = _one_error_line(err)
+    assert f"--mode {mode}" in line and "2.815e+05 GB" in line and "free on" in line and "--mode static" in line
+    assert not tracer_module["marker"].exists()
+
+
+def test_cli_the_marker_shows_a_capture_when_one_runs(capsys, tracer_module):
+    # the control for the tests above: with good paths the same call is traced (and its marker written)
+    code, out, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"], "--hw",
+                          "--save-trace", str(tracer_module["dir"] / "t.nc"))
+    assert code == 0, err
+    assert tracer_module["marker"].exists() and "<dfit_nb.Trace forward" in out
+    assert dfit_nb.load_trace(tracer_module["dir"] / "t.nc").ops.sizes["op"] >= 1
+
+
+def test_cli_a_function_that_fails_to_capture_is_one_line(capsys, tracer_module):
+    code, _, err = _cli(capsys, "--module", "cli_marked_xyz:noisy", "--args", "f32[3]", "--hw")
+    assert code == 2
+    line = _one_error_line(err)
+    assert "capturing cli_marked_xyz:noisy(f32[3]) failed: ValueError: first line of a long error" in line
+    assert "2 more lines" in line
+
+
+# The magics: malformed call expressions answer IPython's UsageError naming the expression, never a raw TypeError.
+
+
+@pytest.fixture(scope="module")
+def shell():
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    created = not InteractiveShell.initialized()
+    if created:
+        config = Config()
+        config.HistoryManager.hist_file = ":memory:"
+        sh = InteractiveShell.instance(config=config)
+    else:
+        sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "dfit_nb")
+    sh.user_ns.update(bi_f=lambda a, b: jnp.tanh(a @ b), bi_a=jnp.ones((8, 16)), bi_b=jnp.ones((16, 4)), bi_n=5,
+                      bi_keys={1: 2}, bi_kw={"b": 1},
+                      bi_hws=Hardware.stack([presets.get("npu_like"), presets.get("tpu_like")]))
+    yield sh
+    if created:
+        InteractiveShell.clear_instance()
+
+
+@pytest.mark.parametrize(("expr", "tokens"), [
+    ("bi_f(*5)", ("*5", "'bi_f(*5)'", "an int, not an iterable", "list or tuple")),
+    ("bi_f(bi_a, *bi_n)", ("*bi_n", "'bi_f(bi_a, *bi_n)'", "not an iterable")),
+    ("bi_f(**1)", ("**1", "'bi_f(**1)'", "not a mapping", "dict")),
+    ("bi_f(bi_a, **bi_keys)", ("**bi_keys", "the key 1", "must be strings")),
+    ("bi_f(bi_a, b=bi_b, **bi_kw)", ("'bi_f(bi_a, b=bi_b, **bi_kw)'", "keyword 'b' twice")),
+    ("bi_f(**bi_kw, **bi_kw)", ("keyword 'b' twice",)),
+    ("bi_f(", ("'bi_f('", "not a Python expression", "f(args...)")),
+    ("bi_f(bi_a,, bi_b)", ("'bi_f(bi_a,, bi_b)'", "f(args...)")),
+    ("3", ("'3'", "one call f(args...)", "a Constant")),
+    ("bi_f(bi_a)[0]", ("'bi_f(bi_a)[0]'", "one call", "a Subscript")),
+    ("bi_f(bi_a, bi_b) + 1", ("'bi_f(bi_a, bi_b) + 1'", "one call")),
+    ("bi_f(bi_a, bi_b, bi_a)", ("'bi_f(bi_a, bi_b, bi_a)'", "does not match", "(a, b)", "too many")),
+    ("bi_f(bi_a)", ("'bi_f(bi_a)'", "does not match", "missing a required argument: 'b'")),
+    ("bi_f(bi_a, bi_b, c=1)", ("'bi_f(bi_a, bi_b, c=1)'", "unexpected keyword argument 'c'")),
+    ("bi_f(bi_a, bi_b, fn=1)", ("'fn'", "parameter of dfit_nb.capture")),
+    ("bi_n(bi_a)", ("'bi_n'", "an int, not a function")),
+    ("--hw bi_n bi_f(bi_a, bi_b)", ("'bi_n'", "an int, not a dfit_nb.sim.Hardware", "npu_like")),
+    ("--hw bi_hws bi_f(bi_a, bi_b)", ("'bi_hws'", "batch of machines", "(2,)")),
+])
+def test_dfit_magic_malformed_call_is_a_usage_error_naming_it(shell, expr, tokens):
+    from IPython.core.error import UsageError
+
+    before = set(shell.user_ns)
+    with pytest.raises(UsageError) as info:
+        shell.run_line_magic("dfit", f"--no-explorer -o bi_bad {expr}")
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+    assert set(shell.user_ns) == before  # nothing stored
+
+
+def test_dfit_cell_magic_malformed_call_is_a_usage_error_naming_it(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError) as info:
+        shell.run_cell_magic("dfit", "--no-explorer -o bi_bad", "bi_ran = 1\nbi_f(*5)\n")
+    assert "%%dfit: *5 in 'bi_f(*5)'" in str(info.value) and "not an iterable" in str(info.value)
+    with pytest.raises(UsageError) as info:
+        shell.run_cell_magic("dfit", "--no-explorer -o bi_bad", "bi_f(bi_a,\0)\n")
+    assert "not valid Python" in str(info.value) and "line None" not in str(info.value)
+    assert "bi_bad" not in shell.user_ns

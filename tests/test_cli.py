@@ -86,7 +86,8 @@ def test_cross_preset_comparison_chart(report):
 @pytest.mark.parametrize("argv, token, valid", [
     (["--hw", "npu_like", "nope_like"], "'nope_like'", "tpu_like"),
     (["--module", "os.path:join", "--args", "f33[2]"], "'f33[2]'", "bf16"),
-    (["--module", "os.path:join", "--args", "f32[2,x]"], "'f32[2,x]'", "dtype[shape]"),
+    (["--module", "os.path:join", "--args", "f32[2,x]"], "'f32[2,x]'", "whole number"),
+    (["--module", "os.path:join", "--args", "f32[2]x"], "'f32[2]x'", "dtype[shape]"),
     (["--module", "no_such_pkg_xyz.mod:fn", "--args", "f32[2]"], "'no_such_pkg_xyz.mod'", "importable"),
     (["--module", "os.path:no_such_fn", "--args", "f32[2]"], "'no_such_fn'", "join"),
     (["--module", "os.path", "--args", "f32[2]"], "'os.path'", "pkg.mod:fn"),
@@ -127,6 +128,18 @@ def test_module_function_is_captured_from_shapes(tmp_path, monkeypatch, capsys):
     # a spec that does not fit the function is bad input too
     assert main(["report", "--module", "cli_model_xyz:forward", "--args", "f32[8,16] f32[7,8]", "--hw"]) == 2
     assert "capturing" in capsys.readouterr().err
+
+
+def test_save_trace_into_the_output_folder_it_creates(tmp_path, monkeypatch, capsys):
+    # -o is created before the trace is saved into it: the same folder may hold both
+    (tmp_path / "cli_small_xyz.py").write_text("import jax.numpy as jnp\n\ndef f(x, w):\n    return x @ w\n")
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "new" / "out"
+    code = main(["report", "--module", "cli_small_xyz:f", "--args", "f32[8,16] f32[16,8]", "--hw", "scalesim_32",
+                 "-o", str(out), "--save-trace", str(out / "trace.nc"), "--no-progress", "--charts", "svg"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert dfit_nb.load_trace(out / "trace.nc").ops.sizes["op"] == 1 and (out / "report.html").is_file()
 
 
 # ------------------------------------------------------------------------------------------------ real browser
