@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import inspect
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -41,18 +42,27 @@ def _fn_name(fn: Callable[..., Any]) -> str:
 
 
 def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any,
-                  profile: dict[str, Any] | None = None) -> None:
+                  profile: dict[str, Any] | None = None, budget_s: Any = probes.DEFAULT_PROFILE_BUDGET_S) -> None:
     if not callable(fn):
         raise TypeError(f"capture() needs a callable as its first argument, got {type(fn).__name__}: {fn!r:.80}")
     if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; valid modes: {', '.join(MODES)}")
     # checked in every mode, before tracing: profile mode with no rounds or calls has no time to take a median of
     for name, value in (profile or {}).items():
+        if value is None:  # chosen from profile_budget_s
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be a whole number >= 1 (profile mode times profile_rounds blocks of "
-                            f"profile_calls calls), got {type(value).__name__} {value!r}")
+            raise TypeError(f"{name} must be None (chosen from profile_budget_s) or a whole number >= 1 (profile "
+                            f"mode times profile_rounds blocks of profile_calls calls), got {type(value).__name__} "
+                            f"{value!r}")
         if value < 1:
             raise ValueError(f"{name} must be >= 1: profile mode times at least one round of one call; got {value}")
+    # a budget of zero, NaN or infinity sizes nothing: refuse it here rather than time 2 calls or loop forever
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float, np.integer, np.floating)):
+        raise TypeError(f"profile_budget_s must be a positive finite number of seconds (e.g. 2.0), "
+                        f"got {type(budget_s).__name__} {budget_s!r}")
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise ValueError(f"profile_budget_s must be a positive finite number of seconds (e.g. 2.0), got {budget_s}")
     if (while_trips is not None and not isinstance(while_trips, (int, Mapping))) or isinstance(while_trips, bool):
         raise TypeError(
             "while_trips must be None, an int (every while loop), or a mapping from a while op id (int) "
@@ -125,8 +135,9 @@ def capture(
     *args: Any,
     mode: str = "static",
     while_trips: WhileHint = None,
-    profile_rounds: int = 5,
-    profile_calls: int = 10,
+    profile_rounds: int | None = None,
+    profile_calls: int | None = None,
+    profile_budget_s: float = probes.DEFAULT_PROFILE_BUDGET_S,
     **kwargs: Any,
 ) -> Trace:
     """Capture a JAX function as an instrumented graph IR.
@@ -149,9 +160,27 @@ def capture(
         mapping from op id or region path to an int. Unhinted loops are
         assumed to run once (``count_source == "assumed"``); runtime modes
         measure them.
-    profile_rounds, profile_calls : int
+    profile_rounds, profile_calls : int, optional
         Profile mode runs ``profile_rounds`` blocks of ``profile_calls``
-        plain calls, each followed by a block of profiled calls.
+        plain calls, each followed by a block of profiled calls. A number
+        given is used exactly; ``None`` (the default) is chosen from
+        ``profile_budget_s``.
+    profile_budget_s : float, default 2.0
+        Seconds profile mode aims to spend on its timed calls, plain and
+        profiled together (the profiler writing and reading its events
+        included), when ``profile_rounds`` or ``profile_calls`` is ``None``.
+        Like ``timeit.Timer.autorange``, one plain and one profiled call are
+        timed first (twice when cheap: a first run carries one-time costs)
+        and the counts are sized from them: at most
+        ``budget / (plain + profiled)`` call pairs, in 2 to 5 rounds of at
+        least one call. A call slower than about a quarter of the budget
+        still gets 2 rounds of 1 call, so the spread between rounds can be
+        reported. The sizing pair and one warm-up call come on top (a model
+        at 0.5 s a call: 7 calls in all).
+        What was used is recorded in ``trace.attrs``: ``profile_rounds``,
+        ``profile_calls``, ``profile_budget_s``, ``profile_sizing`` (which
+        counts came from the budget) and, when any did, ``profile_probe_s``
+        (the seconds the sizing pair of calls took).
 
     Returns
     -------
@@ -163,7 +192,8 @@ def capture(
         ``fn`` is not callable, the arguments do not fit its signature, or a
         hint has the wrong type.
     ValueError
-        Unknown ``mode``, a hint naming no while loop, or ``profile_rounds`` or ``profile_calls`` below 1.
+        Unknown ``mode``, a hint naming no while loop, ``profile_rounds`` or ``profile_calls`` below 1, or
+        ``profile_budget_s`` not a positive finite number (a wrong type is a ``TypeError``).
     CaptureError
         JAX failed to trace or compile ``fn`` (its error is chained).
 
@@ -192,10 +222,23 @@ def capture(
 
     With Flax NNX: ``graphdef, state = nnx.split(model)`` then
     ``dfit_nb.capture(lambda s, x: nnx.merge(graphdef, s)(x), state, x)``.
+
+    Profile mode sizes its run from a time budget and says what it chose;
+    counts given are kept as given:
+
+    >>> x = jnp.ones((64, 64))
+    >>> t = dfit_nb.capture(lambda a: jnp.tanh(a @ a), x, mode="profile", profile_budget_s=0.1)
+    >>> t.attrs["profile_sizing"], t.attrs["profile_rounds"] >= 2, t.attrs["profile_calls"] >= 1
+    ('budget', True, True)
+    >>> t.overhead.n_calls == t.attrs["profile_rounds"] * t.attrs["profile_calls"]
+    True
+    >>> t = dfit_nb.capture(lambda a: jnp.tanh(a @ a), x, mode="profile", profile_rounds=2, profile_calls=3)
+    >>> t.attrs["profile_sizing"], t.attrs["profile_rounds"], t.attrs["profile_calls"], t.overhead.n_calls
+    ('explicit', 2, 3, 6)
     """
     t_start = time.perf_counter()
     _check_inputs(fn, args, kwargs, mode, while_trips,
-                  {"profile_rounds": profile_rounds, "profile_calls": profile_calls})
+                  {"profile_rounds": profile_rounds, "profile_calls": profile_calls}, profile_budget_s)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dyn_pos = [i for i, leaf in enumerate(leaves) if _is_dynamic(leaf)]
     dyn = [leaves[i] for i in dyn_pos]
@@ -243,7 +286,7 @@ def capture(
     m = None
     if mode == "profile":
         m = probes.run_profile(jax.jit(flat_fn), compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
-                               rounds=profile_rounds, calls_per_round=profile_calls)
+                               rounds=profile_rounds, calls_per_round=profile_calls, budget_s=profile_budget_s)
         control.update_from_profile(walk, m)
     elif mode == "eager":
         m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
@@ -282,6 +325,8 @@ def capture(
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "opaque_primitives": ",".join(walk.opaque_primitives),
     }
+    if m is not None and m.sizing is not None:  # profile mode: the rounds and calls it ran, and why
+        attrs.update(m.sizing.to_attrs())
     overhead = Overhead(mode=mode, capture_s=time.perf_counter() - t_start, **(
         {"baseline_s": m.baseline_s, "instrumented_s": m.instrumented_s, "n_calls": m.n_calls} if m else {}))
     return Trace(

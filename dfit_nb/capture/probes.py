@@ -16,7 +16,9 @@
 
 Overhead is measured against the plain jitted call: blocks of plain calls and
 blocks of instrumented calls alternate, and each side's median per-call time
-is compared.
+is compared. Profile mode sizes those blocks from a time budget unless told
+the counts (:func:`choose_profile_counts`), as ``timeit.Timer.autorange``
+does: a fixed count took a minute on a model at 0.5 s a call (issue 15).
 """
 
 from __future__ import annotations
@@ -39,6 +41,62 @@ from .lowering import FusionMap
 from .profile_events import HloModuleMismatchError, find_xplane_files, read_hlo_op_timings
 from .walk import OpRecord, Walk
 
+#: seconds profile mode aims to spend on its timed calls when it chooses the counts (``capture(profile_budget_s=)``)
+DEFAULT_PROFILE_BUDGET_S = 2.0
+#: rounds chosen from the budget: two at least, so a spread between rounds exists; five at most, as the former
+#: fixed default, since every round writes and reads one more profile file
+MIN_AUTO_ROUNDS, MAX_AUTO_ROUNDS = 2, 5
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileSizing:
+    """How many profile-mode calls ran, and where the numbers came from."""
+
+    rounds: int
+    calls_per_round: int
+    budget_s: float
+    sizing: str  # "explicit", "budget" (both chosen), "calls from budget" or "rounds from budget"
+    probe_s: float | None = None  # one plain + one profiled call, profiler write and read included; None: not run
+
+    def to_attrs(self) -> dict[str, Any]:
+        """Flat ``trace.attrs`` entries (netCDF-safe: no None)."""
+        attrs: dict[str, Any] = {"profile_rounds": self.rounds, "profile_calls": self.calls_per_round,
+                                 "profile_budget_s": self.budget_s, "profile_sizing": self.sizing}
+        if self.probe_s is not None:
+            attrs["profile_probe_s"] = self.probe_s
+        return attrs
+
+
+def choose_profile_counts(pair_s: float, budget_s: float, rounds: int | None = None,
+                          calls: int | None = None) -> tuple[int, int]:
+    """Profile-mode ``(rounds, calls_per_round)`` that fit ``budget_s``, like ``timeit.Timer.autorange``.
+
+    ``pair_s`` is what one plain call and one profiled call cost together
+    (the profiler writing and reading the call's events included): at most
+    ``budget_s / pair_s`` pairs run, in 2 to 5 rounds of at least one call.
+    The 2-round, 1-call minimum exceeds the budget when a pair takes more than
+    half of it. A count given (not ``None``) is returned unchanged.
+
+    Examples
+    --------
+    >>> choose_profile_counts(1.0, 2.0)  # a model at 0.5 s a call: 2 pairs fill the budget
+    (2, 1)
+    >>> choose_profile_counts(0.002, 2.0)  # 1 ms a call: 1,000 pairs
+    (5, 200)
+    >>> choose_profile_counts(0.002, 2.0, rounds=3), choose_profile_counts(0.002, 2.0, calls=10)
+    ((3, 333), (5, 10))
+    >>> choose_profile_counts(0.002, 2.0, rounds=7, calls=1)
+    (7, 1)
+    """
+    # perf_counter can read 0 for a trivial call: floor it so the division stays finite
+    pairs = int(budget_s / max(pair_s, 1e-9))
+    if rounds is None:
+        per_round = calls if calls is not None else 1
+        rounds = min(MAX_AUTO_ROUNDS, max(MIN_AUTO_ROUNDS, pairs // per_round))
+    if calls is None:
+        calls = max(1, pairs // rounds)
+    return int(rounds), int(calls)
+
 
 @dataclasses.dataclass
 class Measurement:
@@ -54,6 +112,7 @@ class Measurement:
     fusion_time_s: dict[str, float] = dataclasses.field(default_factory=dict)
     exec_per_call: dict[int, float] = dataclasses.field(default_factory=dict)
     loops_seen: set[int] = dataclasses.field(default_factory=set)  # while ops whose loop instruction ran
+    sizing: ProfileSizing | None = None  # profile mode: the rounds and calls run, and why
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -86,17 +145,35 @@ def run_profile(
     walk: Walk,
     fusion_map: FusionMap,
     module: str,
-    rounds: int = 5,
-    calls_per_round: int = 10,
+    rounds: int | None = None,
+    calls_per_round: int | None = None,
+    budget_s: float = DEFAULT_PROFILE_BUDGET_S,
 ) -> Measurement:
-    """Profile ``compiled`` (the tagged program) against ``plain`` (the user's jitted call)."""
-    jax.block_until_ready(plain(*args))
-    jax.block_until_ready(compiled(*args))
+    """Profile ``compiled`` (the tagged program) against ``plain`` (the user's jitted call).
+
+    ``rounds`` or ``calls_per_round`` left ``None`` is chosen from ``budget_s``
+    by :func:`choose_profile_counts`, from one timed pair of a plain and a
+    profiled call (two pairs when the first takes under a quarter of the budget).
+    """
+    jax.block_until_ready(plain(*args))  # compiles the user's jitted call: never timed
     base: list[float] = []
     inst: list[float] = []
     files = []
     note = ""
+    how = {(False, False): "explicit", (True, True): "budget", (False, True): "calls from budget",
+           (True, False): "rounds from budget"}[(rounds is None, calls_per_round is None)]
     with tempfile.TemporaryDirectory(prefix="dfit_profile_") as root:
+        probe_s = None
+        if how == "explicit":
+            jax.block_until_ready(compiled(*args))
+        else:  # the sizing pair's profiled call is also the tagged program's warm-up: one call less of a slow model
+            probe_s = _probe_pair(plain, compiled, args, f"{root}/probe0", module)
+            # A first run carries one-time costs (the bundled encoder's: ~12 ms on a ~4 ms pair, measured), which
+            # would cut a fast program's calls several-fold; a pair this cheap is simply timed again.
+            if probe_s < budget_s / 4:
+                probe_s = _probe_pair(plain, compiled, args, f"{root}/probe1", module)
+            rounds, calls_per_round = choose_profile_counts(probe_s, budget_s, rounds, calls_per_round)
+        assert rounds is not None and calls_per_round is not None  # for the type checker: both are set now
         for r in range(rounds):
             base.extend(_timed(lambda: plain(*args)) for _ in range(calls_per_round))
             log_dir = f"{root}/round{r}"
@@ -145,7 +222,31 @@ def run_profile(
         baseline_s=statistics.median(base), instrumented_s=statistics.median(inst),
         n_calls=len(inst), fusion_executions=executions, fusion_time_s=fusion_time,
         exec_per_call=exec_per_call, loops_seen=loops_seen,
+        sizing=ProfileSizing(int(rounds), int(calls_per_round), float(budget_s), how, probe_s),
     )
+
+
+def _probe_pair(plain: Callable[..., Any], compiled: Callable[..., Any], args: Sequence[Any], log_dir: str,
+                module: str) -> float:
+    """Seconds one plain call and one profiled call take, the profile's write and read included.
+
+    The profiler's own work grows with the events a call emits (1.4-1.8 ms a call of the bundled encoder,
+    whose plain call takes 0.2 ms, on 2 CPU cores), so sizing from the plain call alone would overrun the
+    budget several times on fast programs; the profile read here is discarded.
+    """
+    t0 = time.perf_counter()
+    jax.block_until_ready(plain(*args))
+    jax.profiler.start_trace(log_dir, profiler_options=_profile_options())
+    try:
+        jax.block_until_ready(compiled(*args))
+    finally:
+        jax.profiler.stop_trace()
+    for f in find_xplane_files(log_dir):
+        try:
+            read_hlo_op_timings(f, module)
+        except HloModuleMismatchError:  # the timed rounds warn about it
+            pass
+    return time.perf_counter() - t0
 
 
 def _split_fusion_time(records: Sequence[OpRecord], fusion_map: FusionMap, fusion_time: dict[str, float]) -> np.ndarray:

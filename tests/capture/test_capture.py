@@ -148,6 +148,74 @@ def test_runtime_modes_reject_shape_specs(built):
         dfit_nb.capture(fn, params, spec, mode="profile")
 
 
+# profile mode sized by a time budget (issue 15). Two real functions far apart: a 1024^3 matmul chain (>= 20 ms a
+# call at this machine's fastest, so a sizing pair over half of a 0.05 s budget) and an 8-element tanh (about 2 ms a
+# pair, the profiler's own work included). Assertions are on the recorded counts, never on wall times.
+_BUDGET = 0.05
+
+
+def _slow(x, w):
+    for _ in range(4):
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def _fast(x):
+    return jnp.tanh(x + 1.0)
+
+
+def _sized(fn, *args, **kw):
+    t = dfit_nb.capture(fn, *args, mode="profile", profile_budget_s=_BUDGET, **kw)
+    at = t.attrs
+    assert t.overhead.n_calls == at["profile_rounds"] * at["profile_calls"]
+    assert at["profile_budget_s"] == _BUDGET and t.overhead.baseline_s > 0 and t.overhead.instrumented_s > 0
+    return t, at
+
+
+def test_profile_mode_scales_its_calls_to_the_budget():
+    from dfit_nb.capture.probes import choose_profile_counts
+
+    slow, s = _sized(_slow, jnp.ones((1024, 1024)) / 1024, jnp.ones((1024, 1024)) / 1024)
+    fast, f = _sized(_fast, jnp.ones(8))
+    for at in (s, f):
+        assert at["profile_sizing"] == "budget" and at["profile_probe_s"] > 0
+        # the recorded choice is the documented rule applied to the recorded sizing pair
+        assert (at["profile_rounds"], at["profile_calls"]) == choose_profile_counts(at["profile_probe_s"], _BUDGET)
+        assert 2 <= at["profile_rounds"] <= 5 and at["profile_calls"] >= 1
+    # a call slower than a quarter of the budget still gets 2 rounds of 1 call: a spread, over budget
+    assert (s["profile_rounds"], s["profile_calls"]) == (2, 1)
+    assert f["profile_rounds"] * f["profile_calls"] > 2 * s["profile_rounds"] * s["profile_calls"]
+    assert np.isfinite(slow.ops["time_s"].values).any() and np.isfinite(fast.overhead.percent)
+
+
+def test_profile_counts_given_are_honoured_exactly(tmp_path):
+    x = jnp.ones(8)
+    t, at = _sized(_fast, x, profile_rounds=3, profile_calls=4)
+    assert (at["profile_rounds"], at["profile_calls"], at["profile_sizing"]) == (3, 4, "explicit")
+    assert "profile_probe_s" not in at and t.overhead.n_calls == 12  # no sizing call was made
+    # one given, the other chosen: below the automatic minimum of 2 rounds when the user says so
+    _, at = _sized(_fast, x, profile_rounds=1)
+    assert at["profile_rounds"] == 1 and at["profile_calls"] >= 1 and at["profile_sizing"] == "calls from budget"
+    t, at = _sized(_fast, x, profile_calls=2)
+    assert at["profile_calls"] == 2 and 2 <= at["profile_rounds"] <= 5 and at["profile_sizing"] == "rounds from budget"
+    # what was chosen survives a save
+    back = dfit_nb.load_trace(t.save(tmp_path / "t.nc"))
+    assert {k: back.attrs[k] for k in at if k.startswith("profile_")} == {k: v for k, v in at.items()
+                                                                        if k.startswith("profile_")}
+
+
+@pytest.mark.parametrize("mode", ["profile", "static"])
+@pytest.mark.parametrize(("budget", "error", "shown"), [
+    (0, ValueError, "got 0"), (-1.5, ValueError, "got -1.5"), (float("nan"), ValueError, "got nan"),
+    (float("inf"), ValueError, "got inf"), ("2", TypeError, "str '2'"), (True, TypeError, "bool True"),
+    (None, TypeError, "NoneType None"),
+])
+def test_bad_profile_budget_is_refused_naming_it(mode, budget, error, shown):
+    with pytest.raises(error, match="profile_budget_s must be a positive finite number") as info:
+        dfit_nb.capture(_fast, jnp.ones(8), mode=mode, profile_budget_s=budget)
+    assert shown in str(info.value)
+
+
 # ---------------------------------------------------------------- inputs
 def test_shape_dtype_structs_in_any_pytree(built, static_traces):
     fn, args = built["encoder"]
