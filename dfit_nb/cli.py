@@ -167,35 +167,14 @@ def concrete(structs: Sequence[Any]) -> list[Any]:
             for s in structs]
 
 
-def _available_bytes() -> tuple[int | None, str]:
-    """Memory free for new arrays on JAX's default device (its allocator's limit, or the host's available memory
-    for the CPU backend) and the device's name; ``None`` where it cannot be told."""
-    import jax
-
-    device = jax.devices()[0]
-    with_stats = getattr(device, "memory_stats", None)
-    stats = with_stats() if with_stats is not None else None
-    if stats and "bytes_limit" in stats:
-        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), str(device)
-    try:  # Linux: what the kernel says can be allocated without swapping
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, str(device)
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), str(device)
-    except (ValueError, OSError, AttributeError):
-        return None, str(device)
-
-
 def _check_fits(structs: Sequence[Any], mode: str, target: str) -> None:
     """Runtime modes run the function on real arrays: refuse ``--args`` whose arrays alone exceed the memory free,
     before allocating them (an allocation that large ends in the OOM killer, not an error)."""
     need = sum(int(s.size) * s.dtype.itemsize for s in structs)
-    free, device = _available_bytes()
-    if free is not None and need > free:
+    from .sim.memory import device_available_bytes
+
+    free, device = device_available_bytes()
+    if need > free:
         raise UsageError(f"--mode {mode} runs {target} on real arrays: --args describe {need / 1e9:.4g} GB, more "
                          f"than the {free / 1e9:.4g} GB free on {device}; use --mode static (shapes only, nothing "
                          "runs) or smaller dimensions")

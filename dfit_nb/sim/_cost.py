@@ -17,6 +17,7 @@ from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware
 from .machine import DATAFLOWS
+from .memory import sweep_estimate
 
 MEMORY_MODES = ("finite", "ideal")
 
@@ -359,8 +360,12 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     hw = _check_scalar_hw(hw)
     arrays, coord = alone_arrays(ops)
     codes, names = dataflow_codes(dataflow, len(coord))
+    rows, cols = int(hw.tile_rows), int(hw.tile_cols)
+    sweep_estimate(f"cost of {len(coord)} ops on {hw.name or 'the machine'!r}", 1, len(names or ()) or 1,
+                          len(coord), 0, rows, cols, 1).check(
+        "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
     with jax.enable_x64(True):
-        tables = grid_tables(int(hw.tile_rows), int(hw.tile_cols))
+        tables = grid_tables(rows, cols)
         out = jax.device_get(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
     out = finish(out, hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)

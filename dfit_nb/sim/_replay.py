@@ -30,10 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
 
 from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
-from . import machine, mapping, schedule
+from . import machine, mapping, memory, schedule
 from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
 from .hardware import EXECUTION_STYLES, Hardware
 from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
@@ -70,9 +71,12 @@ def prepare(trace: Any) -> Prepared:
     if isinstance(cached, Prepared):
         return cached
     ops = getattr(trace, "ops", None)
-    if ops is None or "op" not in getattr(ops, "dims", {}):
+    missing = [k for k in ("container", "live", "in_shapes", "bytes_read") if k not in getattr(ops, "variables", {})]
+    if ops is None or "op" not in getattr(ops, "dims", {}) or missing or getattr(trace, "edges", None) is None:
+        hint = (" (a replay's result): pass the Trace that was replayed"
+                if hasattr(trace, "events") and hasattr(trace, "cube") else "")
         raise ReplayError(f"replay() needs a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
-                          f"{type(trace).__name__}")
+                          f"{type(trace).__name__}{hint}")
     leaf = (ops["container"].values == "") & ops["live"].values.astype(bool)
     if not leaf.any():
         raise ReplayError("the trace has no ops to replay (no live leaf ops: the function computes nothing)")
@@ -254,6 +258,14 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     arrays, preds, pred_bytes, _, pin = padded(prep, codes[0], pinned_layouts(prep, None))
     size = arrays["m"].shape[0]
     dfs = np.concatenate([codes, np.zeros((codes.shape[0], size - n))], axis=1)
+    rows, cols = (np.ravel(np.asarray(getattr(hw, f))).astype(np.int64) for f in ("tile_rows", "tile_cols"))
+    n_machines = int(np.prod(shape)) if shape else 1
+    grids = len(set(zip(np.broadcast_to(rows, n_machines).tolist(), np.broadcast_to(cols, n_machines).tolist(),
+                        strict=True)))
+    est = memory.replay_estimate(f"pricing {codes.shape[0]} dataflow assignments of {n} ops", size,
+                                 preds.shape[1], int(rows.max()), int(cols.max()), None,
+                                 machines=n_machines * codes.shape[0], grids=1 if grids == 1 else n_machines)
+    est.check(GRID_ADVICE + ", fewer machines at a time, or fewer assignments")
     if shape == ():
         grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
         tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
@@ -270,15 +282,17 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     return {k: np.asarray(v)[..., :n] for k, v in out.items()}
 
 
-def _batch_tables(leaves: dict[str, np.ndarray]) -> tuple[schedule.Grid, Any, bool]:
+def _batch_tables(leaves: dict[str, np.ndarray], grid: schedule.Grid | None = None,
+                  shared: bool | None = None) -> tuple[schedule.Grid, Any, bool]:
     """The padded grid of a batch of machines, its tile-order tables (one, or one per machine) and whether
-    every machine shares one grid."""
+    every machine shares one grid. ``grid`` and ``shared`` fix both for a chunk of a larger batch (one compiled
+    program for every chunk)."""
     rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
-    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    grid = grid or schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
     shapes = list(zip(rows.tolist(), cols.tolist(), strict=True))
     tables = {shape: schedule.prefix_counts(schedule.tile_order(*shape, grid.tiles), grid.rows, grid.cols)
               for shape in set(shapes)}  # one per distinct grid shape
-    shared = len(tables) == 1
+    shared = len(tables) == 1 if shared is None else shared
     per_machine = tables[shapes[0]] if shared else tuple(np.stack([tables[s][i] for s in shapes]) for i in (0, 1))
     return grid, per_machine, shared
 
@@ -352,6 +366,11 @@ def switch_penalty(dataflow: Any) -> np.ndarray:
         raise ReplayError(f"the policy's reconfig_cycles and reconfig_pj must be finite and >= 0, got "
                           f"{values.tolist()}")
     return values
+
+
+#: what to do when a replay's per-tile arrays do not fit
+GRID_ADVICE = ("replay a coarser tile grid (tile_rows x tile_cols: the replay keeps arrays over tiles and over "
+               "tiles x (rows + cols), so group cores into larger tiles)")
 
 
 def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
@@ -430,6 +449,9 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     pinned = pinned_layouts(prep, layouts, int(hw.tiles))
     grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
+    what = f"replay of {len(prep.op)} ops on {hw.name or 'the machine'!r}"
+    memory.replay_estimate(what, preds.shape[0], preds.shape[1], grid.rows, grid.cols, time_bins).check(
+        GRID_ADVICE + ", or fewer time_bins")
     with jax.enable_x64(True):
         tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
         out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p, grid,
@@ -437,6 +459,10 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
     _warn_spills(prep, out, hw)
+    # the events are one per (op, tile, kind): their number is known now, before they are expanded
+    events = 5 * int(out["tiles"].astype(np.int64).sum())
+    memory.events_estimate(f"the events of the {what}", events, grid.rows, grid.cols, time_bins).check(
+        GRID_ADVICE + ", fewer time_bins, or replay_batch for per-machine scalars without events")
     return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
                      inferences=inferences, measured=measured)
 
@@ -548,27 +574,40 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     from .hardware import FIELDS
 
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
-    grid, per_machine, shared = _batch_tables(leaves)
     prep = prepare(trace)
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))
-    sharding = _machine_sharding(hw, mesh)
     n_machines = shape[0]
-    if sharding is not None:  # pad to a multiple of the device count by repeating the last machine
-        pad = (-n_machines) % sharding.mesh.size
-        leaves = {f: np.concatenate([v, np.repeat(v[-1:], pad)]) for f, v in leaves.items()}
-        if not shared:
-            per_machine = tuple(np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in per_machine)
-    batch = dataclasses.replace(hw, name="", execution="time", **leaves)
-    with jax.enable_x64(True):
-        if sharding is not None:  # float64 leaves placed under x64; the jitted program follows the input sharding
-            batch = jax.device_put(batch, sharding)
-            if not shared:
-                per_machine = jax.device_put(per_machine, sharding)
-        out = jax.device_get(_batch_program(arrays, preds, pred_bytes, per_machine, batch, codes_p, pin, grid,
-                                            execution == "spatial", shared, switch_penalty(dataflow)))
-    out = {k: np.asarray(v)[:n_machines] for k, v in out.items()}
-    leaves = {f: v[:n_machines] for f, v in leaves.items()}
+    rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
+    grids = len(set(zip(rows.tolist(), cols.tolist(), strict=True)))
+    sizes = (preds.shape[0], preds.shape[1], int(rows.max()), int(cols.max()))
+    sharding = _machine_sharding(hw, mesh)
+    devices = sharding.mesh.size if sharding is not None else 1
+    shared = grids == 1
+    chunk = batch_chunk(f"replay_batch of {len(prep.op)} ops", n_machines, devices, shared, *sizes)
+    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    once = _batch_tables({f: v[:1] for f, v in leaves.items()}, grid, True)[1] if shared else None
+    outs = []
+    starts = range(0, n_machines, chunk)
+    for lo in tqdm(starts, desc="replay_batch", unit="chunk", disable=len(starts) < 2):
+        hi = min(lo + chunk, n_machines)
+        size = chunk if len(starts) > 1 else hi - lo  # one compiled shape for every chunk
+        size += (-size) % devices  # a multiple of the device count
+        # pad by repeating the last machine; its results are dropped. Tables are built per chunk: a batch of
+        # different grids carries one per machine
+        part = {f: _pad_rows(v[lo:hi], size) for f, v in leaves.items()}
+        tables = once if shared else _batch_tables(part, grid, shared)[1]
+        batch = dataclasses.replace(hw, name="", execution="time", **part)
+        with jax.enable_x64(True):
+            if sharding is not None:  # float64 leaves placed under x64; the jitted program follows the sharding
+                batch = jax.device_put(batch, sharding)
+                if not shared:
+                    tables = jax.device_put(tables, sharding)
+            out = jax.device_get(_batch_program(arrays, preds, pred_bytes, tables, batch, codes_p, pin, grid,
+                                                execution == "spatial", shared, switch_penalty(dataflow)))
+        outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
+    out = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+    attrs_chunks = len(starts)
     import xarray as xr
 
     from .run import provenance
@@ -578,7 +617,31 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     coords = {"machine": np.arange(shape[0]), **{f: ("machine", v) for f, v in leaves.items()}}
     attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution).items()
              if not k.startswith("hw_") and k not in ("hardware", "clock_ghz")}
-    return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name})
+    return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name, "machine_chunks": attrs_chunks})
+
+
+def _pad_rows(x: np.ndarray, size: int) -> np.ndarray:
+    """``x`` padded along its first axis to ``size`` rows by repeating its last row."""
+    return np.concatenate([x, np.repeat(x[-1:], size - len(x), axis=0)]) if size > len(x) else x
+
+
+def batch_chunk(what: str, machines: int, devices: int, shared: bool, ops: int, slots: int, rows: int, cols: int,
+                available: float | None = None) -> int:
+    """Machines per vmapped call of a batch replay: as many as fit half the memory available (the rest is
+    headroom for the host's copies), a multiple of ``devices``; refused when even ``devices`` machines do not fit
+    in all of it."""
+    room = memory.available_bytes() if available is None else float(available)
+    one = memory.replay_estimate(what, ops, slots, rows, cols, None, machines=1, grids=1)
+    # a shared grid's tables are built once; otherwise every machine carries its own
+    per_machine = one.parts["per-op records"] + (0.0 if shared else one.parts["tile-order tables"])
+    fixed = one.parts["compiled program"] + (one.parts["tile-order tables"] if shared else 0.0)
+    fit = int((room / 2 - fixed) // per_machine)
+    if fit < devices:
+        memory.replay_estimate(what, ops, slots, rows, cols, None, machines=devices,
+                               grids=1 if shared else devices).check(
+            GRID_ADVICE + ", or fewer devices to shard over", available=room)
+        fit = devices
+    return max(devices, min(machines, fit) - min(machines, fit) % devices)
 
 
 def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,

@@ -25,6 +25,7 @@ from ._cost import (
     to_dataset,
 )
 from .hardware import FIELDS, Hardware
+from .memory import Estimate, sweep_estimate
 
 #: Grid keys that are not Hardware fields: name -> (fields it sets, description)
 ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -78,6 +79,23 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
             fields[field] = vals[index[axis]]
     # no name: the name is static pytree metadata, and one compiled program should serve every base
     return Hardware(name="", **fields), {k: labels for k, (_, labels) in axes.items()}, shape
+
+
+def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int) -> Estimate:
+    """The peak memory of :func:`sweep` over ``grid``, from the axes' lengths alone (nothing is built)."""
+    axes = {key: _grid_values(key, values, base) for key, values in grid.items()}
+    machines = int(np.prod([len(labels) for _, labels in axes.values()], dtype=np.float64)) if axes else 1
+    rows = cols = None
+    grids = 1
+    for sets, labels in axes.values():
+        if "tile_rows" in sets or "tile_cols" in sets:
+            grids *= len(labels)  # distinct grids: at most the product of the axes that set them
+            rows = max(rows or 0, int(np.max(sets.get("tile_rows", [0]))))
+            cols = max(cols or 0, int(np.max(sets.get("tile_cols", [0]))))
+    rows = max(rows or 0, int(np.max(np.asarray(base.tile_rows))))
+    cols = max(cols or 0, int(np.max(np.asarray(base.tile_cols))))
+    return sweep_estimate(f"a sweep of {machines:,} machines", machines, dataflows, ops, len(FIELDS), rows,
+                                 cols, grids)
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
@@ -147,6 +165,9 @@ def sweep(
     arrays, coord = alone_arrays(ops)
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))
+    grid_estimate(hw, grid, len(names), len(coord)).check(
+        "sweep fewer machines at a time (split an axis over several calls and reduce each result), fewer "
+        "dataflows, or fewer ops (aggregate the trace by region first)")
     machines, labels, shape = machine_grid(hw, grid)
     total = int(np.prod(shape)) if shape else 1
     tables, grid_index = batch_tables(machines.tile_rows, machines.tile_cols)

@@ -1,0 +1,239 @@
+"""Refuse work that cannot fit, before starting it: memory estimates of the simulator's big arrays.
+
+Every entry point that allocates in proportion to a size the user chooses
+(the tile grid, the number of machines, time bins, events) estimates its peak
+from those sizes before it compiles or allocates anything, and raises
+:class:`MemoryGuardError` when the estimate exceeds the memory available to
+this process: a clear message instead of the operating system's OOM killer or
+XLA's ``RESOURCE_EXHAUSTED`` after minutes. Where the API returns something
+small (``replay_batch``'s per-machine scalars) the work is chunked instead.
+
+The estimates are upper bounds built from what each stage holds (float64
+arrays and the copies NumPy and XLA make of them), checked against the peak
+resident memory of real runs in ``tests/sim/test_memory_guard.py``. The
+memory available is the operating system's figure (``psutil``), capped by a
+cgroup limit when the process runs in one; set ``DFIT_NB_MEMORY_LIMIT`` (bytes,
+or ``"8GB"``, ``"512MiB"``) to use another budget (lower to keep headroom for
+other work, higher to accept the risk).
+
+>>> from dfit_nb.sim import memory
+>>> est = memory.Estimate("replay", {"cube": 3 * 2**30}, {"tiles": 10**6})
+>>> est.check(available=2**30, advice="use fewer time bins")  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+dfit_nb.sim.memory.MemoryGuardError: replay needs about 3.0 GiB (cube 3.0 GiB; tiles=1000000), more than ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import DfitError
+
+#: the environment variable that overrides the memory budget
+LIMIT_ENV = "DFIT_NB_MEMORY_LIMIT"
+
+#: what compiling and running a replay program costs whatever its sizes (JAX's runtime, the executable, XLA's
+#: buffers): measured as the peak resident growth of a replay of the encoder on a 64 x 64 grid, about 0.35 GiB,
+#: rounded up
+COMPILED_BYTES = 512 * 2**20
+
+#: bytes per replay event through its expansion (float64 columns, object strings, the per-kind parts, the time
+#: sort and the Dataset): about 12 columns, three copies at the peak
+EVENT_BYTES = 400
+
+#: float64 results per (machine, dataflow, op) of a sweep: the variables of :func:`dfit_nb.sim.cost` and the
+#: derived ones (41 today; the test suite checks the bound), held three times at the peak (the chunks' results,
+#: their concatenation, the Dataset)
+SWEEP_VALUES = 48
+SWEEP_COPIES = 3
+
+#: per-op float64 values a replay's scan keeps per op besides its link loads (records, carry, model outputs)
+RECORD_VALUES = 64
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
+          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
+
+
+class MemoryGuardError(DfitError, MemoryError):
+    """The work would need more memory than is available; refused before allocating it."""
+
+
+def parse_bytes(text: str | float) -> float:
+    """``"8GB"``, ``"512 MiB"``, ``"1e9"`` or a number -> bytes.
+
+    >>> parse_bytes("512MiB") == 512 * 2**20
+    True
+    """
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", str(text))
+        if m is None or m.group(2).lower() not in _UNITS:
+            raise MemoryGuardError(f"{LIMIT_ENV}={text!r} is not a size; use bytes or a number with a unit "
+                                   f"({', '.join(u for u in _UNITS if u)}), e.g. '8GB'")
+        try:
+            value, unit = float(m.group(1)), m.group(2).lower()
+        except ValueError:
+            raise MemoryGuardError(f"{LIMIT_ENV}={text!r} is not a size; use bytes or e.g. '8GB'") from None
+    if not value > 0 or value == float("inf"):
+        raise MemoryGuardError(f"{LIMIT_ENV}={text!r}: the budget must be a positive, finite size")
+    return value * _UNITS[unit]
+
+
+def _cgroup_room() -> float | None:
+    """What a cgroup (v2, else v1) still lets this process allocate, if it is limited."""
+    v1 = "/sys/fs/cgroup/memory/memory."
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
+        try:
+            cap = Path(limit).read_text().strip()
+            used = float(Path(usage).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap.isdigit() and float(cap) < 2**60:  # "max" or a huge number: no limit
+            return max(float(cap) - used, 0.0)
+    return None
+
+
+def available_bytes() -> float:
+    """Bytes this process may still allocate: ``DFIT_NB_MEMORY_LIMIT`` if set, else the system's available memory
+    capped by a cgroup limit."""
+    override = os.environ.get(LIMIT_ENV, "").strip()
+    if override:
+        return parse_bytes(override)
+    try:
+        import psutil
+
+        room = float(psutil.virtual_memory().available)
+    except (ImportError, OSError):  # psutil is a dependency; without it, Linux's own figure, else no guard
+        try:
+            text = Path("/proc/meminfo").read_text()
+            room = float(re.search(r"MemAvailable:\s+(\d+)\s*kB", text).group(1)) * 1024  # type: ignore[union-attr]
+        except (OSError, AttributeError, ValueError):
+            room = float("inf")
+    cgroup = _cgroup_room()
+    return min(room, cgroup) if cgroup is not None else room
+
+
+def device_available_bytes() -> tuple[float, str]:
+    """Bytes free for new arrays on JAX's default device (its allocator's limit less what is in use, on an
+    accelerator) and the device's name; on the CPU backend, :func:`available_bytes`."""
+    import jax
+
+    device = jax.devices()[0]
+    with_stats = getattr(device, "memory_stats", None)
+    stats = with_stats() if with_stats is not None else None
+    if stats and "bytes_limit" in stats:
+        return float(stats["bytes_limit"]) - float(stats.get("bytes_in_use", 0)), str(device)
+    return available_bytes(), str(device)
+
+
+def human(nbytes: float) -> str:
+    """``3221225472`` -> ``"3.0 GiB"``."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """The peak memory of some work: named parts (bytes) and the sizes they come from."""
+
+    what: str
+    parts: Mapping[str, float]
+    sizes: Mapping[str, Any]
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.parts.values()))
+
+    def check(self, advice: str, available: float | None = None) -> None:
+        """Raise :class:`MemoryGuardError` naming the sizes, the estimate, the memory available and ``advice``
+        when the estimate does not fit."""
+        room = available_bytes() if available is None else float(available)
+        if self.total <= room:
+            return
+        parts = ", ".join(f"{k} {human(v)}" for k, v in sorted(self.parts.items(), key=lambda kv: -kv[1]) if v)
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        source = f" ({LIMIT_ENV})" if os.environ.get(LIMIT_ENV, "").strip() else ""
+        raise MemoryGuardError(f"{self.what} needs about {human(self.total)} ({parts}; {sizes}), more than the "
+                               f"{human(room)} available{source}: {advice}; nothing was allocated")
+
+
+def tables_bytes(tiles: int, rows: int, cols: int, grids: int = 1) -> float:
+    """The tile-order prefix counts (:func:`dfit_nb.sim.schedule.prefix_counts`) of ``grids`` grids: float64
+    ``(tiles + 1) x (rows + cols)``, built on the host (a one-hot matrix and its cumulative sum: two transient
+    copies of the larger) and copied to the device."""
+    t = float(tiles) + 1.0
+    return 8.0 * t * (2.0 * (rows + cols) * grids + 2.0 * max(rows, cols))
+
+
+def replay_estimate(what: str, ops: int, slots: int, rows: int, cols: int, time_bins: int | None,
+                    machines: int = 1, grids: int = 1) -> Estimate:
+    """A replay's peak before its events: the compiled program, the tile-order tables, per-op records (link
+    loads over ``2 (rows + cols)`` link groups, retile and delivery) per machine, and the cube's per-tile arrays
+    over ``time_bins`` (``None``: no cube, as in :func:`dfit_nb.sim.replay_batch`)."""
+    tiles = rows * cols
+    links = 2.0 * (rows + cols)
+    parts = {
+        "compiled program": float(COMPILED_BYTES),
+        "tile-order tables": tables_bytes(tiles, rows, cols, grids),
+        # each scan step also builds (producers x rows) and (producers x cols) temporaries: small next to these
+        "per-op records": 8.0 * ops * (RECORD_VALUES + 2.0 * links + 2.0 * slots) * machines,
+    }
+    sizes: dict[str, Any] = {"tile grid": f"{rows}x{cols}", "op slots": ops}
+    if machines > 1:
+        sizes["machines"] = machines
+    if time_bins is not None:
+        parts["cube"] = cube_bytes(time_bins, rows, cols)
+        sizes["time_bins"] = time_bins
+    return Estimate(what, parts, sizes)
+
+
+def cube_bytes(time_bins: int, rows: int, cols: int) -> float:
+    """The cube's arrays over time: busy and SRAM occupancy over tiles (each binned through a difference array,
+    then clipped: four float64 copies) and the load of ``2 (rows + cols)`` link groups."""
+    return 8.0 * time_bins * 4.0 * (2.0 * rows * cols + 2.0 * (rows + cols))
+
+
+def events_estimate(what: str, events: int, rows: int, cols: int, time_bins: int) -> Estimate:
+    """The events of a replay (one per op, tile and kind) and its cube, once the per-op records say how many."""
+    # the compiled program stays resident while they are built
+    parts = {"events": float(EVENT_BYTES) * events, "cube": cube_bytes(time_bins, rows, cols),
+             "compiled program": float(COMPILED_BYTES)}
+    return Estimate(what, parts, {"events": events, "tile grid": f"{rows}x{cols}", "time_bins": time_bins})
+
+
+def sweep_estimate(what: str, machines: int, dataflows: int, ops: int, fields: int, rows: int, cols: int,
+                   grids: int) -> Estimate:
+    """A sweep's peak: every machine's fields, the results over (machines, dataflows, ops), the tables of each
+    distinct grid; one chunk's evaluation is bounded by :data:`dfit_nb.sim.grid.CHUNK_EVALS`."""
+    parts = {
+        "results": 8.0 * machines * dataflows * ops * SWEEP_VALUES * SWEEP_COPIES,
+        "machines": 8.0 * machines * (fields + 2) * 2.0,  # the fields and the grid index, built then sliced
+        "tile-order tables": tables_bytes(rows * cols, rows, cols, grids),
+        "compiled program": float(COMPILED_BYTES),
+    }
+    return Estimate(what, parts, {"machines": machines, "dataflows": dataflows, "ops": ops})
+
+
+__all__ = (
+    "LIMIT_ENV",
+    "Estimate",
+    "MemoryGuardError",
+    "available_bytes",
+    "cube_bytes",
+    "events_estimate",
+    "human",
+    "parse_bytes",
+    "replay_estimate",
+    "sweep_estimate",
+    "tables_bytes",
+)
