@@ -19,11 +19,14 @@ from .capture import Trace as Trace
 from .capture import capture as capture
 from .capture import load_trace as load_trace
 from .sim._replay import replay as replay
+from .precision_study import PrecisionStudy as PrecisionStudy
+from .precision_study import precision as precision
+from .precision_study import precision_verdict as precision_verdict
 from .sim.run import Run as Run
 from .sim.run import load_run as load_run
 
-__all__ = ("Run", "Trace", "__version__", "capture", "errors", "events", "examples", "load_run", "load_trace",
-           "replay", "sim")
+__all__ = ("PrecisionStudy", "Run", "Trace", "__version__", "capture", "errors", "events", "examples", "load_run",
+           "load_trace", "precision", "precision_verdict", "replay", "sim")
 
 
 #: submodules imported on first use (PEP 562): ``import dfit_nb`` stays free of Altair and ipywidgets

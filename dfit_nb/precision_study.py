@@ -1,0 +1,834 @@
+"""Precision with quality evidence: reduced-precision GEMM/conv inputs, their output drift and their price.
+
+:func:`precision` runs a captured program with the inputs of its ``dot_general`` and ``conv_general_dilated`` ops
+reduced to a narrower format (cast, or fake-quantised) and every other op in the program's own dtypes, and
+measures how far the outputs drift from the program's own run, for every GEMM at once and for one region at a
+time (to find which layers carry the drift). With a machine (``hw=``) the same formats are priced by replaying
+the trace with those ops' dtype changed (narrower words: fewer bytes, more fits in SRAM, cheaper MACs), so the
+energy and latency win sits next to its quality cost. :func:`precision_verdict` then says, per format, whether
+the win is backed by the evidence: a precision change is never recommended without it.
+
+How the program runs
+--------------------
+The captured jaxpr (``trace.jaxpr``) is walked by capture's own walker
+(:func:`dfit_nb.capture.walk.walk_closed_jaxpr`), so op ids and region paths are those of ``trace.ops``, and its
+tagged copy is evaluated by a small interpreter, jitted once per format: leaf equations are bound as they are;
+``jit``, ``remat``, ``custom_jvp`` and ``custom_vjp`` calls are inlined (their primal computation); ``scan``,
+``while`` and ``cond`` are rebuilt with ``lax.scan``, ``lax.while_loop`` and ``lax.switch`` over interpreted
+bodies. Each GEMM's inputs pass through ``where(reduce[op], quantise(x), x)``, ``reduce`` a traced mask, so
+every region's run reuses one compiled program. GEMMs inside a primitive dfit_nb has no rule for (an "opaque"
+container) are run as they are and not reduced.
+
+Formats (:data:`FORMATS`): floating operands of each GEMM are rounded to the format and back to their own dtype
+(float32 in a float32 program), and the GEMM computes in that dtype afterwards:
+
+* ``bf16``, ``fp16``: a cast (``fp16`` overflows to inf beyond 65504, as a plain cast does);
+* ``fp8_e4m3``, ``fp8_e5m2``: a per-tensor scale mapping the tensor's largest magnitude to the format's largest
+  finite value (448, 57344), the cast, and the scale undone;
+* ``int8``: symmetric fake-quantisation, ``clip(round(x / s), -127, 127) * s``, with ``s = amax / 127``: one
+  scale per output channel for the weight-like operand (the right-hand operand of ``dot_general``, reduced over
+  its contracting dimensions, so batch dimensions get their own scales; the kernel of a convolution, per output
+  feature) and one per tensor for the activation (the left-hand operand).
+
+Scales come from each tensor at run time (dynamic quantisation, no calibration set).
+
+Metrics, per floating output leaf (non-floating leaves are listed in ``attrs["skipped_outputs"]``):
+``max_abs_error`` ``max |y - y_ref|``, ``rel_error`` ``||y - y_ref|| / ||y_ref||`` (2-norms over every
+element), ``cosine`` (1 when both are zero) and ``top1_agreement``, the share of rows (every index of the
+leading axes) whose argmax over the last axis agrees, for outputs that look like logits: **floating, at least
+1-D, last axis longer than 1** (``logits=`` overrides the rule). The reference is the float32 run: the captured
+program itself (``jax.jit`` of ``trace.jaxpr``); ``attrs["interpreter_max_abs_diff"]`` is how far the
+interpreter with nothing reduced lands from it (0 when XLA compiles both alike), the floor below which drift
+means nothing.
+
+Pricing: the reduced GEMMs' rows of ``trace.ops`` get the format's dtype (``dtype``, ``in_shapes``,
+``bytes_read``, ``bytes_written``) and the edges into them the format's bytes, and the modified trace is
+replayed (:func:`dfit_nb.replay`). The machine model charges an op's words at its dtype's width cast down to
+``hw.word_bytes`` and the MAC energy of that width (:func:`dfit_nb.sim.machine.word_and_mac_energy`), so a
+format no narrower than the machine's native word changes nothing there. The whole GEMM (its output included)
+is priced at the format's width; every other op keeps its dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html
+import math
+import re
+import warnings
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.extend.core as jcore
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import xarray as xr
+from jax import lax
+
+from ._version import __version__
+from .capture import Trace, capture
+from .capture.api import _is_dynamic
+from .capture.walk import Walk, walk_closed_jaxpr
+from .errors import DfitError, OpaquePrimitiveWarning
+from .sim import REPLAY_DATAFLOWS, Hardware, SpillWarning, replay
+
+#: the primitives whose inputs a format reduces
+GEMM_PRIMITIVES = ("dot_general", "conv_general_dilated")
+#: the ``region`` entry holding every GEMM reduced at once
+ALL = "(all)"
+#: the formats :func:`precision` measures unless told
+DEFAULT_FORMATS = ("bf16", "fp8_e4m3", "int8")
+#: the default drift tolerance of :func:`precision_verdict`: worst output's ``rel_error``
+DEFAULT_TOLERANCE = 0.01
+#: the default least ``top1_agreement`` of :func:`precision_verdict` on logits outputs
+DEFAULT_MIN_TOP1 = 0.99
+#: the rule naming the regions that carry the drift (:func:`precision_verdict`)
+CARRIER_RULE = ("regions whose drift when reduced alone exceeds the tolerance; when none does, the fewest regions, "
+                "largest first, whose drifts sum to at least half of all regions' drifts")
+LOGITS_RULE = "floating, at least 1-D, last axis longer than 1"
+
+
+class PrecisionError(DfitError, ValueError):
+    """Bad input to :func:`precision` or :func:`precision_verdict`: an unknown format, a program without GEMMs,
+    outputs that are not floating point, arguments that do not fit the trace."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A reduced number format for GEMM/conv inputs."""
+
+    name: str
+    dtype: str  # the NumPy / ml_dtypes name the machine model prices
+    scheme: str  # "cast", "scaled" (per-tensor scale to max_finite) or "int" (symmetric, per channel for weights)
+    max_finite: float
+    description: str
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return int(np.dtype(getattr(ml_dtypes, self.dtype, self.dtype)).itemsize)
+
+    def quantise(self, x: Any, channel_axes: tuple[int, ...] | None = None) -> Any:
+        """``x`` rounded to the format and back to its own dtype (non-floating ``x`` unchanged).
+
+        ``channel_axes``: the axes one int8 scale spans (the rest index the channels); ``None``: one scale for the
+        tensor. Only the ``int`` scheme uses per-channel scales.
+
+        >>> import jax.numpy as jnp
+        >>> [float(v) for v in FORMATS["int8"].quantise(jnp.array([1.0, -0.5, 0.003]))]  # steps of 1/127
+        [1.0, -0.5039370059967041, 0.0]
+        >>> float(FORMATS["bf16"].quantise(jnp.float32(1.0 + 2.0 ** -10)))
+        1.0
+        """
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            return x
+        own = x.dtype
+        if self.scheme == "cast":
+            return x.astype(self.dtype).astype(own)
+        x32 = x.astype(jnp.float32)
+        if self.scheme == "scaled":
+            amax = jnp.max(jnp.abs(x32))
+            scale = jnp.where(amax > 0, amax / self.max_finite, 1.0)
+            q = jnp.clip(x32 / scale, -self.max_finite, self.max_finite).astype(getattr(jnp, self.dtype))
+            return (q.astype(jnp.float32) * scale).astype(own)
+        axes = tuple(range(x.ndim)) if channel_axes is None else channel_axes
+        amax = jnp.max(jnp.abs(x32), axis=axes, keepdims=True)
+        scale = jnp.where(amax > 0, amax / self.max_finite, 1.0)
+        return (jnp.clip(jnp.round(x32 / scale), -self.max_finite, self.max_finite) * scale).astype(own)
+
+
+#: the formats :func:`precision` knows, by name
+FORMATS: dict[str, Format] = {f.name: f for f in (
+    Format("bf16", "bfloat16", "cast", float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+           "bfloat16: a cast (8-bit exponent, 8-bit significand)"),
+    Format("fp16", "float16", "cast", 65504.0, "IEEE half: a cast (overflows to inf beyond 65504)"),
+    Format("fp8_e4m3", "float8_e4m3fn", "scaled", 448.0,
+           "float8 e4m3fn with a per-tensor scale to its largest finite value (448)"),
+    Format("fp8_e5m2", "float8_e5m2", "scaled", 57344.0,
+           "float8 e5m2 with a per-tensor scale to its largest finite value (57344)"),
+    Format("int8", "int8", "int", 127.0,
+           "int8 symmetric fake-quantisation: per output channel for the weight-like operand, per tensor for the "
+           "activation"),
+)}
+
+
+# variable -> (units, description)
+VARIABLES: dict[str, tuple[str, str]] = {
+    "max_abs_error": ("output units", "largest |reduced - float32| over the output's elements"),
+    "rel_error": ("1", "||reduced - float32|| / ||float32||, 2-norms over the output's elements"),
+    "cosine": ("1", "cosine similarity of the reduced and float32 outputs (1 when both are zero)"),
+    "top1_agreement": ("1", "share of rows whose argmax over the last axis agrees with the float32 run; NaN for "
+                            f"outputs that are not logits ({LOGITS_RULE})"),
+    "is_logits": ("", f"whether top-1 agreement is measured on the output ({LOGITS_RULE}, or logits=)"),
+    "gemm_ops": ("1", "dot_general / conv_general_dilated ops reduced in the region"),
+    "gemm_flops": ("FLOP", "FLOPs per call of the region's reduced ops (flops x count)"),
+    "word_bytes": ("B", "bytes of the word the machine prices the format's GEMMs at: the format's width cast "
+                        "down to hw.word_bytes"),
+    "latency_s": ("s", "replayed latency with the region's GEMMs in the format"),
+    "energy_j": ("J", "replayed energy with the region's GEMMs in the format"),
+    "joules_per_inference": ("J", "replayed energy per inference with the region's GEMMs in the format"),
+    "dram_bytes": ("B", "replayed DRAM traffic with the region's GEMMs in the format (what no longer fits SRAM)"),
+    "latency_ratio": ("1", "latency_s / the float32 replay's"),
+    "energy_ratio": ("1", "energy_j / the float32 replay's"),
+    "dram_bytes_ratio": ("1", "dram_bytes / the float32 replay's (1 when both are 0)"),
+    "float32_latency_s": ("s", "replayed latency of the program as captured"),
+    "float32_energy_j": ("J", "replayed energy of the program as captured"),
+    "float32_joules_per_inference": ("J", "replayed energy per inference of the program as captured"),
+    "float32_dram_bytes": ("B", "replayed DRAM traffic of the program as captured"),
+}
+
+
+def _var(dims: Any, values: Any, name: str) -> tuple[Any, Any, dict[str, str]]:
+    units, description = VARIABLES[name]
+    return (dims, values, {"units": units, "description": description})
+
+
+# ------------------------------------------------------------------------------------------------ interpreter
+_INLINED = ("jit", "call", "remat", "custom_jvp", "custom_vjp")
+
+
+class _Interpreter:
+    """Evaluates capture's tagged jaxpr, reducing the inputs of the GEMMs whose mask entry is set (traceable)."""
+
+    def __init__(self, walk: Walk, slot: Mapping[int, int], fmt: Format) -> None:
+        self.eqn_op, self.records, self.slot, self.fmt = walk.eqn_op, walk.records, slot, fmt
+        self.mask: Any = None
+
+    def __call__(self, closed: jcore.ClosedJaxpr, mask: Any, args: Sequence[Any]) -> list[Any]:
+        self.mask = mask
+        return self._sub(closed, list(args))
+
+    def _sub(self, j: Any, args: list[Any]) -> list[Any]:
+        if isinstance(j, jcore.ClosedJaxpr):
+            return self._run(j.jaxpr, list(j.consts), args)
+        return self._run(j, [], args)
+
+    def _run(self, jaxpr: jcore.Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]:
+        env: dict[Any, Any] = {}
+
+        def read(v: Any) -> Any:
+            return v.val if isinstance(v, jcore.Literal) else env[v]
+
+        env.update(zip(jaxpr.constvars, consts, strict=True))
+        env.update(zip(jaxpr.invars, args, strict=True))
+        for eqn in jaxpr.eqns:
+            op = self.eqn_op[id(eqn)]
+            outs = self._eval(op, eqn, [read(v) for v in eqn.invars])
+            for v, x in zip(eqn.outvars, outs, strict=True):
+                if not isinstance(v, jcore.DropVar):
+                    env[v] = x
+        return [read(v) for v in jaxpr.outvars]
+
+    def _eval(self, op: int, eqn: Any, invals: list[Any]) -> list[Any]:
+        kind, p = self.records[op].container, eqn.params
+        if kind == "scan":
+            nc, nk = p["num_consts"], p["num_carry"]
+            consts, carry, xs = invals[:nc], invals[nc:nc + nk], invals[nc + nk:]
+
+            def body(c: Any, x: Any) -> tuple[Any, Any]:
+                outs = self._sub(p["jaxpr"], [*consts, *c, *x])
+                return outs[:nk], outs[nk:]
+
+            carry, ys = lax.scan(body, carry, xs, length=p["length"], reverse=p["reverse"],
+                                 unroll=p.get("unroll", 1))
+            return [*carry, *ys]
+        if kind == "while":
+            cn, bn = p["cond_nconsts"], p["body_nconsts"]
+            cconsts, bconsts, carry = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
+            out = lax.while_loop(lambda c: self._sub(p["cond_jaxpr"], [*cconsts, *c])[0],
+                                 lambda c: tuple(self._sub(p["body_jaxpr"], [*bconsts, *c])), tuple(carry))
+            return list(out)
+        if kind == "cond":
+            branches = [functools.partial(lambda b, *a: tuple(self._sub(b, list(a))), b) for b in p["branches"]]
+            return list(lax.switch(invals[0], branches, *invals[1:]))
+        if kind in _INLINED:
+            sub = next(v for v in p.values() if isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)))
+            n_in = len((sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub).invars)
+            return self._sub(sub, invals[len(invals) - n_in:])
+        if op in self.slot:
+            invals = self._reduce(eqn, invals, self.mask[self.slot[op]])
+        out = eqn.primitive.bind(*invals, **p)
+        return list(out) if eqn.primitive.multiple_results else [out]
+
+    def _reduce(self, eqn: Any, invals: list[Any], flag: Any) -> list[Any]:
+        lhs, rhs = invals[0], invals[1]
+        if eqn.primitive.name == "dot_general":
+            (_, rhs_contract), _ = eqn.params["dimension_numbers"]
+            axes = tuple(int(a) for a in rhs_contract)
+        else:  # conv: one scale per output feature of the kernel
+            out_feature = int(eqn.params["dimension_numbers"].rhs_spec[0])
+            axes = tuple(i for i in range(rhs.ndim) if i != out_feature)
+        return [jnp.where(flag, self.fmt.quantise(lhs), lhs), jnp.where(flag, self.fmt.quantise(rhs, axes), rhs),
+                *invals[2:]]
+
+
+# ----------------------------------------------------------------------------------------------------- inputs
+def _formats(formats: Any) -> list[Format]:
+    valid = ", ".join(FORMATS)
+    if isinstance(formats, str):
+        formats = (formats,)
+    try:
+        names = list(formats)
+    except TypeError:
+        raise PrecisionError(f"formats must be a format name or a sequence of them ({valid}), "
+                             f"got {type(formats).__name__}") from None
+    if not names:
+        raise PrecisionError(f"formats is empty; give one or more of {valid}")
+    unknown = [n for n in names if not isinstance(n, str) or n not in FORMATS]
+    if unknown:
+        raise PrecisionError(f"unknown format(s) {', '.join(map(repr, unknown))}; valid formats: {valid}")
+    if len(set(names)) != len(names):
+        raise PrecisionError(f"formats names a format twice: {names}")
+    return [FORMATS[n] for n in names]
+
+
+def _trace_and_args(trace_or_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Trace, list[Any]]:
+    if isinstance(trace_or_fn, Trace):
+        trace = trace_or_fn
+        if trace.jaxpr is None:
+            raise PrecisionError("this Trace holds no jaxpr (a trace loaded from disk keeps only its text): "
+                                 "precision() runs the program; pass the function, dfit_nb.precision(fn, *args)")
+    elif callable(trace_or_fn):
+        trace = capture(trace_or_fn, *args, **kwargs)
+    else:
+        raise PrecisionError(f"precision() needs a function or a dfit_nb Trace, got {type(trace_or_fn).__name__}")
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    dyn = [leaf for leaf in leaves if _is_dynamic(leaf)]
+    specs = [i for i, leaf in enumerate(dyn) if isinstance(leaf, jax.ShapeDtypeStruct)]
+    if specs:
+        raise PrecisionError(f"precision() runs the function, so every traced argument must be a concrete array; "
+                             f"array argument(s) {specs} are jax.ShapeDtypeStruct")
+    want = [(tuple(a.shape), str(a.dtype)) for a in trace.jaxpr.in_avals]
+    have = [(tuple(np.shape(x)), str(jax.dtypes.canonicalize_dtype(x.dtype))) for x in dyn]
+    if want != have:
+        def text(s: list[tuple[tuple[int, ...], str]]) -> str:
+            return " ".join(f"{d}[{','.join(map(str, sh))}]" for sh, d in s) or "none"
+        raise PrecisionError(f"the arguments do not fit the trace: it takes arrays {text(want)}, got {text(have)}")
+    return trace, dyn
+
+
+def _output_names(trace: Trace, args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> list[str]:
+    names = None
+    if trace.fn is not None:
+        try:
+            shapes = jax.eval_shape(trace.fn, *args, **kwargs)
+            paths = jax.tree_util.tree_flatten_with_path(shapes)[0]
+            if len(paths) == n:
+                names = [jax.tree_util.keystr(path) or "out" for path, _ in paths]
+        except Exception:  # a name is a nicety: never fail a study for it
+            names = None
+    if names is None or len(set(names)) != n:
+        names = ["out"] if n == 1 else [f"out{i}" for i in range(n)]
+    return names
+
+
+def _is_logits(x: Any) -> bool:
+    return bool(jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 1 and x.shape[-1] > 1)
+
+
+def _logits_flags(outputs: list[Any], names: list[str], logits: Any) -> list[bool]:
+    if logits is None:
+        return [_is_logits(x) for x in outputs]
+    if isinstance(logits, bool):
+        flags = [logits and jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 1 for x in outputs]
+        return [bool(f) for f in flags]
+    if isinstance(logits, (str, int)):
+        logits = [logits]
+    chosen = set()
+    for key in logits:
+        if isinstance(key, str) and key in names:
+            chosen.add(names.index(key))
+        elif isinstance(key, int) and not isinstance(key, bool) and -len(names) <= key < len(names):
+            chosen.add(key % len(names))
+        else:
+            raise PrecisionError(f"logits names no output: {key!r}; outputs: {', '.join(names)}")
+    for i in chosen:
+        if outputs[i].ndim < 1 or not jnp.issubdtype(outputs[i].dtype, jnp.floating):
+            raise PrecisionError(f"logits: output {names[i]} ({outputs[i].dtype}{list(outputs[i].shape)}) is not a "
+                                 "floating array of at least one axis")
+    return [i in chosen for i in range(len(outputs))]
+
+
+def _metrics(ref: Any, out: Any, logits: bool) -> tuple[float, float, float, float]:
+    r, o = np.asarray(ref, np.float64).ravel(), np.asarray(out, np.float64).ravel()
+    d = o - r
+    max_abs = float(np.max(np.abs(d))) if d.size else 0.0
+    nr, no, nd = (float(np.linalg.norm(v)) for v in (r, o, d))
+    rel = nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf)
+    cos = float(np.dot(r, o)) / (nr * no) if nr > 0 and no > 0 else (1.0 if nr == no == 0 else 0.0)
+    top1 = math.nan
+    if logits:
+        a, b = np.asarray(ref, np.float64), np.asarray(out, np.float64)
+        top1 = float(np.mean(np.argmax(a, axis=-1) == np.argmax(b, axis=-1)))
+    return max_abs, rel, cos, top1
+
+
+def _region_of(path: str, depth: int | None) -> str:
+    if depth is None:
+        return path
+    return "/".join(path.split("/")[:depth]) if path else path
+
+
+# -------------------------------------------------------------------------------------------------- pricing
+_SHAPE = re.compile(r"([A-Za-z_]\w*)(\[[\d,\s]*\])")  # the in_shapes tokens of capture: float32[2,3]
+
+
+def _itemsize(dtype: str) -> float:
+    try:
+        return float(np.dtype(getattr(ml_dtypes, dtype, dtype)).itemsize)
+    except TypeError:
+        return 0.0
+
+
+def _floating(dtype: str) -> bool:
+    try:
+        return bool(jnp.issubdtype(np.dtype(getattr(ml_dtypes, dtype, dtype)), jnp.floating))
+    except TypeError:
+        return False
+
+
+def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trace:
+    """A copy of ``trace`` whose ops ``ops`` (ids of ``trace.ops``) run in ``fmt``: what the replay prices.
+
+    Their ``dtype`` becomes the format's, their floating operands in ``in_shapes`` too, ``bytes_read`` and
+    ``bytes_written`` are recounted at the format's width, and so are the bytes of the edges into their
+    floating operands. Nothing else changes; the replay reads the widths from these columns
+    (:func:`dfit_nb.sim.machine.word_and_mac_energy`).
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((4, 8)), jnp.ones((8, 2)))
+    >>> r = reduced_trace(t, [0], "int8")
+    >>> r.ops[["dtype", "in_shapes", "bytes_read", "bytes_written"]].isel(op=[0]).to_dataframe().to_dict("records")
+    [{'dtype': 'int8', 'in_shapes': 'int8[4,8] int8[8,2]', 'bytes_read': 48, 'bytes_written': 8}]
+    """
+    fmt = FORMATS[fmt] if isinstance(fmt, str) else fmt
+    ops_ds = trace.ops.copy(deep=True)
+    ids = np.asarray(sorted(int(o) for o in ops), np.int64)
+    width = float(fmt.itemsize)
+    dtype = ops_ds["dtype"].values.astype(object)
+    shapes = ops_ds["in_shapes"].values.astype(object)
+    read = ops_ds["bytes_read"].values.copy()
+    written = ops_ds["bytes_written"].values.copy()
+    operand_scale: dict[tuple[int, int], float] = {}
+    for o in ids:
+        tokens = _SHAPE.findall(str(shapes[o]))
+        new_read = 0.0
+        for pos, (dt, dims) in enumerate(tokens):
+            size = float(np.prod([int(d) for d in dims[1:-1].split(",") if d.strip()] or [1]))
+            if _floating(dt):
+                operand_scale[(int(o), pos)] = width / max(_itemsize(dt), 1.0)
+                new_read += size * width
+            else:
+                new_read += size * _itemsize(dt)
+        shapes[o] = _SHAPE.sub(lambda m: (fmt.dtype if _floating(m.group(1)) else m.group(1)) + m.group(2),
+                               str(shapes[o]))
+        read[o] = round(new_read)
+        if _floating(str(dtype[o])) and _itemsize(str(dtype[o])) > 0:
+            written[o] = round(written[o] * width / _itemsize(str(dtype[o])))
+            dtype[o] = fmt.dtype
+    ops_ds["in_shapes"] = (ops_ds["in_shapes"].dims, shapes.astype(str), ops_ds["in_shapes"].attrs)
+    ops_ds["dtype"] = (ops_ds["dtype"].dims, dtype.astype(str), ops_ds["dtype"].attrs)
+    ops_ds["bytes_read"].values = read
+    ops_ds["bytes_written"].values = written
+    edges = trace.edges.copy(deep=True)
+    if edges.sizes.get("edge", 0) and operand_scale:
+        pos = edges["operand"].values if "operand" in edges else np.zeros(edges.sizes["edge"], np.int64)
+        factor = np.array([operand_scale.get((int(d), int(p)), 1.0)
+                           for d, p in zip(edges["dst"].values, pos, strict=True)])
+        edges["bytes"].values = np.round(edges["bytes"].values * factor).astype(edges["bytes"].dtype)
+    return Trace(ops=ops_ds, edges=edges, regions=trace.regions, lowering=trace.lowering,
+                 attrs={**trace.attrs, "precision_format": fmt.name}, overhead=trace.overhead,
+                 jaxpr=trace.jaxpr, fn=trace.fn)
+
+
+def _price(trace: Trace, hw: Any, dataflow: Any, inferences: int, region_ops: list[list[int]],
+           fmts: list[Format]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    def summary(t: Trace) -> dict[str, float]:
+        s = replay(t, hw, dataflow, time_bins=8, inferences=inferences, measured=False).summary
+        return {k: float(s[k]) for k in ("latency_s", "energy_j", "joules_per_inference", "dram_bytes")}
+
+    base = summary(trace)  # a SpillWarning of the program as captured reaches the user
+    out = {k: np.full((len(fmts), len(region_ops)), np.nan) for k in base}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpillWarning)  # narrower words spill no more than the baseline
+        for i, fmt in enumerate(fmts):
+            for j, ops in enumerate(region_ops):
+                for k, v in summary(reduced_trace(trace, ops, fmt)).items():
+                    out[k][i, j] = v
+    return out, base
+
+
+# ------------------------------------------------------------------------------------------------------ study
+def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequence[str] | str = DEFAULT_FORMATS,
+              hw: Any = None, dataflow: Any = "ws", region_depth: int | None = None,
+              logits: bool | Sequence[str | int] | None = None, inferences: int = 1,
+              **kwargs: Any) -> PrecisionStudy:
+    """Output drift of reduced-precision GEMM/conv inputs, globally and region by region, and its price.
+
+    Parameters
+    ----------
+    trace_or_fn : Trace or callable
+        A function (captured here, static mode) or a :class:`~dfit_nb.Trace` from :func:`dfit_nb.capture` (it must
+        hold its jaxpr: a trace loaded from disk does not).
+    *args, **kwargs
+        The function's arguments, concrete arrays (the program runs): the same pytree ``capture`` took.
+    formats : str or sequence of str
+        Names in :data:`FORMATS`: ``bf16``, ``fp16``, ``fp8_e4m3``, ``fp8_e5m2``, ``int8``.
+    hw : Hardware, optional
+        A machine to price the formats on (:func:`dfit_nb.replay` of the trace with the GEMMs' dtype changed);
+        ``None``: quality only.
+    dataflow : {"ws", "os", "is", "hybrid"}
+        The replay's dataflow (default ``"ws"``); ``"hybrid"`` selects one per format and region. A
+        :class:`~dfit_nb.sim.Policy` is refused: it is tied to the op table it was selected on.
+    region_depth : int, optional
+        Group regions by their first ``region_depth`` path segments (``None``: each GEMM's full region path).
+    logits : bool or sequence of output names / indices, optional
+        Which outputs get ``top1_agreement``; ``None`` applies the rule (floating, at least 1-D, last axis
+        longer than 1); ``True`` / ``False`` every floating output / none.
+    inferences : int
+        Inferences one call serves (the replay's ``joules_per_inference``).
+
+    Returns
+    -------
+    PrecisionStudy
+        ``.data``: an ``xarray.Dataset`` over (``format``, ``region``, ``output``); the ``region`` entry
+        :data:`ALL` (``"(all)"``) reduces every GEMM at once, each other entry one region alone (its path as in
+        ``trace.ops["region"]``, ``""`` the root). ``.verdict(tolerance)``: :func:`precision_verdict`.
+
+    Raises
+    ------
+    PrecisionError
+        An unknown format (the valid ones are named), no ``dot_general`` / ``conv_general_dilated`` op to
+        reduce, no floating output, arguments that do not fit the trace, shape specs instead of arrays, a trace
+        without its jaxpr, ``hw`` not one :class:`~dfit_nb.sim.Hardware`.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, dfit_nb
+    >>> def mlp(w1, w2, x):
+    ...     with jax.named_scope("hidden"):
+    ...         h = jnp.tanh(x @ w1)
+    ...     with jax.named_scope("head"):
+    ...         return h @ w2
+    >>> k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    >>> w1, w2 = jax.random.normal(k1, (32, 64)) / 6, jax.random.normal(k2, (64, 10)) / 8
+    >>> x = jax.random.normal(k3, (16, 32))
+    >>> hw = dfit_nb.sim.presets.get("npu_like").replace(word_bytes=4)  # a float32 datapath
+    >>> study = dfit_nb.precision(mlp, w1, w2, x, formats=("bf16", "int8"), hw=hw)
+    >>> study.data["region"].values.tolist()
+    ['(all)', 'head', 'hidden']
+    >>> rel = study.data["rel_error"].sel(region="(all)", output="out")
+    >>> bool(0 < rel.sel(format="bf16") < rel.sel(format="int8") < 0.05)
+    True
+    >>> [round(float(v), 2) for v in study.data["energy_ratio"].sel(region="(all)")]  # vs float32
+    [0.49, 0.24]
+    >>> verdict = study.verdict(tolerance=0.01)
+    >>> verdict["backed"].values.tolist(), verdict["recommended"].values.tolist()
+    ([True, False], [True, False])
+    """
+    fmts = _formats(formats)
+    if not isinstance(dataflow, str):
+        raise PrecisionError(f"dataflow must be a name ({', '.join(REPLAY_DATAFLOWS)}), got "
+                             f"{type(dataflow).__name__}: a Policy is tied to the op table it was selected on, "
+                             "which a format changes; 'hybrid' selects one per format and region")
+    if dataflow.lower() not in REPLAY_DATAFLOWS:
+        raise PrecisionError(f"unknown dataflow {dataflow!r}; valid: {', '.join(REPLAY_DATAFLOWS)}")
+    if hw is not None:
+        if not isinstance(hw, Hardware) or hw.batch_shape != ():
+            raise PrecisionError(f"hw must be one dfit_nb.sim.Hardware (e.g. dfit_nb.sim.presets.get('npu_like')) "
+                                 f"or None, got {type(hw).__name__}"
+                                 + (" with a batch of machines" if isinstance(hw, Hardware) else ""))
+    if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, int)
+                                     or region_depth < 1):
+        raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")
+    trace, dyn = _trace_and_args(trace_or_fn, args, kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OpaquePrimitiveWarning)  # capture warned already
+        walk = walk_closed_jaxpr(trace.jaxpr)
+    ops = trace.ops
+    if len(walk.records) != ops.sizes["op"] or any(
+            r.primitive != p for r, p in zip(walk.records, ops["primitive"].values, strict=True)):
+        raise PrecisionError("the trace's jaxpr does not match its ops table; capture the function again")
+
+    # the GEMMs to reduce: live dot/conv ops the interpreter reaches (not inside an opaque container)
+    def under_opaque(op: int) -> bool:
+        parent = walk.records[op].parent
+        while parent >= 0:
+            if walk.records[parent].container == "opaque":
+                return True
+            parent = walk.records[parent].parent
+        return False
+
+    live = ops["live"].values.astype(bool)
+    gemm_all = [r.id for r in walk.records if r.primitive in GEMM_PRIMITIVES and live[r.id]]
+    gemms = [o for o in gemm_all if not under_opaque(o)]
+    if not gemms:
+        raise PrecisionError(
+            f"{trace.attrs.get('function', 'the function')} has no dot_general or conv_general_dilated op"
+            + (" outside primitives dfit_nb cannot look into" if gemm_all else "")
+            + ": precision() reduces the inputs of GEMMs and convolutions only, so there is nothing to reduce")
+    if len(gemms) < len(gemm_all):
+        warnings.warn(f"{len(gemm_all) - len(gemms)} GEMM op(s) inside primitives without a cost rule run in their "
+                      "own precision (not reduced)", OpaquePrimitiveWarning, stacklevel=2)
+    slot = {o: i for i, o in enumerate(gemms)}
+    region_path = [_region_of(str(ops["region"].values[o]), region_depth) for o in gemms]
+    regions = sorted(set(region_path))
+    masks = np.zeros((1 + len(regions), len(gemms)), bool)
+    masks[0] = True
+    for j, reg in enumerate(regions):
+        masks[1 + j] = [r == reg for r in region_path]
+
+    # the float32 run: the captured program itself
+    reference = jax.jit(jcore.jaxpr_as_fun(trace.jaxpr))(*dyn)
+    names = _output_names(trace, args, kwargs, len(reference))
+    floating = [bool(jnp.issubdtype(x.dtype, jnp.floating)) for x in reference]
+    if not any(floating):
+        described = ", ".join(f"{n}: {x.dtype}{list(x.shape)}" for n, x in zip(names, reference, strict=True))
+        raise PrecisionError(f"no output of {trace.attrs.get('function', 'the function')} is floating point "
+                             f"({described or 'it returns nothing'}): drift is measured on floating outputs")
+    kept = [i for i, f in enumerate(floating) if f]
+    flags = _logits_flags(list(reference), names, logits)
+
+    shape = (len(fmts), 1 + len(regions), len(kept))
+    metric = {k: np.full(shape, np.nan) for k in ("max_abs_error", "rel_error", "cosine", "top1_agreement")}
+    floor = 0.0
+    for i, fmt in enumerate(fmts):
+        interp = _Interpreter(walk, slot, fmt)
+        run = jax.jit(lambda mask, *a, interp=interp: interp(walk.tagged, mask, a))
+        if i == 0:  # nothing reduced: how far the interpreter lands from the program itself
+            plain = run(jnp.zeros(len(gemms), bool), *dyn)
+            floor = max((float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)), initial=0.0))
+                         for k, (a, b) in enumerate(zip(plain, reference, strict=True)) if floating[k]), default=0.0)
+        for j, mask in enumerate(masks):
+            outs = run(jnp.asarray(mask), *dyn)
+            for c, k in enumerate(kept):
+                values = _metrics(reference[k], outs[k], flags[k])
+                for name, v in zip(("max_abs_error", "rel_error", "cosine", "top1_agreement"), values, strict=True):
+                    metric[name][i, j, c] = v
+
+    region_coord = [ALL, *regions]
+    flops = ops["flops"].values.astype(np.float64) * ops["count"].values.astype(np.float64)
+    gemm_flops = [float(flops[[o for o, m in zip(gemms, mask, strict=True) if m]].sum()) for mask in masks]
+    dims3 = ("format", "region", "output")
+    data = {name: _var(dims3, values, name) for name, values in metric.items()}
+    data["is_logits"] = _var("output", np.array([flags[k] for k in kept]), "is_logits")
+    data["gemm_ops"] = _var("region", masks.sum(axis=1).astype(np.int64), "gemm_ops")
+    data["gemm_flops"] = _var("region", np.array(gemm_flops), "gemm_flops")
+    attrs: dict[str, Any] = {
+        "description": "output drift of reduced-precision GEMM/conv inputs against the float32 run, every GEMM at "
+                       f"once (region {ALL!r}) and one region at a time, with the formats priced on a machine",
+        "function": str(trace.attrs.get("function", "")), "arg_shapes": str(trace.attrs.get("arg_shapes", "")),
+        "dfit_nb_version": __version__, "jax_version": jax.__version__,
+        "reference": "the captured program run as is (jax.jit of trace.jaxpr)",
+        "interpreter_max_abs_diff": floor,
+        "logits_rule": LOGITS_RULE if logits is None else f"given: {logits!r}",
+        "skipped_outputs": ", ".join(f"{names[k]} ({reference[k].dtype})" for k in range(len(names))
+                                     if not floating[k]),
+        "region_depth": -1 if region_depth is None else int(region_depth),
+        "hardware": "" if hw is None else str(hw.name),
+    }
+    if hw is not None:
+        region_ops = [[o for o, m in zip(gemms, mask, strict=True) if m] for mask in masks]
+        priced, base = _price(trace, hw, dataflow, inferences, region_ops, fmts)
+        for k in ("latency_s", "energy_j", "joules_per_inference", "dram_bytes"):
+            data[k] = _var(("format", "region"), priced[k], k)
+            data[f"float32_{k}"] = _var((), base[k], f"float32_{k}")
+        data["latency_ratio"] = _var(("format", "region"), priced["latency_s"] / base["latency_s"], "latency_ratio")
+        data["energy_ratio"] = _var(("format", "region"), priced["energy_j"] / base["energy_j"], "energy_ratio")
+        dram = priced["dram_bytes"] / base["dram_bytes"] if base["dram_bytes"] > 0 else np.where(
+            priced["dram_bytes"] > 0, np.inf, 1.0)
+        data["dram_bytes_ratio"] = _var(("format", "region"), dram, "dram_bytes_ratio")
+        native = float(np.asarray(hw.word_bytes))
+        data["word_bytes"] = _var("format", np.array([min(float(f.itemsize), native) for f in fmts]), "word_bytes")
+        attrs.update(native_word_bytes=native, execution=str(hw.execution),
+                     dataflow=dataflow.lower(), inferences=int(inferences))
+    coords = {
+        "format": ("format", [f.name for f in fmts], {"description": "reduced format of GEMM/conv inputs"}),
+        "format_dtype": ("format", [f.dtype for f in fmts], {"description": "the format's NumPy / ml_dtypes name"}),
+        "format_bytes": ("format", np.array([f.itemsize for f in fmts], np.int64),
+                         {"units": "B", "description": "bytes per element of the format"}),
+        "region": ("region", region_coord, {"description": f"{ALL!r}: every GEMM reduced at once; else the region "
+                                                           "reduced alone ('' the root), all others as captured"}),
+        "output": ("output", [names[k] for k in kept], {"description": "output leaf (jax.tree_util.keystr path)"}),
+    }
+    return PrecisionStudy(xr.Dataset(data, coords=coords, attrs=attrs))
+
+
+# ---------------------------------------------------------------------------------------------------- verdict
+def _check_tolerance(name: str, value: Any, upper: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(value) and 0 <= value <= upper):
+        bound = f"between 0 and {upper:g}" if math.isfinite(upper) else "finite and >= 0"
+        raise PrecisionError(f"{name} must be a number {bound}, got {value!r}")
+    return float(value)
+
+
+def precision_verdict(study: PrecisionStudy | xr.Dataset, tolerance: float = DEFAULT_TOLERANCE, *,
+                      metric: str = "rel_error", min_top1: float = DEFAULT_MIN_TOP1) -> xr.Dataset:
+    """Per format: is the win backed by quality evidence, and which regions carry the drift.
+
+    A format is **backed** when, with every GEMM reduced, the worst output's ``metric`` is within
+    ``tolerance`` (``rel_error`` and ``max_abs_error``: at most; ``cosine``: at least ``1 - tolerance``) and
+    every logits output keeps ``top1_agreement >= min_top1``. It **wins** when the replay prices it below
+    float32 (energy or latency ratio under 1; unknown without ``hw``). It is **recommended** only when both
+    hold: a precision change is never recommended without its quality evidence. The **carriers** are the
+    regions that carry the drift (:data:`CARRIER_RULE`), by each region's drift when reduced alone.
+
+    Returns an ``xarray.Dataset`` over ``format``: ``backed``, ``win``, ``recommended`` (bool), ``drift`` (the
+    measured value), ``top1`` (the worst logits output's agreement, NaN without one), ``carriers`` (regions,
+    comma-separated) and ``reason`` (a sentence); the rule in ``attrs``.
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> x = jnp.linspace(-1.0, 1.0, 64).reshape(8, 8)
+    >>> v = precision_verdict(dfit_nb.precision(lambda a: a @ a.T, x, formats="bf16"), tolerance=0.05)
+    >>> bool(v["backed"].item()), bool(v["recommended"].item())
+    (True, False)
+    >>> print(v["reason"].item())  # doctest: +ELLIPSIS
+    bf16: drift backed (rel_error ... <= 0.05; top-1 agreement 1, least 0.99); not priced (hw=None): no win to
+    recommend; not recommended. Drift carried by: <root>
+    """
+    ds = getattr(study, "data", study)
+    if not isinstance(ds, xr.Dataset) or "rel_error" not in ds or "format" not in ds.dims:
+        raise PrecisionError(f"precision_verdict() needs the result of dfit_nb.precision (or its .data), got "
+                             f"{type(study).__name__}")
+    metrics = ("rel_error", "max_abs_error", "cosine")
+    if metric not in metrics:
+        raise PrecisionError(f"unknown metric {metric!r}; valid: {', '.join(metrics)}")
+    tolerance = _check_tolerance("tolerance", tolerance, 2.0 if metric == "cosine" else math.inf)
+    min_top1 = _check_tolerance("min_top1", min_top1, 1.0)
+    values = ds[metric]
+    drift_all = values.sel(region=ALL)
+    # the worst output: the largest error, or the smallest cosine
+    worst = drift_all.min("output") if metric == "cosine" else drift_all.max("output")
+    within = worst >= 1.0 - tolerance if metric == "cosine" else worst <= tolerance
+    logits = ds["is_logits"].values.astype(bool)
+    top1 = ds["top1_agreement"].sel(region=ALL).isel(output=np.flatnonzero(logits))
+    worst_top1 = top1.min("output") if logits.any() else xr.full_like(worst, np.nan)
+    top1_ok = (worst_top1 >= min_top1) | ~logits.any()
+    backed = within & top1_ok
+    priced = "energy_ratio" in ds
+    regions = [r for r in ds["region"].values.tolist() if r != ALL]
+    rows: dict[str, list[Any]] = {k: [] for k in ("win", "recommended", "carriers", "reason")}
+    for f in ds["format"].values.tolist():
+        ok, t1, d = bool(backed.sel(format=f)), float(worst_top1.sel(format=f)), float(worst.sel(format=f))
+        # drift per region reduced alone: a cosine's drift is 1 - cosine
+        per = values.sel(format=f, region=regions)
+        per = (1.0 - per.min("output")) if metric == "cosine" else per.max("output")
+        carriers = _carriers([str(r) for r in regions], np.nan_to_num(per.values, nan=np.inf),
+                             tolerance)
+        sign = ">=" if metric == "cosine" else "<="
+        shown = f"{metric} {d:.3g} {sign} {1.0 - tolerance if metric == 'cosine' else tolerance:g}"
+        text = f"{f}: drift backed ({shown}" if ok else f"{f}: drift NOT backed ({metric} {d:.3g}, tolerance " \
+            f"{tolerance:g}"
+        if not math.isnan(t1):
+            text += f"; top-1 agreement {t1:.3g}, least {min_top1:g}"
+        text += ")"
+        if priced:
+            e = float(ds["energy_ratio"].sel(format=f, region=ALL))
+            lat = float(ds["latency_ratio"].sel(format=f, region=ALL))
+            win = bool(e < 1.0 - 1e-9 or lat < 1.0 - 1e-9)
+            text += f"; energy x{e:.3g}, latency x{lat:.3g} vs float32"
+            if not win:
+                word = ds.attrs.get("native_word_bytes")
+                text += (f" (no win: the machine's native word, {word:g} B, is no wider than the format's)"
+                         if word is not None and float(ds["word_bytes"].sel(format=f)) >= word else " (no win)")
+        else:
+            win = None
+            text += "; not priced (hw=None): no win to recommend"
+        rec = bool(ok and win)
+        text += "; recommended" if rec else ("; not recommended: the drift exceeds the tolerance" if not ok
+                                             else "; not recommended")
+        if carriers:
+            text += f". Drift carried by: {', '.join(c or '<root>' for c in carriers)}"
+        rows["win"].append(np.nan if win is None else float(win))
+        rows["recommended"].append(rec)
+        rows["carriers"].append(", ".join(c or "<root>" for c in carriers))
+        rows["reason"].append(text)
+    out = xr.Dataset(
+        {
+            "backed": ("format", backed.values.astype(bool),
+                       {"description": "drift within the tolerance with every GEMM reduced (and top-1 kept)"}),
+            "win": ("format", np.array(rows["win"]), {"description": "1 when the replay prices the format below "
+                                                                     "float32 (energy or latency), 0 when not, "
+                                                                     "NaN without hw"}),
+            "recommended": ("format", np.array(rows["recommended"], bool),
+                            {"description": "backed and a win: the only formats recommended"}),
+            "drift": ("format", worst.values, {"units": "1" if metric != "max_abs_error" else "output units",
+                                               "description": f"worst output's {metric}, every GEMM reduced"}),
+            "top1": ("format", worst_top1.values, {"units": "1", "description": "worst logits output's top-1 "
+                                                                                "agreement (NaN: no logits)"}),
+            "carriers": ("format", np.array(rows["carriers"], dtype=object),
+                         {"description": CARRIER_RULE}),
+            "reason": ("format", np.array(rows["reason"], dtype=object), {"description": "the verdict in words"}),
+        },
+        coords={"format": ds["format"].values},
+        attrs={"metric": metric, "tolerance": tolerance, "min_top1": min_top1,
+               "rule": "recommended = backed (drift within tolerance, top-1 kept on logits) and a priced win; "
+                       "never without the quality evidence", "carrier_rule": CARRIER_RULE},
+    )
+    return out
+
+
+def _carriers(regions: list[str], drift: np.ndarray, tolerance: float) -> list[str]:
+    order = np.argsort(-drift, kind="stable")
+    over = [regions[i] for i in order if drift[i] > tolerance]
+    if over:
+        return over
+    total = float(np.sum(drift))
+    if not regions or total <= 0:
+        return []
+    picked, acc = [], 0.0
+    for i in order:
+        picked.append(regions[i])
+        acc += float(drift[i])
+        if acc >= total / 2:
+            break
+    return picked
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionStudy:
+    """What :func:`precision` measured: ``data`` (an ``xarray.Dataset``) and :meth:`verdict`."""
+
+    data: xr.Dataset
+
+    def verdict(self, tolerance: float = DEFAULT_TOLERANCE, **options: Any) -> xr.Dataset:
+        """:func:`precision_verdict` of this study."""
+        return precision_verdict(self, tolerance, **options)
+
+    def __repr__(self) -> str:
+        d = self.data
+        parts = []
+        for f in d["format"].values.tolist():
+            s = f"{f} rel {float(d['rel_error'].sel(format=f, region=ALL).max()):.3g}"
+            if "energy_ratio" in d:
+                s += f" energy x{float(d['energy_ratio'].sel(format=f, region=ALL)):.3g}"
+            parts.append(s)
+        where = f" on {d.attrs['hardware']}" if d.attrs.get("hardware") else ""
+        return (f"<dfit_nb.PrecisionStudy {d.attrs.get('function', '?')}{where}: {d.sizes['region'] - 1} region(s), "
+                f"{'; '.join(parts)}>")
+
+    def _repr_html_(self) -> str:
+        d = self.data
+        v = self.verdict()
+        priced = "energy_ratio" in d
+        head = ["format", "worst rel error", "worst cosine", "top-1", *(["energy x", "latency x"] if priced else []),
+                f"backed (rel <= {DEFAULT_TOLERANCE:g})", "drift carried by"]
+        rows = []
+        for f in d["format"].values.tolist():
+            sel = d.sel(format=f, region=ALL)
+            top1 = float(v["top1"].sel(format=f))
+            cells = [f, f"{float(sel['rel_error'].max()):.3g}", f"{float(sel['cosine'].min()):.6g}",
+                     "-" if math.isnan(top1) else f"{top1:.3g}"]
+            if priced:
+                cells += [f"{float(sel['energy_ratio']):.3g}", f"{float(sel['latency_ratio']):.3g}"]
+            cells += ["yes" if bool(v["backed"].sel(format=f)) else "no", str(v["carriers"].sel(format=f).item())]
+            rows.append(cells)
+        table = "<tr>" + "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head) + "</tr>"
+        table += "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in r) + "</tr>"
+                         for r in rows)
+        return (f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{table}</table>"
+                f"<small>every GEMM reduced at once; per-region figures in .data</small></div>")
