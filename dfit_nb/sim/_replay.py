@@ -262,13 +262,15 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     n_machines = int(np.prod(shape)) if shape else 1
     grids = len(set(zip(np.broadcast_to(rows, n_machines).tolist(), np.broadcast_to(cols, n_machines).tolist(),
                         strict=True)))
+    padded_grid = schedule.bucket(int(rows.max()), int(cols.max()))
     est = memory.replay_estimate(f"pricing {codes.shape[0]} dataflow assignments of {n} ops", size,
                                  preds.shape[1], int(rows.max()), int(cols.max()), None,
-                                 machines=n_machines * codes.shape[0], grids=1 if grids == 1 else n_machines)
+                                 machines=n_machines * codes.shape[0], grids=1 if grids == 1 else n_machines,
+                                 padded_to=(padded_grid.rows, padded_grid.cols))
     est.check(GRID_ADVICE + ", fewer machines at a time, or fewer assignments")
     if shape == ():
-        grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
-        tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+        grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
         machines, shared = for_jit(hw), True
     else:
         from .hardware import FIELDS
@@ -288,10 +290,9 @@ def _batch_tables(leaves: dict[str, np.ndarray], grid: schedule.Grid | None = No
     every machine shares one grid. ``grid`` and ``shared`` fix both for a chunk of a larger batch (one compiled
     program for every chunk)."""
     rows, cols = leaves["tile_rows"].astype(np.int64), leaves["tile_cols"].astype(np.int64)
-    grid = grid or schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    grid = grid or schedule.bucket(int(rows.max()), int(cols.max()))
     shapes = list(zip(rows.tolist(), cols.tolist(), strict=True))
-    tables = {shape: schedule.prefix_counts(schedule.tile_order(*shape, grid.tiles), grid.rows, grid.cols)
-              for shape in set(shapes)}  # one per distinct grid shape
+    tables = {shape: schedule.grid_tables(*shape, grid) for shape in set(shapes)}  # one per distinct grid shape
     shared = len(tables) == 1 if shared is None else shared
     per_machine = tables[shapes[0]] if shared else tuple(np.stack([tables[s][i] for s in shapes]) for i in (0, 1))
     return grid, per_machine, shared
@@ -447,21 +448,25 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
                                measured=measured).runs["hybrid"]
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
     pinned = pinned_layouts(prep, layouts, int(hw.tiles))
-    grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
     what = f"replay of {len(prep.op)} ops on {hw.name or 'the machine'!r}"
-    memory.replay_estimate(what, preds.shape[0], preds.shape[1], grid.rows, grid.cols, time_bins).check(
+    memory.replay_estimate(what, preds.shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols), time_bins,
+                           padded_to=(grid.rows, grid.cols)).check(
         GRID_ADVICE + ", or fewer time_bins")
     with jax.enable_x64(True):
-        tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
         out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p, grid,
                                      execution == "spatial", switch_penalty(dataflow)))
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
+    links = schedule.real_links(int(hw.tile_rows), int(hw.tile_cols), grid)  # the machine's own link groups
+    out.update({k: out[k][:, links] for k in ("link_retile", "link_noc")})
     _warn_spills(prep, out, hw)
     # the events are one per (op, tile, kind): their number is known now, before they are expanded
     events = 5 * int(out["tiles"].astype(np.int64).sum())
-    memory.events_estimate(f"the events of the {what}", events, grid.rows, grid.cols, time_bins).check(
+    memory.events_estimate(f"the events of the {what}", events, int(hw.tile_rows), int(hw.tile_cols),
+                           time_bins).check(
         GRID_ADVICE + ", fewer time_bins, or replay_batch for per-machine scalars without events")
     return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
                      inferences=inferences, measured=measured)
@@ -585,7 +590,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     devices = sharding.mesh.size if sharding is not None else 1
     shared = grids == 1
     chunk = batch_chunk(f"replay_batch of {len(prep.op)} ops", n_machines, devices, shared, *sizes)
-    grid = schedule.Grid(int((rows * cols).max()), int(rows.max()), int(cols.max()))
+    grid = schedule.bucket(int(rows.max()), int(cols.max()))
     once = _batch_tables({f: v[:1] for f, v in leaves.items()}, grid, True)[1] if shared else None
     outs = []
     starts = range(0, n_machines, chunk)
@@ -631,14 +636,16 @@ def batch_chunk(what: str, machines: int, devices: int, shared: bool, ops: int, 
     headroom for the host's copies), a multiple of ``devices``; refused when even ``devices`` machines do not fit
     in all of it."""
     room = memory.available_bytes() if available is None else float(available)
-    one = memory.replay_estimate(what, ops, slots, rows, cols, None, machines=1, grids=1)
+    grid = schedule.bucket(rows, cols)
+    sizes = dict(padded_to=(grid.rows, grid.cols))
+    one = memory.replay_estimate(what, ops, slots, rows, cols, None, machines=1, grids=1, **sizes)
     # a shared grid's tables are built once; otherwise every machine carries its own
     per_machine = one.parts["per-op records"] + (0.0 if shared else one.parts["tile-order tables"])
     fixed = one.parts["compiled program"] + (one.parts["tile-order tables"] if shared else 0.0)
     fit = int((room / 2 - fixed) // per_machine)
     if fit < devices:
         memory.replay_estimate(what, ops, slots, rows, cols, None, machines=devices,
-                               grids=1 if shared else devices).check(
+                               grids=1 if shared else devices, **sizes).check(
             GRID_ADVICE + ", or fewer devices to shard over", available=room)
         fit = devices
     return max(devices, min(machines, fit) - min(machines, fit) % devices)
@@ -650,9 +657,9 @@ def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | 
     table (e.g. a trace scaled to another shape) on one machine. Dataflow switches between adjacent GEMMs are
     charged as in :func:`replay`, with ``reconfig = (reconfig_cycles, reconfig_pj)`` per switch."""
     execution = hw.execution if execution is None else execution
-    grid = schedule.Grid(int(hw.tiles), int(hw.tile_rows), int(hw.tile_cols))
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, np.asarray(codes, np.float64), pinned_layouts(prep, None))
-    tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+    tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
     batch = Hardware.stack([hw])
     batch = dataclasses.replace(batch, name="", execution="time")
     with jax.enable_x64(True):

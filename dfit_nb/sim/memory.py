@@ -176,15 +176,16 @@ def tables_bytes(tiles: int, rows: int, cols: int, grids: int = 1) -> float:
 
 
 def replay_estimate(what: str, ops: int, slots: int, rows: int, cols: int, time_bins: int | None,
-                    machines: int = 1, grids: int = 1) -> Estimate:
+                    machines: int = 1, grids: int = 1, padded_to: tuple[int, int] | None = None) -> Estimate:
     """A replay's peak before its events: the compiled program, the tile-order tables, per-op records (link
     loads over ``2 (rows + cols)`` link groups, retile and delivery) per machine, and the cube's per-tile arrays
-    over ``time_bins`` (``None``: no cube, as in :func:`dfit_nb.sim.replay_batch`)."""
-    tiles = rows * cols
-    links = 2.0 * (rows + cols)
+    over ``time_bins`` (``None``: no cube, as in :func:`dfit_nb.sim.replay_batch`). ``padded_to``: the grid
+    the program is compiled for (:func:`dfit_nb.sim.schedule.bucket`), which sizes the tables and records."""
+    prows, pcols = padded_to or (rows, cols)
+    links = 2.0 * (prows + pcols)
     parts = {
         "compiled program": float(COMPILED_BYTES),
-        "tile-order tables": tables_bytes(tiles, rows, cols, grids),
+        "tile-order tables": tables_bytes(prows * pcols, prows, pcols, grids),
         # each scan step also builds (producers x rows) and (producers x cols) temporaries: small next to these
         "per-op records": 8.0 * ops * (RECORD_VALUES + 2.0 * links + 2.0 * slots) * machines,
     }

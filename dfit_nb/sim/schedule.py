@@ -104,6 +104,36 @@ class Grid(NamedTuple):
     cols: int
 
 
+#: the smallest side of a grid bucket (:func:`bucket`): every grid up to 8 x 8 shares one compiled replay
+MIN_BUCKET_SIDE = 8
+
+
+def bucket(tile_rows: int, tile_cols: int) -> Grid:
+    """The static sizes a machine's replay is compiled for: each side rounded up to a power of two, at least
+    :data:`MIN_BUCKET_SIDE`, so machines whose grids differ (presets, an Explorer slider) share one compiled
+    program. Tiles past the machine's grid are never placed on (:func:`tile_order` numbers them ``(-1, -1)``),
+    and rows and columns past it carry no work, so the padding changes no result.
+
+    >>> bucket(1, 1), bucket(16, 20)
+    (Grid(tiles=64, rows=8, cols=8), Grid(tiles=512, rows=16, cols=32))
+    """
+    rows = max(MIN_BUCKET_SIDE, 1 << max(int(tile_rows) - 1, 0).bit_length())
+    cols = max(MIN_BUCKET_SIDE, 1 << max(int(tile_cols) - 1, 0).bit_length())
+    return Grid(rows * cols, rows, cols)
+
+
+def grid_tables(tile_rows: int, tile_cols: int, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
+    """The :func:`prefix_counts` of a ``tile_rows x tile_cols`` machine's :func:`tile_order`, padded to ``grid``."""
+    return prefix_counts(tile_order(tile_rows, tile_cols, grid.tiles), grid.rows, grid.cols)
+
+
+def real_links(tile_rows: int, tile_cols: int, grid: Grid) -> np.ndarray:
+    """Where a machine's link groups (east and west per row, south and north per column) sit in the link arrays
+    of a replay compiled for ``grid``: index these columns to get the machine's own ``2 rows + 2 cols`` groups."""
+    r, c = np.arange(int(tile_rows)), np.arange(int(tile_cols))
+    return np.concatenate([r, grid.rows + r, 2 * grid.rows + c, 2 * grid.rows + grid.cols + c])
+
+
 def tile_order(tile_rows: int, tile_cols: int, size: int | None = None) -> np.ndarray:
     """``(2, size)`` array of ``(y, x)`` of tile numbers ``0 .. size - 1`` along a Hilbert curve (host NumPy).
 

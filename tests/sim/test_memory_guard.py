@@ -19,6 +19,7 @@ from dfit_nb.errors import DfitError
 from dfit_nb.sim import Hardware, cost, presets, replay_batch, select_dataflows, sweep
 from dfit_nb.sim import memory as guard
 from dfit_nb.sim._replay import batch_chunk, prepare
+from dfit_nb.sim.schedule import bucket
 
 #: a Cerebras-wafer-sized grid of tiles: its tile-order tables alone are terabytes, more than any machine has
 HUGE = {"tile_rows": 4096, "tile_cols": 4096}
@@ -103,7 +104,8 @@ def test_replay_batch_chunks_to_fit_and_gives_the_same_results(small_trace, monk
     assert whole.attrs["machine_chunks"] == 1
     # the budget that fits 7 machines per call (half the budget is kept as headroom)
     sizes = (32, 4, int(base.tile_rows), int(base.tile_cols))
-    one = guard.replay_estimate("x", *sizes, None, machines=1)
+    grid = bucket(*sizes[2:])  # the grid the replay is compiled for
+    one = guard.replay_estimate("x", *sizes, None, machines=1, padded_to=(grid.rows, grid.cols))
     budget = 2 * (one.parts["compiled program"] + one.parts["tile-order tables"]
                   + 7.5 * one.parts["per-op records"])
     assert batch_chunk("x", 20, 1, True, *sizes, available=budget) == 7
