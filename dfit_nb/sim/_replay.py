@@ -217,14 +217,16 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     return {**m, **records, "alloc": alloc}
 
 
-def _per_op_records(out: dict[str, Any], ops: dict[str, Any]) -> dict[str, Any]:
+def _per_op_records(out: dict[str, Any], ops: dict[str, Any], xp: Any = jnp) -> dict[str, Any]:
     """Per op, all executions: the energy the replay charges it and its increment of the latency (its end past
-    every earlier op's, in program order): they sum to the replayed energy and latency exactly."""
-    levels = level_totals(out, ops["count"], jnp)
+    every earlier op's, in program order): they sum to the replayed energy and latency exactly. ``xp``:
+    ``jax.numpy`` inside a compiled program, NumPy on a replay's outputs."""
+    levels = level_totals(out, ops["count"], xp)
     energy = sum(levels[f"energy_{k}"] for k in KINDS) * ops["real"]
     end = out["end"] * ops["real"]
-    before = jnp.concatenate([jnp.zeros(1, end.dtype), jax.lax.cummax(end)[:-1]])
-    return {"energy_pj": energy, "latency_cycles": jnp.maximum(end - before, 0.0)}
+    cummax = jax.lax.cummax(end) if xp is jnp else np.maximum.accumulate(end)
+    before = xp.concatenate([xp.zeros(1, end.dtype), cummax[:-1]])
+    return {"energy_pj": energy, "latency_cycles": xp.maximum(end - before, 0.0)}
 
 
 @functools.partial(jax.jit, static_argnames=("grid", "spatial", "shared_grid"))
@@ -278,6 +280,18 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
         leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
         grid, tables, shared = _batch_tables(leaves)
         machines = dataclasses.replace(hw, name="", execution="time", **leaves)
+    if shape == ():
+        # one machine: the replay's own compiled program, once per assignment (a handful: the single styles), so
+        # a selection after a replay on the machine's grid bucket compiles nothing; same inputs as replay()
+        pinned = pinned_layouts(prep, None, int(hw.tiles))
+        records = []
+        with jax.enable_x64(True):
+            for row in codes:
+                *_, codes_p, pinned_p = padded(prep, row, pinned)
+                out = jax.device_get(program(arrays, preds, pred_bytes, tables, machines, codes_p, pinned_p, grid,
+                                             execution == "spatial", switch_penalty(None)))
+                records.append(_per_op_records({k: np.asarray(v) for k, v in out.items()}, arrays, np))
+        return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
     with jax.enable_x64(True):
         out = jax.device_get(_styles_program(arrays, preds, pred_bytes, tables, machines, dfs, pin, grid,
                                              execution == "spatial", shared))
