@@ -707,3 +707,29 @@ def test_dfit_cell_magic_malformed_call_is_a_usage_error_naming_it(shell):
         shell.run_cell_magic("dfit", "--no-explorer -o bi_bad", "bi_f(bi_a,\0)\n")
     assert "not valid Python" in str(info.value) and "line None" not in str(info.value)
     assert "bi_bad" not in shell.user_ns
+
+
+# ------------------------------------------------------------------------------------------------ item 6: sizes
+
+_F32 = jax.ShapeDtypeStruct((2**40,), jnp.float32)
+
+
+@pytest.mark.parametrize(("fn", "args", "kwargs", "tokens"), [
+    # an intermediate XLA cannot represent: its compiler would abort the process (not a Python exception)
+    (lambda a, b: jnp.outer(a, b), (_F32, _F32), {},
+     ("op 2 (mul", "float32[1099511627776,1099511627776]", "2**63 bytes", "mode='static'")),
+    (lambda x: x + 1, (jax.ShapeDtypeStruct((2**31, 2**30), jnp.float32),), {},
+     ("argument leaf 0", "float32[2147483648,1073741824]", "2**63 bytes")),
+    # FLOPs past int64 on arrays XLA represents
+    (lambda a, b: a @ b, (jax.ShapeDtypeStruct((2**21, 2**21), jnp.float32),) * 2, {},
+     ("dot_general", "2**64 FLOPs", "64-bit")),
+    # eager mode would allocate a 128 TiB intermediate
+    (lambda a, b: jnp.outer(a, b), (jnp.ones(2**23), jnp.ones(2**22)), {"mode": "eager"},
+     ("mode='eager'", "op 2 (mul", "float32[8388608,4194304]", "128.0 TiB", "mode='static'")),
+])
+def test_capture_refuses_arrays_that_cannot_be_built(fn, args, kwargs, tokens):
+    with pytest.raises(dfit_nb.errors.CaptureError) as info:
+        dfit_nb.capture(fn, *args, **kwargs)
+    assert isinstance(info.value, DfitError) and "\n" not in str(info.value)
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))

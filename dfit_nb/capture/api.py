@@ -18,9 +18,10 @@ from .._version import __version__
 from ..errors import CaptureError
 from . import counts as counts_mod
 from . import probes, tables
+from .costs import aval_nbytes as costs_nbytes
 from .lowering import build_fusion_map, hlo_module_name
 from .trace import Overhead, Trace
-from .walk import Walk, walk_closed_jaxpr
+from .walk import XLA_MAX_BYTES, ArrayInfo, Walk, walk_closed_jaxpr
 
 MODES = ("static", "profile", "eager")
 
@@ -76,6 +77,155 @@ def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: 
         sig.bind(*args, **kwargs)
     except TypeError as err:
         raise TypeError(f"arguments do not match {_fn_name(fn)}{sig}: {err}") from err
+
+
+# ------------------------------------------------------------------------------------------------ sizes
+
+#: the most a FLOP or byte count of one op, or of the whole program, may be: the tables hold them as int64
+COUNT_MAX = 2**63 - 1
+
+
+def _number(n: float) -> str:
+    """``2**80`` for a power of two from 2**20 on, ``2**63 - 1``, else exact: ``1,048,575``."""
+    n = int(n)
+    if n >= 2**20 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    if n >= 2**20 and (n + 1) & n == 0:
+        return f"2**{n.bit_length()} - 1"
+    return f"{n:,}"
+
+
+def _human(nbytes: float) -> str:
+    """``3.0 GiB`` (the units of dfit_nb.sim.memory.human, up to EiB for the sizes refused here)."""
+    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                        ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _where(walk: Walk, a: ArrayInfo) -> str:
+    """Where an array comes from, for a message: ``op 2 (mul, region '<root>', at f.py:3) output 0``."""
+    if a.op < 0:
+        return f"argument leaf {a.index}" if a.role == "input" else f"closed-over constant {a.index}"
+    r = walk.records[a.op]
+    at = f", at {r.source}" if r.source else ""
+    op = f"op {r.id} ({r.primitive}, region {r.region or '<root>'!r}{at})"
+    if a.role == "output":
+        return f"{op} output {a.index}" if len(r.out_shapes.split()) > 1 else op
+    return f"{'constant' if a.role == 'constant' else 'input'} {a.index} of the {r.context or 'inner'} jaxpr of {op}"
+
+
+def _check_representable(walk: Walk, name: str) -> None:
+    """Refuse, before XLA's compiler aborts the process on it, a program with an array XLA cannot represent."""
+    if not walk.unrepresentable:
+        return
+    a = walk.unrepresentable[0]
+    more = len(walk.unrepresentable) - 1
+    size = (f"{_number(a.elements)} elements x {a.itemsize} bytes = {_number(a.nbytes)} bytes" if a.elements else
+            "no elements, but its byte width times its dimensions in order overflows before the 0")
+    raise CaptureError(
+        f"cannot capture {name}: {_where(walk, a)} {'makes' if a.role == 'output' else 'is'} {a.describe()} "
+        f"({size}); XLA cannot represent an array "
+        f"of 2**63 bytes or more (at most {_number(XLA_MAX_BYTES)} bytes: fewer than {_number(2**63 // a.itemsize)} "
+        f"{a.dtype} elements) and its compiler would abort the whole process, so no mode captures it, not even "
+        f"mode='static' (which allocates nothing but still compiles); make the arrays smaller"
+        + (f" ({more} more array(s) too big)" if more else "")
+    )
+
+
+def _check_countable(walk: Walk, name: str) -> None:
+    """Refuse a program whose FLOP or byte counts do not fit the tables' 64-bit integers: an op of arrays XLA
+    represents can still read and write more than 2**63 bytes (the lowering table sums them per fusion) or do
+    2**64 FLOPs, which would fail deep in NumPy."""
+    if not walk.records:
+        return
+    counts = {"FLOPs": lambda c: c.flops, "transcendentals": lambda c: c.transcendentals,
+              "bytes read and written": lambda c: c.bytes_read + c.bytes_written}
+    for what, of in counts.items():
+        values = [(of(r.cost), r) for r in walk.records]
+        total = sum(v for v, _ in values)
+        if total <= COUNT_MAX:
+            continue
+        value, r = max(values, key=lambda vr: vr[0])
+        op = (f"op {r.id} ({r.primitive}, region {r.region or '<root>'!r}, {r.in_shapes or 'no inputs'} -> "
+              f"{r.out_shapes})")
+        scope = (f"{op} has {_number(value)} {what} per execution" if value > COUNT_MAX else
+                 f"its ops have {_number(total)} {what} per call (the most: {op}, {_number(value)})")
+        raise CaptureError(f"cannot capture {name}: {scope}, more than dfit_nb's 64-bit counts hold (at most "
+                           f"{_number(COUNT_MAX)}); make the arrays smaller")
+
+
+def _device_free_bytes() -> tuple[float, str]:
+    """Bytes free for new arrays on JAX's default device, and its name.
+
+    The figure of ``dfit_nb.sim.memory.device_available_bytes``, which capture cannot import (it sits a floor
+    below ``sim``; docs/architecture.md): an accelerator allocator's limit less what is in use; on the CPU
+    backend the host's available memory as the operating system reports it (psutil; ``DFIT_NB_MEMORY_LIMIT``
+    and cgroup limits, which ``sim.memory`` also reads, are not consulted here).
+    """
+    device = jax.devices()[0]
+    with_stats = getattr(device, "memory_stats", None)
+    try:
+        stats = with_stats() if with_stats is not None else None
+    except Exception:  # a backend without statistics: the host's figure
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return float(stats["bytes_limit"]) - float(stats.get("bytes_in_use", 0)), str(device)
+    try:
+        import psutil
+
+        free = float(psutil.virtual_memory().available)
+    except (ImportError, OSError):
+        free = float("inf")
+    return free, str(device)
+
+
+def _compiled_bytes(compiled: Any) -> int | None:
+    """What one call of the compiled program allocates: its outputs and temporaries (XLA's memory analysis)."""
+    try:
+        stats = compiled.memory_analysis()
+        return int(stats.output_size_in_bytes) + int(stats.temp_size_in_bytes)
+    except Exception:  # a backend without the analysis
+        return None
+
+
+def _check_runtime_memory(walk: Walk, compiled: Any, closed: Any, name: str, mode: str) -> None:
+    """Refuse a runtime capture that must allocate more than the device has free, before running anything.
+
+    Eager mode runs every op on its own, so each op's output is allocated: the largest output of an op that
+    always runs is a lower bound. Both modes run the compiled program, whose outputs and temporaries (XLA's
+    memory analysis; else its largest output) are allocated; there fusion may never materialise an intermediate
+    (``sum(outer(a, b))`` allocates nothing of the outer product), so that is profile mode's only figure.
+    """
+    needs: list[tuple[int, str]] = []
+    if mode == "eager" and walk.largest is not None:  # first: on a tie, the message names the op
+        a = walk.largest
+        needs.append((a.nbytes, f"eager mode runs every op on its own, and {_where(walk, a)} makes "
+                                f"{a.describe()} ({_number(a.elements)} elements, {_human(a.nbytes)})"))
+    outs = [v.aval for v in closed.jaxpr.outvars if getattr(v.aval, "shape", None) is not None]
+    largest_out = max(outs, key=costs_nbytes, default=None)
+    out_note = (f"; its largest output is {_shape_str(largest_out)}, {_human(costs_nbytes(largest_out))}"
+                if largest_out is not None else "")
+    program = _compiled_bytes(compiled)
+    if program is not None:
+        needs.append((program, f"the compiled program's outputs and temporaries come to {_human(program)} "
+                               f"(XLA's memory analysis{out_note})"))
+    elif largest_out is not None:
+        needs.append((costs_nbytes(largest_out), f"its output {_shape_str(largest_out)} takes "
+                                                 f"{_human(costs_nbytes(largest_out))}"))
+    if not needs:
+        return
+    need, why = max(needs, key=lambda n: n[0])
+    free, device = _device_free_bytes()
+    if need > free:
+        raise CaptureError(
+            f"cannot capture {name} in mode={mode!r}: {why}, more than the {_human(free)} free on {device}; "
+            f"use mode='static', which allocates nothing (or give smaller arrays)")
+
+
+def _shape_str(aval: Any) -> str:
+    return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
 
 
 def _resolve_while_hints(walk: Walk, while_trips: WhileHint) -> tuple[dict[int, float], dict[int, str]]:
@@ -195,7 +345,12 @@ def capture(
         Unknown ``mode``, a hint naming no while loop, ``profile_rounds`` or ``profile_calls`` below 1, or
         ``profile_budget_s`` not a positive finite number (a wrong type is a ``TypeError``).
     CaptureError
-        JAX failed to trace or compile ``fn`` (its error is chained).
+        JAX failed to trace or compile ``fn`` (its error is chained); or, refused before lowering, an array of
+        the program (an argument or any intermediate, nested jaxprs included) that XLA cannot represent
+        (2**63 bytes or more: its compiler would abort the process), or FLOP or byte counts beyond 64 bits; or,
+        in a runtime mode, refused before running, a program that must allocate more than the device has free
+        (eager: the largest output of an op that always runs; both: the compiled program's outputs and
+        temporaries), with the advice to use ``mode="static"``.
 
     Examples
     --------
@@ -264,12 +419,17 @@ def capture(
         raise CaptureError(f"JAX could not trace {name}: {type(err).__name__}: {err}") from err
 
     walk = walk_closed_jaxpr(closed)
+    # before lowering: XLA's compiler aborts the process on an array it cannot represent; our counts are int64
+    _check_representable(walk, name)
+    _check_countable(walk, name)
     tagged_fn = jax.jit(jcore.jaxpr_as_fun(walk.tagged))
     try:
         lowered = tagged_fn.lower(*dyn)
         compiled = lowered.compile()
     except Exception as err:
         raise CaptureError(f"XLA could not lower/compile {name}: {type(err).__name__}: {err}") from err
+    if mode != "static":  # before running: what the run must allocate, against what the device has free
+        _check_runtime_memory(walk, compiled, closed, name, mode)
     hlo_text = compiled.as_text()
     # containers are known from the walk too: one whose inner ops were all optimised away is still a container
     fusion_map = build_fusion_map(hlo_text, containers=[r.id for r in walk.records if r.container])
@@ -300,12 +460,16 @@ def capture(
     if m is not None:
         time_s = np.where(count > 0, m.op_time_per_call / np.maximum(count, 1), np.nan)
 
-    ops = tables.ops_dataset(walk, count, sources, control.trips, fusion_map, time_s)
-    lowering = tables.lowering_dataset(
-        fusion_map, ops, stablehlo=lowered.as_text(), hlo=hlo_text, xla_cost=xla_cost, module=module,
-        executions=m.fusion_executions if mode == "profile" else None,
-        times=m.fusion_time_s if mode == "profile" else None,
-    )
+    try:
+        ops = tables.ops_dataset(walk, count, sources, control.trips, fusion_map, time_s)
+        lowering = tables.lowering_dataset(
+            fusion_map, ops, stablehlo=lowered.as_text(), hlo=hlo_text, xla_cost=xla_cost, module=module,
+            executions=m.fusion_executions if mode == "profile" else None,
+            times=m.fusion_time_s if mode == "profile" else None,
+        )
+    except OverflowError as err:  # a count _check_countable did not foresee (an HLO instruction's bytes)
+        raise CaptureError(f"cannot capture {name}: a FLOP or byte count does not fit dfit_nb's 64-bit counts "
+                           f"({err}); make the arrays smaller") from err
     # XLA's cost analysis is a per-program static count: say when it is not a per-call total
     notes = []
     if loops:

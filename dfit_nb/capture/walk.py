@@ -19,12 +19,20 @@ and a container's outputs to the leaf ops that produced its jaxpr's outputs
 (for ``cond``, every branch's). Loop-carried edges (a scan body's output
 feeding the next iteration) are not listed; a cond's predicate is an edge into
 the cond op itself.
+
+Array sizes: the same pass looks at every variable (the inputs and constants of
+every jaxpr, the outputs of every equation) and keeps the arrays XLA cannot
+represent (:data:`XLA_MAX_BYTES`) and the largest output of an op that runs
+whenever the program runs, so that capture can refuse a program before
+XLA's compiler aborts the process on it, or before a runtime mode allocates
+more than the device holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -34,8 +42,22 @@ import jax.extend.core as jcore
 from ..errors import OpaquePrimitiveWarning
 from . import _jax_internals as internals
 from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, cost_of, has_cost_rule
+from .costs._shapes import _itemsize
 
 TAG_PREFIX = "dfit_op"
+
+#: The most bytes one array may have for XLA to represent it: 2**63 - 1. XLA's shape code
+#: (``ShapeUtil::MakeValidatedShape``, xla/shape_util.cc) multiplies the element's byte width by each dimension in
+#: turn and refuses the shape when that running product overflows int64; inside ``compile()`` the refusal is a
+#: failed ``StatusOr`` access, "overflow in static extent product", which aborts the whole process (no Python
+#: exception). Measured with jaxlib 0.10.2 on the CPU backend, compiling ``jnp.broadcast_to(x, shape)`` (and
+#: ``x * 2`` of an argument of that shape) in a subprocess: float32[2**61 - 1], int16[2**62 - 1], int8[2**63 - 1],
+#: int8[2**31, 2**32 - 1], int4[2**63 - 1] and bool[2**63 - 1] compile (sub-byte types count one byte an element);
+#: float32[2**61], int16[2**62], int8[2**32, 2**31] and float32[2**31, 2**30] abort, and so does
+#: float32[2**40, 2**40, 0] (no elements, but the product overflows before the zero) while float32[0, 2**40, 2**40]
+#: compiles. Lowering to StableHLO and ``jax.make_jaxpr`` accept all of them: the abort comes at compile, in every
+#: mode (static mode compiles too). A dimension of 2**63 or more fails earlier, in JAX's lowering (a TypeError).
+XLA_MAX_BYTES = 2**63 - 1
 
 
 @dataclasses.dataclass
@@ -60,6 +82,44 @@ class OpRecord:
     opaque: bool = False
 
 
+@dataclasses.dataclass(frozen=True)
+class ArrayInfo:
+    """One array of the program as the walk saw it: where it comes from, its shape and dtype."""
+
+    op: int  # the op whose output it is, or whose nested jaxpr it enters; -1: an input or constant of the program
+    role: str  # "output" (of op), "input" (of the program or of op's nested jaxpr), "constant"
+    index: int  # position among the op's outputs, or the jaxpr's inputs or constants
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int  # bytes per element as XLA counts them (sub-byte types: 1)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.elements * self.itemsize
+
+    def describe(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def xla_representable(shape: tuple[int, ...], itemsize: int) -> bool:
+    """XLA's own overflow check of a shape (:data:`XLA_MAX_BYTES`): the byte width times each dimension in turn
+    stays within 2**63 - 1, so a zero-size array fails too when the dimensions before its 0 overflow.
+
+    >>> xla_representable((2**61 - 1,), 4), xla_representable((2**61,), 4), xla_representable((2**40, 2**40, 0), 4)
+    (True, False, False)
+    """
+    extent = max(int(itemsize), 1)
+    for d in shape:
+        extent *= d
+        if extent > XLA_MAX_BYTES:
+            return False
+    return True
+
+
 @dataclasses.dataclass
 class Walk:
     """What a walk produces."""
@@ -71,6 +131,12 @@ class Walk:
     live: set[int]  # ops whose outputs are used (or are outputs)
     constant: set[int]  # ops whose inputs are all literals or closed-over constants
     opaque_primitives: tuple[str, ...]
+    # arrays XLA cannot represent (XLA_MAX_BYTES), in walk order: each jaxpr's inputs and constants, then its
+    # equations' outputs, an op's after those of its nested jaxprs
+    unrepresentable: list[ArrayInfo] = dataclasses.field(default_factory=list)
+    # the largest output of an op that runs whenever the program runs (not inside a cond branch, a while body,
+    # a scan of length 0 or an opaque op): a lower bound of what interpreting the program op by op allocates
+    largest: ArrayInfo | None = None
 
 
 def sub_jaxprs(eqn: Any) -> list[tuple[str, Any]]:
@@ -138,6 +204,30 @@ class _Walker:
         self.const_vars: set[Any] = set()
         self.opaque: dict[str, None] = {}
         self.whole_program_jit = False
+        self.unrepresentable: list[ArrayInfo] = []
+        self.largest: ArrayInfo | None = None
+        self.always_runs = True  # whether the jaxpr being walked runs whenever the program does
+
+    def _note(self, avals: Any, op: int, role: str) -> None:
+        """Look at the sizes of ``avals``: keep those XLA cannot represent and the largest op output."""
+        for index, aval in enumerate(avals):
+            shape = getattr(aval, "shape", None)
+            if shape is None:
+                continue
+            try:
+                dims = tuple(int(d) for d in shape)
+            except Exception:  # symbolic (shape-polymorphic) dimensions: no static size to check
+                continue
+            itemsize = max(_itemsize(aval.dtype), 1)
+            nbytes = math.prod(dims) * itemsize
+            largest = self.largest.nbytes if self.largest is not None else -1
+            big = nbytes > XLA_MAX_BYTES or (0 in dims and not xla_representable(dims, itemsize))
+            if big or (role == "output" and self.always_runs and nbytes > largest):
+                info = ArrayInfo(op, role, index, dims, _dtype_name(aval.dtype), itemsize)
+                if big:
+                    self.unrepresentable.append(info)
+                elif role == "output":
+                    self.largest = info
 
     # env maps a Var to the set of leaf ops that may have produced it
     def walk(
@@ -155,6 +245,8 @@ class _Walker:
         for var, producers in zip(jaxpr.invars, env_in, strict=False):
             env[var] = producers
         self.const_vars.update(jaxpr.constvars)
+        self._note((v.aval for v in jaxpr.invars), parent, "input")
+        self._note((v.aval for v in jaxpr.constvars), parent, "constant")
         used = _used_vars(jaxpr)
         new_eqns = []
         for eqn in jaxpr.eqns:
@@ -200,6 +292,8 @@ class _Walker:
                     for src in producers:
                         self.edges.append((src, op_id, position, aval_nbytes(var.aval)))
                 out_prod = [frozenset({op_id})] * len(eqn.outvars)
+            # after its nested jaxprs: an array too big is named at the innermost op that makes it
+            self._note((v.aval for v in eqn.outvars), op_id, "output")
             for var, producers in zip(eqn.outvars, out_prod, strict=True):
                 if not isinstance(var, jcore.DropVar):
                     env[var] = producers
@@ -250,10 +344,17 @@ class _Walker:
             is_const = [c and i not in carry for i, c in enumerate(is_const)]
             self.const_vars.update(v for v, c in zip(inner.invars, is_const, strict=True) if c is True)
             branch = int(label[6:]) if label.startswith("branch") else record.branch
-            new_inner, sub_out = self.walk(
-                inner, sub_in, region=region, parent=record.id, context=label,
-                branch=branch, depth=depth + 1,
-            )
+            # a cond runs one branch, a while body may run no time, a scan of length 0 runs no step
+            outer_runs = self.always_runs
+            self.always_runs = outer_runs and not (
+                kind == "cond" or (kind == "while" and label != "cond") or (kind == "scan" and record.trip_count < 1))
+            try:
+                new_inner, sub_out = self.walk(
+                    inner, sub_in, region=region, parent=record.id, context=label,
+                    branch=branch, depth=depth + 1,
+                )
+            finally:
+                self.always_runs = outer_runs
             rewritten[label] = (
                 jcore.ClosedJaxpr(new_inner, consts) if isinstance(sub, jcore.ClosedJaxpr) else new_inner
             )
@@ -280,10 +381,14 @@ class _Walker:
             for item in items:
                 if isinstance(item, (jcore.ClosedJaxpr, jcore.Jaxpr)):
                     inner, consts = _open(item)
-                    new_inner, _ = self.walk(
-                        inner, [frozenset()] * len(inner.invars), region=op_region, parent=record.id,
-                        context=key, branch=record.branch, depth=depth + 1,
-                    )
+                    outer_runs, self.always_runs = self.always_runs, False  # run as one primitive, not op by op
+                    try:
+                        new_inner, _ = self.walk(
+                            inner, [frozenset()] * len(inner.invars), region=op_region, parent=record.id,
+                            context=key, branch=record.branch, depth=depth + 1,
+                        )
+                    finally:
+                        self.always_runs = outer_runs
                     item = jcore.ClosedJaxpr(new_inner, consts) if isinstance(item, jcore.ClosedJaxpr) else new_inner
                 new_items.append(item)
             if isinstance(value, (tuple, list)):
@@ -350,4 +455,6 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
         live=walker.live,
         constant=walker.constant,
         opaque_primitives=tuple(walker.opaque),
+        unrepresentable=walker.unrepresentable,
+        largest=walker.largest,
     )

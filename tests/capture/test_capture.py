@@ -357,3 +357,102 @@ def test_profile_mode_without_events_warns_instead_of_crashing(built, monkeypatc
     with pytest.warns(MeasurementWarning, match="no HLO events"):
         t = dfit_nb.capture(fn, *args, mode="profile", profile_rounds=1, profile_calls=2)
     assert np.isnan(t.ops["time_s"].values).all() and t.overhead.n_calls == 2
+
+
+# ---------------------------------------------------------------- arrays too big (issue 14: never take the kernel down)
+_HUGE = jax.ShapeDtypeStruct((2**40,), jnp.float32)
+
+
+def test_an_intermediate_xla_cannot_represent_is_refused_before_compiling():
+    # outer(a, b) of 2**40 floats is a float32[2**40, 2**40] (2**82 bytes): XLA's compiler aborts the process on
+    # it ("overflow in static extent product"); the walk refuses it first, so this runs in-process
+    with pytest.raises(CaptureError) as info:
+        dfit_nb.capture(lambda a, b: jnp.outer(a, b), _HUGE, _HUGE)
+    msg = str(info.value)
+    for token in ("op 2 (mul", "float32[1099511627776,1099511627776]", "2**80 elements", "2**82 bytes",
+                  "2**63 bytes or more", "fewer than 2**61 float32 elements", "mode='static'"):
+        assert token in msg, (token, msg)
+    assert "\n" not in msg
+
+
+@pytest.mark.parametrize(("fn", "args", "tokens"), [
+    (lambda x: x * 2, (jax.ShapeDtypeStruct((2**62,), jnp.float32),),
+     ("argument leaf 0", "float32[4611686018427387904]")),
+    # no elements, but XLA multiplies the dimensions in order and overflows before the 0 (measured: it aborts)
+    (lambda x: jnp.broadcast_to(x[0], (2**40, 2**40, 0)), (jax.ShapeDtypeStruct((2,), jnp.float32),),
+     ("broadcast_in_dim", "float32[1099511627776,1099511627776,0]", "overflows before the 0")),
+    # inside a scan body and a nested jit: named at the op that makes it, not at the container
+    (lambda x: jax.lax.scan(lambda c, r: (c, jnp.outer(r, r)), 0.0, x)[1],
+     (jax.ShapeDtypeStruct((3, 2**40), jnp.float32),),
+     ("(mul", "float32[1099511627776,1099511627776]", "1 more array(s)")),
+    (jax.jit(lambda a, b: jnp.outer(a, b)), (_HUGE, _HUGE), ("(mul", "float32[1099511627776,1099511627776]")),
+])
+def test_arrays_xla_cannot_represent_are_refused_wherever_they_are(fn, args, tokens):
+    with pytest.raises(CaptureError) as info:
+        dfit_nb.capture(fn, *args)
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+
+
+def test_the_xla_limit_is_the_one_measured():
+    # 2**63 - 1 bytes, the running product of byte width and dimensions (walk.XLA_MAX_BYTES): checked on the walk
+    # alone, since compiling the refused shapes would abort the process
+    from dfit_nb.capture.walk import walk_closed_jaxpr
+
+    def refused(shape, dtype):
+        closed = jax.make_jaxpr(lambda x: jnp.broadcast_to(x[0], shape))(jnp.ones(2, dtype))
+        return [a.describe() for a in walk_closed_jaxpr(closed).unrepresentable]
+
+    assert refused((2**61 - 1,), jnp.float32) == []
+    assert refused((2**61,), jnp.float32) == ["float32[2305843009213693952]"]
+    assert refused((2**63 - 1,), jnp.int8) == [] and refused((2**31, 2**32 - 1), jnp.int8) == []
+    assert refused((2**32, 2**31), jnp.int8) == ["int8[4294967296,2147483648]"]
+    assert refused((0, 2**40, 2**40), jnp.float32) == [] and len(refused((2**40, 2**40, 0), jnp.float32)) == 1
+
+
+def test_static_capture_of_big_but_representable_intermediates_still_works():
+    # static mode allocates nothing: a float32[2**17, 2**17] (64 GiB) and a float32[2**30, 2**30] (4 EiB, under
+    # XLA's 2**63 bytes) intermediate are captured
+    for n in (2**17, 2**30):
+        spec = jax.ShapeDtypeStruct((n,), jnp.float32)
+        t = dfit_nb.capture(lambda a, b: jnp.outer(a, b), spec, spec)
+        mul = t.ops.sel(op=2)
+        assert str(mul["primitive"].values) == "mul" and int(mul["bytes_written"]) == 4 * n * n
+        assert t.overhead.mode == "static"
+
+
+def test_counts_beyond_64_bits_are_refused_naming_the_op():
+    # each operand is 16 TiB, well within XLA's limit, but the product is 2**64 FLOPs: the tables' int64 cannot hold it
+    spec = jax.ShapeDtypeStruct((2**21, 2**21), jnp.float32)
+    with pytest.raises(CaptureError, match=r"op 0 \(dot_general.* 2\*\*64 FLOPs per execution.*64-bit"):
+        dfit_nb.capture(lambda a, b: a @ b, spec, spec)
+
+
+def test_eager_capture_refuses_an_intermediate_beyond_device_memory():
+    # 2**45 float32 elements (128 TiB) from two small concrete inputs: beyond any machine, never allocated
+    a, b = jnp.ones(2**23), jnp.ones(2**22)
+    with pytest.raises(CaptureError) as info:
+        dfit_nb.capture(lambda x, y: jnp.outer(x, y), a, b, mode="eager")
+    msg = str(info.value)
+    for token in ("mode='eager'", "op 2 (mul", "float32[8388608,4194304]", "2**45 elements", "128.0 TiB", "free on",
+                  "mode='static'"):
+        assert token in msg, (token, msg)
+
+
+def test_runtime_memory_refusal_follows_what_each_mode_allocates(monkeypatch):
+    from dfit_nb.capture import api
+
+    monkeypatch.setattr(api, "_device_free_bytes", lambda: (2.0**20, "test:0"))  # 1 MiB free
+    x = jnp.ones(1024)
+    outer_sum = lambda a, b: jnp.sum(jnp.outer(a, b))
+    # eager materialises the 4 MiB outer product; the compiled program fuses it into the sum
+    with pytest.raises(CaptureError, match=r"mode='eager'.*op 2 \(mul.*float32\[1024,1024\].*1.0 MiB free on test:0"):
+        dfit_nb.capture(outer_sum, x, x, mode="eager")
+    assert dfit_nb.capture(outer_sum, x, x, mode="profile", profile_rounds=1, profile_calls=1).overhead.n_calls == 1
+    # a 4 MiB output must be allocated in every runtime mode
+    with pytest.raises(CaptureError, match=r"mode='profile'.*XLA's memory analysis.*float32\[1024,1024\].*'static'"):
+        dfit_nb.capture(lambda a, b: jnp.outer(a, b), x, x, mode="profile", profile_rounds=1, profile_calls=1)
+    # an op in a cond branch that does not run is no lower bound: eager runs the taken branch only
+    branchy = lambda p, v: jax.lax.cond(p, lambda u: jnp.outer(u, u).sum(), lambda u: u.sum(), v)
+    assert dfit_nb.capture(branchy, jnp.bool_(False), x, mode="eager").overhead.mode == "eager"
+    assert dfit_nb.capture(lambda a, b: jnp.outer(a, b), x, x).overhead.mode == "static"  # static: never refused
