@@ -171,7 +171,7 @@ def _check_fits(structs: Sequence[Any], mode: str, target: str) -> None:
     """Runtime modes run the function on real arrays: refuse ``--args`` whose arrays alone exceed the memory free,
     before allocating them (an allocation that large ends in the OOM killer, not an error)."""
     need = sum(int(s.size) * s.dtype.itemsize for s in structs)
-    from .sim.memory import device_available_bytes
+    from ._memory import device_available_bytes
 
     free, device = device_available_bytes()
     if need > free:

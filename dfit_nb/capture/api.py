@@ -14,6 +14,7 @@ import jax
 import jax.extend.core as jcore
 import numpy as np
 
+from .._memory import device_available_bytes, human
 from .._version import __version__
 from ..errors import CaptureError
 from . import counts as counts_mod
@@ -95,15 +96,6 @@ def _number(n: float) -> str:
     return f"{n:,}"
 
 
-def _human(nbytes: float) -> str:
-    """``3.0 GiB`` (the units of dfit_nb.sim.memory.human, up to EiB for the sizes refused here)."""
-    for unit, scale in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
-                        ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"
-
-
 def _where(walk: Walk, a: ArrayInfo) -> str:
     """Where an array comes from, for a message: ``op 2 (mul, region '<root>', at f.py:3) output 0``."""
     if a.op < 0:
@@ -156,31 +148,6 @@ def _check_countable(walk: Walk, name: str) -> None:
                            f"{_number(COUNT_MAX)}); make the arrays smaller")
 
 
-def _device_free_bytes() -> tuple[float, str]:
-    """Bytes free for new arrays on JAX's default device, and its name.
-
-    The figure of ``dfit_nb.sim.memory.device_available_bytes``, which capture cannot import (it sits a floor
-    below ``sim``; docs/architecture.md): an accelerator allocator's limit less what is in use; on the CPU
-    backend the host's available memory as the operating system reports it (psutil; ``DFIT_NB_MEMORY_LIMIT``
-    and cgroup limits, which ``sim.memory`` also reads, are not consulted here).
-    """
-    device = jax.devices()[0]
-    with_stats = getattr(device, "memory_stats", None)
-    try:
-        stats = with_stats() if with_stats is not None else None
-    except Exception:  # a backend without statistics: the host's figure
-        stats = None
-    if stats and "bytes_limit" in stats:
-        return float(stats["bytes_limit"]) - float(stats.get("bytes_in_use", 0)), str(device)
-    try:
-        import psutil
-
-        free = float(psutil.virtual_memory().available)
-    except (ImportError, OSError):
-        free = float("inf")
-    return free, str(device)
-
-
 def _compiled_bytes(compiled: Any) -> int | None:
     """What one call of the compiled program allocates: its outputs and temporaries (XLA's memory analysis)."""
     try:
@@ -202,25 +169,25 @@ def _check_runtime_memory(walk: Walk, compiled: Any, closed: Any, name: str, mod
     if mode == "eager" and walk.largest is not None:  # first: on a tie, the message names the op
         a = walk.largest
         needs.append((a.nbytes, f"eager mode runs every op on its own, and {_where(walk, a)} makes "
-                                f"{a.describe()} ({_number(a.elements)} elements, {_human(a.nbytes)})"))
+                                f"{a.describe()} ({_number(a.elements)} elements, {human(a.nbytes)})"))
     outs = [v.aval for v in closed.jaxpr.outvars if getattr(v.aval, "shape", None) is not None]
     largest_out = max(outs, key=costs_nbytes, default=None)
-    out_note = (f"; its largest output is {_shape_str(largest_out)}, {_human(costs_nbytes(largest_out))}"
+    out_note = (f"; its largest output is {_shape_str(largest_out)}, {human(costs_nbytes(largest_out))}"
                 if largest_out is not None else "")
     program = _compiled_bytes(compiled)
     if program is not None:
-        needs.append((program, f"the compiled program's outputs and temporaries come to {_human(program)} "
+        needs.append((program, f"the compiled program's outputs and temporaries come to {human(program)} "
                                f"(XLA's memory analysis{out_note})"))
     elif largest_out is not None:
         needs.append((costs_nbytes(largest_out), f"its output {_shape_str(largest_out)} takes "
-                                                 f"{_human(costs_nbytes(largest_out))}"))
+                                                 f"{human(costs_nbytes(largest_out))}"))
     if not needs:
         return
     need, why = max(needs, key=lambda n: n[0])
-    free, device = _device_free_bytes()
+    free, device = device_available_bytes()
     if need > free:
         raise CaptureError(
-            f"cannot capture {name} in mode={mode!r}: {why}, more than the {_human(free)} free on {device}; "
+            f"cannot capture {name} in mode={mode!r}: {why}, more than the {human(free)} free on {device}; "
             f"use mode='static', which allocates nothing (or give smaller arrays)")
 
 

@@ -11,32 +11,29 @@ small (``replay_batch``'s per-machine scalars) the work is chunked instead.
 The estimates are upper bounds built from what each stage holds (float64
 arrays and the copies NumPy and XLA make of them), checked against the peak
 resident memory of real runs in ``tests/sim/test_memory_guard.py``. The
-memory available is the operating system's figure (``psutil``), capped by a
-cgroup limit when the process runs in one; set ``DFIT_NB_MEMORY_LIMIT`` (bytes,
-or ``"8GB"``, ``"512MiB"``) to use another budget (lower to keep headroom for
-other work, higher to accept the risk).
+memory available (:func:`dfit_nb._memory.available_bytes`) is the operating
+system's figure (``psutil``), capped by a cgroup limit when the process runs in
+one; set ``DFIT_NB_MEMORY_LIMIT`` (bytes, or ``"8GB"``, ``"512MiB"``) to use
+another budget (lower to keep headroom for other work, higher to accept the
+risk).
 
 >>> from dfit_nb.sim import memory
 >>> est = memory.Estimate("replay", {"cube": 3 * 2**30}, {"tiles": 10**6})
 >>> est.check(available=2**30, advice="use fewer time bins")  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-dfit_nb.sim.memory.MemoryGuardError: replay needs about 3.0 GiB (cube 3.0 GiB; tiles=1000000), more than ...
+dfit_nb._memory.MemoryGuardError: replay needs about 3.0 GiB (cube 3.0 GiB; tiles=1000000), more than ...
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from ..errors import DfitError
-
-#: the environment variable that overrides the memory budget
-LIMIT_ENV = "DFIT_NB_MEMORY_LIMIT"
+# the memory figure and the error are shared with capture and the CLI (one figure for every floor)
+from .._memory import LIMIT_ENV, MemoryGuardError, available_bytes, human, parse_bytes
 
 #: what compiling and running a replay program costs whatever its sizes (JAX's runtime, the executable, XLA's
 #: buffers): measured as the peak resident growth of a replay of the encoder on a 64 x 64 grid, about 0.35 GiB,
@@ -55,91 +52,6 @@ SWEEP_COPIES = 3
 
 #: per-op float64 values a replay's scan keeps per op besides its link loads (records, carry, model outputs)
 RECORD_VALUES = 64
-
-_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6, "mib": 2**20,
-          "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tb": 10**12, "tib": 2**40}
-
-
-class MemoryGuardError(DfitError, MemoryError):
-    """The work would need more memory than is available; refused before allocating it."""
-
-
-def parse_bytes(text: str | float) -> float:
-    """``"8GB"``, ``"512 MiB"``, ``"1e9"`` or a number -> bytes.
-
-    >>> parse_bytes("512MiB") == 512 * 2**20
-    True
-    """
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value, unit = float(text), ""
-    else:
-        m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([a-zA-Z]*)\s*", str(text))
-        if m is None or m.group(2).lower() not in _UNITS:
-            raise MemoryGuardError(f"{LIMIT_ENV}={text!r} is not a size; use bytes or a number with a unit "
-                                   f"({', '.join(u for u in _UNITS if u)}), e.g. '8GB'")
-        try:
-            value, unit = float(m.group(1)), m.group(2).lower()
-        except ValueError:
-            raise MemoryGuardError(f"{LIMIT_ENV}={text!r} is not a size; use bytes or e.g. '8GB'") from None
-    if not value > 0 or value == float("inf"):
-        raise MemoryGuardError(f"{LIMIT_ENV}={text!r}: the budget must be a positive, finite size")
-    return value * _UNITS[unit]
-
-
-def _cgroup_room() -> float | None:
-    """What a cgroup (v2, else v1) still lets this process allocate, if it is limited."""
-    v1 = "/sys/fs/cgroup/memory/memory."
-    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
-        try:
-            cap = Path(limit).read_text().strip()
-            used = float(Path(usage).read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if cap.isdigit() and float(cap) < 2**60:  # "max" or a huge number: no limit
-            return max(float(cap) - used, 0.0)
-    return None
-
-
-def available_bytes() -> float:
-    """Bytes this process may still allocate: ``DFIT_NB_MEMORY_LIMIT`` if set, else the system's available memory
-    capped by a cgroup limit."""
-    override = os.environ.get(LIMIT_ENV, "").strip()
-    if override:
-        return parse_bytes(override)
-    try:
-        import psutil
-
-        room = float(psutil.virtual_memory().available)
-    except (ImportError, OSError):  # psutil is a dependency; without it, Linux's own figure, else no guard
-        try:
-            text = Path("/proc/meminfo").read_text()
-            room = float(re.search(r"MemAvailable:\s+(\d+)\s*kB", text).group(1)) * 1024  # type: ignore[union-attr]
-        except (OSError, AttributeError, ValueError):
-            room = float("inf")
-    cgroup = _cgroup_room()
-    return min(room, cgroup) if cgroup is not None else room
-
-
-def device_available_bytes() -> tuple[float, str]:
-    """Bytes free for new arrays on JAX's default device (its allocator's limit less what is in use, on an
-    accelerator) and the device's name; on the CPU backend, :func:`available_bytes`."""
-    import jax
-
-    device = jax.devices()[0]
-    with_stats = getattr(device, "memory_stats", None)
-    stats = with_stats() if with_stats is not None else None
-    if stats and "bytes_limit" in stats:
-        return float(stats["bytes_limit"]) - float(stats.get("bytes_in_use", 0)), str(device)
-    return available_bytes(), str(device)
-
-
-def human(nbytes: float) -> str:
-    """``3221225472`` -> ``"3.0 GiB"``."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 @dataclasses.dataclass(frozen=True)
