@@ -7,8 +7,10 @@ folder:
 
 - ``report.html``: one self-contained page: what was captured, a per-preset
   summary table, the hybrid policy of every preset with its gains against the
-  single-style baselines, the charts of :mod:`dfit_nb.views` for the first
-  preset plus a cross-preset comparison, the first preset's playbook, and links
+  single-style baselines, the charts of :mod:`dfit_nb.views` for the featured
+  preset (:func:`featured`: the first with more than one tile, so the
+  utilisation heatmap and the NoC have something to show) plus a cross-preset
+  comparison, its playbook, and links
   to the files below;
 - ``<preset>.nc``: the replay's event cube (:meth:`Run.save`; reopen with
   :func:`dfit_nb.load_run`);
@@ -288,15 +290,31 @@ def comparison_chart(results: Sequence[PresetResult]) -> Any:
                                      "hybrid policy"))
 
 
+@dataclasses.dataclass(frozen=True)
+class NothingToShow:
+    """A chart left out because its view would be empty, and why (one line on the page instead)."""
+
+    why: str
+
+
+def featured(results: Sequence[PresetResult]) -> PresetResult:
+    """The preset the page charts: the first with more than one tile (a single tile's utilisation heatmap is
+    one square and its NoC carries nothing), else the first."""
+    return next((r for r in results if float(r.hw.tiles) > 1), results[0])
+
+
 def _chart_list(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> list[tuple[str, str, Any]]:
     """(key, heading, builder) of every chart of the page."""
     run, pol, hw = first.run, first.policy, first.hw
+    noc = float(run.cube["link_load"].sum()) if "link_load" in run.cube else 0.0
     charts: list[tuple[str, str, Any]] = [
         ("regions", "Regions: energy per named scope", lambda: views.regions(run, metric="energy")),
         ("roofline", "Roofline", lambda: views.roofline(run, hw, trace)),
         ("timeline", "Timeline", lambda: views.timeline(run)),
         ("utilization", "Utilisation", lambda: views.utilization(run)),
-        ("noc_load", "NoC load", lambda: views.noc_load(run)),
+        ("noc_load", "NoC load", (lambda: views.noc_load(run)) if noc > 0 else (lambda: NothingToShow(
+            f"{first.name} has one tile: no data crosses its mesh" if float(hw.tiles) <= 1
+            else f"no op of this program sends data over {first.name}'s mesh"))),
     ]
     if pol is not None:
         charts += [
@@ -319,7 +337,8 @@ def _specs(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> 
     out = []
     for key, heading, build in _chart_list(trace, first, results):
         try:
-            spec = build().to_dict()
+            chart = build()
+            spec = chart if isinstance(chart, NothingToShow) else chart.to_dict()
         except Exception as err:  # one broken chart must not cost the whole report
             warnings.warn(f"report chart {key!r} could not be built: {type(err).__name__}: {err}", ReportWarning,
                           stacklevel=3)
@@ -510,7 +529,9 @@ def _playbook_html(policy: Any) -> str:
 def _charts_html(specs: Sequence[tuple[str, str, Any]], mode: str) -> str:
     parts = []
     for key, heading, spec in specs:
-        if isinstance(spec, str):
+        if isinstance(spec, NothingToShow):
+            inner = f"<p class='note'>Nothing to show: {_e(spec.why)}.</p>"
+        elif isinstance(spec, str):
             inner = f"<p class='err'>this chart could not be built: {_e(spec)}</p>"
         elif mode == "interactive":
             data = embedded_json(spec)
@@ -527,7 +548,7 @@ def _charts_html(specs: Sequence[tuple[str, str, Any]], mode: str) -> str:
 
 def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: Sequence[tuple[str, str, Any]],
           mode: str, files: dict[str, dict[str, str]]) -> str:
-    first = results[0]
+    first = featured(results)
     fn = trace.attrs.get("function", "?")
     title = f"dfit_nb report: {fn}"
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -557,7 +578,7 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
     nav = "".join(f"<a href='#{k}'>{_e(h.split(':')[0])}</a>" for k, h, _ in sections)
     body = "".join(f"<h2 id='{k}'>{_e(h)}</h2>{content}" for k, h, content in sections)
     script = (f"<script type='module'>{_bundle()}</script><script type='module'>{_EMBED}</script>"
-              if mode == "interactive" and any(not isinstance(s, str) for _, _, s in specs) else "")
+              if mode == "interactive" and any(isinstance(s, dict) for _, _, s in specs) else "")
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_STYLE}</style></head>"
             f"<body><header><h1>{_e(title)}</h1><p>{_e(trace.mode)} capture replayed on {_e(presets_text)} · "
@@ -578,7 +599,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
         From :func:`dfit_nb.capture`.
     hw : str, Hardware, or a sequence of them, optional
         Preset names (:func:`dfit_nb.sim.presets.names`) or machines; default every preset. The charts are
-        drawn for the first.
+        drawn for the first with more than one tile (:func:`featured`), else the first.
     out_dir : str or path-like
         Folder to write into (created; files of the same names are replaced).
     dataflow : {"ws", "os", "is", "hybrid"} or Policy
@@ -660,7 +681,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     if mode == "interactive" and not bundle_available():
         raise ReportError("interactive charts need vl_convert.javascript_bundle (vl-convert-python >= 1.2); "
                           "use charts='svg'")
-    specs = _specs(trace, results[0], results)
+    specs = _specs(trace, featured(results), results)
     seconds["charts"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

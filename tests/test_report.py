@@ -1,0 +1,37 @@
+"""The report charts a preset with something to show, and says so in one line where a view would be empty."""
+
+from __future__ import annotations
+
+import pytest
+
+import dfit_nb
+from dfit_nb import examples, report
+
+
+@pytest.fixture(scope="module")
+def mlp_results():
+    fn, args = examples.get("mlp").build()
+    trace = dfit_nb.capture(fn, *args)
+    return trace, report.analyse(trace, ["scalesim_32", "npu_like"], progress=False)
+
+
+def test_the_featured_preset_is_the_first_with_more_than_one_tile(mlp_results):
+    _, results = mlp_results
+    assert [r.name for r in results] == ["scalesim_32", "npu_like"]
+    assert report.featured(results).name == "npu_like"
+    assert report.featured(results[:1]).name == "scalesim_32"  # none has more: the first
+
+
+def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_results, tmp_path):
+    trace, results = mlp_results
+    page = report.write_report(trace, out_dir=tmp_path / "two", results=results, charts="svg", progress=False)
+    html = page.html.read_text()
+    assert "Charts: npu_like" in html and "Playbook: npu_like" in html
+    assert "Nothing to show" not in html  # npu_like's mesh carries the program's data: a NoC chart
+    single = report.write_report(trace, out_dir=tmp_path / "one", results=results[:1], charts="svg",
+                                 progress=False)
+    html = single.html.read_text()
+    assert "Charts: scalesim_32" in html
+    noc = html[html.index("<section class='chart' id='noc_load'>"):]
+    noc = noc[: noc.index("</section>")]
+    assert "Nothing to show: scalesim_32 has one tile: no data crosses its mesh." in noc and "<svg" not in noc
