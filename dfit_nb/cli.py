@@ -1,22 +1,33 @@
 """``dfit-nb``: the command-line entry point.
 
-``dfit-nb report`` captures a JAX function (a bundled example, or any
-``pkg.mod:fn`` with its arguments described as shapes and dtypes), prints its
-region table, costs its ops on hardware presets one op at a time, replays the
-whole program on each preset, selects a hybrid dataflow policy per preset, and
-writes an offline HTML report (:mod:`dfit_nb.report`) with the event cubes,
-Perfetto traces and playbooks next to it.
+``dfit-nb report`` captures a JAX function (a bundled example, any
+``pkg.mod:fn`` with its arguments described as shapes and dtypes, or what a
+zero-argument ``pkg.mod:build`` returns: a real model with its weights),
+prints its region table, costs its ops on hardware presets one op at a time,
+replays the whole program on each preset, selects a hybrid dataflow policy per
+preset, and writes an offline HTML report (:mod:`dfit_nb.report`) with the
+event cubes, Perfetto traces and playbooks next to it.
 
 Examples::
 
     dfit-nb report                                   # the encoder example, every preset, into ./dfit_report/
     dfit-nb report --example mlp --hw npu_like -o out
     dfit-nb report --module mypkg.model:forward --args "f32[8,128] f32[128,64]" --hw tpu_like
+    dfit-nb report --build mypkg.model:build --hw tpu_like    # build() -> (fn, (params, x))
+
+``--build PKG.MOD:BUILD`` names a callable taking no arguments that returns
+``(fn, args)``: the function to capture and a tuple (or list) of its positional
+arguments, e.g. ``return model.apply, (variables, x)``. Pass the weights as
+arguments rather than closing over them: XLA constant-folds what depends only
+on closed-over weights (batch norm's per-channel arithmetic, bias adds) and the
+trace then no longer describes the model as it is served. Recipes for Flax,
+Equinox, Keras and optax are in docs/recipes.md.
 
 Bad input (an unknown preset, a bad ``--args`` token, a module that does not
-import, a missing function, an ``-o`` folder or ``--save-trace`` path that
-cannot be written) exits with status 2 and a one-line ``dfit-nb: error:``
-message naming it, before any capture or replay starts; no traceback.
+import, a missing function, a ``build()`` that fails or does not return
+``(fn, args)``, an ``-o`` folder or ``--save-trace`` path that cannot be
+written) exits with status 2 and a one-line ``dfit-nb: error:`` message naming
+it, before any capture or replay starts; no traceback.
 """
 
 from __future__ import annotations
@@ -72,7 +83,12 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--example", default=None, choices=examples.names(),
                       help="bundled example (default encoder)")
     what.add_argument("--module", default=None, metavar="PKG.MOD:FN",
-                      help="capture this function instead (imported; the current directory is on the path)")
+                      help="capture this function instead, on arrays described by --args (imported; the current "
+                           "directory is on the path)")
+    what.add_argument("--build", default=None, metavar="PKG.MOD:BUILD",
+                      help="call this zero-argument function and capture what it returns: (fn, args), the function "
+                           "and a tuple or list of its positional arguments, weights included (e.g. return "
+                           "model.apply, (variables, x)); arrays or jax.ShapeDtypeStructs")
     r.add_argument("--args", default=None, metavar="SPEC", dest="spec",
                    help=f"the --module function's positional arguments: {SPEC_HELP}")
     r.add_argument("--mode", default="static", choices=MODES, help="instrumentation mode (default static)")
@@ -180,11 +196,14 @@ def _check_fits(structs: Sequence[Any], mode: str, target: str) -> None:
                          "runs) or smaller dimensions")
 
 
-def load_function(target: str) -> Any:
-    """``pkg.mod:fn`` (``fn`` may be dotted: ``Class.method``) -> the callable (UsageError naming what failed)."""
+def load_function(target: str, option: str = "--module") -> Any:
+    """``pkg.mod:fn`` (``fn`` may be dotted: ``Class.method``) -> the callable (UsageError naming what failed);
+    ``option``: the command-line option that gave ``target``, named in the messages."""
     mod_name, sep, attr = target.partition(":")
     if not sep or not mod_name or not attr:
-        raise UsageError(f"bad --module {target!r}: expected pkg.mod:fn (a module, a colon, a function)")
+        what = "pkg.mod:build (a module, a colon, a function of no arguments)" if option == "--build" else \
+            "pkg.mod:fn (a module, a colon, a function)"
+        raise UsageError(f"bad {option} {target!r}: expected {what}")
     cwd = os.getcwd()
     added = cwd not in sys.path
     if added:  # like `python -m`: modules in the current directory import
@@ -192,10 +211,10 @@ def load_function(target: str) -> Any:
     try:
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as err:
-        raise UsageError(f"--module {target!r}: cannot import module {mod_name!r} ({err}); give an importable "
+        raise UsageError(f"{option} {target!r}: cannot import module {mod_name!r} ({err}); give an importable "
                          "module path (installed, or relative to the current directory)") from None
     except Exception as err:
-        raise UsageError(f"--module {target!r}: importing {mod_name!r} failed: {type(err).__name__}: {err}") from None
+        raise UsageError(f"{option} {target!r}: importing {mod_name!r} failed: {type(err).__name__}: {err}") from None
     finally:
         if added:
             sys.path.remove(cwd)
@@ -204,16 +223,69 @@ def load_function(target: str) -> Any:
         if not hasattr(obj, part):
             where = ".".join([mod_name, *attr.split(".")[:i]])
             public = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
-            raise UsageError(f"--module {target!r}: {where!r} has no attribute {part!r}; its public callables: "
+            raise UsageError(f"{option} {target!r}: {where!r} has no attribute {part!r}; its public callables: "
                              f"{', '.join(public[:20]) or '(none)'}{' ...' if len(public) > 20 else ''}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise UsageError(f"--module {target!r}: {attr!r} is a {type(obj).__name__}, not a function")
+        raise UsageError(f"{option} {target!r}: {attr!r} is {_a(obj)}, not a function")
     return obj
+
+
+def build_inputs(target: str, mode: str = "static") -> tuple[Any, list[Any]]:
+    """``--build pkg.mod:build``: import ``build``, call it with no arguments, and check that it returned
+    ``(fn, args)``: a callable and a tuple or list of its positional arguments (UsageError naming what was expected
+    and what was given). In the runtime modes ``jax.ShapeDtypeStruct`` leaves become arrays, as ``--args`` do.
+    """
+    import jax
+
+    build = load_function(target, "--build")
+    name = getattr(build, "__name__", None) or target.partition(":")[2]
+    expected = (f"--build {target!r}: {name}() must return (fn, args), the function to capture and a tuple or list "
+                "of its positional arguments, e.g. `return model.apply, (variables, x)`")
+    try:
+        out = build()
+    except Exception as err:  # the user's code: one line, not a traceback
+        raise UsageError(f"--build {target!r}: calling {name}() failed: {_first_line(err)} ({name} is called with "
+                         "no arguments and must return (fn, args))") from None
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
+        got = f"a {type(out).__name__} of {len(out)} items" if isinstance(out, (tuple, list)) else _a(out)
+        raise UsageError(f"{expected}; it returned {got}")
+    fn, fn_args = out
+    if not callable(fn):
+        raise UsageError(f"{expected}; its first item is {_a(fn)}, not callable")
+    if not isinstance(fn_args, (tuple, list)):
+        hint = " (wrap a single argument as (x,))" if hasattr(fn_args, "shape") else ""
+        raise UsageError(f"{expected}; its second item is {_a(fn_args)}, not a tuple or list{hint}")
+    fn_args = list(fn_args)
+    if mode != "static":
+        leaves, tree = jax.tree.flatten(fn_args)
+        structs = [x for x in leaves if isinstance(x, jax.ShapeDtypeStruct)]
+        if structs:  # allocated here: the same memory check as --args first
+            _check_fits(structs, mode, target)
+            made = iter(concrete(structs))
+            leaves = [next(made) if isinstance(x, jax.ShapeDtypeStruct) else x for x in leaves]
+            fn_args = jax.tree.unflatten(tree, leaves)
+    return fn, fn_args
+
+
+def _a(obj: object) -> str:
+    """What ``obj`` is, for a message: ``None``, ``an int``, ``a dict``, ``an array float32[3]``."""
+    if obj is None:
+        return "None"
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        return f"an array {obj.dtype}[{','.join(str(d) for d in obj.shape)}]"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _inputs(args: argparse.Namespace) -> tuple[Any, list[Any], str]:
     """The function, its arguments and a label, validated before anything heavy runs."""
+    if args.build is not None:
+        if args.spec is not None:
+            raise UsageError(f"--args describes the arguments of --module; --build {args.build!r} returns its own "
+                             "(fn, args): drop --args")
+        fn, fn_args = build_inputs(args.build, args.mode)
+        return fn, fn_args, f"{getattr(fn, '__name__', type(fn).__name__)} from --build {args.build}"
     if args.module is None:
         if args.spec is not None:
             raise UsageError("--args describes the arguments of --module; bundled examples (--example) build their own")
@@ -371,9 +443,9 @@ def _report(args: argparse.Namespace) -> int:
     try:
         trace = capture(fn, *fn_args, mode=args.mode)
     except Exception as err:
-        if args.module is None:
+        if args.module is None and args.build is None:
             raise  # a bundled example that does not capture is a dfit_nb bug: its traceback is the report
-        # the user's function (or its --args) did not trace: bad input, not a dfit_nb bug
+        # the user's function (or its --args, or what --build returned) did not trace: bad input, not a dfit_nb bug
         return _fail(f"capturing {label} failed: {_first_line(err.__cause__ or err)}")
     print(repr(trace))
     if trace.mode != "static":

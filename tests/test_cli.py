@@ -177,3 +177,143 @@ def test_the_report_renders_offline_in_headless_chromium(report):
     assert [u for u in requests if not u.startswith("file:")] == []
     assert errors == []
     assert n >= 9 and all(count > 0 for _, count in marks), marks
+
+
+# ------------------------------------------------------------------------------------------------ --build
+
+_BUILDERS = textwrap.dedent("""
+    import jax, jax.numpy as jnp
+    import flax.linen as nn
+
+    class CNN(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            x = nn.Conv(8, (3, 3), name="conv0")(x)
+            x = nn.BatchNorm(use_running_average=True, name="bn0")(x)
+            x = nn.relu(nn.Conv(16, (3, 3), name="conv1")(nn.relu(x)))
+            return nn.Dense(10, name="head")(x.mean(axis=(1, 2)))
+
+    def build():
+        model, x = CNN(), jnp.ones((2, 8, 8, 3))
+        return model.apply, (model.init(jax.random.key(0), x), x)
+
+    def shapes():  # structs, not arrays: static capture takes them; runtime modes make arrays of them
+        return (lambda x, w: jnp.tanh(x @ w)), [jax.ShapeDtypeStruct((4, 8), jnp.float32),
+                                                jax.ShapeDtypeStruct((8, 2), jnp.float32)]
+
+    def three():
+        return build()[0], build()[1], "extra"
+
+    def a_dict():
+        return {"fn": build()[0]}
+
+    def nothing():
+        pass
+
+    def not_callable():
+        return 42, ()
+
+    def one_array():
+        return (lambda x: x * 2), jnp.ones(3)
+
+    def args_dict():
+        return (lambda x: x * 2), {"x": jnp.ones(3)}
+
+    def needs_an_argument(size):
+        return build()
+
+    def fails():
+        raise FileNotFoundError("weights.msgpack not found")
+
+    not_a_function = 7
+""")
+
+
+@pytest.fixture
+def builders(tmp_path, monkeypatch):
+    (tmp_path / "cli_builders_xyz.py").write_text(_BUILDERS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    yield "cli_builders_xyz"
+    sys.modules.pop("cli_builders_xyz", None)
+
+
+def test_build_captures_a_real_model_with_its_weights_as_arguments(builders, tmp_path, capsys):
+    code = main(["report", "--build", f"{builders}:build", "--hw", "--save-trace", str(tmp_path / "t.nc")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    out = captured.out
+    assert "<dfit_nb.Trace apply mode=static ops=27" in out
+    for region in ("CNN", "conv0", "bn0", "conv1", "head"):  # Linen's module paths, in the region table
+        assert re.search(rf"^\s+{re.escape(region)}\s+\d+", out, re.M), region
+    # weights passed as arguments: XLA compiled the model as written, its FLOP count equals dfit_nb's
+    xla, ours = re.search(r"XLA cost analysis FLOPs: (\d+) .*dfit_nb FLOPs \(flops x count\): (\d+)", out).groups()
+    assert int(xla) == int(ours) == 306_212
+    trace = dfit_nb.load_trace(tmp_path / "t.nc")
+    assert trace.ops.sizes["op"] == 27 and "CNN/bn0" in trace.regions.region.values
+
+
+@pytest.mark.parametrize("mode", ["static", "eager"])
+def test_build_may_return_shape_dtype_structs(builders, capsys, mode):
+    code = main(["report", "--build", f"{builders}:shapes", "--hw", "--mode", mode])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "dfit_nb FLOPs (flops x count): 128" in captured.out  # 2 x 4 x 8 x 2 (tanh: a transcendental)
+    assert mode == "static" or "eager mode: plain call" in captured.out  # it ran, on arrays made from the structs
+
+
+@pytest.mark.parametrize("name, said", [
+    ("three", "it returned a tuple of 3 items"),
+    ("a_dict", "it returned a dict"),
+    ("nothing", "it returned None"),
+    ("not_callable", "its first item is an int, not callable"),
+    ("one_array", "its second item is an array float32[3], not a tuple or list (wrap a single argument as (x,))"),
+    ("args_dict", "its second item is a dict, not a tuple or list"),
+])
+def test_a_build_that_returns_the_wrong_shape_exits_2_naming_what_was_expected(builders, capsys, name, said):
+    assert main(["report", "--build", f"{builders}:{name}", "--hw"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dfit-nb: error: ") and "Traceback" not in err
+    assert f"--build '{builders}:{name}': {name}() must return (fn, args)" in err
+    assert "a tuple or list of its positional arguments" in err and said in err
+
+
+@pytest.mark.parametrize("target, said", [
+    (":needs_an_argument", "calling needs_an_argument() failed: TypeError: needs_an_argument() missing 1 required "
+                           "positional argument: 'size' (needs_an_argument is called with no arguments"),
+    (":fails", "calling fails() failed: FileNotFoundError: weights.msgpack not found"),
+    (":not_a_function", "'not_a_function' is an int, not a function"),
+    (":no_such_builder", "has no attribute 'no_such_builder'; its public callables: CNN, a_dict, args_dict, build"),
+    ("", "expected pkg.mod:build (a module, a colon, a function of no arguments)"),
+])
+def test_a_build_that_cannot_be_called_exits_2(builders, capsys, target, said):
+    assert main(["report", "--build", f"{builders}{target}", "--hw"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dfit-nb: error: ") and "Traceback" not in err
+    assert said in err
+
+
+def test_build_takes_no_args_and_excludes_module(builders, capsys):
+    assert main(["report", "--build", f"{builders}:build", "--args", "f32[2]", "--hw"]) == 2
+    err = capsys.readouterr().err
+    assert "--build 'cli_builders_xyz:build' returns its own (fn, args): drop --args" in err
+    assert main(["report", "--build", f"{builders}:build", "--module", f"{builders}:build", "--hw"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_a_build_whose_function_does_not_trace_is_bad_input(builders, tmp_path, capsys):
+    (tmp_path / "cli_badfn_xyz.py").write_text(
+        "import jax.numpy as jnp\n\ndef build():\n"
+        "    return (lambda x, w: x @ w), (jnp.ones((2, 3)), jnp.ones((4, 5)))\n")
+    try:
+        assert main(["report", "--build", "cli_badfn_xyz:build", "--hw"]) == 2
+    finally:
+        sys.modules.pop("cli_badfn_xyz", None)
+    err = capsys.readouterr().err
+    assert err.startswith("dfit-nb: error: capturing <lambda> from --build cli_badfn_xyz:build failed: TypeError")
+
+
+def test_the_help_documents_build(capsys):
+    assert main(["report", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--build PKG.MOD:BUILD" in out and "(fn, args)" in out and "docs/recipes.md" in out
