@@ -10,7 +10,7 @@ event cubes, Perfetto traces and playbooks next to it.
 
 Examples::
 
-    dfit-nb report                                   # the encoder example, every preset, into ./dfit_report/
+    dfit-nb report                                   # a BERT-base-sized layer, every preset, into ./dfit_report/
     dfit-nb report --example mlp --hw npu_like -o out
     dfit-nb report --module mypkg.model:forward --args "f32[8,128] f32[128,64]" --hw tpu_like
     dfit-nb report --build mypkg.model:build --hw tpu_like    # build() -> (fn, (params, x))
@@ -68,6 +68,10 @@ _LIMIT = f"{MAX_ARG_BYTES:,} bytes ({MAX_ARG_BYTES / 2**40:g} TiB)"
 _DIMS_HELP = (f"dimensions are whole numbers >= 1 in digits, comma-separated, e.g. f32[8,128], at most {_LIMIT} "
               "per argument")
 
+#: what ``dfit-nb report`` captures when given no function: a serving-sized layer, so every preset has work to
+#: spread, the bottlenecks differ between presets and per-layer dataflow switching pays on some
+DEFAULT_EXAMPLE = "bert_block"
+
 
 class UsageError(DfitError, ValueError):
     """Bad command-line input: the message names the bad token and what would be valid (exit status 2)."""
@@ -81,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     what = r.add_mutually_exclusive_group()
     what.add_argument("--example", default=None, choices=examples.names(),
-                      help="bundled example (default encoder)")
+                      help="bundled example (default bert_block: one BERT-base-sized encoder layer at sequence 256)")
     what.add_argument("--module", default=None, metavar="PKG.MOD:FN",
                       help="capture this function instead, on arrays described by --args (imported; the current "
                            "directory is on the path)")
@@ -95,7 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--depth", type=int, default=None, help="deepest region level to print")
     r.add_argument("--hw", nargs="*", default=None, metavar="PRESET",
                    help=f"hardware presets (default: all of {', '.join(presets.names())}); the charts are drawn "
-                        "for the first")
+                        "for the first with more than one tile")
     r.add_argument("--dataflow", default="ws", choices=list(REPLAY_DATAFLOWS),
                    help="dataflow of the replay table, event cubes and Perfetto traces (default ws)")
     r.add_argument("--objective", default="energy", choices=list(OBJECTIVES),
@@ -289,7 +293,7 @@ def _inputs(args: argparse.Namespace) -> tuple[Any, list[Any], str]:
     if args.module is None:
         if args.spec is not None:
             raise UsageError("--args describes the arguments of --module; bundled examples (--example) build their own")
-        name = args.example or "encoder"
+        name = args.example or DEFAULT_EXAMPLE
         fn, fn_args = examples.get(name).build()
         return fn, list(fn_args), f"example {name}"
     structs = parse_spec(args.spec or "")

@@ -2,7 +2,7 @@
 
 >>> from dfit_nb import examples
 >>> sorted(examples.names())
-['cnn', 'encoder', 'mlp', 'scan_model']
+['bert_block', 'cnn', 'encoder', 'mlp', 'scan_model']
 >>> fn, args = examples.get("mlp").build()
 >>> fn(*args).shape
 (8, 10)

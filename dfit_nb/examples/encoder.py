@@ -109,3 +109,14 @@ EXAMPLE = register(Example(
     make=make,
     defaults={"layers": 2, "batch": 2, "seq": 32, "d_model": 64, "heads": 4, "d_ff": 256},
 ))
+
+#: BERT-base's layer sizes (Devlin et al. 2019: d_model 768, 12 heads, d_ff 3072) at sequence 256, batch 1: a
+#: serving-sized layer, big enough that every preset has work to spread and the dataflows differ
+BERT_BASE_BLOCK = {"layers": 1, "batch": 1, "seq": 256, "d_model": 768, "heads": 12, "d_ff": 3072}
+
+BERT_BLOCK = register(Example(
+    name="bert_block",
+    description="one BERT-base-sized encoder layer (d_model 768, 12 heads, d_ff 3072) at sequence 256, batch 1",
+    make=make,
+    defaults=BERT_BASE_BLOCK,
+))
