@@ -12,6 +12,12 @@ Quick start::
 
 from ._version import __version__ as __version__
 from . import errors as errors
+from . import _compile_cache
+
+# JAX's persistent compilation cache (~/.cache/dfit_nb/jax; DFIT_NB_COMPILATION_CACHE=0 or a path), set before
+# anything compiles; a directory it cannot write warns once and leaves JAX without one (see _compile_cache)
+_compile_cache.configure()
+
 from . import examples as examples
 from . import events as events
 from . import sim as sim

@@ -37,3 +37,9 @@ class OpaquePrimitiveWarning(DfitWarning):
 
 class MeasurementWarning(DfitWarning):
     """A runtime measurement was incomplete (e.g. the profiler saw no events for some ops)."""
+
+
+class CompilationCacheWarning(DfitWarning):
+    """JAX's persistent compilation cache could not be used (its directory cannot be created or written, or every
+    user may write to it): dfit_nb runs on without it, compiling afresh in every new process. Set
+    ``DFIT_NB_COMPILATION_CACHE`` to a directory only you can write, or to ``0`` to switch the cache off."""

@@ -1,0 +1,188 @@
+"""JAX's persistent compilation cache, switched on when dfit_nb is imported.
+
+Almost all of a first ``dfit-nb report`` or a first ``replay`` in a fresh kernel is XLA compiling the replay
+programs (1-10 s each); the same programs run again in 0.1-0.9 s. JAX can keep compiled executables on disk
+(``jax_compilation_cache_dir``) and load them in a later process instead of compiling again. dfit_nb points that
+cache at ``$XDG_CACHE_HOME/dfit_nb/jax`` (``~/.cache/dfit_nb/jax`` when ``XDG_CACHE_HOME`` is unset or not an
+absolute path, as the XDG base directory rule says) unless told otherwise:
+
+* ``DFIT_NB_COMPILATION_CACHE=0`` (or ``off``, ``false``, ``no``): dfit_nb sets nothing;
+* ``DFIT_NB_COMPILATION_CACHE=<path>``: that directory (``~`` expanded, made absolute at import);
+* a cache directory configured in JAX itself (``JAX_COMPILATION_CACHE_DIR``, or
+  ``jax.config.update("jax_compilation_cache_dir", ...)`` before ``import dfit_nb``) is never overridden, and
+  neither is ``jax_enable_compilation_cache=False``, nor a threshold the user set (by environment variable or a
+  value other than JAX's default);
+* a directory that cannot be created or written (a read-only home), or one that every user may write to (JAX
+  runs the executables it loads from it), gives one :class:`CompilationCacheWarning` and dfit_nb runs on without
+  a persistent cache. A directory dfit_nb creates is private to the user (mode 0700).
+
+Why at import rather than just before dfit_nb's first compile: JAX reads the setting when the process compiles
+its first program, and JAX's cache is process-wide either way (a user's own jitted functions that compile for
+longer than the threshold are cached too, whenever dfit_nb sets it). Import is the one point that precedes
+every compile dfit_nb makes (capture, replay, cost, sweeps, views, the CLI and the magics) without a hook in
+each; it costs a ``mkdir``, a ``stat`` and one small probe file (well under a millisecond; dfit_nb imports
+``jax`` anyway). Nothing is read or written until something compiles.
+
+JAX's cache key leaves out source locations and op names (``jax_compilation_cache_include_metadata_in_key`` is
+false, and stays so here: with them in the key a new kernel, whose cells are new files, or a call moved by one
+line would miss), so an executable loaded from the cache carries the metadata of the process that wrote it.
+Code that reads metadata back from a compiled program (capture's ``dfit_op`` tags in ``op_name``) must compile
+with that option on for its own compile.
+
+The cache grows without bound (JAX evicts only with ``jax_compilation_cache_max_size``, which needs the
+``filelock`` package, not installed with dfit_nb); deleting the directory is always safe.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+from .errors import CompilationCacheWarning
+
+__all__ = ["ENV", "MIN_COMPILE_TIME_S", "CacheState", "configure", "default_directory", "requested_directory", "state"]
+
+#: the environment variable: ``0`` / ``off`` / ``false`` / ``no`` switches dfit_nb's cache off, a path chooses
+#: the directory, unset (or ``1`` / ``on`` / ``true`` / ``yes``) means the default directory
+ENV = "DFIT_NB_COMPILATION_CACHE"
+_OFF = frozenset({"0", "off", "false", "no"})
+_ON = frozenset({"", "1", "on", "true", "yes"})
+
+#: JAX's own environment variables for the settings dfit_nb may set: when one is set, the user chose
+_JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
+_JAX_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+_JAX_SIZE_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+#: JAX's defaults for those thresholds (jax 0.10.2): a value other than these was set by the user
+_JAX_DEFAULT_TIME_S = 1.0
+_JAX_DEFAULT_SIZE = 0
+
+#: programs that compile faster than this are not written to disk. ``dfit-nb report`` compiles about 40
+#: programs on 2 cores: 13-17 of them (the replay, cost and selection programs) in 1.1-3 s on quiet cores (up to
+#: 10 s under load), 7-11 in 0.1-0.5 s, the rest (argument setup, small reductions) in under 0.1 s; loading an
+#: entry back costs about 0.1 s. JAX's default of 1 s would leave out replay programs on any machine faster than
+#: these 2 cores (the smallest compile in 1.1-1.4 s here); 0.2 s keeps every replay program with margin and the
+#: mid-sized ones too (warm ``dfit-nb report`` on 2 cores: 16.2-18.8 s at 0.2 s, 18.3-18.6 s at 0.5 s,
+#: 19.5-19.8 s at 1 s), while the many tiny programs, which would gain little, stay out of the directory.
+MIN_COMPILE_TIME_S = 0.2
+#: no size floor: every program past the time threshold is worth keeping (-1: "no size restriction, and do not
+#: let JAX raise it for the filesystem")
+_MIN_ENTRY_SIZE_BYTES = -1
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """What :func:`configure` decided: ``directory`` is the cache directory JAX uses (``None``: no persistent
+    cache); ``source`` says who chose it: ``"dfit_nb"`` (the default directory), ``"env"``
+    (``DFIT_NB_COMPILATION_CACHE=<path>``), ``"jax"`` (the user configured JAX's cache; dfit_nb left it alone),
+    ``"off"`` (``DFIT_NB_COMPILATION_CACHE=0``), ``"disabled"`` (``jax_enable_compilation_cache`` is false) or
+    ``"unwritable"`` (the directory could not be created or written, or every user may write to it; ``reason``
+    says why)."""
+
+    directory: str | None
+    source: str
+    reason: str = ""
+
+
+_state: CacheState | None = None
+_warned = False
+
+
+def default_directory() -> Path:
+    """``$XDG_CACHE_HOME/dfit_nb/jax``, or ``~/.cache/dfit_nb/jax`` when ``XDG_CACHE_HOME`` is unset, empty or
+    relative (the XDG base directory rule).
+
+    >>> default_directory().parts[-2:]
+    ('dfit_nb', 'jax')
+    """
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "dfit_nb" / "jax"
+
+
+def requested_directory(value: str | None = None) -> Path | None:
+    """The directory ``DFIT_NB_COMPILATION_CACHE`` (or ``value``) asks for, absolute: ``None`` for ``0`` / ``off`` /
+    ``false`` / ``no`` (any case), :func:`default_directory` when unset, empty or ``1`` / ``on`` / ``true`` /
+    ``yes``, else that path (``~`` expanded). Raises ``RuntimeError`` when the home directory is needed and unknown.
+
+    >>> requested_directory("off") is None and requested_directory("1") == default_directory().absolute()
+    True
+    """
+    value = (os.environ.get(ENV, "") if value is None else value).strip()
+    if value.lower() in _OFF:
+        return None
+    path = default_directory() if value.lower() in _ON else Path(value).expanduser()
+    return path.absolute()
+
+
+def _prepare(path: Path) -> None:
+    """Create ``path`` (itself private to the user: mode 0700) and write, then remove, a probe file in it; raise
+    ``OSError`` if either fails, or if the directory is writable by every user: JAX runs what it loads from its
+    cache, so such a directory would let anyone on the machine run code in this process."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & stat.S_IWOTH:
+        raise PermissionError(f"{path} is writable by every user, and JAX runs the executables it loads from there")
+    fd, probe = tempfile.mkstemp(prefix=".dfit_nb-probe-", dir=path)
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(message, CompilationCacheWarning, stacklevel=3)
+
+
+def configure() -> CacheState:
+    """Point JAX's persistent compilation cache at dfit_nb's directory, as the module docstring says; called once
+    by ``import dfit_nb``. Returns (and remembers, see :func:`state`) what it decided. Never raises for a
+    directory it cannot use: it warns once (:class:`~dfit_nb.errors.CompilationCacheWarning`) and leaves JAX
+    without a persistent cache."""
+    global _state
+    import jax
+
+    value = os.environ.get(ENV, "").strip()
+    if value.lower() in _OFF:
+        _state = CacheState(None, "off")
+        return _state
+    configured = jax.config.jax_compilation_cache_dir
+    if configured is not None or _JAX_DIR_ENV in os.environ:
+        _state = CacheState(configured or None, "jax")
+        return _state
+    if not jax.config.jax_enable_compilation_cache:
+        _state = CacheState(None, "disabled")
+        return _state
+
+    source = "dfit_nb" if value.lower() in _ON else "env"
+    where = repr(value) if source == "env" else "the default cache directory"
+    try:
+        path = cast(Path, requested_directory(value))  # not None: "off" returned above
+        where = str(path)
+        _prepare(path)
+    except (OSError, RuntimeError) as err:  # RuntimeError: Path.home() when there is no home directory
+        reason = f"{type(err).__name__}: {err}"
+        _state = CacheState(None, "unwritable", reason)
+        _warn_once(f"dfit_nb cannot use {where} as JAX's compilation cache ({reason}); continuing without a "
+                   f"persistent compilation cache, so every new process compiles again. Set {ENV} to a writable "
+                   f"directory, or to 0 to switch the cache off and silence this warning.")
+        return _state
+
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    if _JAX_TIME_ENV not in os.environ and \
+            jax.config.jax_persistent_cache_min_compile_time_secs == _JAX_DEFAULT_TIME_S:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
+    if _JAX_SIZE_ENV not in os.environ and \
+            jax.config.jax_persistent_cache_min_entry_size_bytes == _JAX_DEFAULT_SIZE:
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", _MIN_ENTRY_SIZE_BYTES)
+    _state = CacheState(str(path), source)
+    return _state
+
+
+def state() -> CacheState | None:
+    """What the last :func:`configure` decided (``None`` before it ran)."""
+    return _state

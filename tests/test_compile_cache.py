@@ -1,0 +1,218 @@
+"""JAX's persistent compilation cache as ``import dfit_nb`` sets it up (``dfit_nb/_compile_cache.py``).
+
+JAX reads its cache settings once per process, at the first compile, so every case runs in a fresh subprocess
+with its own environment; traces are one small matmul. Only the first test replays (dfit_nb's own threshold
+must let the replay program through); the others force every compile into the cache with JAX's threshold at 0.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dfit_nb import _compile_cache
+from dfit_nb.errors import CompilationCacheWarning, DfitWarning
+
+#: the child: import dfit_nb (recording warnings), capture a tiny matmul, compile one more jitted function,
+#: optionally replay it; print what dfit_nb decided, what JAX uses and the persistent-cache events as JSON
+CHILD = textwrap.dedent("""
+    import json, sys, warnings
+    import jax, jax.numpy as jnp
+    from jax import monitoring
+
+    events = {}
+    monitoring.register_event_listener(lambda name, **kw: events.__setitem__(name, events.get(name, 0) + 1))
+    if len(sys.argv) > 2:
+        jax.config.update("jax_compilation_cache_dir", sys.argv[2])   # the user's own setting, before dfit_nb
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import dfit_nb
+    f32 = jnp.float32
+    trace = dfit_nb.capture(lambda x, w: jnp.tanh(x @ w), jax.ShapeDtypeStruct((8, 16), f32),
+                            jax.ShapeDtypeStruct((16, 8), f32))
+    jax.block_until_ready(jax.jit(lambda x: x * 2 + 1)(jnp.arange(4.0)))
+    latency = None
+    if sys.argv[1] == "replay":
+        latency = float(dfit_nb.replay(trace, dfit_nb.sim.presets.get("scalesim_32"), "ws").summary["latency_cycles"])
+    state = dfit_nb._compile_cache.state()
+    print(json.dumps({
+        "source": state.source, "directory": state.directory, "reason": state.reason,
+        "jax_dir": jax.config.jax_compilation_cache_dir,
+        "min_time": jax.config.jax_persistent_cache_min_compile_time_secs,
+        "warnings": [[type(w.message).__name__, str(w.message)] for w in caught],
+        "events": {k.rsplit("/", 1)[1]: v for k, v in events.items()}, "latency": latency,
+    }))
+""")
+
+
+def _child(tmp_path: Path, what: str = "compile", env: dict[str, str | None] | None = None,
+           jax_dir: str | None = None) -> dict:
+    """Run :data:`CHILD` with HOME and XDG_CACHE_HOME inside ``tmp_path`` (no test touches the real cache)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != _compile_cache.ENV}
+    e.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    argv = [sys.executable, "-c", CHILD, what, *([jax_dir] if jax_dir is not None else [])]
+    p = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return {**json.loads(p.stdout.strip().splitlines()[-1]), "stderr": p.stderr}
+
+
+def _entries(path: Path) -> set[str]:
+    return {p.name for p in path.glob("*-cache")} if path.is_dir() else set()
+
+
+def test_a_replay_populates_the_cache_and_the_next_process_loads_it(tmp_path):
+    cache = tmp_path / "cache"
+    cold = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})
+    assert (cold["source"], cold["directory"], cold["jax_dir"]) == ("env", str(cache), str(cache))
+    assert cold["min_time"] == _compile_cache.MIN_COMPILE_TIME_S and not cold["warnings"]
+    written = _entries(cache)
+    assert any(name.startswith("jit_") for name in written), sorted(cache.iterdir())  # the replay program
+    assert cold["events"].get("cache_misses", 0) >= 1 and not cold["events"].get("cache_hits")
+
+    warm = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})
+    # every entry loads (a program that compiled just under the threshold before may pass it now, under load)
+    assert warm["events"].get("cache_hits", 0) >= len(written) and written <= _entries(cache)
+    assert warm["latency"] == cold["latency"]
+
+    # a corrupted entry (a process killed while writing it) is JAX's warning and a fresh compile, never a crash
+    for entry in cache.glob("*-cache"):
+        entry.write_bytes(entry.read_bytes()[:100])
+    broken = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})
+    assert broken["latency"] == cold["latency"] and not broken["events"].get("cache_hits")
+    assert "Error reading persistent compilation cache entry" in broken["stderr"]
+
+
+def test_the_default_directory_is_created_under_xdg_cache_home(tmp_path):
+    child = _child(tmp_path, env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    cache = tmp_path / "xdg" / "dfit_nb" / "jax"
+    assert (child["source"], child["directory"], child["jax_dir"]) == ("dfit_nb", str(cache), str(cache))
+    assert child["min_time"] == 0  # a threshold the user set is theirs
+    assert _entries(cache) and not child["warnings"] and not (tmp_path / "home").exists()
+
+
+def test_the_requested_directory(tmp_path, monkeypatch):
+    """The XDG rule (an unset, empty or relative XDG_CACHE_HOME means ~/.cache) and the switch's spellings."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _compile_cache.default_directory() == tmp_path / "xdg" / "dfit_nb" / "jax"
+    for xdg in ("", "relative/cache"):
+        monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+        assert _compile_cache.default_directory() == tmp_path / "home" / ".cache" / "dfit_nb" / "jax"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    default = tmp_path / "home" / ".cache" / "dfit_nb" / "jax"
+    assert _compile_cache.default_directory() == default
+    for off in ("0", "off", "OFF", "false", "False", " no "):
+        assert _compile_cache.requested_directory(off) is None
+    for on in ("", "1", "on", "true", "YES"):
+        assert _compile_cache.requested_directory(on) == default
+    assert _compile_cache.requested_directory("~/jc") == tmp_path / "home" / "jc"
+    monkeypatch.chdir(tmp_path)
+    assert _compile_cache.requested_directory("rel/jc") == tmp_path / "rel" / "jc"  # absolute from the start
+    monkeypatch.setenv(_compile_cache.ENV, "0")
+    assert _compile_cache.requested_directory() is None
+
+
+def test_switched_off_leaves_no_cache(tmp_path):
+    child = _child(tmp_path, env={_compile_cache.ENV: "0", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    assert (child["source"], child["directory"], child["jax_dir"]) == ("off", None, None)
+    assert not child["events"].get("cache_misses") and not child["warnings"]
+    assert not (tmp_path / "xdg").exists() and not (tmp_path / "home").exists()
+
+
+def test_a_cache_directory_configured_in_jax_is_never_overridden(tmp_path):
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    env = {_compile_cache.ENV: str(ours), "JAX_COMPILATION_CACHE_DIR": str(theirs),
+           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    child = _child(tmp_path, env=env)
+    assert (child["source"], child["jax_dir"]) == ("jax", str(theirs))
+    assert _entries(theirs) and not ours.exists() and not (tmp_path / "xdg").exists()
+    # set in Python before dfit_nb is imported: kept too, and dfit_nb's threshold is not applied
+    other = tmp_path / "other"
+    child = _child(tmp_path, env={_compile_cache.ENV: str(ours)}, jax_dir=str(other))
+    assert (child["source"], child["jax_dir"], child["min_time"]) == ("jax", str(other), 1.0)
+    assert not ours.exists()
+
+
+def test_an_unwritable_directory_warns_once_and_continues_without_a_cache(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    child = _child(tmp_path, env={_compile_cache.ENV: str(blocker / "sub"),
+                                  "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+    assert (child["source"], child["directory"], child["jax_dir"]) == ("unwritable", None, None)
+    assert [w[0] for w in child["warnings"]] == ["CompilationCacheWarning"]
+    assert str(blocker / "sub") in child["warnings"][0][1] and _compile_cache.ENV in child["warnings"][0][1]
+    assert "NotADirectoryError" in child["reason"] or "FileExistsError" in child["reason"]
+    assert not child["events"].get("cache_misses") and blocker.read_text() == "not a directory"
+    assert issubclass(CompilationCacheWarning, DfitWarning)
+
+
+def test_the_test_suite_never_writes_to_the_real_cache():
+    """tests/conftest.py points the cache at a directory of its own (unless one was chosen explicitly), so that
+    this process, its subprocesses and the notebooks' kernels share it and leave ``~/.cache`` alone."""
+    state = _compile_cache.state()
+    assert state is not None and state.source in ("env", "jax", "off")
+    if state.directory is not None:
+        assert Path(state.directory) != _compile_cache.default_directory()
+
+
+#: the child for the metadata case: capture ``sin(x) @ w``, with ``sin`` wrapped in a custom_jvp or not (the two
+#: lower to the same program once locations and op names are stripped, but their ops are numbered differently)
+TAGS_CHILD = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    import dfit_nb
+
+    @jax.custom_jvp
+    def wrapped_sin(x):
+        return jnp.sin(x)
+
+    wrapped_sin.defjvp(lambda p, t: (wrapped_sin(p[0]), jnp.cos(p[0]) * t[0]))
+    sin = wrapped_sin if sys.argv[1] == "wrapped" else jnp.sin
+    s = jax.ShapeDtypeStruct((64, 64), jnp.float32)
+    trace = dfit_nb.capture(lambda x, w: sin(x) @ w, s, s)
+    print(json.dumps(dict(zip(trace.ops.primitive.values.tolist(), trace.ops.fusion.values.tolist()))))
+""")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "capture's compile (dfit_nb/capture/api.py) uses JAX's default cache key, which leaves out locations and op "
+    "names: a cached program that differs only in them comes back with the other program's dfit_op tags, and the "
+    "fusion map is wrong. Fix there: compile under jax._src.config.compilation_cache_include_metadata_in_key(True)"))
+def test_a_capture_never_reads_another_programs_tags_from_the_cache(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env.update({_compile_cache.ENV: str(tmp_path / "cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
+
+    def fusions(which: str) -> dict:
+        p = subprocess.run([sys.executable, "-c", TAGS_CHILD, which], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    plain = fusions("plain")  # fills the cache
+    assert plain["sin"] and plain["dot_general"]
+    wrapped = fusions("wrapped")
+    assert (wrapped["sin"], wrapped["dot_general"]) == (plain["sin"], plain["dot_general"]), wrapped
+
+
+def test_a_directory_every_user_may_write_is_refused(tmp_path):
+    """JAX runs the executables it loads: a world-writable directory would let anyone run code in the process.
+    A directory dfit_nb creates is the user's alone."""
+    mine = tmp_path / "new" / "cache"
+    _compile_cache._prepare(mine)
+    assert mine.stat().st_mode & 0o777 == 0o700 and not list(mine.iterdir())
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(PermissionError, match="writable by every user"):
+        _compile_cache._prepare(shared)
