@@ -1,24 +1,7 @@
-"""Shared, session-scoped captures: each example is traced and compiled once per test run.
-
-JAX's persistent compilation cache (``import dfit_nb`` switches it on) points at a new directory per test run,
-set here before dfit_nb is imported, so that the suite never writes to the user's ``~/.cache/dfit_nb/jax`` and
-always starts cold, as CI does on a clean clone. The variable is inherited: the CLI subprocesses and the
-notebooks' kernels share this run's cache with the test process. A developer who wants warm runs across test
-runs sets ``DFIT_NB_COMPILATION_CACHE`` (or ``JAX_COMPILATION_CACHE_DIR``) to a directory of their own; an
-explicit setting is kept.
-"""
+"""Shared, session-scoped captures: each example is traced and compiled once per test run (into the run's own
+JAX cache: see the repository's conftest.py)."""
 
 from __future__ import annotations
-
-import atexit
-import os
-import shutil
-import tempfile
-
-if "DFIT_NB_COMPILATION_CACHE" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-    _cache = tempfile.mkdtemp(prefix="dfit_nb-test-jax-cache-")
-    os.environ["DFIT_NB_COMPILATION_CACHE"] = _cache
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 import pytest
 

@@ -158,8 +158,8 @@ def test_an_unwritable_directory_warns_once_and_continues_without_a_cache(tmp_pa
 
 
 def test_the_test_suite_never_writes_to_the_real_cache():
-    """tests/conftest.py points the cache at a directory of its own (unless one was chosen explicitly), so that
-    this process, its subprocesses and the notebooks' kernels share it and leave ``~/.cache`` alone."""
+    """The repository's conftest.py points the cache at a directory of its own (unless one was chosen explicitly),
+    so that this process, its subprocesses and the notebooks' kernels share it and leave ``~/.cache`` alone."""
     state = _compile_cache.state()
     assert state is not None and state.source in ("env", "jax", "off")
     if state.directory is not None:
@@ -185,10 +185,6 @@ TAGS_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "capture's compile (dfit_nb/capture/api.py) uses JAX's default cache key, which leaves out locations and op "
-    "names: a cached program that differs only in them comes back with the other program's dfit_op tags, and the "
-    "fusion map is wrong. Fix there: compile under jax._src.config.compilation_cache_include_metadata_in_key(True)"))
 def test_a_capture_never_reads_another_programs_tags_from_the_cache(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     env.update({_compile_cache.ENV: str(tmp_path / "cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})

@@ -11,12 +11,18 @@ module changes.
   into ``file:line``.
 * Primitive names changed across versions; ``CONTAINER_ALIASES`` maps every
   spelling we know to one canonical name.
+* The compilation cache key: capture reads its own op-name tags back from the
+  compiled HLO, and JAX's persistent cache key leaves op names out by default,
+  so a cached program differing only in them would come back with another
+  program's tags. ``metadata_in_cache_key`` is the config state's context
+  manager (only ``jax.config.update``, which is global, is public).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from jax._src import config as _config
 from jax._src import source_info_util
 
 #: Canonical container kinds, keyed by every primitive spelling seen across JAX
@@ -56,3 +62,8 @@ def user_source(source_info: Any) -> str:
         return source_info_util.summarize(source_info)
     except Exception:  # a missing traceback must never fail a capture
         return ""
+
+
+def metadata_in_cache_key() -> Any:
+    """A context in which compilations key JAX's persistent cache on op names and locations too."""
+    return _config.compilation_cache_include_metadata_in_key(True)

@@ -19,6 +19,7 @@ from .._version import __version__
 from ..errors import CaptureError
 from . import counts as counts_mod
 from . import probes, tables
+from ._jax_internals import metadata_in_cache_key
 from .costs import aval_nbytes as costs_nbytes
 from .lowering import build_fusion_map, hlo_module_name
 from .trace import Overhead, Trace
@@ -392,7 +393,10 @@ def capture(
     tagged_fn = jax.jit(jcore.jaxpr_as_fun(walk.tagged))
     try:
         lowered = tagged_fn.lower(*dyn)
-        compiled = lowered.compile()
+        # the tags are op names, which JAX's persistent cache key leaves out by default: keyed on them, a cached
+        # program never comes back with another program's tags (a wrong fusion map)
+        with metadata_in_cache_key():
+            compiled = lowered.compile()
     except Exception as err:
         raise CaptureError(f"XLA could not lower/compile {name}: {type(err).__name__}: {err}") from err
     if mode != "static":  # before running: what the run must allocate, against what the device has free
