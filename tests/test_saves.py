@@ -207,7 +207,7 @@ def test_the_cli_refuses_a_folder_for_save_trace(tmp_path, capsys):
     code = main(["report", "--example", "mlp", "--hw", "--no-progress", "--save-trace", str(folder)])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("dfit-nb: error: --save-trace: refusing to replace") and str(folder) in err
+    assert err.startswith(f"dfit-nb: error: --save-trace '{folder}': refusing to replace")
     assert "Traceback" not in err and _names(folder) == ["keep.txt"]
 
 
