@@ -252,9 +252,8 @@ def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any
 def grid_tables(tile_rows: int, tile_cols: int, rows: int | None = None, cols: int | None = None,
                 tiles: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The prefix counts of a grid's tile order, padded to a larger grid's sizes when given."""
-    rows, cols = rows or tile_rows, cols or tile_cols
-    order = schedule.tile_order(tile_rows, tile_cols, tiles or tile_rows * tile_cols)
-    return schedule.prefix_counts(order, rows, cols)
+    grid = schedule.Grid(tiles or tile_rows * tile_cols, rows or tile_rows, cols or tile_cols)
+    return schedule.grid_tables(tile_rows, tile_cols, grid)
 
 
 def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
