@@ -55,7 +55,6 @@ import dataclasses
 import functools
 import html
 import math
-import re
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -74,6 +73,8 @@ from .capture.api import _is_dynamic
 from .capture.walk import Walk, walk_closed_jaxpr
 from .errors import DfitError, OpaquePrimitiveWarning
 from .sim import REPLAY_DATAFLOWS, Hardware, SpillWarning, replay
+from .sim._cost import _SHAPE, _itemsize
+from .sim.machine import word_and_mac_energy
 
 #: the primitives whose inputs a format reduces
 GEMM_PRIMITIVES = ("dot_general", "conv_general_dilated")
@@ -109,7 +110,7 @@ class Format:
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return int(np.dtype(getattr(ml_dtypes, self.dtype, self.dtype)).itemsize)
+        return int(_itemsize(self.dtype))
 
     def quantise(self, x: Any, channel_axes: tuple[int, ...] | None = None) -> Any:
         """``x`` rounded to the format and back to its own dtype (non-floating ``x`` unchanged).
@@ -373,16 +374,6 @@ def _region_of(path: str, depth: int | None) -> str:
 
 
 # -------------------------------------------------------------------------------------------------- pricing
-_SHAPE = re.compile(r"([A-Za-z_]\w*)(\[[\d,\s]*\])")  # the in_shapes tokens of capture: float32[2,3]
-
-
-def _itemsize(dtype: str) -> float:
-    try:
-        return float(np.dtype(getattr(ml_dtypes, dtype, dtype)).itemsize)
-    except TypeError:
-        return 0.0
-
-
 def _floating(dtype: str) -> bool:
     try:
         return bool(jnp.issubdtype(np.dtype(getattr(ml_dtypes, dtype, dtype)), jnp.floating))
@@ -417,13 +408,13 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
         tokens = _SHAPE.findall(str(shapes[o]))
         new_read = 0.0
         for pos, (dt, dims) in enumerate(tokens):
-            size = float(np.prod([int(d) for d in dims[1:-1].split(",") if d.strip()] or [1]))
+            size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
             if _floating(dt):
                 operand_scale[(int(o), pos)] = width / max(_itemsize(dt), 1.0)
                 new_read += size * width
             else:
                 new_read += size * _itemsize(dt)
-        shapes[o] = _SHAPE.sub(lambda m: (fmt.dtype if _floating(m.group(1)) else m.group(1)) + m.group(2),
+        shapes[o] = _SHAPE.sub(lambda m: f"{fmt.dtype if _floating(m.group(1)) else m.group(1)}[{m.group(2)}]",
                                str(shapes[o]))
         read[o] = round(new_read)
         if _floating(str(dtype[o])) and _itemsize(str(dtype[o])) > 0:
@@ -642,7 +633,9 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
             priced["dram_bytes"] > 0, np.inf, 1.0)
         data["dram_bytes_ratio"] = _var(("format", "region"), dram, "dram_bytes_ratio")
         native = float(np.asarray(hw.word_bytes))
-        data["word_bytes"] = _var("format", np.array([min(float(f.itemsize), native) for f in fmts]), "word_bytes")
+        # the word the one machine model charges (machine.word_and_mac_energy), not a restatement of its rule
+        word, _ = word_and_mac_energy(np.array([float(f.itemsize) for f in fmts]), hw, np)
+        data["word_bytes"] = _var("format", np.asarray(word, np.float64), "word_bytes")
         attrs.update(native_word_bytes=native, execution=str(hw.execution),
                      dataflow=dataflow.lower(), inferences=int(inferences))
     coords = {

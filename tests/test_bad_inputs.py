@@ -28,6 +28,7 @@ from dfit_nb.sim.machine import ENERGY_LEVELS
 from dfit_nb.views import ViewInputError
 
 from .events import perfetto_ui
+from .shared import ipython_shell, one_error_line
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
@@ -461,14 +462,6 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _one_error_line(err: str) -> str:
-    """The CLI's answer to a user error: exactly one 'dfit-nb: error:' line, no traceback."""
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dfit-nb: error: "), err
-    return lines[0]
-
-
 @pytest.fixture
 def tracer_module(tmp_path, monkeypatch):
     """A --module function that leaves a marker file when it is traced: proof that a capture ran (or did not)."""
@@ -512,7 +505,7 @@ def test_cli_bad_args_token_is_one_line_naming_it(capsys, token, tokens):
     # no presets: nothing could run after the parse anyway; the point is the parse itself answers
     code, out, err = _cli(capsys, "--module", "os.path:join", "--args", f"f32[2] {token}", "--hw")
     assert code == 2 and out == ""
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert len(line) < 600, line  # one readable line, never a dump
     for t in tokens:
         assert t in line, (t, line)
@@ -533,7 +526,7 @@ def test_cli_output_dir_that_is_a_file_is_refused_before_any_capture(capsys, tra
     code, out, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
                           "--hw", "npu_like", "-o", str(afile))
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert f"-o {str(afile)!r}" in line and "is a file, not a folder" in line
     assert not tracer_module["marker"].exists() and "<dfit_nb.Trace" not in out  # nothing was traced
     assert afile.read_text() == "mine"
@@ -545,7 +538,7 @@ def test_cli_output_dir_below_a_file_is_refused_naming_the_file(capsys, tracer_m
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
                         "--hw", "npu_like", "-o", str(afile / "sub" / "deeper"))
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert "cannot be created" in line and f"{afile} is a file" in line
     assert not tracer_module["marker"].exists()
 
@@ -557,7 +550,7 @@ def test_cli_output_dir_holding_what_dfit_nb_did_not_write_is_refused_first(caps
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
                         "--hw", "npu_like", "-o", str(out_dir))
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert str(out_dir / "npu_like.nc") in line and "did not write" in line and "another -o folder" in line
     assert not tracer_module["marker"].exists()
     assert (out_dir / "npu_like.nc").read_text() == "a user's file"
@@ -565,7 +558,7 @@ def test_cli_output_dir_holding_what_dfit_nb_did_not_write_is_refused_first(caps
     (out_dir / "report.html").mkdir()  # a folder where the page goes
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
                         "--hw", "npu_like", "-o", str(out_dir))
-    assert code == 2 and str(out_dir / "report.html") in _one_error_line(err) and "is a folder" in err
+    assert code == 2 and str(out_dir / "report.html") in one_error_line(err) and "is a folder" in err
     assert not tracer_module["marker"].exists()
 
 
@@ -582,7 +575,7 @@ def test_cli_output_dir_that_cannot_be_written_is_refused_before_any_capture(cap
     finally:
         locked.chmod(0o755)
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert f"-o {str(target)!r}" in line and "not writable" in line and str(locked) in line
     assert not tracer_module["marker"].exists()
 
@@ -592,7 +585,7 @@ def test_cli_save_trace_into_a_missing_directory_names_it_before_any_capture(cap
     code, out, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"], "--hw",
                           "--save-trace", str(missing / "t.nc"))
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert f"the directory {missing} does not exist" in line and "dfit-tmp" not in line
     assert not tracer_module["marker"].exists() and out == ""
 
@@ -605,7 +598,7 @@ def test_cli_save_trace_that_would_be_refused_is_refused_before_any_capture(caps
         ["--save-trace", str(d / "rep"), "-o", str(d / "rep"), "--hw", "npu_like"]
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"], *argv)
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     if kind == "foreign file":
         assert str(d / "mine.nc") in line and "did not write" in line
     else:
@@ -620,7 +613,7 @@ def test_cli_runtime_mode_refuses_args_beyond_memory_before_allocating(capsys, t
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", "f32[8388608,8388608] f32[1,1]",
                         "--mode", mode, "--hw")
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert f"--mode {mode}" in line and "2.815e+05 GB" in line and "free on" in line and "--mode static" in line
     assert not tracer_module["marker"].exists()
 
@@ -637,7 +630,7 @@ def test_cli_the_marker_shows_a_capture_when_one_runs(capsys, tracer_module):
 def test_cli_a_function_that_fails_to_capture_is_one_line(capsys, tracer_module):
     code, _, err = _cli(capsys, "--module", "cli_marked_xyz:noisy", "--args", "f32[3]", "--hw")
     assert code == 2
-    line = _one_error_line(err)
+    line = one_error_line(err)
     assert "capturing cli_marked_xyz:noisy(f32[3]) failed: ValueError: first line of a long error" in line
     assert "2 more lines" in line
 
@@ -647,23 +640,11 @@ def test_cli_a_function_that_fails_to_capture_is_one_line(capsys, tracer_module)
 
 @pytest.fixture(scope="module")
 def shell():
-    from IPython.core.interactiveshell import InteractiveShell
-    from traitlets.config import Config
-
-    created = not InteractiveShell.initialized()
-    if created:
-        config = Config()
-        config.HistoryManager.hist_file = ":memory:"
-        sh = InteractiveShell.instance(config=config)
-    else:
-        sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "dfit_nb")
-    sh.user_ns.update(bi_f=lambda a, b: jnp.tanh(a @ b), bi_a=jnp.ones((8, 16)), bi_b=jnp.ones((16, 4)), bi_n=5,
-                      bi_keys={1: 2}, bi_kw={"b": 1},
-                      bi_hws=Hardware.stack([presets.get("npu_like"), presets.get("tpu_like")]))
-    yield sh
-    if created:
-        InteractiveShell.clear_instance()
+    with ipython_shell() as sh:
+        sh.user_ns.update(bi_f=lambda a, b: jnp.tanh(a @ b), bi_a=jnp.ones((8, 16)), bi_b=jnp.ones((16, 4)),
+                          bi_n=5, bi_keys={1: 2}, bi_kw={"b": 1},
+                          bi_hws=Hardware.stack([presets.get("npu_like"), presets.get("tpu_like")]))
+        yield sh
 
 
 @pytest.mark.parametrize(("expr", "tokens"), [

@@ -18,6 +18,7 @@ import dfit_nb
 from dfit_nb.cli import main, parse_spec
 
 from .events import perfetto_ui
+from .shared import one_error_line
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +274,7 @@ def test_build_may_return_shape_dtype_structs(builders, capsys, mode):
 def test_a_build_that_returns_the_wrong_shape_exits_2_naming_what_was_expected(builders, capsys, name, said):
     assert main(["report", "--build", f"{builders}:{name}", "--hw"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dfit-nb: error: ") and "Traceback" not in err
+    assert err.count("\n") == 1 and one_error_line(err)
     assert f"--build '{builders}:{name}': {name}() must return (fn, args)" in err
     assert "a tuple or list of its positional arguments" in err and said in err
 
@@ -289,7 +290,7 @@ def test_a_build_that_returns_the_wrong_shape_exits_2_naming_what_was_expected(b
 def test_a_build_that_cannot_be_called_exits_2(builders, capsys, target, said):
     assert main(["report", "--build", f"{builders}{target}", "--hw"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dfit-nb: error: ") and "Traceback" not in err
+    assert err.count("\n") == 1 and one_error_line(err)
     assert said in err
 
 

@@ -10,13 +10,12 @@ import warnings
 import altair as alt
 import pytest
 from IPython.core.error import UsageError
-from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
-from traitlets.config import Config
 
 import dfit_nb
 from dfit_nb import magics
 from dfit_nb.sim import presets
+from tests.shared import ipython_shell
 
 SETUP = """
 import jax.numpy as jnp
@@ -31,19 +30,10 @@ b = jnp.ones((16, 4))
 
 @pytest.fixture(scope="module")
 def shell():
-    """One InteractiveShell for the module (the singleton: IPython.display publishes through it)."""
-    created = not InteractiveShell.initialized()
-    if created:
-        config = Config()
-        config.HistoryManager.hist_file = ":memory:"
-        sh = InteractiveShell.instance(config=config)
-    else:
-        sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "dfit_nb")
-    assert sh.run_cell(SETUP).success
-    yield sh
-    if created:
-        InteractiveShell.clear_instance()
+    """One InteractiveShell for the module, with f, a and b defined."""
+    with ipython_shell() as sh:
+        assert sh.run_cell(SETUP).success
+        yield sh
 
 
 @pytest.fixture(scope="module")

@@ -271,27 +271,22 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
                                  padded_to=(padded_grid.rows, padded_grid.cols))
     est.check(GRID_ADVICE + ", fewer machines at a time, or fewer assignments")
     if shape == ():
+        # one machine: the replay's own compiled program, once per assignment (a handful: the single styles), with
+        # replay()'s inputs (the padded codes are dfs' rows), so a selection after a replay compiles nothing
         grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
         tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-        machines, shared = for_jit(hw), True
-    else:
-        from .hardware import FIELDS
-
-        leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
-        grid, tables, shared = _batch_tables(leaves)
-        machines = dataclasses.replace(hw, name="", execution="time", **leaves)
-    if shape == ():
-        # one machine: the replay's own compiled program, once per assignment (a handful: the single styles), so
-        # a selection after a replay on the machine's grid bucket compiles nothing; same inputs as replay()
-        pinned = pinned_layouts(prep, None, int(hw.tiles))
         records = []
         with jax.enable_x64(True):
-            for row in codes:
-                *_, codes_p, pinned_p = padded(prep, row, pinned)
-                out = jax.device_get(program(arrays, preds, pred_bytes, tables, machines, codes_p, pinned_p, grid,
+            for row in dfs:
+                out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), row, pin, grid,
                                              execution == "spatial", switch_penalty(None)))
                 records.append(_per_op_records({k: np.asarray(v) for k, v in out.items()}, arrays, np))
         return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
+    from .hardware import FIELDS
+
+    leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
+    grid, tables, shared = _batch_tables(leaves)
+    machines = dataclasses.replace(hw, name="", execution="time", **leaves)
     with jax.enable_x64(True):
         out = jax.device_get(_styles_program(arrays, preds, pred_bytes, tables, machines, dfs, pin, grid,
                                              execution == "spatial", shared))

@@ -1,0 +1,37 @@
+"""Helpers several test modules share (not fixtures: plain functions and context managers)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+
+def one_error_line(err: str) -> str:
+    """The CLI's answer to a user error: exactly one 'dfit-nb: error:' line, no traceback."""
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dfit-nb: error: "), err
+    return lines[0]
+
+
+@contextlib.contextmanager
+def ipython_shell() -> Iterator[Any]:
+    """IPython's InteractiveShell singleton (IPython.display publishes through it) with dfit_nb's magics loaded;
+    cleared afterwards when this created it."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    created = not InteractiveShell.initialized()
+    if created:
+        config = Config()
+        config.HistoryManager.hist_file = ":memory:"
+        sh = InteractiveShell.instance(config=config)
+    else:
+        sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "dfit_nb")
+    try:
+        yield sh
+    finally:
+        if created:
+            InteractiveShell.clear_instance()
