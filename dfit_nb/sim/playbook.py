@@ -1,12 +1,21 @@
 """The policy playbook: a hybrid-dataflow decision laid out as an accelerator review memo.
 
-Symptom (the failing metric and the first layer where styles diverge), mechanism
-(the dominant bottleneck class with its evidence), proposed action (the
-smallest reversible policy change), expected movement and regression risk;
-then layer-wise recommendations, transition rules with their break-even
-condition, the gains against the baseline they are measured against, and the
-caveats. Markdown, or HTML with inline styles and no script or remote
-resource (it renders offline).
+The memo follows the review template field by field:
+
+1. **Symptom**: the failing metric, the workload slice, the first failing stage (the first persistent
+   divergence of :func:`dfit_nb.sim.compare` between the best single style and the policy, and the first layer
+   whose cheapest style differs), and the build and runtime tags (:func:`dfit_nb.sim.memo.tags`);
+2. **Mechanism**: the primary mechanism with its evidence, the competing hypotheses ranked by theirs
+   (:func:`dfit_nb.sim.memo.hypotheses`) and the missing evidence (:func:`dfit_nb.sim.memo.missing_evidence`);
+3. **Proposed action**: the smallest reversible change, the expected movement (replayed, and p50/p95/p99 latency
+   under batch variance when :meth:`Policy.with_batch_variance` ran) and the regression risk (correctness,
+   quality, thermal, software compatibility);
+4. **Signoff**: the required artifacts, the required owners and a suggested decision by the rule of
+   :func:`dfit_nb.sim.memo.decide`.
+
+Then layer-wise recommendations, transition rules with their break-even condition and the caveats. Every figure
+is read from the policy's replays. Markdown, or HTML with inline styles and no script or remote resource (it
+renders offline).
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DfitError
+from ._compare import compare
+from .memo import OWNERS, SIGNS, calibrated_error, decide, hypotheses, missing_evidence
 
 CAVEATS = (
     "Costs come from dfit_nb's analytical model (SCALE-Sim fold structure per tile, fit-or-refetch memory, "
@@ -47,7 +58,7 @@ def _saved(gain: float, best: str) -> str:
 
 
 def _blocks(policy: Any) -> list[tuple[str, Any]]:
-    """The memo as (kind, content) blocks: ("h1" | "h2" | "p" | "ul" | "table", ...)."""
+    """The memo as (kind, content) blocks: ("h1" | "h2" | "h3" | "p" | "ul" | "table", ...)."""
     b = policy.baselines
     if b is None or policy.runs is None:
         raise PlaybookError("the policy has not been replayed: use select_dataflows(..., evaluate=True) or "
@@ -83,10 +94,33 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
                      f"{t * 1e6:.4g}", _pct((e - e0) / e0 if e0 else 0.0), _pct((t - t0) / t0 if t0 else 0.0)))
     blocks += [("h2", "Expected gains (replayed)"), ("table", rows)]
 
-    # symptom: the first layer where the styles diverge (its best candidate is not the baseline's)
+    # 1. symptom: the failing metric, the slice, the first failing stage and layer, the tags
     per_op_best = np.argmin(cost, axis=1)
     diverge = np.flatnonzero(per_op_best != base_i)
-    blocks.append(("h2", "Symptom"))
+    ab = compare(base_run, policy.runs["hybrid"])
+    metric_unit = {"energy": ("energy_j", "mJ", 1e3), "latency": ("latency_s", "us", 1e6)}
+    if objective in metric_unit:
+        var, u, k = metric_unit[objective]
+        figure = (f"{float(b[var].sel(policy=best)) * k:.4g} {u} under {best} against "
+                  f"{float(b[var].sel(policy='hybrid')) * k:.4g} {u} under the policy")
+    else:
+        figure = (f"{float((b['energy_j'] * b['latency_s']).sel(policy=best)):.4g} J s under {best} against "
+                  f"{float((b['energy_j'] * b['latency_s']).sel(policy='hybrid')):.4g} J s under the policy")
+    first = ab.attrs["first_divergence"]
+    stage = (f"{first or '<root>'} (stage {ab.attrs['first_divergence_index'] + 1} of {ab.sizes['stage']} in program "
+             f"order): from there on the policy's replay stays out of step with {best}'s by more than "
+             f"{ab.attrs['divergence_threshold']:.0%} of that stage's own time or energy (compare(), first "
+             f"persistent divergence)" if ab.attrs["first_divergence_index"] >= 0 else
+             f"none: the policy's replay never stays out of step with {best}'s by more than "
+             f"{ab.attrs['divergence_threshold']:.0%} of a stage (compare(), first persistent divergence)")
+    blocks += [("h2", "1. Symptom"), ("ul", [
+        f"Failing metric: {objective} of the best single style, {figure}: the policy is {_saved(main_gain, best)} "
+        f"(replayed).",
+        f"Workload slice: {attrs.get('function', '?')} with arguments {attrs.get('arg_shapes', '?')}, "
+        f"{attrs.get('trace_mode', '?')} capture, {attrs.get('execution')} execution, "
+        f"{int(base_run.summary['inferences'])} inference(s) per call.",
+        f"First failing stage: {stage}.",
+    ])]
     if diverge.size:
         i = int(diverge[0])
         saving = cost[i, base_i] - cost[i, per_op_best[i]]
@@ -98,8 +132,12 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
     else:
         blocks.append(("p", f"No symptom: every GEMM's cheapest candidate is {best}; a hybrid cannot beat the "
                             "best single style here, whatever the switch cost."))
+    tg = policy.tags or {}
+    blocks += [("h3", "Build and runtime tags"),
+               ("table", [("tag", "value")] + [(k, str(v)) for k, v in tg.items()] if tg else
+                [("tag", "value"), ("(none)", "the policy carries no tags (selected before tags existed)")])]
 
-    # mechanism: the dominant bottleneck class, with its evidence
+    # 2. mechanism: the primary mechanism with its evidence, competing hypotheses ranked, missing evidence
     s = base_run.summary
     evidence = ", ".join(f"{m} {float(v):.0%}" for m, v in zip(s["mechanism"].values, s["evidence"].values,
                                                                 strict=True))
@@ -111,10 +149,20 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
                                                             strict=True))
         mech.append(f"At the divergent layer: {op_row['bottleneck'].item()}-bound ({ev}); reuse under {best} vs "
                     f"{cands[per_op_best[int(diverge[0])]]} is what the styles trade (see the reuse-factor map).")
-    blocks += [("h2", "Mechanism"), ("ul", mech)]
+    if first and first in base_run.regions["region"].values:
+        reg = base_run.regions.sel(region=first)
+        ev = ", ".join(f"{m} {float(v):.0%}" for m, v in zip(reg["mechanism"].values, reg["evidence"].values,
+                                                            strict=True))
+        mech.append(f"At the first failing stage ({first}) under {best}: {reg['bottleneck'].item()}-bound ({ev}).")
+    ranked = hypotheses(base_run)
+    rows = [("rank", "mechanism", "evidence (share of op spans)", "ops it dominates", "where most")]
+    rows += [(str(i + 1) + (" (primary)" if i == 0 else ""), h["mechanism"], f"{h['evidence']:.1%}", str(h["ops"]),
+              h["top_region"] or ("-" if not h["ops"] else "<root>")) for i, h in enumerate(ranked)]
+    blocks += [("h2", "2. Mechanism"), ("ul", mech), ("h3", f"Competing hypotheses, ranked (under {best})"),
+               ("table", rows), ("h3", "Missing evidence"), ("ul", missing_evidence(policy))]
 
-    # proposed action: the smallest reversible change, the single segment switch with the best net saving
-    blocks.append(("h2", "Proposed action"))
+    # 3. proposed action: the smallest reversible change, the single segment switch with the best net saving
+    blocks += [("h2", "3. Proposed action"), ("h3", "Smallest reversible change")]
     sw_price = ch["switch_energy_if_paid_pj"].values if objective != "latency" else ch["switch_cycles_if_paid"].values
     net = np.zeros(len(ops))
     for i in range(len(ops)):  # one candidate change per GEMM (reports are small: a Python loop is fine here)
@@ -138,11 +186,63 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
                             if main_gain <= 0 else
                             f"Adopt {policy.name}: {objective} {_saved(main_gain, best)}, replayed."))
 
-    blocks += [("h2", "Expected movement and regression risk"),
+    blocks += [("h3", "Expected movement"),
                ("ul", [f"{objective}: {_saved(main_gain, best)} (replayed).",
                        f"{other}: {_saved(other_gain, best)} (replayed)"
                        + (" - a regression: weigh it before adopting." if other_gain < 0 else "."),
                        f"Switches: {policy.switches}; each adds a re-layout on the critical path."])]
+    regressions = {other: -other_gain}
+    tail = policy.tail
+    if tail is not None:
+        qs = [float(q) for q in tail["quantile"].values]
+        head = ("policy", *[f"p{q * 100:g} latency (us)" for q in qs], "mean latency (us)")
+        rows = [head]
+        for label, name in (("policy", policy.name), ("baseline", tail.attrs["baseline"])):
+            lq = tail["latency_q"].sel(policy=label).values
+            rows.append((name, *[f"{v * 1e6:.4g}" for v in lq],
+                         f"{float(tail['mean_latency_s'].sel(policy=label)) * 1e6:.4g}"))
+        sizes = ", ".join(f"{int(sz)} ({float(w):.0%})" for sz, w in zip(tail["size"].values, tail["weight"].values,
+                                                                          strict=True))
+        blocks += [("p", f"Latency under batch variance ({tail.attrs['axis']} sizes and their share: {sizes}; "
+                         f"{tail.attrs['mix']}), replayed at every size for the policy and for "
+                         f"{tail.attrs['baseline']}:"),
+                   ("table", rows)]
+        for q in qs:
+            pol = float(tail["latency_q"].sel(policy="policy", quantile=q))
+            bas = float(tail["latency_q"].sel(policy="baseline", quantile=q))
+            if q >= 0.95 and bas > 0:
+                regressions[f"p{q * 100:g} latency"] = (pol - bas) / bas
+    else:
+        blocks.append(("p", "p95/p99 latency under batch variance: not computed (see missing evidence)."))
+    hyb, base_e = policy.runs["hybrid"], policy.runs[best]
+    power = [float(r.summary["energy_j"]) / max(float(r.summary["latency_s"]), 1e-30) for r in (base_e, hyb)]
+    blocks += [("h3", "Regression risk"), ("ul", [
+        "Correctness: a dataflow changes which operand stays in the array and the order partial sums accumulate, "
+        "not the arithmetic; float results can differ in the last bits where accumulation order changes.",
+        "Quality: no number format changes (the policy picks dataflows only), so model quality is unaffected.",
+        f"Thermal: average power {power[1]:.4g} W under the policy against {power[0]:.4g} W under {best} "
+        f"({(power[1] - power[0]) / power[0] if power[0] else 0.0:+.1%}), from the replayed energy and latency.",
+        f"Software compatibility: the compiler/runtime must support a per-layer dataflow; {policy.switches} "
+        f"switch(es), each a re-layout (reconfiguration penalty {policy.reconfig_cycles:g} cycles, "
+        f"{policy.reconfig_pj:g} pJ per switch as selected).",
+    ])]
+
+    # 4. signoff: artifacts, owners, a decision by the stated rule
+    error, source = calibrated_error(policy.calibration)
+    worst = max(regressions, key=lambda k: regressions[k])
+    decision, why = decide(float(policy.replayed_gain()), error, max(regressions[worst], 0.0))
+    blocks += [("h2", "4. Signoff"), ("h3", "Required artifacts"), ("ul", [
+        "This memo with its build and runtime tags (hashes of the machine, the jaxpr and the argument shapes).",
+        f"The replays behind every figure: policy.runs (event cubes of {', '.join(policy.runs)}; Run.save writes "
+        "each as netCDF) and policy.baselines.",
+        "The batch-variance table (policy.tail)." if tail is not None else
+        "The batch-variance table: still to produce (policy.with_batch_variance).",
+        "A measured trace on the target confirming the predicted movement (see missing evidence).",
+    ]), ("h3", "Required owners"), ("table", [("owner", "signs off for")] + [(o, SIGNS[o]) for o in OWNERS]),
+        ("h3", "Suggested decision"),
+        ("p", f"{decision.upper()}: {why}; the largest regression is {worst} ({regressions[worst]:+.1%}). Rule: "
+              f"rollback when the gain is below -e, escalate when the gain is within +/-e, bounded rollout when the "
+              f"gain exceeds e but a regression does too, ship otherwise; e = {error:.1%}, the {source}.")]
 
     # layer-wise recommendations
     rows = [("op", "region", "chosen", *[f"{c} ({unit})" for c in cands], "switch before")]
@@ -177,7 +277,12 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
         why = ("every GEMM's cheapest style is the same" if not diverge.size else
                "the savings do not cover the switch costs, or mapping and movement in the replay erase them")
         rules.append(f"The hybrid cannot beat the best single style ({best}) here: {why}.")
-    blocks += [("h2", "Transition rules"), ("ul", rules), ("h2", "Caveats"), ("ul", list(CAVEATS))]
+    caveats = list(CAVEATS)
+    if policy.tail is not None:  # the last caveat is what the batch-variance replays answer in part
+        caveats[-1] = (f"Gains are replayed at the captured shapes, and at {len(policy.tail['size'])} "
+                       f"{policy.tail.attrs['axis']} sizes for the latency quantiles (policy chosen at the captured "
+                       "shape); other sequence lengths can move the break-even points.")
+    blocks += [("h2", "Transition rules"), ("ul", rules), ("h2", "Caveats"), ("ul", caveats)]
     return blocks
 
 
@@ -213,6 +318,8 @@ def _markdown(blocks: list[tuple[str, Any]]) -> str:
             out.append(f"# {_md(body)}")
         elif kind == "h2":
             out.append(f"## {_md(body)}")
+        elif kind == "h3":
+            out.append(f"### {_md(body)}")
         elif kind == "p":
             out.append(_md(body))
         elif kind == "ul":
@@ -230,7 +337,7 @@ def _html(blocks: list[tuple[str, Any]]) -> str:
              "text-align:right}th{background:#f3f3f3}td:nth-child(2),th:nth-child(2){text-align:left}")
     parts = []
     for kind, body in blocks:
-        if kind in ("h1", "h2"):
+        if kind in ("h1", "h2", "h3"):
             parts.append(f"<{kind}>{html.escape(body)}</{kind}>")
         elif kind == "p":
             parts.append(f"<p>{html.escape(body)}</p>")

@@ -165,6 +165,14 @@ class Policy:
     reconfig_cycles, reconfig_pj : float
         The control/reconfiguration penalty per switch the policy was selected
         with; :func:`dfit_nb.replay` charges it with each switch, as the DP did.
+    tags : dict of str to str
+        Build and runtime tags of the selection (:func:`dfit_nb.sim.memo.tags`: versions, XLA flags, backend,
+        machine hash, model revision, workload seed), quoted by the memo.
+    tail : xarray.Dataset or None
+        Latency and energy under batch variance for the policy and its baseline
+        (:meth:`with_batch_variance`), quoted by the memo as p50/p95/p99.
+    calibration : Calibration or None
+        Whose held-out error the memo's decision rule uses (default :data:`dfit_nb.sim.memo.CALIBRATED_ERROR`).
     """
 
     name: str
@@ -183,6 +191,9 @@ class Policy:
     trace: Any = dataclasses.field(default=None, repr=False, compare=False)
     hw: Any = dataclasses.field(default=None, repr=False, compare=False)
     fallback: str = ""
+    tags: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
+    tail: xr.Dataset | None = dataclasses.field(default=None, repr=False, compare=False)
+    calibration: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     def evaluate(self, trace: Any = None, hw: Hardware | None = None, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
@@ -259,6 +270,26 @@ class Policy:
         from .playbook import report
 
         return report(self, format)
+
+    def with_batch_variance(self, make_args: Any, base: Mapping[str, int],
+                            batch_sizes: Mapping[int, float] | Sequence[int] | None = None,
+                            axis: str = "batch") -> Policy:
+        """The policy with ``tail`` filled in: its latency and its baseline's over a distribution of batch sizes
+        (:func:`dfit_nb.sim.memo.batch_variance`; default mix :data:`dfit_nb.sim.memo.DEFAULT_BATCH_MIX`).
+
+        >>> import dfit_nb
+        >>> from dfit_nb.sim import presets
+        >>> build = dfit_nb.examples.get("mlp").build
+        >>> fn, args = build(batch=8)
+        >>> p = select_dataflows(dfit_nb.capture(fn, *args), presets.get("npu_like"))
+        >>> p = p.with_batch_variance(lambda batch: build(batch=batch)[1], {"batch": 8})
+        >>> p.tail["latency_q"].sel(policy="policy").values.tolist() == sorted(
+        ...     p.tail["latency_q"].sel(policy="policy").values.tolist())
+        True
+        """
+        from .memo import batch_variance
+
+        return dataclasses.replace(self, tail=batch_variance(self, make_args, base, batch_sizes, axis))
 
     def _pinned(self) -> np.ndarray:
         """Per GEMM: whether a pin fixed its dataflow."""
@@ -475,7 +506,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      candidates: Sequence[str] = DATAFLOWS, *, max_switches: int | None = None,
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
                      reconfig_pj: float = 0.0, evaluate: bool = True,
-                     prepared: Any = None) -> Policy | xr.Dataset:
+                     prepared: Any = None, seed: int | None = None, tags: Mapping[str, Any] | None = None,
+                     calibration: Any = None) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -501,6 +533,13 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     prepared : Prepared, optional
         The op table to select on instead of ``prepare(trace)`` (e.g. the
         trace's ops scaled to another shape by :mod:`dfit_nb.sim.shapes`).
+    seed : int, optional
+        The workload's random seed, recorded in ``policy.tags`` (the memo's build and runtime tags).
+    tags : dict, optional
+        More tags of the user's own (e.g. ``{"model_revision": "v3"}``), recorded with the computed ones.
+    calibration : Calibration, optional
+        A fitted :class:`~dfit_nb.sim.Calibration`: the memo's decision rule uses its held-out error instead of
+        the project's measured figure (:data:`dfit_nb.sim.memo.CALIBRATED_ERROR`).
 
     Examples
     --------
@@ -555,10 +594,15 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
              "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
+    from .memo import calibrated_error
+    from .memo import tags as build_tags
+
+    calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
     policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
-                                 trace=trace if prepared is None else None, hw=hw)
+                                 trace=trace if prepared is None else None, hw=hw,
+                                 tags=build_tags(trace, hw, seed, tags), calibration=calibration)
     return policy.evaluate() if evaluate and prepared is None else policy
 
 
