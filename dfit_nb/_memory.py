@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 from .errors import DfitError
@@ -64,12 +65,23 @@ def _cgroup_room() -> float | None:
     return None
 
 
+#: how long one reading of the system's available memory is reused: a warm cost() call takes well under a
+#: millisecond and reading psutil and the cgroup files took a fifth of it, while what the guards protect against
+#: (allocating gigabytes) does not turn on memory that changed in the last instants
+_READING_TTL_S = 0.25
+_reading: tuple[float, float] | None = None  # (monotonic time, bytes)
+
+
 def available_bytes() -> float:
     """Bytes this process may still allocate: ``DFIT_NB_MEMORY_LIMIT`` if set, else the system's available memory
-    capped by a cgroup limit."""
+    capped by a cgroup limit (one reading reused for a quarter of a second)."""
+    global _reading
     override = os.environ.get(LIMIT_ENV, "").strip()
     if override:
         return parse_bytes(override)
+    now = time.monotonic()
+    if _reading is not None and now - _reading[0] < _READING_TTL_S:
+        return _reading[1]
     try:
         import psutil
 
@@ -81,7 +93,9 @@ def available_bytes() -> float:
         except (OSError, AttributeError, ValueError):
             room = float("inf")
     cgroup = _cgroup_room()
-    return min(room, cgroup) if cgroup is not None else room
+    room = min(room, cgroup) if cgroup is not None else room
+    _reading = (now, room)
+    return room
 
 
 def device_available_bytes() -> tuple[float, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import functools
 import re
 from collections.abc import Mapping, Sequence
@@ -61,6 +61,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
 
 #: per-call totals -> the per-op variable they sum
 TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": "macs"}
+
+#: the variables :func:`alone` returns (the rest are derived from them on the host by :func:`finish` and
+#: :func:`to_dataset`)
+MODEL_OUTPUTS = tuple(k for k in VARIABLES if k not in ("seconds", "energy_j", "count", *TOTALS))
 
 
 class CostInputError(DfitError, ValueError):
@@ -242,18 +246,30 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
-def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool) -> dict[str, Any]:
-    """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped)."""
+def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool) -> Any:
+    """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped), its
+    outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable)."""
     if jnp.ndim(df) == 2:
-        return jax.vmap(lambda d: alone(ops, hw, d[0], tables, ideal))(df)
-    return alone(ops, hw, df, tables, ideal)
+        out = jax.vmap(lambda d: alone(ops, hw, d[0], tables, ideal))(df)
+    else:
+        out = alone(ops, hw, df, tables, ideal)
+    if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
+        raise AssertionError(f"alone() outputs {sorted(set(out) ^ set(MODEL_OUTPUTS))} differ from MODEL_OUTPUTS")
+    return jnp.stack([jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS])
 
 
+@functools.lru_cache(maxsize=16)
 def grid_tables(tile_rows: int, tile_cols: int, rows: int | None = None, cols: int | None = None,
                 tiles: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The prefix counts of a grid's tile order, padded to a larger grid's sizes when given."""
+    """The prefix counts of a grid's tile order, padded to a larger grid's sizes when given.
+
+    Cached (a few grids recur in a session) and read-only, since every caller shares the arrays.
+    """
     grid = schedule.Grid(tiles or tile_rows * tile_cols, rows or tile_rows, cols or tile_cols)
-    return schedule.grid_tables(tile_rows, tile_cols, grid)
+    tables = schedule.grid_tables(tile_rows, tile_cols, grid)
+    for table in tables:
+        table.setflags(write=False)
+    return tables
 
 
 def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
@@ -271,9 +287,16 @@ def for_jit(hw: Hardware) -> Hardware:
     """``hw`` with float64 leaves and no name, so one compiled program serves every machine.
 
     The name is static pytree metadata and Python ints and floats trace differently: either
-    would make ``jit`` compile again for each preset.
+    would make ``jit`` compile again for each preset. ``hw`` was validated when it was built and
+    only its leaves' types change here, so the copy skips validation (a quarter of a warm
+    :func:`cost` call).
     """
-    return dataclasses.replace(jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="", execution="time")
+    out = copy.copy(hw)  # a frozen dataclass: copied without __init__, so without __post_init__'s checks
+    for field in FIELDS:
+        object.__setattr__(out, field, np.asarray(getattr(hw, field), np.float64))
+    object.__setattr__(out, "name", "")
+    object.__setattr__(out, "execution", "time")
+    return out
 
 
 def _check_scalar_hw(hw: Any) -> Hardware:
@@ -288,15 +311,62 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
                attrs: Mapping[str, Any], count: np.ndarray) -> xr.Dataset:
     """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
 
-    Built in one ``xr.Dataset`` call from ``(dims, array, attrs)`` tuples: assigning
-    variables one by one re-aligns the Dataset each time (it was most of cost()'s time).
+    ``coords``: name -> values or ``(dims, values)``; dimension coordinates take the fast path of
+    :func:`assemble`.
     """
     dims = tuple(dims)
-    data: dict[str, Any] = {name: (dims, np.asarray(arr), _attrs(name)) for name, arr in values.items()}
-    data["count"] = (("op",), count, _attrs("count"))
+    data: dict[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]] = {
+        name: (dims, np.asarray(arr), _attrs(name)) for name, arr in values.items()}
+    data["count"] = (("op",), np.asarray(count), _attrs("count"))
     for total, var in TOTALS.items():
         data[total] = (dims[:-1], (np.asarray(values[var]) * count).sum(axis=-1), _attrs(total))
-    return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))
+    if any(isinstance(v, tuple) and v[0] not in (name, (name,)) for name, v in coords.items()):
+        return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))  # a non-dimension coordinate
+    index = {name: np.asarray(v[1] if isinstance(v, tuple) else v) for name, v in coords.items()}
+    return assemble(data, index, dict(attrs))
+
+
+def assemble(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
+             index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
+    """An ``xr.Dataset`` of ``data`` (name -> (dims, array, attrs)) over the dimension coordinates ``index``.
+
+    ``xr.Dataset(...)`` checks and aligns every variable against every other (about 0.5 ms for cost()'s 50
+    variables, most of a warm call). These variables are built here with matching shapes by construction, so
+    they go straight to xarray's own constructor of an already-consistent Dataset, the one its methods use
+    internally. It is private API: where this xarray lacks it or it refuses, the public constructor builds the
+    same Dataset (``tests/sim/test_cost.py`` checks both are identical, and that the direct path is taken).
+    """
+    try:
+        return _assemble_direct(data, index, attrs)
+    except (AttributeError, TypeError, ValueError):  # an xarray whose internals moved: the public path
+        return assemble_public(data, index, attrs)
+
+
+def assemble_public(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
+                    index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
+    """:func:`assemble` through the public ``xr.Dataset`` constructor (the reference the fast path must equal)."""
+    return xr.Dataset(dict(data), coords=dict(index), attrs=attrs)
+
+
+def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
+                     index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
+    sizes: dict[str, int] = {}
+    variables: dict[str, Any] = {}
+    for name, (dims, arr, var_attrs) in data.items():
+        if arr.ndim != len(dims):
+            raise ValueError(f"{name}: {arr.ndim} dims, named {dims}")
+        for dim, size in zip(dims, arr.shape, strict=True):
+            if sizes.setdefault(dim, size) != size:
+                raise ValueError(f"{name}: {dim} has {size} values, not {sizes[dim]}")
+        variables[name] = xr.Variable(dims, arr, dict(var_attrs), fastpath=True)
+    indexes: dict[str, Any] = {}
+    for name, values in index.items():
+        if sizes.setdefault(name, len(values)) != len(values):
+            raise ValueError(f"coordinate {name}: {len(values)} values, not {sizes[name]}")
+        pandas = xr.indexes.PandasIndex(values, name)
+        indexes[name] = pandas
+        variables[name] = pandas.create_variables()[name]
+    return xr.Dataset._construct_direct(variables, set(index), sizes, attrs, indexes)
 
 
 def _attrs(name: str) -> dict[str, str]:
@@ -365,15 +435,15 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
     with jax.enable_x64(True):
         tables = grid_tables(rows, cols)
-        out = jax.device_get(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
-    out = finish(out, hw.clock_ghz)
+        packed = np.asarray(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
+    out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}
     attrs = {**hardware_attrs(hw), "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
     shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
-    return to_dataset({k: np.broadcast_to(v, shape) for k, v in out.items()}, dims, coords, attrs,
-                      op_counts(ops, len(coord)))
+    values = {k: v if v.shape == shape else np.broadcast_to(v, shape) for k, v in out.items()}
+    return to_dataset(values, dims, coords, attrs, op_counts(ops, len(coord)))
 
 
 def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pandas as pd
 import pytest
+import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -243,3 +244,57 @@ def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
         assert cycles >= float(cost(ops, hw.replace(memory_overlap=1.0), df)["cycles"][0]) * (1 - 1e-12)
         assert float(c["compute_cycles"][0]) <= float(cost(ops, hw.replace(fold_overlap=0.0), df)[
             "compute_cycles"][0])
+
+
+def _public_twin(ds):
+    """``ds`` rebuilt through xarray's public constructor from the same variables, coordinates and attrs."""
+    from dfit_nb.sim._cost import assemble_public
+
+    data = {k: (v.dims, v.values, dict(v.attrs)) for k, v in ds.data_vars.items()}
+    twin = assemble_public(data, {k: ds[k].values for k in ds.indexes}, dict(ds.attrs))
+    for k in ds.indexes:  # sweep() labels its axes' units after building
+        twin[k].attrs.update(ds[k].attrs)
+    return twin
+
+
+def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
+    """cost() and sweep() build their Datasets through xarray's internal constructor (a warm cost() call is
+    mostly that); it must give exactly what the public one gives, string coordinates included, and it must be
+    the path taken (else the speed silently goes)."""
+    from dfit_nb.sim import _cost
+
+    hw = presets.get("npu_like")
+    ops = {"m": [64, 0], "k": [32, 0], "n": [16, 0], "flops": [0, 512], "count": [3, 1]}
+    single, several = cost(ops, hw), cost(ops, hw, ["ws", "os"])
+    swept = sim.sweep(ops, hw, ["os", "is"], pe=[(8, 8), (16, 16)], dram_bytes_per_cycle=[8.0, 64.0],
+                      progress=False)
+    for ds in (single, several, swept):
+        xr.testing.assert_identical(ds, _public_twin(ds))
+    assert list(several["total_cycles"].dims) == ["dataflow"]
+    assert several["dataflow"].values.tolist() == ["ws", "os"] and swept["pe"].values.tolist() == ["8x8", "16x16"]
+
+    def refuse(*args):
+        raise AssertionError("the public constructor was used")
+
+    monkeypatch.setattr(_cost, "assemble_public", refuse)
+    cost(ops, hw, ["ws", "os"])  # the direct path: no fallback needed
+
+
+def test_inconsistent_variables_are_refused_by_the_direct_path_and_built_by_the_public_one():
+    from dfit_nb.sim._cost import assemble
+
+    data = {"a": (("op",), np.arange(3.0), {}), "b": (("op",), np.arange(2.0), {})}
+    with pytest.raises(ValueError, match=r"conflicting sizes for dimension 'op'"):  # xarray's own message
+        assemble(data, {}, {})
+
+
+def test_for_jit_copies_the_machine_without_revalidating_it():
+    from dfit_nb.sim._cost import for_jit
+
+    hw = presets.get("tpu_like")
+    fast = for_jit(hw)
+    assert fast.name == "" and fast.execution == "time" and hw.name == "tpu_like"
+    for field in sim.hardware.FIELDS:
+        assert np.asarray(getattr(fast, field)).dtype == np.float64
+        assert float(getattr(fast, field)) == float(getattr(hw, field))
+    assert jax.tree.structure(fast) == jax.tree.structure(for_jit(presets.get("npu_like")))  # one compiled shape
