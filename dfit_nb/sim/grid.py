@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from typing import Any
 
+import dask.base
 import jax
 import numpy as np
 import xarray as xr
@@ -14,7 +16,10 @@ from tqdm.auto import tqdm
 
 from ._cost import (
     MEMORY_MODES,
+    TOTALS,
+    VARIABLES,
     CostInputError,
+    _attrs,
     alone,
     alone_arrays,
     batch_tables,
@@ -22,9 +27,9 @@ from ._cost import (
     finish,
     hardware_attrs,
     op_counts,
-    to_dataset,
 )
 from .hardware import FIELDS, Hardware
+from .hardware import _check as check_field
 from .memory import Estimate, sweep_estimate
 
 #: Grid keys that are not Hardware fields: name -> (fields it sets, description)
@@ -67,16 +72,28 @@ def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.nd
     return {fields[0]: np.asarray(values, dtype=np.float64)}, values
 
 
-def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[str, list[Any]], tuple[int, ...]]:
-    """The cartesian product of ``grid`` over ``base`` as one batched Hardware (flat)."""
-    axes = {key: _grid_values(key, values, base) for key, values in grid.items()}
-    shape = tuple(len(labels) for _, labels in axes.values())
-    n = int(np.prod(shape)) if shape else 1
-    index = np.indices(shape).reshape(len(shape), -1) if shape else np.zeros((0, 1), int)
-    fields = {f: np.full(n, float(np.asarray(getattr(base, f)))) for f in FIELDS}
+def _axes(base: Hardware, grid: dict[str, Any]) -> dict[str, tuple[dict[str, np.ndarray], list[Any]]]:
+    return {key: _grid_values(key, values, base) for key, values in grid.items()}
+
+
+def _fields_at(base: Hardware, axes: dict[str, Any], shape: tuple[int, ...], flat: np.ndarray
+               ) -> dict[str, np.ndarray]:
+    """Every Hardware field of the machines at flat (C-order) positions ``flat`` of the grid: a chunk of the
+    product is built without building the rest."""
+    index = np.unravel_index(flat, shape) if shape else ()
+    fields = {f: np.full(len(flat), float(np.asarray(getattr(base, f)))) for f in FIELDS}
     for axis, (sets, _) in enumerate(axes.values()):
         for field, vals in sets.items():
             fields[field] = vals[index[axis]]
+    return fields
+
+
+def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[str, list[Any]], tuple[int, ...]]:
+    """The cartesian product of ``grid`` over ``base`` as one batched Hardware (flat)."""
+    axes = _axes(base, grid)
+    shape = tuple(len(labels) for _, labels in axes.values())
+    n = int(np.prod(shape)) if shape else 1
+    fields = _fields_at(base, axes, shape, np.arange(n))
     # no name: the name is static pytree metadata, and one compiled program should serve every base
     return Hardware(name="", **fields), {k: labels for k, (_, labels) in axes.items()}, shape
 
@@ -117,12 +134,166 @@ def _take(hw: Hardware, lo: int, hi: int, pad_to: int) -> Hardware:
     return jax.tree.map(part, hw)
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+    """Everything an evaluation of machines ``[lo, hi)`` of a sweep needs: the model's inputs, the grid (axes, not
+    machines: a chunk builds its own) and the tile-order tables of every distinct grid. Picklable, so a Dask task
+    carries it to a worker once."""
+
+    arrays: dict[str, np.ndarray]
+    coord: np.ndarray
+    count: np.ndarray
+    base: Hardware
+    axes: dict[str, tuple[dict[str, np.ndarray], list[Any]]]
+    shape: tuple[int, ...]
+    dataflows: list[str]
+    codes: np.ndarray
+    ideal: bool
+    tables: tuple[np.ndarray, np.ndarray]
+    grid_keys: np.ndarray  # the distinct grids, sorted, as rows * key_base + cols
+    key_base: int
+    per_op: bool
+    variables: tuple[str, ...]
+    token: str  # identifies the sweep (inputs and options): names its Dask tasks and its Zarr store
+
+    @property
+    def machines(self) -> int:
+        return int(np.prod(self.shape)) if self.shape else 1
+
+
+def _grid_tables(base: Hardware, axes: dict[str, Any]) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray, int]:
+    """The tables of every distinct tile grid of the sweep (from the axes that set the grid alone: few), padded
+    to the largest, in :func:`batch_tables`' order, and their keys ``rows * key_base + cols``."""
+    sub = {k: v for k, v in axes.items() if {"tile_rows", "tile_cols"} & set(v[0])}
+    shape = tuple(len(labels) for _, labels in sub.values())
+    fields = _fields_at(base, sub, shape, np.arange(int(np.prod(shape)) if shape else 1))
+    rows, cols = fields["tile_rows"].astype(np.int64), fields["tile_cols"].astype(np.int64)
+    tables, _ = batch_tables(rows, cols)
+    distinct = np.unique(np.stack([rows, cols], 1), axis=0)
+    key_base = int(distinct[:, 1].max()) + 1
+    return tables, distinct[:, 0] * key_base + distinct[:, 1], key_base
+
+
+def variables_for(per_op: bool) -> tuple[str, ...]:
+    """The data variables a sweep holds: every per-op variable, ``count`` and the totals per call (``per_op``),
+    or the totals alone."""
+    return tuple(VARIABLES) if per_op else tuple(TOTALS)
+
+
+def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, grid: dict[str, Any],
+         per_op: bool = True, variables: Sequence[str] | None = None) -> Plan:
+    """Check a sweep's inputs and gather what evaluating any chunk of it needs (nothing is evaluated)."""
+    if memory not in MEMORY_MODES:
+        raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
+    if not isinstance(hw, Hardware) or hw.batch_shape != ():
+        raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
+    arrays, coord = alone_arrays(ops)
+    names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
+    codes, _ = dataflow_codes(names, len(coord))
+    axes = _axes(hw, grid)
+    # each axis' values checked before anything runs (a bad one named by its position on the axis); checks across
+    # fields (SRAM against the PE array) need the machines: each range of them is checked when it is built
+    for sets, _ in axes.values():
+        for field, values in sets.items():
+            check_field(field, values, *FIELDS[field][2:])
+    valid = variables_for(per_op)
+    if variables is None:
+        kept = valid
+    else:
+        kept = tuple(dict.fromkeys([variables] if isinstance(variables, str) else variables))
+        bad = [v for v in kept if v not in valid]
+        if bad or not kept:
+            raise CostInputError(f"sweep(variables=...) names {', '.join(map(repr, bad)) or 'nothing'}; valid with "
+                                 f"per_op={per_op}: {', '.join(valid)}")
+    tables, keys, key_base = _grid_tables(hw, axes)
+    shape = tuple(len(labels) for _, labels in axes.values())
+    count = op_counts(ops, len(coord))
+    token = dask.base.tokenize(arrays, count, hardware_attrs(hw), {k: labels for k, (_, labels) in axes.items()},
+                               names, memory, per_op, kept)
+    return Plan(arrays, coord, count, hw, axes, shape, names, codes[:, 0].astype(np.float64), memory == "ideal",
+                tables, keys, key_base, per_op, kept, token)
+
+
+def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress: bool = False
+                   ) -> dict[str, np.ndarray]:
+    """The results of machines ``[lo, hi)`` (flat, C order over the grid's axes): each variable of ``p``
+    shaped ``(hi - lo, dataflows, ops)`` (per op) or ``(hi - lo, dataflows)`` (totals).
+
+    Machines go through :func:`_evaluate_batch` (one jitted ``vmap`` of the one model) :data:`CHUNK_EVALS`
+    evaluations at a time, sharded over the local devices. ``fixed``: the largest range of the sweep (a chunk of
+    a lazy sweep); every call then has one compiled shape, padded, so each process compiles once per sweep.
+    """
+    fields = _fields_at(p.base, p.axes, p.shape, np.arange(lo, hi))
+    machines = Hardware(name="", **fields)  # checks every machine of the range (sram against the PE array, ...)
+    grid_index = np.searchsorted(p.grid_keys, fields["tile_rows"].astype(np.int64) * p.key_base
+                                 + fields["tile_cols"].astype(np.int64))
+    total = hi - lo
+    n_df, n_ops = len(p.dataflows), len(p.coord)
+    devices = jax.local_devices()
+    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * n_ops))
+    if fixed is not None:
+        per_chunk = min(per_chunk, fixed + (-fixed) % len(devices))
+    per_chunk -= per_chunk % len(devices)
+    chunks = range(0, total, per_chunk)
+    sharding = NamedSharding(Mesh(np.array(devices), ("machine",)), PartitionSpec("machine"))
+    totals = {t: v for t, v in TOTALS.items() if t in p.variables}
+    needed = (set(p.variables) | set(totals.values())) - {"count"}
+    results: list[dict[str, np.ndarray]] = []
+    with jax.enable_x64(True):
+        for a in tqdm(chunks, desc="sweep", unit="chunk", disable=not progress or len(chunks) < 2):
+            b = min(a + per_chunk, total)
+            size = b - a if len(chunks) == 1 and fixed is None else per_chunk  # one compiled shape for every chunk
+            size += (-size) % len(devices)
+            part = _take(machines, a, b, size)
+            index = _take(grid_index, a, b, size)
+            if len(devices) > 1:
+                part, index = jax.device_put((part, index), sharding)
+            out = jax.device_get(_evaluate_batch(p.arrays, part, p.codes, p.tables, index, p.ideal))
+            out = finish({k: v[: b - a] for k, v in out.items()},
+                         np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])
+            out = {k: np.broadcast_to(v, (b - a, n_df, n_ops)) for k, v in out.items() if k in needed}
+            # totals per call as cost()'s Dataset sums them (per row: exact whatever the chunking); without
+            # per_op, the per-op values never leave the chunk
+            out.update({t: (out[v] * p.count).sum(axis=-1) for t, v in totals.items()})
+            results.append({k: v for k, v in out.items() if k in p.variables})
+    if len(results) == 1:
+        return results[0]
+    return {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+
+
+def dataset(p: Plan, values: dict[str, Any]) -> xr.Dataset:
+    """The sweep's Dataset from each variable's values over the whole grid (NumPy or Dask arrays), with the
+    coordinates, units and provenance of an eager :func:`sweep`."""
+    labels = {k: v for k, (_, v) in p.axes.items()}
+    dims = (*labels, "dataflow", "op")
+    coords = {**{k: (k, np.asarray(v, dtype=object if isinstance(v[0], str) else None)) for k, v in labels.items()},
+              "dataflow": p.dataflows, "op": p.coord}
+    attrs = {**hardware_attrs(p.base), "memory": "ideal" if p.ideal else "finite", "swept": ",".join(labels),
+             **{f"axis_{k}": ALIASES[k][1] if k in ALIASES else FIELDS[k][1] for k in labels}}
+    data = {}
+    for name in p.variables:
+        if name == "count":
+            data[name] = xr.Variable(("op",), p.count, _attrs(name))
+        else:
+            data[name] = xr.Variable(dims[:-1] if name in TOTALS else dims, values[name], _attrs(name))
+    ds = xr.Dataset(data, coords=coords if p.per_op else {k: v for k, v in coords.items() if k != "op"},
+                    attrs=attrs)
+    for key in labels:
+        ds[key].attrs["units"] = "" if key in ("pe", "tiles") else ("KiB" if key == "sram_kb" else
+                                                                     (FIELDS[key][0] if key in FIELDS else "B/cycle"))
+    return ds
+
+
 def sweep(
     ops: Any,
     hw: Hardware,
     dataflow: Sequence[str] | str = ("ws", "os", "is"),
     memory: str = "finite",
     progress: bool = True,
+    *,
+    chunks: int | None = None,
+    per_op: bool = True,
+    variables: Sequence[str] | None = None,
     **grid: Any,
 ) -> xr.Dataset:
     """Cost ``ops`` on every combination of the ``grid`` axes and ``dataflow``.
@@ -137,7 +308,19 @@ def sweep(
         Dataflows to evaluate (a ``dataflow`` dim).
     memory : {"finite", "ideal"}
     progress : bool
-        Show a progress bar when the grid is evaluated in several chunks.
+        Show a progress bar when the grid is evaluated in several chunks (eager sweeps; a lazy one shows its
+        bar when computed, see :func:`dfit_nb.sim.scale.progress`).
+    chunks : int, optional
+        Machines per chunk: return a *lazy* Dataset backed by Dask arrays, one task per chunk (see
+        :mod:`dfit_nb.sim.scale`); nothing is evaluated until it is reduced, plotted or saved. Chunks are blocks
+        of whole rows of the trailing axes, so the dims are the eager ones and ``.compute()`` equals the eager
+        result exactly. Runs on an active ``dask.distributed`` client as is.
+    per_op : bool
+        ``False``: only the totals per call (``total_cycles``, ``total_energy_j``, ``total_macs``) per machine
+        and dataflow, summed over ops inside each chunk (no ``op`` dim): what a sweep of millions of machines
+        keeps.
+    variables : sequence of str, optional
+        The data variables to keep (default: all of the mode's).
     **grid
         Axis name -> values: any Hardware field, or ``pe=[(R, C), ...]``,
         ``tiles=[(rows, cols), ...]``, ``sram_kb=[...]``, ``dram_bw=[...]``,
@@ -157,52 +340,23 @@ def sweep(
     ...            dataflow=["os"], memory="ideal", pe=[(8, 8), (32, 32)])
     >>> ds["cycles"].sel(dataflow="os", op=0).values.tolist()
     [4991.0, 503.0]
+    >>> lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), dataflow=["os"],
+    ...              memory="ideal", chunks=1, per_op=False, pe=[(8, 8), (32, 32)])
+    >>> lazy["total_cycles"].chunks, lazy["total_cycles"].sel(dataflow="os").values.tolist()
+    (((1, 1), (1,)), [4991.0, 503.0])
     """
-    if memory not in MEMORY_MODES:
-        raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
-    arrays, coord = alone_arrays(ops)
-    names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
-    codes, _ = dataflow_codes(names, len(coord))
-    grid_estimate(hw, grid, len(names), len(coord)).check(
+    p = plan(ops, hw, dataflow, memory, grid, per_op, variables)
+    if chunks is not None:
+        from .scale import lazy_sweep
+
+        return lazy_sweep(p, chunks)
+    grid_estimate(hw, grid, len(p.dataflows), len(p.coord) if per_op else 1).check(
         "sweep fewer machines at a time (split an axis over several calls and reduce each result), fewer "
-        "dataflows, or fewer ops (aggregate the trace by region first)")
-    machines, labels, shape = machine_grid(hw, grid)
-    total = int(np.prod(shape)) if shape else 1
-    tables, grid_index = batch_tables(machines.tile_rows, machines.tile_cols)
-    devices = jax.local_devices()
-    per_chunk = max(len(devices), CHUNK_EVALS // max(1, len(names) * len(coord)))
-    per_chunk -= per_chunk % len(devices)
-    chunks = range(0, total, per_chunk)
-    sharding = NamedSharding(Mesh(np.array(devices), ("machine",)), PartitionSpec("machine"))
-    results: list[dict[str, np.ndarray]] = []
-    with jax.enable_x64(True):
-        for lo in tqdm(chunks, desc="sweep", unit="chunk", disable=not progress or len(chunks) < 2):
-            hi = min(lo + per_chunk, total)
-            size = hi - lo if len(chunks) == 1 else per_chunk  # one compiled shape for every chunk
-            size += (-size) % len(devices)
-            part = _take(machines, lo, hi, size)
-            index = _take(grid_index, lo, hi, size)
-            if len(devices) > 1:
-                part, index = jax.device_put((part, index), sharding)
-            out = jax.device_get(_evaluate_batch(arrays, part, codes[:, 0].astype(np.float64), tables, index,
-                                                 memory == "ideal"))
-            results.append({k: v[: hi - lo] if size > hi - lo else v for k, v in out.items()})
-    merged = results[0] if len(results) == 1 else {k: np.concatenate([r[k] for r in results]) for k in results[0]}
-    merged = finish(merged, np.asarray(machines.clock_ghz, np.float64)[:, None, None])
-    full = (*shape, len(names), len(coord))
-    merged = {k: np.broadcast_to(v, (total, len(names), len(coord))).reshape(full) for k, v in merged.items()}
-    dims = (*labels, "dataflow", "op")
-    coords = {**{k: (k, np.asarray(v, dtype=object if isinstance(v[0], str) else None)) for k, v in labels.items()},
-              "dataflow": names, "op": coord}
-    attrs = {**hardware_attrs(hw), "memory": memory, "swept": ",".join(labels),
-             **{f"axis_{k}": ALIASES[k][1] if k in ALIASES else FIELDS[k][1] for k in labels}}
-    ds = to_dataset(merged, dims, coords, attrs, op_counts(ops, len(coord)))
-    for key in labels:
-        ds[key].attrs["units"] = "" if key in ("pe", "tiles") else ("KiB" if key == "sram_kb" else
-                                                                     (FIELDS[key][0] if key in FIELDS else "B/cycle"))
-    return ds
+        "dataflows, or fewer ops (aggregate the trace by region first); or pass chunks= for a lazy sweep "
+        "(dfit_nb.sim.scale: reduce it or stream it to Zarr)")
+    out = evaluate_range(p, 0, p.machines, progress=progress)
+    full = (*p.shape, len(p.dataflows))
+    return dataset(p, {k: v.reshape(full + v.shape[2:]) for k, v in out.items()})
 
 
-__all__ = ("ALIASES", "machine_grid", "sweep")
+__all__ = ("ALIASES", "Plan", "dataset", "evaluate_range", "machine_grid", "plan", "sweep", "variables_for")
