@@ -1,7 +1,7 @@
 """The simulator of a tiled dataflow accelerator.
 
 Pure ``jax.numpy``; never imports altair or ipywidgets. The implementation modules that hold a public
-function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_reconcile``), so
+function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_reconcile``, ``_thermal``), so
 ``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from ``dfit_nb.sim``.
 
 >>> from dfit_nb import sim
@@ -22,6 +22,8 @@ from ._replay import ReplayError as ReplayError
 from ._replay import SpillWarning as SpillWarning
 from ._replay import replay as replay
 from ._replay import replay_batch as replay_batch
+from ._thermal import ThermalError as ThermalError
+from ._thermal import thermal as thermal
 from .calibration import Calibration as Calibration
 from .calibration import calibrate as calibrate
 from .grid import sweep as sweep
@@ -37,6 +39,7 @@ from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
 __all__ = ("DATAFLOWS", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware",
-           "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning", "calibrate", "compare",
+           "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning", "ThermalError", "calibrate",
+           "compare",
            "cost", "load_run", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
-           "shape_sensitivity", "sweep", "tail_latency")
+           "shape_sensitivity", "sweep", "tail_latency", "thermal")

@@ -25,6 +25,21 @@ Energy defaults and their sources
   register file at 1x; the defaults keep those ratios to the SRAM figure
   above: RF = 1.25 / 6 pJ per byte, NoC hop = 2 x RF.
 
+Thermal defaults (assumptions; only :func:`dfit_nb.sim.thermal` reads them)
+---------------------------------------------------------------------------
+* ``lateral_resistance_k_per_w`` 9 K/W: between the centres of two square tiles through a silicon die the
+  resistance is ``pitch / (k t pitch) = 1 / (k t)``, whatever the tile size; bulk silicon conducts
+  k ~ 150 W/(m K) near room temperature and a full-thickness 300 mm wafer die is t ~ 0.775 mm ->
+  1 / (150 x 0.000775) ~ 8.6 K/W. A lid or spreader conducts sideways too, so this single-layer value
+  overstates hotspots (conservative).
+* ``thermal_resistance_k_per_w`` 0.5 K/W, ``heat_capacity_j_per_k`` 2 J/K, ``ambient_c`` 35 degC,
+  ``thermal_limit_c`` 85 degC: a generic heat-sinked accelerator package in a server (35 degC inlet air;
+  85 degC, a common junction limit). Silicon holds ~1.63 J/(cm^3 K) (2.33 g/cm^3 x 0.70 J/(g K)), copper
+  ~3.45 J/(cm^3 K): a few cm^2 of die plus its share of a copper lid is of the order of 1-5 J/K.
+* ``throttle_clock_factor`` 0.5: the clock halves while the hottest tile is above the limit (a stated rule;
+  real DVFS steps differ per chip).
+Presets set their own (see :mod:`dfit_nb.sim.presets`).
+
 Examples
 --------
 >>> from dfit_nb.sim import Hardware
@@ -90,7 +105,25 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "sram_pj_per_byte": ("pJ/B", "SRAM access energy per byte", "nonneg", 0, math.inf),
     "noc_pj_per_byte_hop": ("pJ/B", "NoC energy per byte per hop", "nonneg", 0, math.inf),
     "dram_pj_per_byte": ("pJ/B", "DRAM access energy per byte", "nonneg", 0, math.inf),
+    # thermal model only (dfit_nb.sim.thermal): no cost-model number reads these
+    "ambient_c": ("degC", "temperature of the coolant or air the heat sink rejects heat to (thermal model)",
+                  "nonneg", -50, 200),
+    "thermal_limit_c": ("degC", "junction temperature above which the clock throttles (thermal model)", "nonneg",
+                        -50, 500),
+    "thermal_resistance_k_per_w": ("K/W", "junction-to-ambient thermal resistance of the whole chip (die, package, "
+                                   "heat sink); each tile's vertical path is this x the tile count (thermal model)",
+                                   "positive", 1e-6, 1e6),
+    "lateral_resistance_k_per_w": ("K/W", "thermal resistance between the centres of two mesh-adjacent tiles "
+                                   "through the die (thermal model)", "positive", 1e-6, 1e9),
+    "heat_capacity_j_per_k": ("J/K", "heat capacity of the die and what heats with it (lid, spreader), split "
+                              "evenly over the tiles (thermal model)", "positive", 1e-9, 1e6),
+    "throttle_clock_factor": ("1", "clock multiplier while the hottest tile is above thermal_limit_c (1: never "
+                              "slows down; thermal model)", "positive", 1e-3, 1),
 }
+
+#: The fields only :func:`dfit_nb.sim.thermal` reads (the cost model never does).
+THERMAL_FIELDS = ("ambient_c", "thermal_limit_c", "thermal_resistance_k_per_w", "lateral_resistance_k_per_w",
+                  "heat_capacity_j_per_k", "throttle_clock_factor")
 
 # Values a user passes are checked; JAX's own values are not: tracers and jax Arrays (gradients, cotangents,
 # device-placed leaves, where a zero or negative entry is a derivative, not a machine) and shape specs. JAX
@@ -147,6 +180,12 @@ class Hardware:
     sram_pj_per_byte: Any = 1.25
     noc_pj_per_byte_hop: Any = 2 * 1.25 / 6
     dram_pj_per_byte: Any = 162.5
+    ambient_c: Any = 35.0
+    thermal_limit_c: Any = 85.0
+    thermal_resistance_k_per_w: Any = 0.5
+    lateral_resistance_k_per_w: Any = 9.0
+    heat_capacity_j_per_k: Any = 2.0
+    throttle_clock_factor: Any = 0.5
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -161,6 +200,16 @@ class Hardware:
                 continue
             _check(field, value, kind, lo, hi)
         self._check_buffers()
+        self._check_thermal_limit()
+
+    def _check_thermal_limit(self) -> None:
+        """A limit at or below ambient would throttle a chip that dissipates nothing: no real machine."""
+        amb, limit = self.ambient_c, self.thermal_limit_c
+        if isinstance(amb, _UNCHECKED) or isinstance(limit, _UNCHECKED):
+            return
+        if np.any(np.asarray(limit) <= np.asarray(amb)):
+            raise HardwareError(f"Hardware.thermal_limit_c = {limit!r} degC must be above Hardware.ambient_c = "
+                                f"{amb!r} degC (the clock would throttle with the chip idle)")
 
     def _check_buffers(self) -> None:
         """Each SRAM partition must hold one array row of operands, double-buffered."""

@@ -4,6 +4,13 @@ A preset is one :func:`register` call; the tool logic never changes between
 them. Figures marked "public" come from the cited papers or vendor material;
 where a vendor publishes no number the value is an assumption, said so.
 
+Thermal fields (:data:`dfit_nb.sim.hardware.THERMAL_FIELDS`) are ASSUMPTIONS on every preset: no vendor
+publishes a per-tile RC network. Each preset's ``sources`` ends with its thermal basis; the values are the
+cooling class of the chip (junction-to-ambient resistance = (junction limit - inlet) / design power), its die
+heat capacity (silicon ~1.63 J/(cm^3 K)) and the Hardware defaults otherwise. The energies are 45 nm figures
+(Horowitz), so the power of a 7 nm-class preset, and the heat, is overstated: treat a throttle verdict as a
+question for a measured power trace, not an answer.
+
 >>> from dfit_nb.sim import presets
 >>> presets.names()
 ('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like',
@@ -65,74 +72,95 @@ register(
     approximates="SCALE-Sim's sample 32x32 machine (scale.cfg): one systolic array, 1-byte words",
     sources="SCALE-Sim v2/v3 sample config: ArrayHeight/Width 32, IfmapSramSzkB 256, FilterSramSzkB 256, "
             "OfmapSramSzkB 128, word size 1 byte; 10 words/cycle is its sample user bandwidth. Energy: defaults "
-            "(Horowitz ISSCC 2014, Eyeriss ISCA 2016 ratios).",
+            "(Horowitz ISSCC 2014, Eyeriss ISCA 2016 ratios). Thermal: the Hardware defaults (no chip: a generic "
+            "heat-sinked package).",
 )
 register(
     Hardware(name="scalesim_128", pe_rows=128, pe_cols=128, sram_input_bytes=6144 * KB,
              sram_weight_bytes=6144 * KB, sram_output_bytes=2048 * KB, word_bytes=1, dram_bytes_per_cycle=10.0),
     approximates="SCALE-Sim's sample 128x128 machine (a TPU-v1-sized array), 1-byte words",
-    sources="SCALE-Sim sample config: 128x128 array, 6144/6144/2048 KB SRAM, word size 1 byte.",
+    sources="SCALE-Sim sample config: 128x128 array, 6144/6144/2048 KB SRAM, word size 1 byte. Thermal: the "
+            "Hardware defaults (no chip: a generic heat-sinked package).",
 )
 register(
     Hardware(name="tpu_like", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=2 * MB,
              sram_weight_bytes=1 * MB, sram_output_bytes=1 * MB, word_bytes=2, vector_lanes=1024,
              noc_link_bytes_per_cycle=256.0, dram_bytes_per_cycle=1140.0, dram_latency_cycles=500.0,
-             clock_ghz=1.05),
+             clock_ghz=1.05, thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0,
+             thermal_limit_c=85.0),
     approximates="a TPU v4 chip: 2 TensorCores x 4 MXUs of 128x128 bf16 MACs, time-multiplexed",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023 (2 TensorCores x 4 MXUs of 128x128 per chip, 1050 MHz, "
             "1.2 TB/s HBM -> ~1140 B/cycle). On-chip memory here: 4 MiB per MXU tile, 32 MiB per chip, the "
-            "vector-memory scale (the chip's larger 128 MiB CMEM is not modelled). NoC link width is an assumption.",
+            "vector-memory scale (the chip's larger 128 MiB CMEM is not modelled). NoC link width is an assumption. "
+            "Thermal (assumption): air-cooled, a server heat sink sized for a 175 W chip, the design point of the "
+            "air-cooled TPUv4i (Jouppi et al., 'Ten lessons from three generations', ISCA 2021: 175 W TDP, air "
+            "cooling): (85 degC junction limit - 35 degC inlet) / 175 W ~ 0.29 K/W; 3 J/K for a ~600 mm^2 die "
+            "(~0.8 J/K of silicon) with its share of a copper lid.",
 )
 register(
     Hardware(name="cerebras_like", execution="spatial", tile_rows=64, tile_cols=64, pe_rows=8, pe_cols=8,
              sram_input_bytes=16 * KB, sram_weight_bytes=24 * KB, sram_output_bytes=8 * KB, word_bytes=2,
              vector_lanes=4,
              noc_link_bytes_per_cycle=8.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=1100.0,
-             dram_latency_cycles=2000.0, clock_ghz=1.1),
+             dram_latency_cycles=2000.0, clock_ghz=1.1, thermal_resistance_k_per_w=0.55,
+             heat_capacity_j_per_k=0.3, ambient_c=25.0, thermal_limit_c=85.0),
     approximates="a scaled-down Cerebras WSE-2-style wafer: a large mesh of small cores, 48 KB SRAM each, "
                  "weights streamed in from off-wafer memory, layer-pipelined",
     sources="Public: Cerebras WSE-2 (850,000 cores, 48 KB SRAM per core, 2-D mesh fabric, ~1.1 GHz); Lie, "
             "'Cerebras Architecture Deep Dive', Hot Chips 34 (2022). Here 4096 tiles of 8x8 PEs stand for a "
-            "region of the wafer; off-wafer (MemoryX) bandwidth is an assumption.",
+            "region of the wafer; off-wafer (MemoryX) bandwidth is an assumption. Thermal (assumption): a water-cooled "
+            "wafer (the CS-2 cools the WSE-2 with a water loop) dissipating ~15 kW over 46,225 mm^2 for a 40 K "
+            "rise, i.e. 0.0027 K/W for the wafer; these 4096 of its 850,000 cores hold 0.48% of it (~223 mm^2), "
+            "so 0.0027 / 0.0048 ~ 0.55 K/W, 25 degC water; 223 mm^2 x 0.775 mm of silicon ~ 0.3 J/K.",
 )
 register(
     Hardware(name="sambanova_like", execution="spatial", tile_rows=16, tile_cols=20, pe_rows=16, pe_cols=6,
              sram_input_bytes=256 * KB, sram_weight_bytes=128 * KB, sram_output_bytes=128 * KB, word_bytes=2,
              vector_lanes=16,
              noc_link_bytes_per_cycle=64.0, dram_bytes_per_cycle=100.0, dram_latency_cycles=300.0,
-             clock_ghz=1.5),
+             clock_ghz=1.5, thermal_resistance_k_per_w=0.2, heat_capacity_j_per_k=3.0, ambient_c=35.0,
+             thermal_limit_c=85.0),
     approximates="a SambaNova SN10 RDU-style reconfigurable dataflow chip: pattern compute units (16 lanes x "
                  "6 stages) beside 0.5 MB pattern memory units, spatially pipelined",
     sources="Public: Prabhakar et al., 'SambaNova SN10 RDU', Hot Chips 33 (2021) / ISSCC 2022 (640 PCUs and "
             "640 PMUs of 0.5 MB, i.e. 320 MB on chip; DDR4 off chip). Here 320 tiles each pair one PCU-like "
             "array with a PMU's worth of SRAM. Assumptions: the 1.5 GHz clock and ~150 GB/s of DDR bandwidth "
-            "(100 B/cycle).",
+            "(100 B/cycle). Thermal (assumption): an air-cooled server heat sink for a ~250 W-class chip, "
+            "(85 - 35) K / 250 W = 0.2 K/W; 3 J/K for a large (~700 mm^2) die with its lid share.",
 )
 register(
     Hardware(name="npu_like", tile_rows=4, tile_cols=5, pe_rows=16, pe_cols=16, sram_input_bytes=32 * KB,
              sram_weight_bytes=16 * KB, sram_output_bytes=16 * KB, word_bytes=1, vector_lanes=32,
              noc_link_bytes_per_cycle=32.0, dram_bytes_per_cycle=60.0, dram_latency_cycles=200.0,
-             clock_ghz=1.0),
+             clock_ghz=1.0, thermal_resistance_k_per_w=5.0, heat_capacity_j_per_k=0.5, ambient_c=45.0,
+             thermal_limit_c=95.0),
     approximates="an AMD Ryzen AI (XDNA, Phoenix) NPU: a 4x5 array of AIE-ML tiles, 256 int8 MACs per tile "
                  "per cycle, 64 KB data memory per tile",
     sources="Public: AMD XDNA / AIE-ML architecture manual (AM020): 256 int8 MACs/cycle and 64 KB data memory "
             "per AIE-ML tile; Phoenix NPU 4x5 compute tiles at ~1 GHz; LPDDR5 ~60 GB/s -> 60 B/cycle "
-            "(assumption). Dato (task-based dataflow programming) targets this NPU.",
+            "(assumption). Dato (task-based dataflow programming) targets this NPU. Thermal (assumption): the NPU "
+            "block of a thin-and-light laptop SoC: the SoC's cooler holds ~30 W at a ~50 K rise (~2 K/W), and the "
+            "small NPU block adds spreading resistance: 5 K/W from the block to the chassis air (45 degC inside "
+            "a laptop), 95 degC limit (mobile SoCs throttle near 95-100 degC); 0.5 J/K.",
 )
 register(
     Hardware(name="eyeriss_like", pe_rows=12, pe_cols=14, sram_input_bytes=54 * KB, sram_weight_bytes=27 * KB,
              sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, dram_bytes_per_cycle=4.0,
-             dram_latency_cycles=100.0, clock_ghz=0.2),
+             dram_latency_cycles=100.0, clock_ghz=0.2, thermal_resistance_k_per_w=30.0,
+             heat_capacity_j_per_k=0.1, ambient_c=25.0, thermal_limit_c=85.0),
     approximates="Eyeriss v1: a 12x14 PE array with a 108 KB global buffer, 16-bit fixed point, 200 MHz",
     sources="Public: Chen et al., 'Eyeriss', ISSCC 2016 / JSSC 2017 (168 PEs in 12x14, 108 KB global buffer, "
             "16-bit, 100-250 MHz); the buffer split and DRAM bandwidth (64-bit at ~200 MHz, ~4 B/cycle "
-            "effective) are assumptions.",
+            "effective) are assumptions. Thermal (assumption): a 12.25 mm^2 test chip in a package with no heat "
+            "sink on a lab bench: 30 K/W, in the 20-40 K/W still-air range JEDEC-style packages of that size "
+            "report; 25 degC room; ~0.1 J/K with the package.",
 )
 register(
     Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=8 * MB,
              sram_weight_bytes=8 * MB, sram_output_bytes=4 * MB, word_bytes=2, vector_lanes=256,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
-             clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0),
+             clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0,
+             thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
     approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
                  "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023, and the Cloud TPU documentation: 2 TensorCores per chip, "
@@ -147,5 +175,6 @@ register(
             "by 4 MXUs), the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
             "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op). Measured "
             "against 1,198 TPU v4 matmuls in benchmarks/bench_tpu_v4.py; calibrate it to your chip with "
-            "dfit_nb.sim.calibrate.",
+            "dfit_nb.sim.calibrate. Thermal (assumption): liquid-cooled, as Google's TPU v3 and v4 boards are: a "
+            "cold plate of ~0.1 K/W from junction to 35 degC coolant; 3 J/K (die and lid share, as tpu_like).",
 )

@@ -18,6 +18,33 @@ streaming; an op waiting for tiles busy with other work is not idle time).
 Overlapped mechanisms can each be near 1; the dominant mechanism is the
 largest. A region sums its ops' mechanism cycles over their
 spans.
+
+Bottleneck classes
+------------------
+The playbook's five classes (:data:`CLASSES`), each with evidence per op,
+region and run (``class_evidence``, a fraction of the span like the
+mechanisms'):
+
+* ``compute``: as above.
+* ``memory``: the largest of its sub-classes ``sram``, ``dram`` and ``noc``
+  (:data:`MEMORY_MECHANISMS`): they overlap, so the binding level, not
+  their sum, is the time memory needs.
+* ``scheduling``: as above.
+* ``precision``: ``precision_cycles``, the cycles of the op's span that go
+  away when the same program runs at a narrower word (a second run of it,
+  e.g. priced by :func:`dfit_nb.precision` or replayed on
+  ``hw.replace(word_bytes=1)``): the time attributable to the word width.
+  0 means *not analysed* until :meth:`Run.with_precision` attaches that run.
+* ``thermal``: ``thermal_cycles``, the cycles clock throttling added to the
+  op's span per inference under sustained operation
+  (:func:`dfit_nb.sim.thermal`); 0 means not analysed or never throttled
+  until :meth:`Run.with_thermal` attaches the analysis.
+
+``bottleneck_class`` is the class with the most evidence (ties: the order of
+:data:`CLASSES`); ``bottleneck`` names the same class with memory resolved to
+its sub-class, one of :data:`BOTTLENECKS`, so a run that was never analysed
+for precision or heat keeps the five names ``compute``, ``sram``, ``dram``,
+``noc``, ``scheduling`` it always had.
 """
 
 from __future__ import annotations
@@ -41,7 +68,14 @@ from .machine import DATAFLOWS
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
 
+#: what one replay measures per op (the ``mechanism`` dimension of ``evidence``)
 MECHANISMS = ("compute", "sram", "dram", "noc", "scheduling")
+#: the memory class's sub-classes
+MEMORY_MECHANISMS = ("sram", "dram", "noc")
+#: the bottleneck classes (the ``mechanism_class`` dimension of ``class_evidence``)
+CLASSES = ("compute", "memory", "scheduling", "precision", "thermal")
+#: every value ``bottleneck`` takes: a class, memory named by its sub-class
+BOTTLENECKS = ("compute", "sram", "dram", "noc", "scheduling", "precision", "thermal")
 _PARTS = ("events", "cube", "summary", "ops", "regions")
 
 
@@ -173,7 +207,8 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     regions = regions_dataset(trace, prep, ops, attrs)
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
     summary = summary_dataset(ops, events, hw, inferences, attrs)
-    ops, regions, cube, summary = (_object_strings(ds) for ds in (ops, regions, cube, summary))
+    ops, regions, summary = _classified(ops, regions, summary)
+    cube = _object_strings(cube)
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
 
 
@@ -212,7 +247,6 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
     cycles, span = _evidence(out)
     safe = np.where(span > 0, span, 1.0)
     evidence = np.clip(cycles / safe[:, None], 0.0, None)
-    dominant = np.asarray(MECHANISMS, dtype=object)[np.argmax(evidence, axis=1)]
     gemm = prep.arrays["gemm"] > 0
     layout = np.asarray(LAYOUTS, dtype=object)[out["layout"].astype(np.int64)]
     transform = _transform_text(layout, out, gemm)
@@ -260,10 +294,85 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
                               "cycles of the dataflow switch, reconfiguration included (in the retile phase)"),
         "switch_energy_pj": _var(d, out["switch_energy_pj"], "pJ",
                                  "energy of the dataflow switch, reconfiguration included (in energy_retile_pj)"),
-        "bottleneck": _var(d, dominant.astype(str), "", "dominant mechanism: " + " | ".join(MECHANISMS)),
         "evidence": _var(("op", "mechanism"), evidence, "1", "fraction of the op's span each mechanism needs"),
+        **_extra_cycles(d, np.zeros(span.shape), np.zeros(span.shape)),
     }
     return xr.Dataset(data, coords={"op": prep.op, "mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def _extra_cycles(d: tuple[str, ...], precision: np.ndarray, thermal: np.ndarray) -> dict[str, Any]:
+    return {
+        "precision_cycles": _var(d, precision, "cycle", "cycles of the span attributable to the word width (0: not "
+                                 "analysed; see Run.with_precision)"),
+        "thermal_cycles": _var(d, thermal, "cycle", "cycles throttling added to the span per inference under "
+                               "sustained operation (0: not analysed or never throttled; see Run.with_thermal)"),
+    }
+
+
+def classify(evidence: np.ndarray, precision: np.ndarray, thermal: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                                        np.ndarray]:
+    """Class evidence ``(n, 5)`` over :data:`CLASSES`, ``bottleneck_class`` and ``bottleneck`` (memory resolved to
+    its sub-class) from the mechanisms' evidence ``(n, 5)`` over :data:`MECHANISMS` and the precision and thermal
+    evidence ``(n,)`` (see the module docstring).
+
+    >>> ev, cls, name = classify(np.array([[0.2, 0.1, 0.9, 0.3, 0.0]]), np.zeros(1), np.array([1.0]))
+    >>> ev.round(2).tolist(), cls.tolist(), name.tolist()
+    ([[0.2, 0.9, 0.0, 0.0, 1.0]], ['thermal'], ['thermal'])
+    >>> classify(np.array([[0.2, 0.1, 0.9, 0.3, 0.0]]), np.zeros(1), np.zeros(1))[2].tolist()
+    ['dram']
+    """
+    evidence = np.asarray(evidence, dtype=np.float64).reshape(-1, len(MECHANISMS))
+    col = {m: evidence[:, i] for i, m in enumerate(MECHANISMS)}
+    memory = np.stack([col[m] for m in MEMORY_MECHANISMS], axis=1)
+    ev = np.stack([col["compute"], memory.max(axis=1), col["scheduling"], np.asarray(precision, np.float64).reshape(-1),
+                   np.asarray(thermal, np.float64).reshape(-1)], axis=1)
+    cls = np.asarray(CLASSES, dtype=object)[np.argmax(ev, axis=1)]
+    sub = np.asarray(MEMORY_MECHANISMS, dtype=object)[np.argmax(memory, axis=1)]
+    return ev, cls.astype(str), np.where(cls == "memory", sub, cls).astype(str)
+
+
+def _class_vars(d: tuple[str, ...], evidence: np.ndarray, precision: np.ndarray, thermal: np.ndarray,
+                what: str) -> dict[str, Any]:
+    """``bottleneck``, ``bottleneck_class`` and ``class_evidence`` over dims ``d`` (``()`` for the run)."""
+    ev, cls, name = classify(evidence, precision, thermal)
+    if not d:
+        ev, cls, name = ev[0], cls[0], name[0]
+    return {
+        "bottleneck": _var(d, name, "", f"dominant mechanism {what}: " + " | ".join(BOTTLENECKS)
+                           + " (memory named by its level)"),
+        "bottleneck_class": _var(d, cls, "", f"dominant bottleneck class {what}: " + " | ".join(CLASSES)),
+        "class_evidence": _var((*d, "mechanism_class"), ev, "1",
+                               "evidence of each bottleneck class: its cycles over the span (memory: its largest "
+                               "sub-class)"),
+    }
+
+
+def _classified(ops: xr.Dataset, regions: xr.Dataset, summary: xr.Dataset) -> tuple[xr.Dataset, ...]:
+    """The bottleneck-class variables of ops, regions and summary from the ops' mechanism evidence and their
+    ``precision_cycles`` and ``thermal_cycles`` (regions and the run sum cycles over the sum of spans)."""
+    span = ops["span"].values.astype(np.float64)
+    extra = np.stack([ops["precision_cycles"].values, ops["thermal_cycles"].values], axis=1).astype(np.float64)
+
+    def share(cycles: np.ndarray, spans: np.ndarray) -> np.ndarray:
+        return cycles / np.where(spans > 0, spans, 1.0)[..., None]
+
+    op_extra = share(extra, span)
+    mat = _membership(ops["region"].values, [str(r) for r in regions["region"].values]).astype(np.float64)
+    reg_extra = share(mat @ extra, mat @ span)
+    run_extra = share(extra.sum(axis=0), np.asarray(span.sum()))
+    coords = {"mechanism_class": list(CLASSES)}
+    ops = ops.assign(_class_vars(("op",), ops["evidence"].values, op_extra[:, 0], op_extra[:, 1], "of the op")
+                     ).assign_coords(coords)
+    regions = regions.assign(
+        {**_class_vars(("region",), regions["evidence"].values, reg_extra[:, 0], reg_extra[:, 1], "over the region's "
+                       "ops"),
+         **{f"{k}_cycles": _var(("region",), (mat @ extra)[:, i], "cycle", f"cycles attributable to {k}, summed "
+                                "over ops") for i, k in enumerate(("precision", "thermal"))}}).assign_coords(coords)
+    summary = summary.assign(
+        {**_class_vars((), summary["evidence"].values, run_extra[0], run_extra[1], "over all ops"),
+         **{f"{k}_cycles": _var((), float(extra[:, i].sum()), "cycle", f"cycles attributable to {k}, summed over "
+                                "ops") for i, k in enumerate(("precision", "thermal"))}}).assign_coords(coords)
+    return tuple(_object_strings(ds) for ds in (ops, regions, summary))
 
 
 def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:
@@ -305,8 +414,6 @@ def regions_dataset(trace: Any, prep: Any, ops: xr.Dataset, attrs: dict[str, Any
            for k in ("sram", "noc", "dram", "retile")},
         **{f"{m}_cycles": _var(d, sums[:, i], "cycle", f"cycles attributable to {m}, summed over ops")
            for i, m in enumerate(MECHANISMS)},
-        "bottleneck": _var(d, np.asarray(MECHANISMS)[np.argmax(evidence, axis=1)], "",
-                           "dominant mechanism over the region's ops"),
         "evidence": _var(("region", "mechanism"), evidence, "1",
                          "mechanism cycles over the sum of the ops' spans"),
     }
@@ -421,7 +528,6 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
         "n_ops": _var((), ops.sizes["op"], "1", "ops replayed"),
         "n_events": _var((), int((events["source"].values == "simulated").sum()), "1", "simulated events"),
         **roof_variables(hw),
-        "bottleneck": _var((), MECHANISMS[int(np.argmax(evidence))], "", "dominant mechanism over all ops"),
         "evidence": _var(("mechanism",), evidence, "1", "mechanism cycles over the sum of op spans"),
     }
     return xr.Dataset(data, coords={"mechanism": list(MECHANISMS)}, attrs=attrs)
@@ -473,6 +579,66 @@ class Run:
         return self.ops[["region", "primitive", "layout", "gy", "gx", "virtual_tiles", "alloc", "tiles",
                          "tile_offset", "section", "fold", "spilled_bytes", "out_onchip", "transform"]]
 
+    def thermal(self, inferences: int = 1000, **options: Any) -> xr.Dataset:
+        """Temperatures and throttling of ``inferences`` calls back to back (:func:`dfit_nb.sim.thermal`)."""
+        from ._thermal import thermal
+
+        return thermal(self, inferences, **options)
+
+    def with_thermal(self, analysis: xr.Dataset) -> Run:
+        """A copy whose ``thermal`` bottleneck class carries ``analysis`` (from :meth:`thermal`): each op's
+        ``thermal_cycles``, the cycles throttling added to its span per inference.
+
+        Examples
+        --------
+        >>> import jax.numpy as jnp, dfit_nb
+        >>> from dfit_nb.sim import presets
+        >>> run = dfit_nb.replay(dfit_nb.capture(lambda a: a @ a, jnp.ones((64, 64))), presets.get("npu_like"))
+        >>> hw = presets.get("npu_like").replace(thermal_resistance_k_per_w=1e3, heat_capacity_j_per_k=1e-6,
+        ...                                      throttle_clock_factor=0.25)  # a toy machine that overheats
+        >>> hot = run.with_thermal(run.thermal(10**5, steps=64, hw=hw))
+        >>> hot.summary["bottleneck"].item(), run.summary["bottleneck"].item()
+        ('thermal', 'dram')
+        """
+        if not isinstance(analysis, xr.Dataset) or "thermal_cycles" not in analysis:
+            raise ValueError(f"analysis must be the Dataset of Run.thermal / dfit_nb.sim.thermal (with "
+                             f"'thermal_cycles'), got {type(analysis).__name__}")
+        ops = self.ops["op"].values
+        if not np.array_equal(np.asarray(analysis["op"].values, dtype=str), np.asarray(ops, dtype=str)):
+            raise ValueError("the thermal analysis is of another run (its ops differ): run it on this one")
+        return self._with_cycles("thermal_cycles", analysis["thermal_cycles"].values)
+
+    def with_precision(self, narrower: Run) -> Run:
+        """A copy whose ``precision`` bottleneck class carries the time the word width costs: per op, the span
+        this run spends beyond ``narrower``'s (the same program priced at a narrower word, e.g.
+        ``dfit_nb.replay(trace, hw.replace(word_bytes=1))``), never below 0.
+
+        Examples
+        --------
+        >>> import jax.numpy as jnp, dfit_nb
+        >>> from dfit_nb.sim import presets
+        >>> trace = dfit_nb.capture(lambda a: a @ a, jnp.ones((64, 64)))
+        >>> wide = dfit_nb.replay(trace, presets.get("eyeriss_like"))  # 2-byte words
+        >>> narrow = dfit_nb.replay(trace, presets.get("eyeriss_like").replace(word_bytes=1))
+        >>> round(float(wide.with_precision(narrow).summary["class_evidence"].sel(mechanism_class="precision")), 2)
+        0.49
+        """
+        if not isinstance(narrower, Run):
+            raise ValueError(f"narrower must be a Run (the same program at a narrower word), got "
+                             f"{type(narrower).__name__}")
+        if not self.comparable(narrower) or not np.array_equal(np.asarray(narrower.ops["op"].values, dtype=str),
+                                                                 np.asarray(self.ops["op"].values, dtype=str)):
+            raise ValueError("narrower replays another program (function, argument shapes or ops differ): replay "
+                             "the same trace at the narrower word")
+        saved = np.maximum(self.ops["span"].values - narrower.ops["span"].values, 0.0)
+        return self._with_cycles("precision_cycles", saved)
+
+    def _with_cycles(self, name: str, cycles: np.ndarray) -> Run:
+        ops = self.ops.copy()
+        ops[name] = (("op",), np.asarray(cycles, dtype=np.float64), dict(self.ops[name].attrs))
+        ops, regions, summary = _classified(ops, self.regions, self.summary)
+        return Run(events=self.events, cube=self.cube, summary=summary, ops=ops, regions=regions, attrs=self.attrs)
+
     def comparable(self, other: Run) -> bool:
         """True when both runs replay the same program (function and argument shapes)."""
         keys = ("function", "arg_shapes")
@@ -513,12 +679,19 @@ class Run:
                                   for k in ("sram", "noc", "retile", "dram"))),
             ("bottleneck", f"{s['bottleneck'].item()} ("
              + ", ".join(f"{m} {float(v):.0%}" for m, v in zip(MECHANISMS, s["evidence"].values, strict=True))
+             + "".join(f", {c} {float(s['class_evidence'].sel(mechanism_class=c)):.0%}"
+                       for c in ("precision", "thermal") if _analysed(s, c))
              + ")"),
             ("events", f"{int(s['n_events']):,}"),
         ]
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(v)}</td></tr>" for k, v in rows)
         return f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{body}</table></div>"
+
+
+def _analysed(summary: xr.Dataset, cls: str) -> bool:
+    """Whether the run carries a ``cls`` analysis (precision and thermal are shown once attached)."""
+    return "class_evidence" in summary and float(summary[f"{cls}_cycles"]) > 0
 
 
 def load_run(path: str | os.PathLike[str]) -> Run:
