@@ -39,6 +39,7 @@ does; it never imports ipywidgets.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
@@ -241,14 +242,50 @@ def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:
 
 @functools.lru_cache(maxsize=1)
 def _bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one script (about 0.9 MB), for the installed Altair's Vega-Lite version."""
+    """Vega + Vega-Lite + vega-embed as one script (about 0.9 MB), for the installed Altair's Vega-Lite version.
+
+    vl-convert bundles it with its JavaScript toolchain on every call (2-5 s, a large part of a warm
+    ``dfit-nb report``), yet it depends only on vl-convert's and Vega-Lite's versions: it is kept on disk under
+    dfit_nb's cache directory (beside JAX's compilation cache, ``$XDG_CACHE_HOME/dfit_nb/vega``), keyed by both,
+    written atomically, and rebuilt whenever the file cannot be read or written.
+    """
     import altair as alt
     import vl_convert as vlc
 
     wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
     version = f"v{wanted}" if wanted in vlc.get_vegalite_versions() else None
-    js = vlc.javascript_bundle(vl_version=version)
-    return js.replace("</script", "<\\/script")
+    stored = _bundle_path(str(getattr(vlc, "__version__", "unknown")), version or "default")
+    try:
+        return stored.read_text(encoding="utf-8") if stored is not None else _build_bundle(vlc, version, None)
+    except (OSError, UnicodeError):  # not there yet, or unreadable: build it, keep it if we can
+        return _build_bundle(vlc, version, stored)
+
+
+def _bundle_path(vl_convert_version: str, vl_version: str) -> Path | None:
+    """Where the bundle for these versions is kept, or ``None`` without a usable home/cache directory."""
+    from ._compile_cache import default_directory
+
+    try:
+        root = default_directory().parent
+    except RuntimeError:  # Path.home() with no home directory
+        return None
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{vl_convert_version}-{vl_version}")
+    return root / "vega" / f"bundle-{safe}.js"
+
+
+def _build_bundle(vlc: Any, version: str | None, stored: Path | None) -> str:
+    js = vlc.javascript_bundle(vl_version=version).replace("</script", "<\\/script")
+    if stored is None:
+        return js
+    tmp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
+    try:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(js, encoding="utf-8")
+        os.replace(tmp, stored)  # readers see the whole bundle or none
+    except OSError:  # a read-only cache: the bundle is simply built again next time
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+    return js
 
 
 def bundle_available() -> bool:
