@@ -277,15 +277,13 @@ class Policy:
         """The policy with ``tail`` filled in: its latency and its baseline's over a distribution of batch sizes
         (:func:`dfit_nb.sim.memo.batch_variance`; default mix :data:`dfit_nb.sim.memo.DEFAULT_BATCH_MIX`).
 
-        >>> import dfit_nb
+        >>> import jax.numpy as jnp, dfit_nb
         >>> from dfit_nb.sim import presets
-        >>> build = dfit_nb.examples.get("mlp").build
-        >>> fn, args = build(batch=8)
-        >>> p = select_dataflows(dfit_nb.capture(fn, *args), presets.get("npu_like"))
-        >>> p = p.with_batch_variance(lambda batch: build(batch=batch)[1], {"batch": 8})
-        >>> p.tail["latency_q"].sel(policy="policy").values.tolist() == sorted(
-        ...     p.tail["latency_q"].sel(policy="policy").values.tolist())
-        True
+        >>> make_args = lambda batch: (jnp.ones((batch, 64)), jnp.ones((64, 32)))
+        >>> trace = dfit_nb.capture(lambda x, w: jnp.tanh(x @ w), *make_args(4))
+        >>> p = select_dataflows(trace, presets.get("npu_like")).with_batch_variance(make_args, {"batch": 4})
+        >>> p.tail["size"].values.tolist(), p.tail["quantile"].values.tolist()
+        ([4, 8, 16, 32, 64], [0.5, 0.95, 0.99])
         """
         from .memo import batch_variance
 
