@@ -434,7 +434,10 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
                           len(coord), 0, rows, cols, 1).check(
         "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
     with jax.enable_x64(True):
-        tables = grid_tables(rows, cols)
+        # padded to the grid's bucket, like the replay's: presets and machines whose grids differ share one
+        # compiled program (tiles past the grid are never placed on, so no result changes)
+        grid = schedule.bucket(rows, cols)
+        tables = grid_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
         packed = np.asarray(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
