@@ -176,12 +176,16 @@ def _machines(hw: Any) -> list[Hardware]:
 
 
 def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "energy",
-            progress: bool = True) -> list[PresetResult]:
+            progress: bool = True, *, seed: int | None = None, tags: dict[str, Any] | None = None,
+            batch_variance: dict[str, Any] | None = None) -> list[PresetResult]:
     """Replay ``trace`` on each machine under ``dataflow`` and select (and evaluate) a hybrid policy there.
 
     The policy's evaluation replays every single style, so for ``dataflow`` in ``ws`` / ``os`` / ``is`` the
     run is taken from it rather than replayed again. Spill warnings are caught and recorded (``spills``).
-    ``progress`` shows a ``tqdm.auto`` bar over the machines.
+    ``progress`` shows a ``tqdm.auto`` bar over the machines. ``seed`` and ``tags`` go to the policies' build
+    and runtime tags (:func:`dfit_nb.sim.select_dataflows`); ``batch_variance``, the keyword arguments of
+    :meth:`~dfit_nb.sim.Policy.with_batch_variance` (``make_args``, ``base``, optionally ``batch_sizes`` and
+    ``axis``), gives each policy's memo its p50/p95/p99 latency under batch variance.
 
     >>> import jax.numpy as jnp, dfit_nb
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
@@ -201,7 +205,9 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SpillWarning)
             try:
-                policy = select_dataflows(trace, h, objective)
+                policy = select_dataflows(trace, h, objective, seed=seed, tags=tags)
+                if batch_variance is not None:
+                    policy = policy.with_batch_variance(**batch_variance)
             except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report
                 policy, note = None, f"no hybrid policy: {err}"
             if policy is not None and isinstance(dataflow, str) and dataflow in policy.runs:
@@ -627,7 +633,8 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
 
 def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "dfit_report", *,
                  dataflow: Any = "ws", objective: str = "energy", charts: str = "auto", progress: bool = True,
-                 results: Sequence[PresetResult] | None = None) -> Report:
+                 results: Sequence[PresetResult] | None = None, seed: int | None = None,
+                 tags: dict[str, Any] | None = None, batch_variance: dict[str, Any] | None = None) -> Report:
     """Replay ``trace`` on hardware presets, select a hybrid policy per preset, and write an offline report.
 
     Parameters
@@ -650,6 +657,9 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
         A ``tqdm.auto`` progress bar over the presets.
     results : sequence of PresetResult, optional
         Replays and policies already computed by :func:`analyse` (the CLI prints its tables from them).
+    seed, tags, batch_variance : optional
+        Passed to :func:`analyse` (the playbooks' workload seed, extra tags, and p50/p95/p99 under batch
+        variance) when ``results`` is not given.
 
     Returns
     -------
@@ -687,7 +697,8 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     if results is None:
-        results = analyse(trace, hw, dataflow, objective, progress)
+        results = analyse(trace, hw, dataflow, objective, progress, seed=seed, tags=tags,
+                          batch_variance=batch_variance)
     results = list(results)
     if not results:
         raise ReportError("no preset results to report")

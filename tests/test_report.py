@@ -35,3 +35,23 @@ def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_re
     noc = html[html.index("<section class='chart' id='noc_load'>"):]
     noc = noc[: noc.index("</section>")]
     assert "Nothing to show: scalesim_32 has one tile: no data crosses its mesh." in noc and "<svg" not in noc
+
+
+def test_the_playbook_files_carry_the_full_memo(mlp_results, tmp_path):
+    trace, _ = mlp_results
+    build = examples.get("mlp").build
+    rep = report.write_report(trace, ["npu_like"], tmp_path, charts="svg", progress=False, seed=11,
+                              tags={"model_revision": "r2"},
+                              batch_variance={"make_args": lambda batch: build(batch=batch)[1], "base": {"batch": 8}})
+    md = rep.playbooks["npu_like"].read_text()
+    html = rep.playbooks_html["npu_like"].read_text()
+    policy = rep.results[0].policy
+    for field in ("## 1. Symptom", "Failing metric:", "Workload slice:", "First failing stage:",
+                  "### Build and runtime tags", "| seed | 11 |", "| model_revision | r2 |", "## 2. Mechanism",
+                  "### Competing hypotheses", "### Missing evidence", "## 3. Proposed action",
+                  "### Expected movement", "p95 latency (us)", "p99 latency (us)", "### Regression risk",
+                  "## 4. Signoff", "### Required owners", "### Suggested decision"):
+        assert field in md, field
+        assert field.lstrip("#| ").split(" |")[0].rstrip(":") in html, field
+    p99 = float(policy.tail["latency_q"].sel(policy="policy", quantile=0.99)) * 1e6
+    assert f"{p99:.4g}" in md and f"| jaxpr_hash | {policy.tags['jaxpr_hash']} |" in md
