@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import dask.base
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -548,8 +549,65 @@ def _machine_sharding(hw: Hardware, mesh: Mesh | None) -> NamedSharding | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class BatchPlan:
+    """What replaying any range of a batch's machines needs besides their fields (picklable: a chunk task of a
+    lazy :func:`replay_batch` carries it to a worker once)."""
+
+    arrays: dict[str, np.ndarray]
+    preds: np.ndarray
+    pred_bytes: np.ndarray
+    codes: np.ndarray
+    pinned: dict[str, np.ndarray]
+    grid: schedule.Grid
+    spatial: bool
+    shared: bool
+    once: Any  # the tables of the one grid every machine shares (None: per machine)
+    reconfig: Any
+    chunk: int  # machines per vmapped call
+    sharding: NamedSharding | None
+    hw: Hardware  # one machine of the batch: its name and execution (every field is replaced per call)
+
+
+def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], fixed: bool = False, progress: bool = False
+                ) -> dict[str, np.ndarray]:
+    """The per-machine scalars of the machines whose fields are ``leaves``, :attr:`BatchPlan.chunk` at a time
+    (``fixed``: always that one compiled shape, padded, as a lazy batch's chunks need)."""
+    n_machines = len(leaves["tile_rows"])
+    devices = p.sharding.mesh.size if p.sharding is not None else 1
+    outs = []
+    starts = range(0, n_machines, p.chunk)
+    for lo in tqdm(starts, desc="replay_batch", unit="chunk", disable=not progress or len(starts) < 2):
+        hi = min(lo + p.chunk, n_machines)
+        size = p.chunk if len(starts) > 1 or fixed else hi - lo  # one compiled shape for every chunk
+        size += (-size) % devices  # a multiple of the device count
+        # pad by repeating the last machine; its results are dropped. Tables are built per chunk: a batch of
+        # different grids carries one per machine
+        part = {f: _pad_rows(v[lo:hi], size) for f, v in leaves.items()}
+        tables = p.once if p.shared else _batch_tables(part, p.grid, p.shared)[1]
+        batch = dataclasses.replace(p.hw, name="", execution="time", **part)
+        with jax.enable_x64(True):
+            if p.sharding is not None:  # float64 leaves placed under x64; the jitted program follows the sharding
+                batch = jax.device_put(batch, p.sharding)
+                if not p.shared:
+                    tables = jax.device_put(tables, p.sharding)
+            out = jax.device_get(_batch_program(p.arrays, p.preds, p.pred_bytes, tables, batch, p.codes, p.pinned,
+                                                p.grid, p.spatial, p.shared, p.reconfig))
+        outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
+    return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
+
+
+def _batch_block(p: BatchPlan, client_versions: dict[str, str], leaves: dict[str, np.ndarray]
+                 ) -> dict[str, np.ndarray]:
+    """One chunk task of a lazy :func:`replay_batch` (``leaves``: its machines' fields, carried in the task)."""
+    from .scale import check_versions
+
+    check_versions(client_versions)
+    return batch_range(p, leaves, fixed=True)
+
+
 def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
-                 layouts: Mapping[str, str] | None = None, mesh: Mesh | None = None) -> Any:
+                 layouts: Mapping[str, str] | None = None, mesh: Mesh | None = None, chunks: int | None = None) -> Any:
     """Replay ``trace`` on a batch of machines in one vmapped program: per-machine scalars, no events.
 
     ``hw`` is a batched :class:`Hardware` (``Hardware.stack([...])`` or array
@@ -567,6 +625,10 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     ``jax.enable_x64(True)`` to keep float64 fields exact). The batch is padded
     to a multiple of the device count; results equal the unsharded ones.
 
+    ``chunks=N``: a lazy Dataset backed by Dask arrays, one task per ``N`` machines (see
+    :mod:`dfit_nb.sim.scale`): nothing runs until it is reduced, plotted or saved, on this process' threads or
+    an active ``dask.distributed`` client; ``.compute()`` equals the eager result.
+
     Examples
     --------
     >>> import jax.numpy as jnp, dfit_nb
@@ -576,6 +638,9 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     >>> ds = replay_batch(t, Hardware.stack([base, base.replace(dram_bytes_per_cycle=600.0)]))
     >>> bool(ds["latency_cycles"][1] < ds["latency_cycles"][0])
     True
+    >>> lazy = replay_batch(t, Hardware.stack([base, base.replace(dram_bytes_per_cycle=600.0)]), chunks=1)
+    >>> lazy["latency_cycles"].chunks, bool((lazy["latency_cycles"] == ds["latency_cycles"]).all())
+    (((1, 1),), True)
     """
     if not isinstance(hw, Hardware):
         raise ReplayError(f"hw must be a batched dfit_nb.sim.Hardware, got {type(hw).__name__}")
@@ -598,40 +663,56 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     sharding = _machine_sharding(hw, mesh)
     devices = sharding.mesh.size if sharding is not None else 1
     shared = grids == 1
-    chunk = batch_chunk(f"replay_batch of {len(prep.op)} ops", n_machines, devices, shared, *sizes)
+    what = f"replay_batch of {len(prep.op)} ops"
+    per_task = None
+    if chunks is not None:
+        from .scale import blocks, check_chunk
+
+        if sharding is not None:
+            raise ReplayError("replay_batch(chunks=...) spreads the machines over Dask's workers (each chunk on one "
+                              "worker's default device); mesh= or sharded leaves spread them over this process' "
+                              "devices: pass one or the other")
+
+        per_task = blocks((n_machines,), chunks)
+        largest = max(hi - lo for _, lo, hi in per_task[1])
+        one = memory.replay_estimate(what, *sizes[:2], *sizes[2:], None, machines=min(largest, n_machines),
+                                     grids=1 if shared else largest,
+                                     padded_to=(schedule.bucket(*sizes[2:]).rows, schedule.bucket(*sizes[2:]).cols))
+        check_chunk(f"chunks of {largest:,} machines of a {what}", one)
+        n_machines = largest  # each task's calls are sized for its chunk
+    chunk = batch_chunk(what, n_machines, devices, shared, *sizes)
     grid = schedule.bucket(int(rows.max()), int(cols.max()))
     once = _batch_tables({f: v[:1] for f, v in leaves.items()}, grid, True)[1] if shared else None
-    outs = []
-    starts = range(0, n_machines, chunk)
-    for lo in tqdm(starts, desc="replay_batch", unit="chunk", disable=len(starts) < 2):
-        hi = min(lo + chunk, n_machines)
-        size = chunk if len(starts) > 1 else hi - lo  # one compiled shape for every chunk
-        size += (-size) % devices  # a multiple of the device count
-        # pad by repeating the last machine; its results are dropped. Tables are built per chunk: a batch of
-        # different grids carries one per machine
-        part = {f: _pad_rows(v[lo:hi], size) for f, v in leaves.items()}
-        tables = once if shared else _batch_tables(part, grid, shared)[1]
-        batch = dataclasses.replace(hw, name="", execution="time", **part)
-        with jax.enable_x64(True):
-            if sharding is not None:  # float64 leaves placed under x64; the jitted program follows the sharding
-                batch = jax.device_put(batch, sharding)
-                if not shared:
-                    tables = jax.device_put(tables, sharding)
-            out = jax.device_get(_batch_program(arrays, preds, pred_bytes, tables, batch, codes_p, pin, grid,
-                                                execution == "spatial", shared, switch_penalty(dataflow)))
-        outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
-    out = {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
-    attrs_chunks = len(starts)
+    plan = BatchPlan(arrays, preds, pred_bytes, codes_p, pin, grid, execution == "spatial", shared, once,
+                     switch_penalty(dataflow), chunk, sharding,
+                     dataclasses.replace(hw, **{f: v[0] for f, v in leaves.items()}))  # the metadata; not every leaf
     import xarray as xr
 
     from .run import provenance
 
-    data = {k: (("machine",), np.asarray(v), dict(zip(("units", "description"), BATCH_VARS[k], strict=True)))
-            for k, v in out.items()}
+    meta = {k: dict(zip(("units", "description"), v, strict=True)) for k, v in BATCH_VARS.items()}
+    if per_task is None:
+        out = batch_range(plan, leaves, progress=True)
+        attrs_chunks = -(-shape[0] // chunk)
+    else:
+        from .scale import chunked
+
+        name = dask.base.tokenize(arrays, preds, pred_bytes, codes_p, pin, leaves, execution, str(dataflow))
+        out = chunked(f"batch-{name}-{chunks}", _batch_block, plan, *_leaf_parts(per_task, leaves),
+                      {k: () for k in BATCH_VARS})
+        attrs_chunks = len(per_task[1])
+    data = {k: (("machine",), v, meta[k]) for k, v in out.items()}
     coords = {"machine": np.arange(shape[0]), **{f: ("machine", v) for f, v in leaves.items()}}
     attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution).items()
              if not k.startswith("hw_") and k not in ("hardware", "clock_ghz")}
     return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name, "machine_chunks": attrs_chunks})
+
+
+def _leaf_parts(per_task: Any, leaves: dict[str, np.ndarray]) -> tuple[Any, list[Any]]:
+    """The chunk tasks of a lazy batch: each carries its machines' fields (the graph holds each slice once)."""
+    per_axis, parts = per_task
+    return per_axis, [(index, ({f: np.ascontiguousarray(v[lo:hi]) for f, v in leaves.items()},))
+                      for index, lo, hi in parts]
 
 
 def _pad_rows(x: np.ndarray, size: int) -> np.ndarray:

@@ -128,16 +128,16 @@ def worker_memory() -> tuple[float, int, str]:
                   for w in workers]
         if limits:
             room, threads = min(limits, key=lambda lt: lt[0] / lt[1])
-            return room, threads, "the smallest Dask worker's memory_limit"
+            return room, threads, "the smallest Dask worker (its memory_limit)"
     threads = int(dask.config.get("num_workers", None) or os.cpu_count() or 1)
-    return _memory.available_bytes(), threads, "this process (the local scheduler's threads run chunks at once)"
+    return _memory.available_bytes(), threads, "this process (the local scheduler's threads)"
 
 
 def check_chunk(what: str, per_chunk: _memory.Estimate) -> None:
     """Refuse chunks whose peak, times the tasks that run at once, does not fit a worker's memory."""
     room, threads, source = worker_memory()
     shared = per_chunk.parts.get("compiled program", 0.0)  # one compiled program per process, not per thread
-    total = _memory.Estimate(f"{what} ({threads} at once in {source})",
+    total = _memory.Estimate(f"{what}, {threads} at once on {source},",
                              {**{k: v * threads for k, v in per_chunk.parts.items() if k != "compiled program"},
                               "compiled program": shared}, per_chunk.sizes)
     total.check("use fewer machines per chunk (a smaller chunks=), or workers with more memory", available=room)
@@ -152,23 +152,21 @@ def _sweep_block(p: Plan, client_versions: dict[str, str], lo: int, hi: int, sha
 
 
 def chunked(name: str, task: Any, context: Any, per_axis: tuple[tuple[int, ...], ...],
-            parts: list[tuple[Any, int, int]], variables: dict[str, tuple[tuple[int, ...], ...]]
+            parts: list[tuple[tuple[int, ...], tuple[Any, ...]]], variables: dict[str, tuple[tuple[int, ...], ...]]
             ) -> dict[str, da.Array]:
-    """Dask arrays of ``variables`` (name -> the chunks of its trailing dims) over blocks of machines: one task
-    ``task(context, versions, lo, hi, block_shape, largest_block)`` per block returning every variable's block;
+    """Dask arrays of ``variables`` (name -> the chunks of its trailing dims) over blocks of machines: per block
+    ``(index, args)`` one task ``task(context, client_versions, *args)`` returning every variable's block;
     ``context`` travels once per worker (one graph key)."""
     chunk_name, context_key = CHUNK_PREFIX + name, "dfit-context-" + name
     client_versions = versions()
     layer: dict[Any, Any] = {context_key: context}
-    largest = max(hi - lo for _, lo, hi in parts)
-    for index, lo, hi in parts:
-        shape = tuple(c[i] for c, i in zip(per_axis, index, strict=True))
-        layer[(chunk_name, *index)] = (task, context_key, client_versions, lo, hi, shape, largest)
+    for index, args in parts:
+        layer[(chunk_name, *index)] = (task, context_key, client_versions, *args)
     arrays = {}
     for var, trailing in variables.items():
         var_name = f"dfit-{var}-{name}"
         getters = {(var_name, *index, *(0,) * len(trailing)): (operator.getitem, (chunk_name, *index), var)
-                   for index, _, _ in parts}
+                   for index, _ in parts}
         graph = HighLevelGraph({chunk_name: layer, var_name: getters}, {chunk_name: set(), var_name: {chunk_name}})
         ndim = len(per_axis) + len(trailing)
         arrays[var] = da.Array(graph, var_name, (*per_axis, *trailing), dtype=np.float64,
@@ -186,7 +184,9 @@ def lazy_sweep(p: Plan, chunks: int) -> xr.Dataset:
     check_chunk(f"chunks of {largest:,} machines of a sweep of {p.machines:,}", est)
     n_df, n_ops = len(p.dataflows), len(p.coord)
     trailing = {v: ((n_df,),) if v in TOTALS else ((n_df,), (n_ops,)) for v in p.variables if v != "count"}
-    arrays = chunked(f"{p.token}-{chunks}", _sweep_block, p, per_axis, parts, trailing)
+    tasks = [(index, (lo, hi, tuple(c[i] for c, i in zip(per_axis, index, strict=True)), largest))
+             for index, lo, hi in parts]
+    arrays = chunked(f"{p.token}-{chunks}", _sweep_block, p, per_axis, tasks, trailing)
     ds = dataset(p, arrays)
     ds.attrs.update(chunks=len(parts), chunk_machines=largest)
     return ds
