@@ -254,12 +254,7 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
         per size, ``weight``, ``latency_q`` and ``energy_q`` (the smallest value whose cumulative probability
         reaches q), ``mean_latency_s``.
     """
-    import jax.numpy as jnp
-
-    from . import schedule
-    from ._replay import _batch_program, padded, pinned_layouts, prepare
-    from .hardware import Hardware
-    from .shapes import _codes, _weighted_quantiles, exponents, scaled
+    from .shapes import _weighted_quantiles, exponents
 
     if policy.trace is None or policy.hw is None or policy.baselines is None:
         raise MemoError("batch variance needs an evaluated policy that knows its trace and machine "
@@ -270,14 +265,48 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
     if qs.size == 0 or (qs <= 0).any() or (qs > 1).any():
         raise MemoError(f"quantiles must lie in (0, 1], got {list(quantiles)!r}")
     sizes, weights = _mix(batch_sizes, int(base[axis]))
-    hw, trace = policy.hw, policy.trace
-    exps = exponents(trace, make_args, base)
-    prep = prepare(trace)
+    exps = exponents(policy.trace, make_args, base)
+    lat, eng = replay_sizes(policy, exps, {axis: sizes / base[axis]})
+    labels = ["policy", "baseline"]
+    lq = np.stack([_weighted_quantiles(lat[:, j], weights, qs) for j in range(2)])
+    eq = np.stack([_weighted_quantiles(eng[:, j], weights, qs) for j in range(2)])
+    return xr.Dataset(
+        {"latency_s": (("size", "policy"), lat, {"units": "s", "description": "replayed latency at each size"}),
+         "energy_j": (("size", "policy"), eng, {"units": "J", "description": "replayed energy at each size"}),
+         "weight": ("size", weights / weights.sum(), {"units": "1", "description": "probability of the size"}),
+         "latency_q": (("policy", "quantile"), lq, {"units": "s", "description": "latency quantile over sizes"}),
+         "energy_q": (("policy", "quantile"), eq, {"units": "J", "description": "energy quantile over sizes"}),
+         "mean_latency_s": ("policy", (lat * weights[:, None]).sum(0) / weights.sum(),
+                            {"units": "s", "description": "mean latency over sizes"})},
+        coords={"size": sizes.astype(np.int64), "policy": labels, "quantile": qs},
+        attrs={"axis": axis, "base": ",".join(f"{k}={v}" for k, v in base.items()),
+               "baseline": str(policy.baselines.attrs["best_single"]), "policy_name": policy.name,
+               "hardware": policy.hw.name,
+               "mix": "default (multiples of the base batch: " + ", ".join(
+                   f"{k}x {v:g}" for k, v in DEFAULT_BATCH_MIX.items()) + ")" if batch_sizes is None else "given"},
+    )
+
+
+def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(latency_s, energy_j)`` shaped ``(points, 2)``: the policy and its baseline (the best single style)
+    replayed on the trace's op table rescaled by each point of ``factors`` (size / base per axis, equal lengths),
+    in one vmapped call of the scalar replay."""
+    import jax.numpy as jnp
+
+    from . import schedule
+    from ._replay import _batch_program, padded, pinned_layouts, prepare
+    from .hardware import Hardware
+    from .shapes import _codes, scaled
+
+    hw = policy.hw
+    prep = prepare(policy.trace)
+    n_points = len(next(iter(factors.values())))
     best = str(policy.baselines.attrs["best_single"])
     per_op = np.asarray(policy.per_op, dtype=object)
     per_op = per_op[prep.op] if len(per_op) != len(prep.op) else per_op  # aligned with trace.ops, as replay reads it
     codes = np.stack([_codes(np.where(per_op == "", "ws", per_op)), _codes(np.full(len(prep.op), best))])
-    rows = [padded(scaled(prep, exps, {axis: s / base[axis]}), codes[0], pinned_layouts(prep, None)) for s in sizes]
+    rows = [padded(scaled(prep, exps, {k: float(v[i]) for k, v in factors.items()}), codes[0],
+                   pinned_layouts(prep, None)) for i in range(n_points)]
     arrays = {k: np.stack([r[0][k] for r in rows]) for k in rows[0][0]}
     pred_bytes = np.stack([r[2] for r in rows])
     preds, pin = rows[0][1], rows[0][4]
@@ -296,22 +325,4 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
     with jax.enable_x64(True):
         out = jax.device_get(jax.vmap(lambda ops, pb: jax.vmap(lambda df: one(ops, pb, df))(jnp.asarray(dfs)))(
             arrays, pred_bytes))
-    lat = np.asarray(out["latency_s"])[..., 0]  # (size, policy)
-    eng = np.asarray(out["energy_j"])[..., 0]
-    labels = ["policy", "baseline"]
-    lq = np.stack([_weighted_quantiles(lat[:, j], weights, qs) for j in range(2)])
-    eq = np.stack([_weighted_quantiles(eng[:, j], weights, qs) for j in range(2)])
-    return xr.Dataset(
-        {"latency_s": (("size", "policy"), lat, {"units": "s", "description": "replayed latency at each size"}),
-         "energy_j": (("size", "policy"), eng, {"units": "J", "description": "replayed energy at each size"}),
-         "weight": ("size", weights / weights.sum(), {"units": "1", "description": "probability of the size"}),
-         "latency_q": (("policy", "quantile"), lq, {"units": "s", "description": "latency quantile over sizes"}),
-         "energy_q": (("policy", "quantile"), eq, {"units": "J", "description": "energy quantile over sizes"}),
-         "mean_latency_s": ("policy", (lat * weights[:, None]).sum(0) / weights.sum(),
-                            {"units": "s", "description": "mean latency over sizes"})},
-        coords={"size": sizes.astype(np.int64), "policy": labels, "quantile": qs},
-        attrs={"axis": axis, "base": ",".join(f"{k}={v}" for k, v in base.items()), "baseline": best,
-               "policy_name": policy.name, "hardware": hw.name,
-               "mix": "default (multiples of the base batch: " + ", ".join(
-                   f"{k}x {v:g}" for k, v in DEFAULT_BATCH_MIX.items()) + ")" if batch_sizes is None else "given"},
-    )
+    return np.asarray(out["latency_s"])[..., 0], np.asarray(out["energy_j"])[..., 0]
