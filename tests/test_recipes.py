@@ -64,8 +64,7 @@ def facts(trace) -> dict:
 
 
 def test_every_block_of_the_page_is_tested():
-    assert sorted(blocks()) == sorted(["linen", "linen-constants", "nnx", "nnx-scoped", "equinox", "equinox-scoped",
-                                       "keras", "optax", "cli-build"])
+    assert sorted(blocks()) == sorted(["linen", "linen-constants", "nnx", "equinox", "keras", "optax", "cli-build"])
 
 
 def test_linen_regions_are_the_module_paths():
@@ -100,63 +99,69 @@ def test_weights_as_arguments_keep_xla_from_folding_batch_norm():
     assert rsqrt.sum() == 2 and all(str(r).startswith("constant-folded") for r in ops.folded_reason.values[rsqrt])
 
 
-def test_nnx_names_no_regions_unless_scoped():
+def regions_table(trace) -> dict[str, tuple[int, int]]:
+    """region -> (ops, FLOPs), inclusive, as the page quotes them."""
+    r = trace.regions
+    return {str(name): (int(r.n_ops.sel(region=name)), int(r.flops.sel(region=name))) for name in r.region.values}
+
+
+def test_nnx_regions_are_the_state_paths():
+    import dfit_nb
+
     ns = run("nnx")
-    plain = facts(ns["trace"])
-    assert plain["regions"] == ["", "jit(relu)"]
-    assert plain["ops"] == 27 and plain["root"] == 25
-    assert plain["gemm_flops"] == GEMM_FLOPS and plain["flops"] == 306_212 == plain["xla_flops"]
-    exec(compile(blocks()["nnx-scoped"], "recipes.md:nnx-scoped", "exec"), ns)
-    scoped = facts(ns["trace"])
-    assert scoped["regions"] == ["", "conv0", "bn0", "bn0/jit(relu)", "conv1", "conv1/jit(relu)", "head"]
-    assert scoped["root"] == 0 and scoped["ops"] == 27 and scoped["flops"] == plain["flops"]
+    f = facts(ns["trace"])
+    assert f["regions"] == ["", "conv0", "bn0", "conv1", "head"]
+    assert f["ops"] == 27 and f["root"] == 0
+    table = regions_table(ns["trace"])
+    assert table["bn0"][0] == 13 and table["conv1"][0] == 8
+    assert f["gemm_flops"] == GEMM_FLOPS and f["flops"] == 306_212 == f["xla_flops"]
+    # named scopes only (what capture did before it read parameters): NNX names nothing
+    scopes = facts(dfit_nb.capture(ns["forward"], ns["graphdef"], ns["state"], ns["x"], regions="scopes"))
+    assert scopes["regions"] == ["", "jit(relu)"] and scopes["root"] == 25 and scopes["ops"] == 27
 
 
-def test_equinox_regions_are_class_names_until_scoped():
+def test_equinox_regions_are_the_fields_not_the_classes():
+    import dfit_nb
+
     ns = run("equinox")
-    plain = facts(ns["trace"])
-    assert plain["regions"] == ["", "vmap(eqx.nn.Conv)", "vmap()", "vmap()/jit(relu)", "vmap(eqx.nn.Linear)"]
-    regions = ns["trace"].regions
-    conv = regions.sel(region="vmap(eqx.nn.Conv)")
-    assert int(conv.n_ops) == 14 and int(conv.flops) == 297_344  # both convolutions share one region
-    assert plain["ops"] == 26 and plain["root"] == 0
-    assert plain["gemm_flops"] == GEMM_FLOPS and plain["flops"] == 303_124 == plain["xla_flops"]
-    exec(compile(blocks()["equinox-scoped"], "recipes.md:equinox-scoped", "exec"), ns)
-    scoped = facts(ns["trace"])
-    assert scoped["regions"] == ["", "CNN", "CNN/vmap(conv0)", "CNN/vmap(conv0)/eqx.nn.Conv",
-                                 "CNN/vmap(conv0)/jit(relu)", "CNN/vmap(conv1)", "CNN/vmap(conv1)/eqx.nn.Conv",
-                                 "CNN/vmap(conv1)/jit(relu)", "CNN/vmap(head)", "CNN/vmap(head)/eqx.nn.Linear"]
-    assert scoped["ops"] == 26 and scoped["root"] == 0 and scoped["flops"] == plain["flops"]
+    f = facts(ns["trace"])
+    assert f["regions"] == ["", "conv0", "conv1", "head"]
+    table = regions_table(ns["trace"])
+    assert table["conv0"] == (12, 48_512) and table["conv1"] == (10, 253_952)
+    assert f["ops"] == 26 and f["root"] == 0
+    assert f["gemm_flops"] == GEMM_FLOPS and f["flops"] == 303_124 == f["xla_flops"]
+    scopes = dfit_nb.capture(ns["forward"], ns["params"], ns["x"], regions="scopes")
+    assert facts(scopes)["regions"] == ["", "eqx.nn.Conv", "jit(relu)", "eqx.nn.Linear"]
+    assert regions_table(scopes)["eqx.nn.Conv"][0] == 14  # both convolutions share one region by class name
 
 
 def test_optax_training_step():
     ns = run("optax")
     f = facts(ns["trace"])
-    assert f["regions"] == ["", "jvp(CNN)", "jvp(CNN)/conv0", "jvp(CNN)/jit(relu)", "jvp(CNN)/conv1", "jvp(CNN)/head",
-                            "jvp()", "jvp()/jit(take_along_axis)", "jvp()/jit(_take)", "jvp()/jit(_take)/jit(_where)",
-                            "transpose(jvp())", "transpose(jvp())/jit(_take)",
-                            "transpose(jvp())/jit(take_along_axis)", "transpose(jvp(CNN))",
-                            "transpose(jvp(CNN))/head", "transpose(jvp(CNN))/conv1", "transpose(jvp(CNN))/conv0",
-                            "optimizer", "optimizer/jit(_where)"]
+    layers = ["CNN/conv0", "CNN/conv1", "CNN/head"]
+    assert f["regions"] == ["", "forward", "forward/CNN", "forward/CNN/conv0", "forward/CNN/jit(relu)",
+                            "forward/CNN/conv1", "forward/CNN/head", "backward", "backward/CNN", "backward/CNN/head",
+                            "backward/CNN/conv1", "backward/CNN/conv0", "optimizer", "optimizer/CNN",
+                            *[f"optimizer/{layer}" for layer in layers]]
     ops = ns["trace"].ops
-    assert f["ops"] == 214 and int(ops.sizes["op"]) == 214
-    assert [str(p) for p in ops.primitive.values[ops.region.values == ""]] == ["jit"]  # the step itself
-    assert int(np.char.startswith(ops.region.values.astype(str), "optimizer").sum()) == 106
+    assert f["ops"] == 214 and int(ops.sizes["op"]) == 214 and f["root"] == 0
+    assert regions_table(ns["trace"])["forward/CNN/head"][0] == 49
+    assert int((ops.direction.values == "optimizer").sum()) == 106
+    assert int(np.char.startswith(ops.region.values.astype(str), "optimizer/CNN/").sum()) == 106
     # forward, every weight gradient (the same taps again), input gradients of conv1 and the head (not conv0's)
     backward_inputs = CONV1 + HEAD
     assert f["gemms"] == 8 and f["gemm_flops"] == 2 * GEMM_FLOPS + backward_inputs == 838_272
     assert f["flops"] == 877_816
     # the page's stated gap: elementwise ops XLA duplicates across fusions or counts at fractions (-2.1% today)
     assert abs(f["flops"] - f["xla_flops"]) / f["xla_flops"] < 0.03
-    # without the optimizer scope, the update lands in the root
-    code = blocks()["optax"]
-    unscoped = code.replace('with jax.named_scope("optimizer"):', "if True:")
-    assert unscoped != code
-    ns2: dict = {}
-    exec(compile(unscoped, "recipes.md:optax (no scope)", "exec"), ns2)
-    f2 = facts(ns2["trace"])
-    assert f2["root"] == 106 and f2["ops"] == 214 and "jit(_where)" in f2["regions"]
-    assert not any(r.startswith("optimizer") for r in f2["regions"])
+    # named scopes only: the directions still split the step, but the update has no layers (105 of its ops sit in
+    # `optimizer` itself, one in JAX's `optimizer/jit(_where)`)
+    import dfit_nb
+
+    scopes = dfit_nb.capture(ns["train_step"], ns["params"], ns["opt_state"], (ns["x"], ns["labels"]),
+                             regions="scopes")
+    assert [r for r in facts(scopes)["regions"] if r.startswith("optimizer")] == ["optimizer", "optimizer/jit(_where)"]
+    assert regions_table(scopes)["optimizer"][0] == 106
 
 
 def test_the_cli_build_block_returns_fn_and_weights_as_arguments():

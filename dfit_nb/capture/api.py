@@ -7,7 +7,8 @@ import datetime
 import inspect
 import math
 import time
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -19,6 +20,7 @@ from .._version import __version__
 from ..errors import CaptureError
 from . import counts as counts_mod
 from . import probes, tables
+from . import regions as regions_mod
 from ._jax_internals import metadata_in_cache_key
 from .costs import aval_nbytes as costs_nbytes
 from .lowering import build_fusion_map, hlo_module_name
@@ -256,6 +258,8 @@ def capture(
     profile_rounds: int | None = None,
     profile_calls: int | None = None,
     profile_budget_s: float = probes.DEFAULT_PROFILE_BUDGET_S,
+    regions: str = "both",
+    param_args: int | str | Sequence[int | str] | None = None,
     **kwargs: Any,
 ) -> Trace:
     """Capture a JAX function as an instrumented graph IR.
@@ -299,6 +303,37 @@ def capture(
         ``profile_calls``, ``profile_budget_s``, ``profile_sizing`` (which
         counts came from the budget) and, when any did, ``profile_probe_s``
         (the seconds the sizing pair of calls took).
+    regions : {"both", "params", "scopes"}, default "both"
+        How ops are grouped into regions (``trace.ops["region"]``).
+        ``"scopes"``: the named scopes and nested-jit paths of JAX's name
+        stack. ``"params"``: the model parameter each op works for: an op
+        that reads a parameter leaf (directly or through reshapes,
+        transposes, converts, broadcasts) takes that leaf's path without its
+        last key (``blocks/3/attn/qkv/kernel`` -> ``blocks/3/attn/qkv``);
+        an op between such anchors takes the region of its latest producer
+        that has one (backward and optimizer ops: of their first consumer
+        that has one), else of the other side. ``"both"``: a named scope
+        that names one layer apart (Linen, Keras), or that the user entered
+        around no parameter, is kept; elsewhere (NNX, Equinox, optax
+        updates, JAX's own ``jit(relu)``) the parameter region is used.
+        Parameters are the leaves of pytree arguments reached through a
+        named key (dict key, attribute): not bare array arguments, not the
+        items of a plain tuple or list such as a batch ``(x, labels)``.
+        JAX's transform wrappers (``jvp``, ``transpose``, ``vmap``) never
+        become path segments: ``trace.ops["direction"]`` says ``forward``,
+        ``backward`` (under ``transpose``) or ``optimizer`` (reads an
+        optimizer state, such as optax's ``mu`` / ``nu``, or follows the
+        backward pass), and when a program has more than one direction
+        every region starts with it (``forward/conv0``, ``backward/conv0``,
+        ``optimizer/conv0``). The full rule: ``dfit_nb.capture.regions``.
+        With no parameter among the arguments, regions are the scopes; a
+        function that closes over arrays then gets a
+        :class:`~dfit_nb.capture.regions.ParameterRegionWarning`.
+    param_args : int, str or sequence of them, optional
+        The positional indices (or keyword names) of the arguments that hold
+        the parameters, when the default rule above picks wrongly (a batch
+        passed as a dict, weights passed as bare arrays): every leaf of
+        them is a parameter, and no other leaf is.
 
     Returns
     -------
@@ -358,10 +393,32 @@ def capture(
     >>> t = dfit_nb.capture(lambda a: jnp.tanh(a @ a), x, mode="profile", profile_rounds=2, profile_calls=3)
     >>> t.attrs["profile_sizing"], t.attrs["profile_rounds"], t.attrs["profile_calls"], t.overhead.n_calls
     ('explicit', 2, 3, 6)
+
+    Regions from parameters: a pytree of weights names the layers, with no
+    named scope in the model:
+
+    >>> params = {"dense0": {"w": jnp.ones((4, 8))}, "dense1": {"w": jnp.ones((8, 2))}}
+    >>> def mlp(params, x):
+    ...     return jnp.tanh(x @ params["dense0"]["w"]) @ params["dense1"]["w"]
+    >>> t = dfit_nb.capture(mlp, params, jnp.ones((3, 4)))
+    >>> t.ops[["primitive", "region", "direction"]].to_dataframe()
+          primitive  region direction
+    op
+    0   dot_general  dense0   forward
+    1          tanh  dense0   forward
+    2   dot_general  dense1   forward
     """
     t_start = time.perf_counter()
     _check_inputs(fn, args, kwargs, mode, while_trips,
                   {"profile_rounds": profile_rounds, "profile_calls": profile_calls}, profile_budget_s)
+    if not isinstance(regions, str) or regions not in regions_mod.REGION_MODES:
+        raise ValueError(f"unknown regions={regions!r}; valid: {', '.join(map(repr, regions_mod.REGION_MODES))} "
+                         f"(named scopes and parameter paths, parameter paths only, named scopes only)")
+    if param_args is not None and not (isinstance(param_args, (int, str)) or (
+            isinstance(param_args, Sequence) and all(isinstance(a, (int, str)) for a in param_args))):
+        raise TypeError(f"param_args must be an argument position (int), a keyword name (str) or a sequence of "
+                        f"them, got {type(param_args).__name__} {param_args!r}")
+    param_leaves = regions_mod.parameter_leaves(fn, args, kwargs, param_args)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dyn_pos = [i for i, leaf in enumerate(leaves) if _is_dynamic(leaf)]
     dyn = [leaves[i] for i in dyn_pos]
@@ -387,6 +444,15 @@ def capture(
         raise CaptureError(f"JAX could not trace {name}: {type(err).__name__}: {err}") from err
 
     walk = walk_closed_jaxpr(closed)
+    dyn_params = [param_leaves[i] for i in dyn_pos]
+    if regions != "scopes" and not any(p is not None and p.region for p in dyn_params) and walk.const_arrays:
+        warnings.warn(
+            f"regions={regions!r}: {name} takes no parameters as arguments (no traced argument is a pytree leaf "
+            f"under a named key, such as a dict of weights or a module) but closes over {walk.const_arrays} "
+            f"array(s): its weights are constants, so regions fall back to named scopes. Pass the weights as an "
+            f"argument (capture(model.apply, variables, x), not capture(lambda x: model.apply(variables, x), x)), "
+            f"or name them with param_args=.", regions_mod.ParameterRegionWarning, stacklevel=2)
+    regions_mod.assign_regions(walk.records, walk.edges, dyn_params, regions)
     # before lowering: XLA's compiler aborts the process on an array it cannot represent; our counts are int64
     _check_representable(walk, name)
     _check_countable(walk, name)
@@ -459,6 +525,8 @@ def capture(
         "device_kind": jax.devices()[0].device_kind,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "opaque_primitives": ",".join(walk.opaque_primitives),
+        "regions": regions,
+        "parameter_leaves": sum(p is not None for p in dyn_params),
     }
     if m is not None and m.sizing is not None:  # profile mode: the rounds and calls it ran, and why
         attrs.update(m.sizing.to_attrs())

@@ -14,7 +14,11 @@ from .walk import OpRecord, Walk
 # (units, description) of every ops variable: the data contract users read.
 OP_VARS: dict[str, tuple[str, str]] = {
     "primitive": ("", "JAX primitive name"),
-    "region": ("", "full region path: named scopes and nested-jit segments, '/'-joined ('' = root)"),
+    "region": ("", "full region path, '/'-joined ('' = root): named scopes and nested-jit segments, or the path of "
+                   "the parameter the op works for (capture's regions=), after the direction when a program has "
+                   "several"),
+    "direction": ("", "forward | backward (under JAX's transpose: the gradient) | optimizer (reads an optimizer "
+                      "state or follows the backward pass)"),
     "parent": ("", "op id of the enclosing container op (-1 at top level)"),
     "context": ("", "which jaxpr of the parent holds the op: body, cond, branch<i>, jit, remat, ..."),
     "branch": ("", "index of the innermost enclosing cond branch (-1 if none)"),
@@ -43,7 +47,7 @@ OP_VARS: dict[str, tuple[str, str]] = {
     "time_s": ("s", "measured time per execution (NaN in static mode)"),
 }
 
-_STR_VARS = {"primitive", "region", "context", "container", "op_class", "dtype", "in_shapes",
+_STR_VARS = {"primitive", "region", "direction", "context", "container", "op_class", "dtype", "in_shapes",
              "out_shapes", "source", "count_source", "fusion", "folded_reason"}
 
 
@@ -94,6 +98,7 @@ def ops_dataset(
     cols: dict[str, np.ndarray] = {
         "primitive": [r.primitive for r in recs],
         "region": [r.region for r in recs],
+        "direction": [r.direction for r in recs],
         "parent": [r.parent for r in recs],
         "context": [r.context for r in recs],
         "branch": [r.branch for r in recs],

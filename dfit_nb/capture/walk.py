@@ -80,6 +80,11 @@ class OpRecord:
     source: str
     cost: OpCost
     opaque: bool = False
+    # argument leaves (positions among the traced leaves) the op reads directly or through layout-only ops
+    # (reshape, transpose, convert, broadcast, ...): what parameter regions anchor on (regions.py)
+    reads: tuple[int, ...] = ()
+    scope: str = ""  # the name-stack path as walked (named scopes, transform wrappers, nested jits)
+    direction: str = "forward"  # forward | backward | optimizer (regions.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +142,7 @@ class Walk:
     # the largest output of an op that runs whenever the program runs (not inside a cond branch, a while body,
     # a scan of length 0 or an opaque op): a lower bound of what interpreting the program op by op allocates
     largest: ArrayInfo | None = None
+    const_arrays: int = 0  # closed-over constants of one dimension or more, in every jaxpr walked
 
 
 def sub_jaxprs(eqn: Any) -> list[tuple[str, Any]]:
@@ -190,6 +196,13 @@ def _shapes(avals: Iterator[Any]) -> str:
     return " ".join(parts)
 
 
+#: Primitives that move or re-type an array without computing on it: an argument leaf read through them is still
+#: that leaf, for parameter regions (``NNX``'s ``value`` converted, an Equinox bias reshaped, a kernel transposed).
+PASS_THROUGH = frozenset({"reshape", "transpose", "convert_element_type", "broadcast_in_dim", "squeeze",
+                          "expand_dims", "copy", "copy_p", "reduce_precision", "bitcast_convert_type",
+                          "rev"})  # rev: a backward convolution reads its kernel flipped
+
+
 def _join(*parts: str) -> str:
     return "/".join(p for p in parts if p)
 
@@ -207,6 +220,7 @@ class _Walker:
         self.unrepresentable: list[ArrayInfo] = []
         self.largest: ArrayInfo | None = None
         self.always_runs = True  # whether the jaxpr being walked runs whenever the program does
+        self.const_arrays = 0
 
     def _note(self, avals: Any, op: int, role: str) -> None:
         """Look at the sizes of ``avals``: keep those XLA cannot represent and the largest op output."""
@@ -240,11 +254,15 @@ class _Walker:
         context: str,
         branch: int,
         depth: int,
-    ) -> tuple[jcore.Jaxpr, list[frozenset[int]]]:
+        leaves_in: list[int | None] | None = None,
+    ) -> tuple[jcore.Jaxpr, list[frozenset[int]], list[int | None]]:
         env: dict[Any, frozenset[int]] = {}
         for var, producers in zip(jaxpr.invars, env_in, strict=False):
             env[var] = producers
+        # leaf[var]: the argument leaf the variable is, possibly reshaped or re-typed (PASS_THROUGH)
+        leaf: dict[Any, int] = {v: i for v, i in zip(jaxpr.invars, leaves_in or (), strict=False) if i is not None}
         self.const_vars.update(jaxpr.constvars)
+        self.const_arrays += sum(getattr(v.aval, "ndim", 0) >= 1 for v in jaxpr.constvars)
         self._note((v.aval for v in jaxpr.invars), parent, "input")
         self._note((v.aval for v in jaxpr.constvars), parent, "constant")
         used = _used_vars(jaxpr)
@@ -268,6 +286,9 @@ class _Walker:
                 dtype=_dtype_name(getattr(eqn.outvars[0].aval, "dtype", "")) if eqn.outvars else "",
                 source=internals.user_source(eqn.source_info),
                 cost=OpCost(op_class="control"),
+                reads=tuple(dict.fromkeys(
+                    leaf[v] for v in eqn.invars if not isinstance(v, jcore.Literal) and v in leaf)),
+                scope=op_region,
             )
             self.records.append(record)
             if any(not isinstance(v, jcore.DropVar) and v in used for v in eqn.outvars):
@@ -275,9 +296,13 @@ class _Walker:
             if all(isinstance(v, jcore.Literal) or v in self.const_vars for v in eqn.invars):
                 self.constant.add(op_id)
                 self.const_vars.update(eqn.outvars)
+            out_leaf: list[int | None] = [None] * len(eqn.outvars)
             if subs and kind:
-                new_params, out_prod = self._descend(eqn, record, subs, in_prod, op_region, depth)
+                in_leaf = [None if isinstance(v, jcore.Literal) else leaf.get(v) for v in eqn.invars]
+                new_params, out_prod, out_leaf = self._descend(eqn, record, subs, in_prod, op_region, depth, in_leaf)
             else:
+                if name in PASS_THROUGH and record.reads and len(eqn.outvars) == 1:
+                    out_leaf = [record.reads[0]]
                 new_params = dict(eqn.params)
                 # A primitive with jaxprs in its params and a cost rule (reduce, scatter with an
                 # update_jaxpr, ...) is a leaf: its rule already costs the inner computation.
@@ -294,9 +319,11 @@ class _Walker:
                 out_prod = [frozenset({op_id})] * len(eqn.outvars)
             # after its nested jaxprs: an array too big is named at the innermost op that makes it
             self._note((v.aval for v in eqn.outvars), op_id, "output")
-            for var, producers in zip(eqn.outvars, out_prod, strict=True):
+            for var, producers, lf in zip(eqn.outvars, out_prod, out_leaf, strict=True):
                 if not isinstance(var, jcore.DropVar):
                     env[var] = producers
+                    if lf is not None:
+                        leaf[var] = lf
             tagged_eqn = eqn.replace(
                 params=new_params,
                 source_info=internals.tag_source_info(eqn.source_info, f"{TAG_PREFIX}{op_id}"),
@@ -305,7 +332,8 @@ class _Walker:
             new_eqns.append(tagged_eqn)
         outs = [env.get(v, frozenset()) if not isinstance(v, jcore.Literal) else frozenset()
                 for v in jaxpr.outvars]
-        return jaxpr.replace(eqns=new_eqns), outs
+        out_leaves = [None if isinstance(v, jcore.Literal) else leaf.get(v) for v in jaxpr.outvars]
+        return jaxpr.replace(eqns=new_eqns), outs, out_leaves
 
     def _cost(self, eqn: Any) -> tuple[OpCost, bool]:
         in_avals = tuple(v.aval for v in eqn.invars)
@@ -318,19 +346,29 @@ class _Walker:
             nbytes_out = sum(aval_nbytes(a) for a in out_avals)
             return OpCost(bytes_read=nbytes_in, bytes_written=nbytes_out, op_class="opaque"), True
 
-    def _descend(self, eqn, record, subs, in_prod, op_region, depth):
+    def _descend(self, eqn, record, subs, in_prod, op_region, depth, in_leaf):
         kind = record.container
         region = op_region
         if kind == "jit" and not (record.parent < 0 and self.whole_program_jit):
             region = _join(op_region, f"jit({eqn.params.get('name', '')})")
         new_params = dict(eqn.params)
         out_prod: list[frozenset[int]] = [frozenset()] * len(eqn.outvars)
+        out_leaf: list[int | None] = [None] * len(eqn.outvars)
         if kind == "cond":
             self.edges.extend((src, record.id, 0, aval_nbytes(eqn.invars[0].aval)) for src in in_prod[0])
         rewritten: dict[tuple[str, int | None], Any] = {}
         for label, sub in subs:
             inner, consts = _open(sub)
             sub_in = _bind_inputs(kind, eqn, label, in_prod, len(inner.invars))
+            # a loop carry is a leaf only on the first iteration: leaves pass into consts and scanned xs only
+            sub_leaf = _bind_inputs(kind, eqn, label, in_leaf, len(inner.invars), fill=None)
+            if kind == "scan":
+                start = eqn.params["num_consts"]
+                sub_leaf = [None if start <= i < start + eqn.params["num_carry"] else lf
+                            for i, lf in enumerate(sub_leaf)]
+            elif kind == "while":
+                n_consts = eqn.params["cond_nconsts" if label == "cond" else "body_nconsts"]
+                sub_leaf = [lf if i < n_consts else None for i, lf in enumerate(sub_leaf)]
             is_const = _bind_inputs(kind, eqn, label, [
                 isinstance(v, jcore.Literal) or v in self.const_vars for v in eqn.invars], len(inner.invars))
             # a loop carry changes from one iteration to the next, whatever its initial value
@@ -349,9 +387,9 @@ class _Walker:
             self.always_runs = outer_runs and not (
                 kind == "cond" or (kind == "while" and label != "cond") or (kind == "scan" and record.trip_count < 1))
             try:
-                new_inner, sub_out = self.walk(
+                new_inner, sub_out, sub_out_leaf = self.walk(
                     inner, sub_in, region=region, parent=record.id, context=label,
-                    branch=branch, depth=depth + 1,
+                    branch=branch, depth=depth + 1, leaves_in=sub_leaf,
                 )
             finally:
                 self.always_runs = outer_runs
@@ -362,6 +400,8 @@ class _Walker:
                 if kind == "while":
                     sub_out = [p | init for p, init in zip(sub_out, in_prod[-len(sub_out):], strict=True)]
                 out_prod = [a | b for a, b in zip(out_prod, _pad(sub_out, len(eqn.outvars)), strict=True)]
+                if kind in ("jit", "call", "remat"):  # one jaxpr, run once: an output that is a leaf stays one
+                    out_leaf = _pad(sub_out_leaf, len(eqn.outvars), None)
         for key, value in eqn.params.items():
             if isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
                 new_params[key] = rewritten[_context_label(eqn.primitive.name, key, None)]
@@ -371,7 +411,7 @@ class _Walker:
                 new_params[key] = type(value)(
                     rewritten.get(_context_label(eqn.primitive.name, key, i), v) for i, v in enumerate(value)
                 )
-        return new_params, out_prod
+        return new_params, out_prod, out_leaf
 
     def _descend_opaque(self, eqn, record, subs, op_region, depth):
         new_params = dict(eqn.params)
@@ -383,7 +423,7 @@ class _Walker:
                     inner, consts = _open(item)
                     outer_runs, self.always_runs = self.always_runs, False  # run as one primitive, not op by op
                     try:
-                        new_inner, _ = self.walk(
+                        new_inner, _, _ = self.walk(
                             inner, [frozenset()] * len(inner.invars), region=op_region, parent=record.id,
                             context=key, branch=record.branch, depth=depth + 1,
                         )
@@ -398,23 +438,23 @@ class _Walker:
         return new_params
 
 
-def _pad(seq: list[frozenset[int]], n: int) -> list[frozenset[int]]:
-    return (list(seq) + [frozenset()] * n)[:n]
+def _pad(seq: list[Any], n: int, fill: Any = frozenset()) -> list[Any]:
+    return (list(seq) + [fill] * n)[:n]
 
 
-def _bind_inputs(kind: str, eqn: Any, label: str, in_prod: list[frozenset[int]], n_in: int):
-    """Producers for a nested jaxpr's inputs, given the container's inputs."""
+def _bind_inputs(kind: str, eqn: Any, label: str, in_prod: list[Any], n_in: int, fill: Any = frozenset()):
+    """Producers (or anything else per input) for a nested jaxpr's inputs, given the container's inputs."""
     if kind == "cond":
-        return _pad(in_prod[1:], n_in)
+        return _pad(in_prod[1:], n_in, fill)
     if kind == "while":
         cn, bn = eqn.params["cond_nconsts"], eqn.params["body_nconsts"]
         carry = in_prod[cn + bn:]
         consts = in_prod[:cn] if label == "cond" else in_prod[cn:cn + bn]
-        return _pad(consts + carry, n_in)
+        return _pad(consts + carry, n_in, fill)
     # scan (consts, carry, xs), jit, call, remat, custom_jvp/vjp: positional
     if len(in_prod) >= n_in:
         return in_prod[len(in_prod) - n_in:]
-    return _pad(in_prod, n_in)
+    return _pad(in_prod, n_in, fill)
 
 
 def _used_vars(jaxpr: jcore.Jaxpr) -> set[Any]:
@@ -434,9 +474,9 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
     # a jitted function traces to one jit equation holding everything: no region segment for it
     eqns = closed.jaxpr.eqns
     walker.whole_program_jit = len(eqns) == 1 and internals.CONTAINER_ALIASES.get(eqns[0].primitive.name) == "jit"
-    tagged, _ = walker.walk(
+    tagged, _, _ = walker.walk(
         closed.jaxpr, [frozenset()] * len(closed.jaxpr.invars),
-        region="", parent=-1, context="", branch=-1, depth=0,
+        region="", parent=-1, context="", branch=-1, depth=0, leaves_in=list(range(len(closed.jaxpr.invars))),
     )
     if walker.opaque:
         names = ", ".join(sorted(walker.opaque))
@@ -457,4 +497,5 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
         opaque_primitives=tuple(walker.opaque),
         unrepresentable=walker.unrepresentable,
         largest=walker.largest,
+        const_arrays=walker.const_arrays,
     )
