@@ -12,7 +12,7 @@ import pytest
 
 import dfit_nb
 from dfit_nb import examples
-from dfit_nb.sim import CompareError, compare, presets, select_dataflows
+from dfit_nb.sim import CompareError, Hardware, compare, presets, select_dataflows
 from dfit_nb.sim._replay import hardware_key, prepare, summarize
 from dfit_nb.sim.memo import CALIBRATED_ERROR, DECISIONS, OWNERS, MemoError, batch_variance, decide, hypotheses, tags
 from dfit_nb.sim.shapes import _codes, exponents, scaled
@@ -183,3 +183,35 @@ def test_bad_memo_inputs(memo_policy, static_traces):
     unevaluated = select_dataflows(static_traces["mlp"], presets.get("npu_like"), evaluate=False)
     with pytest.raises(MemoError, match="evaluated policy"):
         unevaluated.with_batch_variance(mlp_args, {"batch": 8})
+
+
+def test_segment_by_model_family(static_traces):
+    from dfit_nb.sim.families import FamilyError, by_family, family_table, layer_classes
+
+    hw = presets.get("npu_like")
+    traces = {"cnn": static_traces["cnn"], "transformer": static_traces["encoder"]}
+    ds = by_family(traces, hw, "energy")
+    assert ds["family"].values.tolist() == ["cnn", "transformer"]
+    assert set(ds["layer_class"].values) == {"conv", "grouped conv", "dense", "batched matmul"}
+    assert ds["n_gemms"].sel(family="transformer", layer_class="conv").item() == 0
+    assert ds["class_winner"].sel(family="transformer", layer_class="conv").item() == ""
+    assert ds["n_gemms"].sel(family="transformer", layer_class="batched matmul").item() == 4  # qk and av, 2 layers
+    for family, trace in traces.items():
+        policy = select_dataflows(trace, hw, "energy")
+        assert ds["winner"].sel(family=family).item() == policy.baselines.attrs["best_single"]
+        assert float(ds["hybrid_gain"].sel(family=family)) == pytest.approx(policy.replayed_gain(), abs=1e-12)
+        _, classes = layer_classes(trace)
+        assert int(ds["n_gemms"].sel(family=family).sum()) == policy.choices.sizes["op"] == len(classes)
+        cost = policy.choices["cost"].values
+        for c in set(classes):
+            summed = cost[classes == c].sum(axis=0)
+            np.testing.assert_allclose(ds["class_cost"].sel(family=family, layer_class=c).values, summed, rtol=1e-12)
+            best = ds["candidate"].values[int(np.argmin(summed))]
+            assert ds["class_winner"].sel(family=family, layer_class=c).item() == best
+    table = family_table(ds)
+    assert table.count("\n| cnn |") == 4  # the whole model and its three layer classes
+    assert "| transformer | batched matmul | 4 | " in table
+    with pytest.raises(FamilyError, match="non-empty dict"):
+        by_family({}, hw)
+    with pytest.raises(FamilyError, match=r"one dfit_nb\.sim\.Hardware"):
+        by_family(traces, Hardware.stack([hw, hw]))
