@@ -240,7 +240,10 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
         "A measured trace on the target confirming the predicted movement (see missing evidence).",
     ]), ("h3", "Required owners"), ("table", [("owner", "signs off for")] + [(o, SIGNS[o]) for o in OWNERS]),
         ("h3", "Suggested decision"),
-        ("p", f"{decision.upper()}: {why}; the largest regression is {worst} ({regressions[worst]:+.1%}). Rule: "
+        ("p", f"{decision.upper()}: {why}; "
+              + (f"the largest regression is {worst} ({regressions[worst]:+.1%} worse)" if regressions[worst] > 0
+                 else f"no other figure regresses ({', '.join(f'{k} {-v:+.1%}' for k, v in regressions.items())} "
+                      "better)") + ". Rule: "
               f"rollback when the gain is below -e, escalate when the gain is within +/-e, bounded rollout when the "
               f"gain exceeds e but a regression does too, ship otherwise; e = {error:.1%}, the {source}.")]
 

@@ -215,3 +215,19 @@ def test_segment_by_model_family(static_traces):
         by_family({}, hw)
     with pytest.raises(FamilyError, match=r"one dfit_nb\.sim\.Hardware"):
         by_family(traces, Hardware.stack([hw, hw]))
+
+
+def test_a_given_calibration_sets_the_error_the_decision_uses(static_traces):
+    import pandas as pd
+
+    from dfit_nb.sim.calibration import calibrate, predict
+
+    hw = presets.get("npu_like")
+    sizes = np.array([64, 128, 256, 512] * 2)
+    rows = pd.DataFrame({"m": sizes, "k": sizes[::-1], "n": sizes, "dtype": "float32"})
+    rows["time_s"] = predict(rows, hw.replace(op_overhead_cycles=3000.0))["seconds"]
+    cal = calibrate(rows, hw, ["clock_ghz"])  # the overhead it cannot fit leaves a real held-out error
+    mape = float(cal.metrics["mape"].sel(machine="fitted", split="held_out", bucket="pooled"))
+    assert mape > 0
+    md = select_dataflows(static_traces["mlp"], hw, calibration=cal).report()
+    assert f"e = {mape:.1%}, the held-out pooled MAPE of the given calibration ({len(rows)} measured rows)" in md
