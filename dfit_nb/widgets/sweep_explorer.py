@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import altair as alt
+import dask.array as da
 import ipywidgets as w
 import numpy as np
 import xarray as xr
@@ -14,6 +15,7 @@ import xarray as xr
 from .. import views
 from ..sim import DATAFLOWS
 from ..sim.hardware import FIELDS, Hardware
+from ..sim.pareto import pareto_front
 from ..views._common import ViewInputError, describe, expect
 from .explorer import Explorer
 
@@ -27,7 +29,9 @@ class SweepExplorer(w.VBox):
     ----------
     ds : xarray.Dataset
         From :func:`dfit_nb.sim.replay_batch` (per ``machine``, every hardware field a coordinate), or from
-        :func:`dfit_nb.sim.sweep` (then points can be viewed, not opened).
+        :func:`dfit_nb.sim.sweep` (then points can be viewed, not opened). A lazy one (``chunks=``) is not
+        computed whole: the view shows its Pareto front (:func:`dfit_nb.sim.pareto.pareto_front`, a tree
+        reduction over its chunks), and a picked machine's fields are read from its coordinates.
     trace : Trace, optional
         The program the machines ran; needed to open a picked machine.
 
@@ -50,16 +54,19 @@ class SweepExplorer(w.VBox):
         self.ds, self.trace = ds, trace
         self.explorer: Explorer | None = None
         per_config = [v for v in ds.data_vars if v not in ("op",)]
-        options = [a for a in _AXES if _AXES[a] in ds or (a == "latency" and "total_cycles" in ds)]
-        options += [v for v in per_config if v not in _AXES.values() and v not in ("total_cycles",)
+        # a sweep's totals per call are its latency, energy and MACs (as views.sweep names them)
+        options = [a for a in _AXES if _AXES[a] in ds or f"total_{_AXES[a].replace('latency_s', 'cycles')}" in ds]
+        options += ["macs"] if "total_macs" in ds else []
+        options += [v for v in per_config if v not in _AXES.values() and not str(v).startswith("total_")
                     and ds[v].dims and "op" not in ds[v].dims]
         if not ({"latency_s", "energy_j"} <= set(ds.data_vars) or "total_cycles" in ds) or not options:
             # a Dataset of another kind: no per-configuration figure to put on an axis
             raise ViewInputError("SweepExplorer() needs a Dataset from dfit_nb.sim.replay_batch (latency_s, energy_j "
                                  f"per machine) or dfit_nb.sim.sweep (total_cycles, ...) as 'ds', got {describe(ds)}")
+        self.shown = _front_points(ds) if _lazy(ds) else ds  # what the chart draws: all points, or a lazy one's front
         self.x = w.Dropdown(options=options, value="latency" if "latency" in options else options[0], description="x")
         self.y = w.Dropdown(options=options, value="energy" if "energy" in options else options[-1], description="y")
-        self.status = w.HTML()
+        self.status = w.HTML(f"lazy sweep: its Pareto front, {self.shown.attrs['front_of']}" if _lazy(ds) else "")
         self.chart = alt.JupyterChart(self._chart())
         self.chart.selections.observe(self._on_pick, names="picked")
         for control in (self.x, self.y):
@@ -68,7 +75,7 @@ class SweepExplorer(w.VBox):
         super().__init__([w.HBox([self.x, self.y, self.status]), self.chart, self.detail])
 
     def _chart(self) -> Any:
-        return views.sweep(self.ds, x=self.x.value, y=self.y.value)
+        return views.sweep(self.shown, x=self.x.value, y=self.y.value)
 
     def _redraw(self) -> None:
         try:
@@ -129,3 +136,24 @@ class SweepExplorer(w.VBox):
         self.detail.children = [w.HTML(f"<b>machine {int(index)}</b>: <code>{html.escape(hw.name)}</code>"),
                                 self.explorer]
         return self.explorer
+
+
+def _lazy(ds: xr.Dataset) -> bool:
+    return any(isinstance(ds[v].data, da.Array) for v in ds.data_vars)
+
+
+def _front_points(ds: xr.Dataset) -> xr.Dataset:
+    """The Pareto-front points of a lazy sweep or replay_batch, computed (a tree reduction over its chunks), as a
+    Dataset of the same kind: per ``machine`` (their original numbers) or per ``front`` point of a grid."""
+    front = pareto_front(ds)
+    per_point = [v for v in ds.data_vars if "op" not in ds[v].dims and set(ds[v].dims) <= set(front.coords)]
+    if "machine" in ds.dims:
+        shown = ds[per_point].isel(machine=front["machine"].values)
+    else:
+        dims = ds[per_point[0]].dims
+        flat = front["flat"].values
+        index = np.unravel_index(flat, [ds.sizes[d] for d in dims])
+        shown = ds[per_point].isel({d: xr.DataArray(i, dims="front") for d, i in zip(dims, index, strict=True)})
+    shown = shown.compute()
+    shown.attrs["front_of"] = f"{front.sizes['front']} of {ds[per_point[0]].size:,} points"
+    return shown

@@ -271,3 +271,23 @@ def test_a_worker_killed_mid_sweep_is_retried_without_losing_chunks(client, eage
     pid = client.run(os.getpid, workers=[victim])[victim]
     os.kill(pid, signal.SIGKILL)  # its chunks (done or running) are lost: the scheduler must redo them
     _same(lazy.compute(), eager)
+
+
+def test_sweep_explorer_on_a_lazy_batch_computes_the_front_and_opens_a_picked_machine():
+    from dfit_nb.widgets import SweepExplorer
+
+    trace = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    hw = Hardware.stack([HW.replace(dram_bytes_per_cycle=bw, pe_cols=c) for bw in (8.0, 64.0, 600.0)
+                         for c in (8, 16)], name="batch")
+    lazy = replay_batch(trace, hw, chunks=4)
+    sx = SweepExplorer(lazy, trace)
+    eager_batch = replay_batch(trace, hw)
+    expected = pareto_front(eager_batch)["machine"].values
+    assert sorted(sx.shown["machine"].values.tolist()) == sorted(expected.tolist())
+    assert not any(isinstance(sx.shown[v].data, da.Array) for v in sx.shown.data_vars)
+    assert "lazy sweep: its Pareto front" in sx.status.value and sx.chart.chart.to_dict()["$schema"]
+    picked = int(expected[-1])
+    assert sx.machine(picked).dram_bytes_per_cycle == float(hw.dram_bytes_per_cycle[picked])
+    grid_lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)
+    sg = SweepExplorer(grid_lazy)
+    assert sg.shown.sizes["front"] == pareto_front(grid_lazy).sizes["front"]
