@@ -30,16 +30,18 @@ from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
 from .machine import DATAFLOWS as DATAFLOWS
+from .pareto import pareto_front as pareto_front
 from .policy import Policy as Policy
 from .policy import PolicyError as PolicyError
 from .policy import select_dataflows as select_dataflows
 from .run import Run as Run
 from .run import load_run as load_run
+from .scale import to_zarr as to_zarr
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
 __all__ = ("DATAFLOWS", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware",
            "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning", "ThermalError", "calibrate",
            "compare",
-           "cost", "load_run", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
-           "shape_sensitivity", "sweep", "tail_latency", "thermal")
+           "cost", "load_run", "pareto_front", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
+           "shape_sensitivity", "sweep", "tail_latency", "thermal", "to_zarr")
