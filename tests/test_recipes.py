@@ -68,12 +68,17 @@ def test_every_block_of_the_page_is_tested():
 
 
 def test_linen_regions_are_the_module_paths():
-    f = facts(run("linen")["trace"])
+    trace = run("linen")["trace"]
+    f = facts(trace)
     assert f["regions"] == ["", "CNN", "CNN/conv0", "CNN/bn0", "CNN/jit(relu)", "CNN/conv1", "CNN/head"]
     assert f["ops"] == 27 and f["root"] == 0 and f["gemms"] == 3
     assert f["gemm_flops"] == GEMM_FLOPS == 294_912
     assert f["flops"] == 306_212 == f["xla_flops"]
     assert f["gemm_view_flops"] == GEMM_VIEW_FLOPS == 350_848  # the GEMM view counts padding taps: +19%
+    # ... and the trace names the difference: replay MACs = flops / 2 + the padding MACs
+    lowering = trace.lowering
+    assert lowering.attrs["conv_gemm_view_padding_macs"] == (GEMM_VIEW_FLOPS - GEMM_FLOPS) // 2 == 27_968
+    assert lowering.attrs["merged_ops_note"] == "none"
 
 
 def test_weights_as_arguments_keep_xla_from_folding_batch_norm():

@@ -194,6 +194,35 @@ def _check_runtime_memory(walk: Walk, compiled: Any, closed: Any, name: str, mod
             f"use mode='static', which allocates nothing (or give smaller arrays)")
 
 
+def _conventions_attrs(walk: Walk, ops: Any) -> dict[str, Any]:
+    """Where the counts knowingly differ from a plain op-by-op count, named on ``trace.lowering.attrs``.
+
+    ``merged_ops_note``: the op pairs counted as XLA counts what it merges them into (costs/conventions.py);
+    ``conv_gemm_view_padding_macs``: the MACs the GEMM view (``m x k x n`` per convolution, what the replay maps)
+    counts beyond ``flops / 2``: padding taps and dilation holes, which the FLOP count leaves out as XLA does.
+    """
+    kinds = {"clamp": "min/max pair(s) counted as one clamp, as XLA merges them (jnp.clip, relu6)",
+             "pad_into_conv": "explicit zero pad(s) folded into the following convolution's padding, as XLA "
+                              "folds them (its padding taps not counted)"}
+    parts = []
+    for kind, what in kinds.items():
+        found = [m for m in walk.merged if m[0] == kind]
+        if found:
+            parts.append(f"{len(found)} {what}: {_number(sum(m[3] for m in found))} FLOPs per execution fewer "
+                         f"than counting each op alone (ops {', '.join(str(m[2]) for m in found[:8])}"
+                         f"{', ...' if len(found) > 8 else ''})")
+    conv = ops["op_class"].values == "conv"
+    count = ops["count"].values[conv].astype(np.float64)
+    view = (ops["m"].values[conv] * ops["k"].values[conv] * ops["n"].values[conv]
+            * np.maximum(ops["batch"].values[conv], 1)).astype(np.float64)
+    padding = float(((view - ops["flops"].values[conv] / 2) * count).sum())
+    return {"merged_ops_note": "; ".join(parts) or "none",
+            "conv_gemm_view_padding_macs": round(padding),
+            "conv_gemm_view_note": "the GEMM view of convolutions (m x k x n, what the replay maps) counts "
+                                   "padding taps and dilation holes as MACs; flops do not (XLA's convention): "
+                                   "replay MACs = sum(flops) / 2 + conv_gemm_view_padding_macs on convolutions"}
+
+
 def _shape_str(aval: Any) -> str:
     return f"{aval.dtype}[{','.join(map(str, aval.shape))}]"
 
@@ -514,6 +543,7 @@ def capture(
     if conds:
         notes.append(f"{conds} cond(s): XLA counts the most expensive branch")
     lowering.attrs["xla_flops_note"] = "; ".join(notes) or "straight-line program: a per-call total"
+    lowering.attrs.update(_conventions_attrs(walk, ops))
 
     attrs = {
         "function": name,

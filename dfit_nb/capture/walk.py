@@ -41,7 +41,7 @@ import jax.extend.core as jcore
 
 from ..errors import OpaquePrimitiveWarning
 from . import _jax_internals as internals
-from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, cost_of, has_cost_rule
+from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, conventions, cost_of, has_cost_rule
 from .costs._shapes import _itemsize
 
 TAG_PREFIX = "dfit_op"
@@ -143,6 +143,9 @@ class Walk:
     # a scan of length 0 or an opaque op): a lower bound of what interpreting the program op by op allocates
     largest: ArrayInfo | None = None
     const_arrays: int = 0  # closed-over constants of one dimension or more, in every jaxpr walked
+    # two ops XLA merges before counting, counted as it counts them (costs/conventions.py):
+    # (kind "clamp" | "pad_into_conv", inner op, outer op, FLOPs per execution this removed from the plain count)
+    merged: list[tuple[str, int, int, int]] = dataclasses.field(default_factory=list)
 
 
 def sub_jaxprs(eqn: Any) -> list[tuple[str, Any]]:
@@ -221,6 +224,7 @@ class _Walker:
         self.largest: ArrayInfo | None = None
         self.always_runs = True  # whether the jaxpr being walked runs whenever the program does
         self.const_arrays = 0
+        self.merged: list[tuple[str, int, int, int]] = []
 
     def _note(self, avals: Any, op: int, role: str) -> None:
         """Look at the sizes of ``avals``: keep those XLA cannot represent and the largest op output."""
@@ -255,7 +259,8 @@ class _Walker:
         branch: int,
         depth: int,
         leaves_in: list[int | None] | None = None,
-    ) -> tuple[jcore.Jaxpr, list[frozenset[int]], list[int | None]]:
+        aux_in: list[tuple[Any, float | None]] | None = None,
+    ) -> tuple[jcore.Jaxpr, list[frozenset[int]], list[int | None], list[tuple[Any, float | None]]]:
         env: dict[Any, frozenset[int]] = {}
         for var, producers in zip(jaxpr.invars, env_in, strict=False):
             env[var] = producers
@@ -266,6 +271,20 @@ class _Walker:
         self._note((v.aval for v in jaxpr.invars), parent, "input")
         self._note((v.aval for v in jaxpr.constvars), parent, "constant")
         used = _used_vars(jaxpr)
+        # for the conventions spanning two ops: who made each variable here, and how many times it is read
+        # (aux_in: what a nested jit's caller knows of its inputs: the op that made each, a scalar's value)
+        made_by: dict[Any, tuple[int, Any, Any]] = {v: a[0] for v, a in zip(jaxpr.invars, aux_in or (), strict=False)
+                                               if a[0] is not None}
+        value: dict[Any, float] = {v: a[1] for v, a in zip(jaxpr.invars, aux_in or (), strict=False)
+                                   if a[1] is not None}
+
+        def value_of(v: Any) -> float | None:
+            return conventions.literal(v) if isinstance(v, jcore.Literal) else value.get(v)
+
+        uses: dict[Any, int] = {}
+        for v in [*(u for e in jaxpr.eqns for u in e.invars), *jaxpr.outvars]:
+            if not isinstance(v, jcore.Literal):
+                uses[v] = uses.get(v, 0) + 1
         new_eqns = []
         for eqn in jaxpr.eqns:
             op_id = len(self.records)
@@ -299,7 +318,15 @@ class _Walker:
             out_leaf: list[int | None] = [None] * len(eqn.outvars)
             if subs and kind:
                 in_leaf = [None if isinstance(v, jcore.Literal) else leaf.get(v) for v in eqn.invars]
-                new_params, out_prod, out_leaf = self._descend(eqn, record, subs, in_prod, op_region, depth, in_leaf)
+                in_aux = [(None, None) if kind != "jit" else (None, value_of(v)) if isinstance(v, jcore.Literal) else
+                          (made_by.get(v) if uses.get(v) == 1 else None, value_of(v)) for v in eqn.invars]
+                new_params, out_prod, out_leaf, out_aux = self._descend(
+                    eqn, record, subs, in_prod, op_region, depth, in_leaf, in_aux)
+                for var, (made, val) in zip(eqn.outvars, out_aux, strict=True):
+                    if made is not None:
+                        made_by[var] = made
+                    if val is not None:
+                        value[var] = val
             else:
                 if name in PASS_THROUGH and record.reads and len(eqn.outvars) == 1:
                     out_leaf = [record.reads[0]]
@@ -313,6 +340,11 @@ class _Walker:
                     record.container = "opaque"
                     new_params = self._descend_opaque(eqn, record, subs, op_region, depth)
                 record.cost, record.opaque = self._cost(eqn)
+                self._merge(eqn, record, made_by, uses, value_of)
+                known = tuple(value_of(v) for v in eqn.invars)  # its scalar operands, as XLA will see them
+                made_by.update((v, (op_id, eqn, known)) for v in eqn.outvars)
+                if name == "convert_element_type" and value_of(eqn.invars[0]) is not None:
+                    value[eqn.outvars[0]] = value_of(eqn.invars[0])
                 for position, (producers, var) in enumerate(zip(in_prod, eqn.invars, strict=True)):
                     for src in producers:
                         self.edges.append((src, op_id, position, aval_nbytes(var.aval)))
@@ -333,7 +365,32 @@ class _Walker:
         outs = [env.get(v, frozenset()) if not isinstance(v, jcore.Literal) else frozenset()
                 for v in jaxpr.outvars]
         out_leaves = [None if isinstance(v, jcore.Literal) else leaf.get(v) for v in jaxpr.outvars]
-        return jaxpr.replace(eqns=new_eqns), outs, out_leaves
+        out_aux = [(None, None) if isinstance(v, jcore.Literal) else
+                   (made_by.get(v) if uses.get(v) == 1 else None, value.get(v)) for v in jaxpr.outvars]
+        return jaxpr.replace(eqns=new_eqns), outs, out_leaves, out_aux
+
+    def _merge(self, eqn: Any, record: OpRecord, made_by: dict[Any, tuple[int, Any, Any]], uses: dict[Any, int],
+               value_of: Any) -> None:
+        """Count two ops XLA merges as it counts the merged one (costs/conventions.py)."""
+        name = eqn.primitive.name
+        if name not in ("min", "max", "conv_general_dilated") or record.opaque:
+            return
+        for v in eqn.invars[:1] if name == "conv_general_dilated" else eqn.invars:
+            if isinstance(v, jcore.Literal) or v not in made_by or uses.get(v, 0) != 1:
+                continue
+            inner_id, inner, inner_values = made_by[v]
+            if name == "conv_general_dilated":
+                folded = conventions.conv_through_pad(eqn, inner, inner_values)
+                if folded is not None and folded.flops != record.cost.flops:
+                    self.merged.append(("pad_into_conv", inner_id, record.id, record.cost.flops - folded.flops))
+                    record.cost = dataclasses.replace(record.cost, flops=folded.flops)
+            else:
+                if not conventions.clamp_inner(eqn, inner, [value_of(u) for u in eqn.invars], inner_values):
+                    continue
+                inner_rec = self.records[inner_id]
+                self.merged.append(("clamp", inner_id, record.id, inner_rec.cost.flops))
+                inner_rec.cost = conventions.without_flops(inner_rec.cost)
+            return
 
     def _cost(self, eqn: Any) -> tuple[OpCost, bool]:
         in_avals = tuple(v.aval for v in eqn.invars)
@@ -346,7 +403,7 @@ class _Walker:
             nbytes_out = sum(aval_nbytes(a) for a in out_avals)
             return OpCost(bytes_read=nbytes_in, bytes_written=nbytes_out, op_class="opaque"), True
 
-    def _descend(self, eqn, record, subs, in_prod, op_region, depth, in_leaf):
+    def _descend(self, eqn, record, subs, in_prod, op_region, depth, in_leaf, in_aux):
         kind = record.container
         region = op_region
         if kind == "jit" and not (record.parent < 0 and self.whole_program_jit):
@@ -354,6 +411,7 @@ class _Walker:
         new_params = dict(eqn.params)
         out_prod: list[frozenset[int]] = [frozenset()] * len(eqn.outvars)
         out_leaf: list[int | None] = [None] * len(eqn.outvars)
+        out_aux: list[tuple[Any, float | None]] = [(None, None)] * len(eqn.outvars)
         if kind == "cond":
             self.edges.extend((src, record.id, 0, aval_nbytes(eqn.invars[0].aval)) for src in in_prod[0])
         rewritten: dict[tuple[str, int | None], Any] = {}
@@ -387,9 +445,10 @@ class _Walker:
             self.always_runs = outer_runs and not (
                 kind == "cond" or (kind == "while" and label != "cond") or (kind == "scan" and record.trip_count < 1))
             try:
-                new_inner, sub_out, sub_out_leaf = self.walk(
+                new_inner, sub_out, sub_out_leaf, sub_out_aux = self.walk(
                     inner, sub_in, region=region, parent=record.id, context=label,
                     branch=branch, depth=depth + 1, leaves_in=sub_leaf,
+                    aux_in=in_aux if kind == "jit" and len(in_aux) == len(inner.invars) else None,
                 )
             finally:
                 self.always_runs = outer_runs
@@ -402,6 +461,8 @@ class _Walker:
                 out_prod = [a | b for a, b in zip(out_prod, _pad(sub_out, len(eqn.outvars)), strict=True)]
                 if kind in ("jit", "call", "remat"):  # one jaxpr, run once: an output that is a leaf stays one
                     out_leaf = _pad(sub_out_leaf, len(eqn.outvars), None)
+                if kind == "jit":  # a jit's outputs: what XLA sees once it inlines the call
+                    out_aux = _pad(sub_out_aux, len(eqn.outvars), (None, None))
         for key, value in eqn.params.items():
             if isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
                 new_params[key] = rewritten[_context_label(eqn.primitive.name, key, None)]
@@ -411,7 +472,7 @@ class _Walker:
                 new_params[key] = type(value)(
                     rewritten.get(_context_label(eqn.primitive.name, key, i), v) for i, v in enumerate(value)
                 )
-        return new_params, out_prod, out_leaf
+        return new_params, out_prod, out_leaf, out_aux
 
     def _descend_opaque(self, eqn, record, subs, op_region, depth):
         new_params = dict(eqn.params)
@@ -423,7 +484,7 @@ class _Walker:
                     inner, consts = _open(item)
                     outer_runs, self.always_runs = self.always_runs, False  # run as one primitive, not op by op
                     try:
-                        new_inner, _, _ = self.walk(
+                        new_inner, _, _, _ = self.walk(
                             inner, [frozenset()] * len(inner.invars), region=op_region, parent=record.id,
                             context=key, branch=record.branch, depth=depth + 1,
                         )
@@ -474,7 +535,7 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
     # a jitted function traces to one jit equation holding everything: no region segment for it
     eqns = closed.jaxpr.eqns
     walker.whole_program_jit = len(eqns) == 1 and internals.CONTAINER_ALIASES.get(eqns[0].primitive.name) == "jit"
-    tagged, _, _ = walker.walk(
+    tagged, _, _, _ = walker.walk(
         closed.jaxpr, [frozenset()] * len(closed.jaxpr.invars),
         region="", parent=-1, context="", branch=-1, depth=0, leaves_in=list(range(len(closed.jaxpr.invars))),
     )
@@ -498,4 +559,5 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
         unrepresentable=walker.unrepresentable,
         largest=walker.largest,
         const_arrays=walker.const_arrays,
+        merged=walker.merged,
     )
