@@ -600,12 +600,14 @@ class Run:
         >>> hot.summary["bottleneck"].item(), run.summary["bottleneck"].item()
         ('thermal', 'dram')
         """
-        if not isinstance(analysis, xr.Dataset) or "thermal_cycles" not in analysis:
-            raise ValueError(f"analysis must be the Dataset of Run.thermal / dfit_nb.sim.thermal (with "
-                             f"'thermal_cycles'), got {type(analysis).__name__}")
+        from ._thermal import ThermalError
+
+        if not isinstance(analysis, xr.Dataset) or "thermal_cycles" not in analysis or "op" not in analysis.dims:
+            raise ThermalError(f"analysis must be the Dataset of Run.thermal / dfit_nb.sim.thermal (with "
+                               f"'thermal_cycles' over 'op'), got {describe_type(analysis)}")
         ops = self.ops["op"].values
         if not np.array_equal(np.asarray(analysis["op"].values, dtype=str), np.asarray(ops, dtype=str)):
-            raise ValueError("the thermal analysis is of another run (its ops differ): run it on this one")
+            raise ThermalError("the thermal analysis is of another run (its ops differ): run it on this one")
         return self._with_cycles("thermal_cycles", analysis["thermal_cycles"].values)
 
     def with_precision(self, narrower: Run) -> Run:
@@ -687,6 +689,13 @@ class Run:
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
                        f"{html.escape(v)}</td></tr>" for k, v in rows)
         return f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{body}</table></div>"
+
+
+def describe_type(obj: Any) -> str:
+    """``obj`` as an error names it: an ``xarray.Dataset`` with its variables, else its type."""
+    if isinstance(obj, xr.Dataset):
+        return f"a Dataset of {', '.join(map(str, list(obj.data_vars)[:6]))}{', ...' if len(obj.data_vars) > 6 else ''}"
+    return type(obj).__name__
 
 
 def _analysed(summary: xr.Dataset, cls: str) -> bool:
