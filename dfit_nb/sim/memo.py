@@ -149,26 +149,46 @@ def decide(gain: float, error: float, regression: float = 0.0) -> tuple[str, str
 
 
 def hypotheses(run: Any) -> list[dict[str, Any]]:
-    """The mechanisms of a Run ranked by their evidence (fraction of the op spans each needs), with the ops and
-    the region each dominates: ``[{"mechanism", "evidence", "ops", "top_region"}, ...]``, strongest first.
+    """The bottleneck classes of a Run ranked by their evidence (fraction of the op spans each needs), strongest
+    first: ``[{"mechanism", "evidence", "detail", "ops", "top_region", "attributed"}, ...]``.
 
-    The mechanism classes are read from the Run (``summary["mechanism"]``), never listed here.
+    The classes are the Run's own (``summary["class_evidence"]`` over its class dimension, with
+    ``bottleneck_class`` per op), falling back to its mechanisms (``summary["evidence"]``) for a Run without
+    classes; none is listed here. The class made of mechanisms (memory: the one without ``<class>_cycles`` of its
+    own, made of the mechanisms that are not classes themselves) gets their evidence as ``detail``;
+    ``attributed`` is False for a class whose ``<class>_cycles`` the Run reports as 0 (precision and thermal
+    before an analysis is attached). ``ops`` counts the ops the class dominates and ``top_region`` is where they
+    take the most span.
     """
     s = run.summary
     mechanisms = [str(m) for m in s["mechanism"].values]
-    evidence = np.asarray(s["evidence"].values, np.float64)
-    per_op = np.asarray(run.ops["bottleneck"].values).astype(str)
+    mech_ev = np.asarray(s["evidence"].values, np.float64)
+    if "class_evidence" in s and "bottleneck_class" in run.ops:
+        dim = s["class_evidence"].dims[0]
+        names = [str(c) for c in s[dim].values]
+        evidence = np.asarray(s["class_evidence"].values, np.float64)
+        per_op = np.asarray(run.ops["bottleneck_class"].values).astype(str)
+    else:
+        names, evidence = mechanisms, mech_ev
+        per_op = np.asarray(run.ops["bottleneck"].values).astype(str)
+    members = [m for m in mechanisms if m not in names]  # mechanisms that make up a composite class
     span = np.asarray(run.ops["span"].values, np.float64)
     regions = np.asarray(run.ops["region"].values).astype(str)
     out = []
     for i in np.argsort(-evidence, kind="stable"):
-        m = mechanisms[i]
+        m = names[i]
         mine = per_op == m
         top = ""
-        if mine.any():  # the region where ops this mechanism dominates take the most span
-            names, inv = np.unique(regions[mine], return_inverse=True)
-            top = str(names[int(np.argmax(np.bincount(inv, weights=span[mine])))])
-        out.append({"mechanism": m, "evidence": float(evidence[i]), "ops": int(mine.sum()), "top_region": top})
+        if mine.any():  # the region where ops this class dominates take the most span
+            regs, inv = np.unique(regions[mine], return_inverse=True)
+            top = str(regs[int(np.argmax(np.bincount(inv, weights=span[mine])))])
+        detail = ""
+        if m not in mechanisms and f"{m}_cycles" not in s and members:  # a class of its own cycles has no members
+            order = sorted(members, key=lambda k: -mech_ev[mechanisms.index(k)])
+            detail = ", ".join(f"{k} {mech_ev[mechanisms.index(k)]:.0%}" for k in order)
+        attributed = not (f"{m}_cycles" in s and m not in mechanisms and float(s[f"{m}_cycles"]) == 0)
+        out.append({"mechanism": m, "evidence": float(evidence[i]), "detail": detail, "ops": int(mine.sum()),
+                    "top_region": top, "attributed": attributed})
     return out
 
 
@@ -191,13 +211,18 @@ def missing_evidence(policy: Any) -> list[str]:
     # the machine's thermal parameters, found by their documented role (the field table says "thermal")
     thermal = [f for f, spec in FIELDS.items() if "thermal" in f or "thermal" in str(spec[1]).lower()]
     mechanisms = [str(m) for m in run.summary["mechanism"].values]
+    unattributed = {h["mechanism"] for h in hypotheses(run) if not h["attributed"]}
     if thermal or "thermal" in mechanisms:
         shown = ", ".join(f"{f} = {float(np.asarray(getattr(hw, f))):g}" for f in thermal) or "the thermal model"
-        out.append(f"Thermal parameters are assumptions (preset defaults, not measured on {name}): {shown}.")
+        out.append(f"Thermal parameters are assumptions (preset defaults, not measured on {name}): {shown}."
+                   + (" No throttling is attributed to these runs: sustained operation was not analysed here "
+                      "(run.with_thermal(run.thermal(inferences)) weighs it)." if "thermal" in unattributed else ""))
     else:
         out.append("Thermal behaviour is not modelled by this build: sustained-load throttling is unknown.")
     out.append("Quality: the policy changes no number format (dataflows only), so no accuracy evidence is needed; a "
-               "precision change would need dfit_nb.precision's drift figures first.")
+               "precision change would need dfit_nb.precision's drift figures first."
+               + (" No time is attributed to the word width (run.with_precision(narrower_run) weighs it)."
+                  if "precision" in unattributed else ""))
     if policy.tail is None:
         out.append("p95/p99 under batch variance not computed: call policy.with_batch_variance(make_args, base) "
                    "(make_args(**sizes) builds the function's arguments at other sizes).")

@@ -155,8 +155,9 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
                                                             strict=True))
         mech.append(f"At the first failing stage ({first}) under {best}: {reg['bottleneck'].item()}-bound ({ev}).")
     ranked = hypotheses(base_run)
-    rows = [("rank", "mechanism", "evidence (share of op spans)", "ops it dominates", "where most")]
-    rows += [(str(i + 1) + (" (primary)" if i == 0 else ""), h["mechanism"], f"{h['evidence']:.1%}", str(h["ops"]),
+    rows = [("rank", "class", "evidence (share of op spans)", "within it", "ops it dominates", "where most")]
+    rows += [(str(i + 1) + (" (primary)" if i == 0 else ""), h["mechanism"],
+              f"{h['evidence']:.1%}" if h["attributed"] else "not analysed", h["detail"] or "-", str(h["ops"]),
               h["top_region"] or ("-" if not h["ops"] else "<root>")) for i, h in enumerate(ranked)]
     blocks += [("h2", "2. Mechanism"), ("ul", mech), ("h3", f"Competing hypotheses, ranked (under {best})"),
                ("table", rows), ("h3", "Missing evidence"), ("ul", missing_evidence(policy))]

@@ -50,12 +50,16 @@ def test_every_template_field_has_a_real_value(memo_policy, static_traces):
     assert "Workload slice: mlp with arguments float32" in md and "First failing stage: " in md
     first = compare(p.runs[best], p.runs["hybrid"]).attrs["first_divergence"]
     assert (f"First failing stage: {first}" in md) if first else ("First failing stage: none" in md)
-    # 2. mechanism: every class of the Run ranked by its evidence, the primary first; missing evidence
+    # 2. mechanism: every bottleneck class of the Run ranked by its evidence, the primary first; missing evidence
     ranked = hypotheses(p.runs[best])
-    assert [h["mechanism"] for h in ranked] == sorted(p.runs[best].summary["mechanism"].values.tolist(),
-                                                      key=lambda m: -float(p.runs[best].summary["evidence"].sel(
-                                                          mechanism=m)))
-    assert ranked[0]["mechanism"] == p.runs[best].summary["bottleneck"].item()
+    s = p.runs[best].summary
+    dim = s["class_evidence"].dims[0]
+    classes = s[dim].values.tolist()
+    assert [h["mechanism"] for h in ranked] == sorted(classes, key=lambda c: -float(s["class_evidence"].sel({dim: c})))
+    assert ranked[0]["mechanism"] == s["bottleneck_class"].item()
+    members = [m for m in s["mechanism"].values.tolist() if m not in classes]  # the memory class's sub-classes
+    composite = [h for h in ranked if h["detail"]]
+    assert len(composite) == 1 and all(f"{m} " in composite[0]["detail"] for m in members)
     assert f"| 1 (primary) | {ranked[0]['mechanism']} | {ranked[0]['evidence']:.1%} |" in md
     assert "### Missing evidence" in md and "A measured trace of this workload on npu_like" in md
     assert "Thermal parameters are assumptions" in md or "Thermal behaviour is not modelled" in md
