@@ -222,7 +222,11 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
         "not the arithmetic; float results can differ in the last bits where accumulation order changes.",
         "Quality: no number format changes (the policy picks dataflows only), so model quality is unaffected.",
         f"Thermal: average power {power[1]:.4g} W under the policy against {power[0]:.4g} W under {best} "
-        f"({(power[1] - power[0]) / power[0] if power[0] else 0.0:+.1%}), from the replayed energy and latency.",
+        f"({(power[1] - power[0]) / power[0] if power[0] else 0.0:+.1%}), from the replayed energy and latency; "
+        + (f"throttling adds {float(hyb.summary['thermal_cycles']):.4g} cycles under the policy against "
+           f"{float(base_e.summary['thermal_cycles']):.4g} under {best}."
+           if any(float(r.summary.get("thermal_cycles", 0.0)) > 0 for r in (hyb, base_e)) else
+           "no throttling is attributed to either run (see missing evidence)."),
         f"Software compatibility: the compiler/runtime must support a per-layer dataflow; {policy.switches} "
         f"switch(es), each a re-layout (reconfiguration penalty {policy.reconfig_cycles:g} cycles, "
         f"{policy.reconfig_pj:g} pJ per switch as selected).",

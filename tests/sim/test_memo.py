@@ -235,3 +235,24 @@ def test_a_given_calibration_sets_the_error_the_decision_uses(static_traces):
     assert mape > 0
     md = select_dataflows(static_traces["mlp"], hw, calibration=cal).report()
     assert f"e = {mape:.1%}, the held-out pooled MAPE of the given calibration ({len(rows)} measured rows)" in md
+
+
+@pytest.mark.slow  # four replays and four thermal analyses: ~16 s on 2 shared cores
+def test_the_memo_ranks_thermal_once_a_thermal_analysis_is_attached():
+    import dataclasses
+
+    trace = dfit_nb.capture(lambda a: a @ a, jnp.ones((64, 64)))
+    hw = presets.get("npu_like")
+    policy = select_dataflows(trace, hw)
+    hot = hw.replace(thermal_resistance_k_per_w=1e3, heat_capacity_j_per_k=1e-6, throttle_clock_factor=0.25)
+    runs = {k: r.with_thermal(r.thermal(10**5, steps=64, hw=hot)) for k, r in policy.runs.items()}
+    md = dataclasses.replace(policy, runs=runs).report()
+    best = policy.baselines.attrs["best_single"]
+    ranked = hypotheses(runs[best])
+    assert ranked[0]["mechanism"] == "thermal" and ranked[0]["attributed"]  # the toy machine throttles
+    assert f"| 1 (primary) | thermal | {ranked[0]['evidence']:.1%} |" in md
+    cycles = float(runs["hybrid"].summary["thermal_cycles"])
+    assert cycles > 0 and f"throttling adds {cycles:.4g} cycles under the policy" in md
+    assert "not analysed" not in md.split("### Competing hypotheses")[1].split("| thermal |")[1].split("\n")[0]
+    plain = policy.report()
+    assert "| thermal | not analysed |" in plain and "no throttling is attributed to either run" in plain
