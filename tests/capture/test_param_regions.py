@@ -153,6 +153,14 @@ def test_measured_root_fractions(vit, eqx_cnn, train_step):
     fractions = [round(root_fraction(t), 3) for _, _, t in (vit, eqx_cnn, train_step)]
     assert fractions == [0.0, 0.0, 0.0]
     assert [t.ops.sizes["op"] for _, _, t in (vit, eqx_cnn, train_step)] == [192, 26, 233]
+    # named scopes only (capture before regions from parameters, less the transform wrappers): NNX puts nearly
+    # everything in the root, Equinox's class-name scopes merge the two convolutions, and so in the training step
+    scopes = {name: dfit_nb.capture(fn, *args, regions="scopes")
+              for name, (fn, args, _) in zip(("vit", "eqx_cnn", "train_step"), (vit, eqx_cnn, train_step),
+                                             strict=True)}
+    assert round(root_fraction(scopes["vit"]), 3) == 0.969
+    assert layers_per_region(*eqx_cnn[:2], scopes["eqx_cnn"])["eqx.nn.Conv"] == {"conv0", "conv1"}
+    assert layers_per_region(*train_step[:2], scopes["train_step"])["forward/eqx.nn.Conv"] == {"conv0", "conv1"}
 
 
 def test_nnx_vit_regions_are_the_state_paths(vit):
