@@ -93,6 +93,7 @@ class Page:
     charts_with_marks: int
     widgets: int
     errors: list[str]
+    images: int  # pictures (<img>) in the output areas: the stored static charts, if any survived the run
     screenshot: Path
 
 
@@ -120,6 +121,7 @@ _COUNT = """(marks) => ({
     .filter(o => o.querySelector('.widget-box, .vega-embed, .jupyter-widgets')).length,
   errors: [...document.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.error"]')]
           .map(e => e.textContent.slice(0, 2000)),
+  images: document.querySelectorAll('.jp-OutputArea-output img').length,
 })"""
 
 
@@ -164,12 +166,38 @@ def browser_page(server: str, artifacts: Path) -> Iterator[tuple[object, list[st
             browser.close()
 
 
-def run_notebook(page, server: str, name: str, artifacts: Path, timeout_s: float = 300.0) -> Page:
-    """Open ``name`` (relative to the server root) in JupyterLab, run all cells, and count what was drawn."""
+_OUTPUTS = """() => [...document.querySelectorAll('.jp-Cell.jp-CodeCell')].map(cell =>
+  [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => ({
+    mime: o.dataset.mimeType || '',
+    // pictures the browser decoded and laid out (a broken or empty image has no natural width)
+    images: [...o.querySelectorAll('img')].filter(i => i.complete && i.naturalWidth > 0 &&
+                                                     i.getBoundingClientRect().width > 0).length,
+    marks: o.querySelectorAll('.vega-embed svg.marks, .vega-embed canvas.marks').length,
+    text: o.textContent.slice(0, 200),
+  })))"""
+
+
+def open_notebook(page, server: str, name: str) -> None:
+    """Open ``name`` (relative to the server root) in JupyterLab, as stored, and wait until its outputs are drawn."""
     base, token = server.split("|")
     page.goto(f"{base}/lab/tree/{name}?reset&token={token}", wait_until="domcontentloaded", timeout=120_000)
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.shell.currentWidget && "
                            "window.jupyterapp.shell.currentWidget.sessionContext", timeout=120_000)
+    page.wait_for_function("async () => { await window.jupyterapp.shell.currentWidget.context.ready; return true; }",
+                           timeout=120_000)
+    # every stored picture decoded (images load asynchronously from their data: URLs)
+    page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output img')].every(i => i.complete)",
+                           timeout=60_000, polling=250)
+
+
+def stored_outputs(page) -> list[list[dict]]:
+    """Per code cell, what each output area shows: its mime type, decoded pictures, Vega marks and text."""
+    return page.evaluate(_OUTPUTS)
+
+
+def run_notebook(page, server: str, name: str, artifacts: Path, timeout_s: float = 300.0) -> Page:
+    """Open ``name`` (relative to the server root) in JupyterLab, run all cells, and count what was drawn."""
+    open_notebook(page, server, name)
     page.evaluate(_RUN_ALL)
     page.wait_for_function(_DONE, timeout=timeout_s * 1000, polling=500)
     page.wait_for_selector(MARKS, timeout=60_000, state="attached")
@@ -177,7 +205,7 @@ def run_notebook(page, server: str, name: str, artifacts: Path, timeout_s: float
     counts = page.evaluate(_COUNT, MARKS)
     shot = artifacts / f"{Path(name).stem}.png"
     page.screenshot(path=str(shot), full_page=True)
-    return Page(counts["charts"], counts["widgets"], counts["errors"], shot)
+    return Page(counts["charts"], counts["widgets"], counts["errors"], counts["images"], shot)
 
 
 def wait_for_chart_change(page, scope: str, before: str, timeout_s: float = 180.0) -> str:

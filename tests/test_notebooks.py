@@ -8,6 +8,7 @@ charts and widgets in JupyterLab under headless Chromium, offline.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from dfit_nb.widgets._offline import png_size
 from tests import jupyterlab as lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -54,10 +56,38 @@ def test_a_tutorial_is_stored_executed_small_and_offline(name):
     assert sum(c.cell_type == "markdown" for c in nb.cells) >= 4, f"{name}: a tutorial explains itself"
 
 
+def _chart_outputs(name: str) -> list[tuple[int, int]]:
+    """(code cell, output) positions of the outputs that show a chart: a JupyterChart or a widget holding charts."""
+    holders = ("JupyterChart", "Explorer(", "SweepExplorer(")
+    cells = [c.outputs for c in _read(name).cells if c.cell_type == "code"]
+    return [(i, j) for i, c in enumerate(cells) for j, o in enumerate(c)
+            if any(h in o.get("data", {}).get("text/plain", "") for h in holders)]
+
+
+@pytest.mark.parametrize("name", TUTORIALS)
+def test_every_stored_chart_carries_a_picture_and_no_dead_widget_view(name):
+    """A reader without the kernel (a code host, nbviewer, JupyterLab before running) sees each chart as a PNG.
+
+    scripts/execute_notebooks.py stores it; a widget-view reference without widget state can never draw.
+    """
+    charts = _chart_outputs(name)
+    assert charts, f"{name}: no chart outputs found"
+    cells = [c.outputs for c in _read(name).cells if c.cell_type == "code"]
+    for i, j in charts:
+        data = cells[i][j].data
+        assert "application/vnd.jupyter.widget-view+json" not in data, f"{name} cell {i}: a dead widget view"
+        png = base64.b64decode(data.get("image/png", ""))
+        assert png[:8] == b"\x89PNG\r\n\x1a\n", f"{name} cell {i}: no PNG picture of its chart"
+        width, height = png_size(png)
+        assert 100 <= width <= 2000 and 50 <= height <= 2000, f"{name} cell {i}: a {width} x {height} picture"
+        assert cells[i][j].metadata["image/png"] == {"width": width, "height": height}
+
+
 needs_browser = pytest.mark.skipif(_MISSING is not None and not os.environ.get("CI"),
                                    reason=f"JupyterLab browser test {_MISSING} (CI installs them)")
 
 
+@pytest.mark.slow
 @needs_browser
 @pytest.mark.parametrize("name", ["01_quick_start", "05_hybrid_dataflow"])
 def test_a_tutorial_draws_its_charts_and_widgets_in_jupyterlab(lab_server, name):
@@ -65,11 +95,23 @@ def test_a_tutorial_draws_its_charts_and_widgets_in_jupyterlab(lab_server, name)
     shutil.copy(NOTEBOOKS / f"{name}.ipynb", root / f"{name}.ipynb")
     with lab.browser_page(server, lab.ARTIFACTS) as (page, blocked, console_errors), \
             lab.screenshot_on_failure(page, f"{name}-failure"):
+        # before running: the stored notebook shows a picture in every chart output, and only there
+        lab.open_notebook(page, server, f"{name}.ipynb")
+        shown = lab.stored_outputs(page)
+        page.screenshot(path=str(lab.ARTIFACTS / f"{name}-stored.png"), full_page=True)
+        stored = [c.outputs for c in _read(name).cells if c.cell_type == "code"]
+        assert [len(c) for c in shown] == [len(c) for c in stored], "output areas on the page vs in the file"
+        pictures = [(i, j) for i, c in enumerate(stored) for j, o in enumerate(c) if "image/png" in o.get("data", {})]
+        assert pictures == _chart_outputs(name), "every chart output, and only those, stores a picture"
+        drawn = [(i, j) for i, c in enumerate(shown) for j, o in enumerate(c) if o["images"] == 1]
+        assert drawn == pictures, f"stored pictures drawn at {drawn}, expected at {pictures}: {shown}"
+        # after running: the interactive charts, and no stored picture left beside them
         seen = lab.run_notebook(page, server, f"{name}.ipynb", lab.ARTIFACTS, timeout_s=400)
         assert not seen.errors, seen.errors
         charts = sum(json.dumps(c.outputs).count("JupyterChart") for c in _read(name).cells if c.cell_type == "code")
         assert seen.charts_with_marks >= min(charts, 3), f"{seen.charts_with_marks} charts drew marks of {charts}"
         assert seen.widgets >= min(charts, 3), f"{seen.widgets} widget views rendered"
+        assert seen.images == 0, f"{seen.images} static pictures left beside the live charts"
         assert not blocked, f"the page tried to reach the network: {blocked[:5]}"
         vega_errors = [e for e in console_errors if "vega" in e.lower() or "altair" in e.lower()]
         assert not vega_errors, vega_errors
