@@ -282,3 +282,28 @@ def test_bad_thermal_calls(small_run):
         steady_state(np.ones((2, 2)), GRID)
     with pytest.raises(ValueError, match="thermal_cycles"):
         small_run.with_thermal(small_run.summary)
+
+
+def test_the_modal_step_equals_the_assembled_networks_exponential():
+    """The DCT-mode solution against the tiles x tiles network stepped with scipy's matrix exponential."""
+    import scipy.linalg
+
+    tr, tc, n = 3, 4, 12
+    g = np.eye(n) / (2.0 * n)
+    idx = np.arange(n).reshape(tr, tc)
+    for a, b in [(idx[:, :-1], idx[:, 1:]), (idx[:-1, :], idx[1:, :])]:
+        a, b = a.ravel(), b.ravel()
+        np.add.at(g, (a, a), 1 / 9.0)
+        np.add.at(g, (b, b), 1 / 9.0)
+        np.add.at(g, (a, b), -1 / 9.0)
+        np.add.at(g, (b, a), -1 / 9.0)
+    dt, c = 0.05, 0.6 / n
+    e = scipy.linalg.expm(-g * dt / c)
+    power = np.random.default_rng(1).uniform(0, 1, (20, n))
+    theta, expected = np.zeros(n), []
+    for p in power:
+        ss = np.linalg.solve(g, p)
+        theta = ss + e @ (theta - ss)
+        expected.append(theta)
+    out = _transient(power.reshape(20, tr, tc) * dt, dt, GRID)
+    np.testing.assert_allclose(out["theta"].reshape(20, n), np.asarray(expected), rtol=1e-10, atol=1e-12)
