@@ -3,6 +3,8 @@ JAX cache: see the repository's conftest.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 import dfit_nb
@@ -39,17 +41,45 @@ def eager_scan_trace(built):
     return dfit_nb.capture(fn, *args, mode="eager")
 
 
+class _Runs(Mapping):
+    """(example, preset) -> Run over every bundled example and preset, each replayed the first time it is asked for.
+
+    The views tests read 14 of the 32 pairs; replaying all of them up front cost more than half of those tests'
+    time. Every key is still there (iteration replays what is missing), and a pair is replayed once per session.
+    """
+
+    def __init__(self, traces: dict) -> None:
+        from dfit_nb.sim import presets
+
+        self._traces, self._runs = traces, {}
+        self._keys = [(name, p) for name in traces for p in presets.names()]
+
+    def __getitem__(self, key: tuple[str, str]):
+        if key not in self._runs:
+            import warnings
+
+            from dfit_nb.sim import SpillWarning, presets
+
+            name, preset = key
+            if key not in self._keys:
+                raise KeyError(f"{key!r}: all_runs holds (example, preset) pairs of {sorted(self._traces)} and "
+                               f"{presets.names()}")
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SpillWarning)  # small machines (Eyeriss' 108 KB) spill: expected
+                self._runs[key] = dfit_nb.replay(self._traces[name], presets.get(preset), "ws")
+        return self._runs[key]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
 @pytest.fixture(scope="session")
 def all_runs(static_traces):
-    """(example, preset) -> Run: every bundled example replayed on every preset (weight-stationary)."""
-    import warnings
-
-    from dfit_nb.sim import SpillWarning, presets
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SpillWarning)  # small machines (Eyeriss' 108 KB) spill: expected here
-        return {(name, p): dfit_nb.replay(t, presets.get(p), "ws") for name, t in static_traces.items()
-                for p in presets.names()}
+    """(example, preset) -> Run: every bundled example on every preset (weight-stationary), replayed on first use."""
+    return _Runs(static_traces)
 
 
 @pytest.fixture(scope="session")

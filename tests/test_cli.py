@@ -148,6 +148,7 @@ def test_save_trace_into_the_output_folder_it_creates(tmp_path, monkeypatch, cap
 _MISSING = perfetto_ui.missing()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_MISSING is not None and not os.environ.get("CI"),
                     reason=f"browser check {_MISSING} (CI installs them)")
 def test_the_report_renders_offline_in_headless_chromium(report):

@@ -392,6 +392,7 @@ def test_measured_events_alone_make_only_the_host_process(tmp_path):
 _MISSING = perfetto_ui.missing()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_MISSING is not None and not os.environ.get("CI"),
                     reason=f"Perfetto UI check {_MISSING} (CI installs them)")
 def test_perfetto_ui_loads_the_traces(tmp_path):

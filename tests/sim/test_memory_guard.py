@@ -153,6 +153,7 @@ _MEASURE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh process each: a replay on a 128 x 128 grid, a sweep of 30,000 machines
 @pytest.mark.parametrize("what", ["replay", "sweep"])
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the peak from /proc/self/status (Linux)")
 def test_the_estimates_bound_the_peak_memory_of_real_runs(what):

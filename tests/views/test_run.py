@@ -38,9 +38,9 @@ def _rows(spec: dict) -> int:
 
 
 @pytest.fixture(scope="module")
-def encoder_trace():
-    fn, args = dfit_nb.examples.get("encoder").build()
-    return dfit_nb.capture(fn, *args)
+def encoder_trace(static_traces):
+    """The session's encoder capture (the same build and mode: one capture and compile per test run)."""
+    return static_traces["encoder"]
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +108,7 @@ def test_buffer_pressure_of_a_policy():
         views.buffer_pressure(run_or_dataset=ds[["mean"]])
 
 
+@pytest.mark.slow  # a million events replayed on the 64 x 64 grid
 def test_large_run_stays_small(large_run):
     n = int(large_run.summary["n_events"])
     assert n > 500_000

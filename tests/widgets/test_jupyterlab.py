@@ -31,6 +31,7 @@ def _explorer_notebook(root):
     return "explorer.ipynb"
 
 
+@pytest.mark.slow
 @needs_browser
 def test_the_explorer_draws_and_a_slider_redraws_a_chart(lab_server):
     server, root = lab_server
