@@ -22,16 +22,17 @@ DRAM access energy is dissipated in the DRAM devices, off the die), binned per t
 
 Sustained operation and throttling
 ----------------------------------
-``inferences`` calls run back to back: the per-tile energy of one call repeats, and ``steps`` time steps each
-cover an equal share of the work (``inferences x latency_cycles / steps`` cycles, a fraction of a call or many
-calls). A step whose hottest tile starts above ``thermal_limit_c`` runs with the clock scaled by
-``throttle_clock_factor``: the same work and energy (dynamic energy per operation does not depend on the clock)
-over ``1 / factor`` times the seconds, so at ``factor`` times the power. The throttled latency is the seconds
-of all steps over the inferences; the slowdown its ratio to the unthrottled latency. A step is the decision
-granularity: use more ``steps`` to resolve a throttle cycle (the model's time constant is ``C / g_v``, the
-chip's ``R x C``).
+``inferences`` inferences run back to back, i.e. ``inferences / summary["inferences"]`` calls of the replayed
+program (a call serves ``summary["inferences"]``, set by :func:`dfit_nb.replay`'s ``inferences=``): the per-tile
+energy of one call repeats, and ``steps`` time steps each cover an equal share of the work (``calls x
+latency_cycles / steps`` cycles, a fraction of a call or many calls). A step whose hottest tile starts above
+``thermal_limit_c`` runs with the clock scaled by ``throttle_clock_factor``: the same work and energy (dynamic
+energy per operation does not depend on the clock) over ``1 / factor`` times the seconds, so at ``factor`` times
+the power. The throttled latency is the seconds of all steps over the calls; the slowdown its ratio to the
+unthrottled latency. A step is the decision granularity: use more ``steps`` to resolve a throttle cycle (the
+model's time constant is ``C / g_v``, the chip's ``R x C``).
 
-Thermal evidence per op: the cycles (at the nominal clock) its work was stretched by, per inference (the share
+Thermal evidence per op: the cycles (at the nominal clock) its work was stretched by, per call (the share
 of each throttled step's work that falls in the op's span); :meth:`dfit_nb.sim.Run.with_thermal` turns it into
 the ``thermal`` bottleneck class.
 
@@ -214,7 +215,7 @@ def _hardware(run: Any, hw: Hardware | None) -> Hardware:
 
 
 def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware | None = None) -> xr.Dataset:
-    """Temperatures of the tile grid while ``inferences`` calls of ``run`` execute back to back, with throttling.
+    """Temperatures of the tile grid while ``inferences`` inferences of ``run`` execute back to back, with throttling.
 
     See the module docstring for the model. Parameters are the machine's thermal fields
     (:data:`dfit_nb.sim.hardware.THERMAL_FIELDS`): ``hw.replace(thermal_resistance_k_per_w=...)`` to try others.
@@ -224,7 +225,7 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     run : Run
         A replay (:func:`dfit_nb.replay`); its per-tile energy drives the model.
     inferences : int
-        Calls run back to back (>= 1).
+        Inferences run back to back (>= 1); each call of the program serves ``run.summary["inferences"]``.
     steps : int
         Time steps of the transient (>= 1), each an equal share of the work.
     hw : Hardware, optional
@@ -237,7 +238,7 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
         ``throttled`` over ``time``, ``peak_tile_temperature_c`` and ``hotspot`` over the grid, scalars
         ``peak_temperature_c``, ``hottest_tile_y``/``_x``, ``throttle_fraction``, ``latency_s``,
         ``throttled_latency_s``, ``slowdown``, ``energy_in_j``, ``heat_to_ambient_j``, ``stored_heat_j``, and
-        ``thermal_cycles`` over ``op`` (the per-op stretch, per inference). Every variable has ``units`` and
+        ``thermal_cycles`` over ``op`` (the per-op stretch, per call). Every variable has ``units`` and
         ``description``.
 
     Examples
@@ -259,7 +260,9 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     clock_hz = float(hw.clock_ghz) * 1e9
     energy_bins, edges = tile_energy(run)
     cum = np.concatenate([np.zeros((1, tr, tc)), np.cumsum(energy_bins, axis=0)])
-    work = float(inferences) * edges[-1]
+    per_call = float(run.summary["inferences"]) if "inferences" in run.summary else 1.0
+    calls = inferences / per_call
+    work = calls * edges[-1]
     w = np.linspace(0.0, work, int(steps) + 1)
     step_energy = np.maximum(np.diff(_periodic(cum, edges, w), axis=0), 0.0)
     dt0 = (work / steps) / clock_hz
@@ -278,9 +281,9 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     rise = peak_tile - amb
     hotspot = rise >= HOTSPOT_SHARE * rise.max() if rise.max() > 0 else np.zeros_like(rise, dtype=bool)
     hy, hx = np.unravel_index(int(np.argmax(peak_tile)), peak_tile.shape)
-    latency = work / clock_hz / inferences
-    throttled_latency = float(t_end[-1]) / inferences
-    extra = _op_stretch(run, edges, w, throttled, factor) / inferences
+    latency = work / clock_hz / calls
+    throttled_latency = float(t_end[-1]) / calls
+    extra = _op_stretch(run, edges, w, throttled, factor) / calls
     e_in = float(step_energy.sum())
     stored = float(net["c"] * theta[-1].sum())
     v = _var
@@ -299,8 +302,8 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
         "hottest_tile_x": v((), int(hx), "1", "column of the hottest tile"),
         "throttle_fraction": v((), float(dt[throttled].sum() / t_end[-1]), "1",
                                "share of the seconds spent at the throttled clock"),
-        "latency_s": v((), latency, "s", "latency per inference at the nominal clock"),
-        "throttled_latency_s": v((), throttled_latency, "s", "seconds per inference, throttling included"),
+        "latency_s": v((), latency, "s", "latency of one call at the nominal clock"),
+        "throttled_latency_s": v((), throttled_latency, "s", "seconds per call, throttling included"),
         "slowdown": v((), throttled_latency / latency if latency > 0 else 1.0, "1",
                       "throttled latency over the nominal latency"),
         "energy_in_j": v((), e_in, "J", "on-die energy of all the inferences"),
@@ -308,13 +311,13 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
                                "heat that left through the vertical path (package, heat sink)"),
         "stored_heat_j": v((), stored, "J", "heat stored in the tiles at the end (C x rise, summed)"),
         "thermal_cycles": v(("op",), extra, "cycle",
-                            "cycles (nominal clock) throttling added to the op's span, per inference"),
+                            "cycles (nominal clock) throttling added to the op's span, per call"),
     }
     coords = {"time": ("time", t_end, {"units": "s", "description": "end of the step (throttled seconds)"}),
               "tile_y": np.arange(tr), "tile_x": np.arange(tc), "op": run.ops["op"].values}
     attrs = {**{k: val for k, val in run.attrs.items() if not isinstance(val, (dict, list))},
              **{f: float(np.asarray(getattr(hw, f))) for f in THERMAL_FIELDS}, "inferences": int(inferences),
-             "steps": int(steps), "tiles": tr * tc}
+             "calls": calls, "steps": int(steps), "tiles": tr * tc}
     return xr.Dataset(data, coords=coords, attrs=attrs)
 
 

@@ -36,7 +36,7 @@ mechanisms'):
   ``hw.replace(word_bytes=1)``): the time attributable to the word width.
   0 means *not analysed* until :meth:`Run.with_precision` attaches that run.
 * ``thermal``: ``thermal_cycles``, the cycles clock throttling added to the
-  op's span per inference under sustained operation
+  op's span per call (one run of the program) under sustained operation
   (:func:`dfit_nb.sim.thermal`); 0 means not analysed or never throttled
   until :meth:`Run.with_thermal` attaches the analysis.
 
@@ -304,7 +304,7 @@ def _extra_cycles(d: tuple[str, ...], precision: np.ndarray, thermal: np.ndarray
     return {
         "precision_cycles": _var(d, precision, "cycle", "cycles of the span attributable to the word width (0: not "
                                  "analysed; see Run.with_precision)"),
-        "thermal_cycles": _var(d, thermal, "cycle", "cycles throttling added to the span per inference under "
+        "thermal_cycles": _var(d, thermal, "cycle", "cycles throttling added to the span per call under "
                                "sustained operation (0: not analysed or never throttled; see Run.with_thermal)"),
     }
 
@@ -587,7 +587,7 @@ class Run:
 
     def with_thermal(self, analysis: xr.Dataset) -> Run:
         """A copy whose ``thermal`` bottleneck class carries ``analysis`` (from :meth:`thermal`): each op's
-        ``thermal_cycles``, the cycles throttling added to its span per inference.
+        ``thermal_cycles``, the cycles throttling added to its span per call.
 
         Examples
         --------
