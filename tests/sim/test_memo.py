@@ -221,6 +221,7 @@ def test_segment_by_model_family(static_traces):
         by_family(traces, Hardware.stack([hw, hw]))
 
 
+@pytest.mark.slow  # a calibration fit and an evaluated selection: ~20 s on 2 shared cores
 def test_a_given_calibration_sets_the_error_the_decision_uses(static_traces):
     import pandas as pd
 
