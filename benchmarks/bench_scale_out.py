@@ -6,10 +6,10 @@ against one process.
 directory, then its Pareto front; against the in-memory ``sweep()`` (per-op results, the eager path) on
 ``--eager-machines`` machines of the same grid. Each runs in its own subprocess (its peak RSS from
 ``resource.getrusage``) after a warm-up that compiles the one program both use; rates are machines per second of
-the timed part. (b) ``--cluster-machines`` machines computed by a ``LocalCluster(n_workers=2,
-threads_per_worker=1, processes=True)`` and by this process' threads (warm, second run timed): results equal,
-the time ratio reported. On a 2-core machine the cluster cannot be faster than the threads it replaces: it
-shows the overhead, not scaling (that needs more cores or hosts).
+the timed part, the best of ``--repeats`` alternating runs. (b) ``--cluster-machines`` machines computed by a
+``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`` and by this process' threads (warm, second
+run timed): results equal, the time ratio reported. On a 2-core machine the cluster cannot be faster than the
+threads it replaces: it shows the overhead, not scaling (that needs more cores or hosts).
 
 Run: ``python benchmarks/bench_scale_out.py --machines 5000 --eager-machines 2000 --cluster-machines 1000``.
 """
@@ -109,6 +109,7 @@ def main() -> None:
     p.add_argument("--eager-machines", type=int, default=2_000)
     p.add_argument("--chunks", type=int, default=ROW * 2)
     p.add_argument("--cluster-machines", type=int, default=1_000)
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--child", choices=("eager", "lazy"))
     a = p.parse_args()
     if a.child:
@@ -116,12 +117,16 @@ def main() -> None:
         return
     import jax
 
-    out = {}
-    for mode in ("eager", "lazy"):
-        run = subprocess.run([sys.executable, __file__, "--child", mode, "--machines", str(a.machines),
-                              "--eager-machines", str(a.eager_machines), "--chunks", str(a.chunks)],
-                             capture_output=True, text=True, check=True)
-        out[mode] = json.loads(run.stdout.strip().splitlines()[-1])
+    out: dict[str, dict] = {}
+    for _ in range(a.repeats):  # alternating, the fastest of each kept: the machine is shared and noisy
+        for mode in ("eager", "lazy"):
+            run = subprocess.run([sys.executable, __file__, "--child", mode, "--machines", str(a.machines),
+                                  "--eager-machines", str(a.eager_machines), "--chunks", str(a.chunks)],
+                                 capture_output=True, text=True, check=True)
+            got = json.loads(run.stdout.strip().splitlines()[-1])
+            if mode not in out or got["seconds"] < out[mode]["seconds"]:
+                got["peak_bytes"] = max(got["peak_bytes"], out.get(mode, {}).get("peak_bytes", 0))
+                out[mode] = got
     e, lz = out["eager"], out["lazy"]
     rate_e, rate_l = e["machines"] / e["seconds"], lz["machines"] / lz["seconds"]
     print(f"50-op trace x 3 dataflows, npu_like base, JAX {jax.__version__} ({jax.default_backend()}), "

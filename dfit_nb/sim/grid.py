@@ -359,4 +359,4 @@ def sweep(
     return dataset(p, {k: v.reshape(full + v.shape[2:]) for k, v in out.items()})
 
 
-__all__ = ("ALIASES", "Plan", "dataset", "evaluate_range", "machine_grid", "plan", "sweep", "variables_for")
+__all__ = ("ALIASES", "machine_grid", "sweep")

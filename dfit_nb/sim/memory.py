@@ -6,7 +6,9 @@ from those sizes before it compiles or allocates anything, and raises
 :class:`MemoryGuardError` when the estimate exceeds the memory available to
 this process: a clear message instead of the operating system's OOM killer or
 XLA's ``RESOURCE_EXHAUSTED`` after minutes. Where the API returns something
-small (``replay_batch``'s per-machine scalars) the work is chunked instead.
+small (``replay_batch``'s per-machine scalars) the work is chunked instead. A lazy sweep or batch
+(``chunks=``, :mod:`dfit_nb.sim.scale`) checks one chunk's estimate, times the chunks that run at once, against
+a worker's memory before it builds its graph.
 
 The estimates are upper bounds built from what each stage holds (float64
 arrays and the copies NumPy and XLA make of them), checked against the peak

@@ -32,6 +32,7 @@ from dask.callbacks import Callback
 from dask.highlevelgraph import HighLevelGraph
 from tqdm.auto import tqdm
 
+from .._version import __version__
 from ..errors import DfitError
 from . import memory as _memory
 from ._cost import TOTALS
@@ -51,9 +52,11 @@ class ScaleOutError(DfitError, RuntimeError):
 
 
 def versions() -> dict[str, str]:
-    """The versions a chunk's result depends on: dfit_nb's and JAX's (checked on every worker)."""
-    from .. import __version__
+    """The versions a chunk's result depends on: dfit_nb's and JAX's (checked on every worker).
 
+    >>> sorted(versions())
+    ['dfit_nb', 'jax']
+    """
     return {"dfit_nb": __version__, "jax": jax.__version__}
 
 
@@ -120,7 +123,12 @@ def _client() -> Any:
 def worker_memory() -> tuple[float, int, str]:
     """Memory one task may use (bytes), tasks that run at once per memory pool, and where the figure comes from:
     the smallest worker's limit over its threads when a distributed client is active, else this process' memory
-    over the local scheduler's threads."""
+    over the local scheduler's threads.
+
+    >>> room, threads, source = worker_memory()
+    >>> room > 0 and threads >= 1
+    True
+    """
     client = _client()
     if client is not None:
         workers = client.scheduler_info().get("workers", {}).values()
@@ -300,7 +308,9 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
         tasks.append(dask.delayed(_write_block, pure=False)(store, number, regions, values,
                                                             dask_key_name=f"{WRITE_PREFIX}{number}-{source[-12:]}"))
     with contextlib.ExitStack() as stack:
-        if progress:
+        if progress and _client() is not None:
+            print(dashboard(f"to_zarr of {len(tasks)} chunks"))  # the cluster's dashboard shows the tasks
+        elif progress:
             stack.enter_context(_Bar(WRITE_PREFIX, "to_zarr"))
         dask.compute(*tasks)
     return len(tasks)
@@ -333,7 +343,8 @@ class _Bar(Callback):
 @contextlib.contextmanager
 def progress(desc: str = "chunks", prefix: str = CHUNK_PREFIX) -> Iterator[Any]:
     """A progress bar over the chunks computed inside the ``with`` block: tqdm under the local scheduler; with a
-    ``dask.distributed`` client, the client itself (its ``dashboard_link`` shows every task live), yielded.
+    ``dask.distributed`` client, a printed line with its dashboard link (where every task shows live), and the
+    client yielded.
 
     >>> from dfit_nb.sim import presets, sweep
     >>> lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os"], chunks=1,
@@ -343,6 +354,7 @@ def progress(desc: str = "chunks", prefix: str = CHUNK_PREFIX) -> Iterator[Any]:
     """
     client = _client()
     if client is not None:
+        print(dashboard(desc))
         yield client
         return
     with _Bar(prefix, desc) as bar:
@@ -351,12 +363,16 @@ def progress(desc: str = "chunks", prefix: str = CHUNK_PREFIX) -> Iterator[Any]:
 
 def dashboard(what: str = "this sweep") -> str:
     """One line naming the active client's dashboard (where a distributed computation's progress shows), or
-    saying that the local scheduler runs ``what``."""
+    saying that the local scheduler runs ``what``.
+
+    >>> dashboard("this sweep")
+    "this sweep runs on this process' threads (no dask.distributed client is active)"
+    """
     client = _client()
     if client is None:
         return f"{what} runs on this process' threads (no dask.distributed client is active)"
     return f"{what} runs on the Dask cluster; progress: {client.dashboard_link}"
 
 
-__all__ = ("CHUNK_PREFIX", "DONE", "WRITE_PREFIX", "ScaleOutError", "blocks", "check_chunk", "check_versions",
-           "chunked", "dashboard", "lazy_sweep", "progress", "to_zarr", "versions", "worker_memory")
+__all__ = ("CHUNK_PREFIX", "DONE", "WRITE_PREFIX", "ScaleOutError", "blocks", "check_versions", "dashboard", "progress",
+           "to_zarr", "versions", "worker_memory")

@@ -291,3 +291,11 @@ def test_sweep_explorer_on_a_lazy_batch_computes_the_front_and_opens_a_picked_ma
     grid_lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)
     sg = SweepExplorer(grid_lazy)
     assert sg.shown.sizes["front"] == pareto_front(grid_lazy).sizes["front"]
+
+
+def test_the_progress_bar_counts_the_chunks_of_a_local_computation():
+    lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)
+    with scale.progress() as bar:
+        lazy.compute()
+    assert bar.bar.total == bar.bar.n == lazy.attrs["chunks"] == 6
+    assert "runs on this process' threads" in scale.dashboard()
