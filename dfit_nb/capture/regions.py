@@ -36,8 +36,10 @@ The rule (also in ``docs/recipes.md``):
    updates, JAX's ``jit(relu)``) takes its parameter region, spelled as the region's *home* where it has one:
    the scope path shared by the scopes of the ops reading it, counting only scopes that read that one region
    (Linen's ``conv0`` lives in ``CNN/conv0``, so its optimizer ops are ``optimizer/CNN/conv0``).
-   ``regions="scopes"`` keeps the scopes only; ``regions="params"`` the parameter regions only. Containers take
-   their first op's region, unless their own scope is kept.
+   ``regions="scopes"`` keeps the scopes only; ``regions="params"`` the parameter regions only.
+7. **Containers** (jit, scan, cond, ...) are in the region of their ops when all of them are in one region (and
+   the container's own scope is not kept); otherwise in their own scope's (a jit of the whole program stays in
+   the root), after their ops' direction when that is one. Their direction is their first op's.
 
 A program whose arguments hold no parameter falls back to scopes; when it closes over arrays (its weights as
 constants) a :class:`ParameterRegionWarning` says so.
@@ -311,17 +313,31 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
 
         final = [scope[i] if keeps_scope(scope[i]) else (home.get(region[i]) or region[i]) for i in range(n)]
 
-    # containers: their first op's region and direction (children have higher ids: walk them last to first)
-    children: dict[int, int] = {}
+    several = len({direction[i] for i in leaf_ops}) > 1
+
+    def full(i: int) -> str:
+        return "/".join(p for p in (direction[i] if several else "", final[i]) if p)
+
+    path = {i: full(i) for i in leaf_ops}
+    # containers, innermost first (children have higher ids): where all their ops are, when that is one region
+    # (JAX's jit(relu) inside a layer); otherwise, or when their own scope is kept, their own scope (a jit of the
+    # whole program stays in the root)
+    children: dict[int, list[int]] = {}
     for r in records:
         if r.parent >= 0:
-            children.setdefault(r.parent, r.id)
+            children.setdefault(r.parent, []).append(r.id)
     for r in reversed(records):
-        if r.container and r.container != "opaque" and r.id in children:
-            if not by_scopes and not (mode == "both" and keeps_scope(scope[r.id])):
-                final[r.id] = final[children[r.id]]  # a container is where its ops are, unless its scope is kept
-            direction[r.id] = direction[children[r.id]]
-    several = len({direction[i] for i in leaf_ops}) > 1
+        if not r.container or r.container == "opaque":
+            continue
+        inner = children.get(r.id, [])
+        dirs = {direction[c] for c in inner}
+        direction[r.id] = direction[inner[0]] if inner else direction[r.id]
+        paths = {path[c] for c in inner}
+        if len(paths) == 1 and not by_scopes and not (mode == "both" and keeps_scope(scope[r.id])):
+            path[r.id] = paths.pop()
+        else:
+            path[r.id] = "/".join(p for p in (direction[r.id] if several and len(dirs) == 1 else "", scope[r.id])
+                                  if p)
     for r in records:
         r.direction = direction[r.id]
-        r.region = "/".join(p for p in (direction[r.id] if several else "", final[r.id]) if p)
+        r.region = path[r.id]
