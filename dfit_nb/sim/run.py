@@ -637,7 +637,10 @@ class Run:
 
     def _with_cycles(self, name: str, cycles: np.ndarray) -> Run:
         ops = self.ops.copy()
-        ops[name] = (("op",), np.asarray(cycles, dtype=np.float64), dict(self.ops[name].attrs))
+        zeros = np.zeros(ops.sizes["op"])
+        # a run saved before the bottleneck classes has neither: start both from "not analysed"
+        ops = ops.assign({k: v for k, v in _extra_cycles(("op",), zeros, zeros).items() if k not in ops})
+        ops[name] = (("op",), np.asarray(cycles, dtype=np.float64), dict(ops[name].attrs))
         ops, regions, summary = _classified(ops, self.regions, self.summary)
         return Run(events=self.events, cube=self.cube, summary=summary, ops=ops, regions=regions, attrs=self.attrs)
 
