@@ -288,17 +288,15 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
     anchored = [i for i in leaf_ops if anchor[i]]
     by_scopes = mode == "scopes" or not anchored
 
-    def keeps_scope(s: str) -> bool:  # "both" redefines it
-        return False
+    def keeps_scope(s: str) -> bool:
+        """Rule 6: a scope someone entered for a layer, not one JAX or a library wrote."""
+        return mode == "both" and bool(s) and not all(_LIBRARY.match(seg) for seg in s.split("/"))
 
     if by_scopes:
         final = list(scope)
     elif mode == "params":
         final = list(region)
     else:
-        def library(s: str) -> bool:
-            return all(_LIBRARY.match(seg) for seg in s.split("/"))
-
         layers_in: dict[str, set[str]] = {}  # scope -> the parameter regions its ops read
         for i in anchored:
             layers_in.setdefault(scope[i], set()).add(anchor[i])
@@ -306,11 +304,8 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
         home: dict[str, str] = {}
         for i in anchored:
             s = scope[i]
-            if s and not library(s) and len(layers_in[s]) == 1:
+            if keeps_scope(s) and len(layers_in[s]) == 1:
                 home[anchor[i]] = _common(home[anchor[i]], s) if anchor[i] in home else s
-        def keeps_scope(s: str) -> bool:
-            return bool(s) and not library(s)
-
         final = [scope[i] if keeps_scope(scope[i]) else (home.get(region[i]) or region[i]) for i in range(n)]
 
     several = len({direction[i] for i in leaf_ops}) > 1
@@ -333,7 +328,7 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
         dirs = {direction[c] for c in inner}
         direction[r.id] = direction[inner[0]] if inner else direction[r.id]
         paths = {path[c] for c in inner}
-        if len(paths) == 1 and not by_scopes and not (mode == "both" and keeps_scope(scope[r.id])):
+        if len(paths) == 1 and not by_scopes and not keeps_scope(scope[r.id]):
             path[r.id] = paths.pop()
         else:
             path[r.id] = "/".join(p for p in (direction[r.id] if several and len(dirs) == 1 else "", scope[r.id])
