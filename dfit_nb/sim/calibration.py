@@ -35,10 +35,13 @@ import xarray as xr
 from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
-from .hardware import FIELDS, Hardware
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware
 
-#: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search)
-FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items() if kind in ("positive", "nonneg"))
+#: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search), except the
+#: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
+#: gradient is zero and a fit could only leave them where they started
+FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items()
+                 if kind in ("positive", "nonneg") and f not in THERMAL_FIELDS)
 #: default fields: how fast the arrays run, how fast and how soon memory feeds them, how much of that hides
 #: under compute, and the fixed cost per op
 DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "memory_overlap", "op_overhead_cycles")
@@ -353,6 +356,10 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
     unknown = [f for f in fields if f not in FIELDS]
     if unknown:
         raise CalibrationError(f"Hardware has no field(s) {unknown}; fittable: {', '.join(FITTABLE)}")
+    thermal = [f for f in fields if f in THERMAL_FIELDS]
+    if thermal:
+        raise CalibrationError(f"cannot fit {thermal} on measured times: latency does not depend on them (they "
+                               f"drive dfit_nb.sim.thermal); fittable: {', '.join(FITTABLE)}")
     shaped = [f for f in fields if f not in FITTABLE]
     if shaped:
         raise CalibrationError(f"cannot fit {shaped} by gradient: they are whole numbers that shape the mapping "

@@ -100,6 +100,8 @@ def test_bad_calibration_inputs_are_named():
         calibrate(rows, hw, ["clock_mhz"])
     with pytest.raises(CalibrationError, match="shape the mapping search"):
         calibrate(rows, hw, ["pe_rows"])
+    with pytest.raises(CalibrationError, match=r"cannot fit \['heat_capacity_j_per_k'\] on measured times"):
+        calibrate(rows, hw, ["clock_ghz", "heat_capacity_j_per_k"])
     with pytest.raises(CalibrationError, match="cannot determine 5 field"):
         calibrate(rows.head(3), hw)
     with pytest.raises(CalibrationError, match="would leave the machine invalid"):
