@@ -71,6 +71,7 @@ def _entries(path: Path) -> set[str]:
     return {p.name for p in path.glob("*-cache")} if path.is_dir() else set()
 
 
+@pytest.mark.slow  # two fresh processes, each capturing and replaying end to end
 def test_a_replay_populates_the_cache_and_the_next_process_loads_it(tmp_path):
     cache = tmp_path / "cache"
     cold = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})

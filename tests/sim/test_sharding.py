@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent('''
     import os
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
@@ -56,6 +58,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow  # a fresh process with two host devices, capturing and replaying end to end
 def test_replay_batch_sharded_over_two_host_devices_equals_one_device():
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=300)
