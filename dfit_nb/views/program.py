@@ -15,6 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from ..events.schema import KINDS
+from ..sim.pareto import pareto_mask as front_mask
 from ._common import (
     MAX_ROWS,
     ViewInputError,
@@ -671,7 +672,8 @@ def _sweep_frame(ds: xr.Dataset) -> tuple[pd.DataFrame, list[str]]:
 
 
 def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Points no other point beats on both ``x`` and ``y`` (lower is better; duplicates keep one).
+    """Points no other point beats on both ``x`` and ``y`` (lower is better; duplicates keep one): the front of
+    :func:`dfit_nb.sim.pareto_front` (one computation of it), after naming an argument that is not numbers.
 
     >>> pareto_mask(np.array([1.0, 2.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0, 2.0])).tolist()
     [True, True, False, False]
@@ -685,12 +687,7 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     x, y = arrays
     if x.size != y.size:
         raise ValueError(f"pareto_mask() needs x and y of one length, got {x.size} and {y.size}")
-    order = np.lexsort((y, x))
-    ys = y[order]
-    prev = np.concatenate([[np.inf], np.minimum.accumulate(ys)[:-1]])
-    mask = np.zeros(x.size, bool)
-    mask[order] = ys < prev
-    return mask
+    return front_mask(x, y)
 
 
 _ALIASES = {"latency": "latency_s", "energy": "energy_j", "cycles": "total_cycles"}
