@@ -22,7 +22,8 @@ from tests import jupyterlab as lab
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 TUTORIALS = ["01_quick_start", "02_regions_and_transformations", "03_many_machines", "04_spatial_mapping",
-             "05_hybrid_dataflow", "06_design_space_sweeps", "07_real_chip_calibration", "08_real_models"]
+             "05_hybrid_dataflow", "06_design_space_sweeps", "07_real_chip_calibration", "08_real_models",
+             "09_case_study"]
 MAX_BYTES = 250_000  # scripts/execute_notebooks.py warns above the same size
 _MISSING = lab.missing()
 
