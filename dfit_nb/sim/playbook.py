@@ -96,7 +96,10 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
 
     # 1. symptom: the failing metric, the slice, the first failing stage and layer, the tags
     per_op_best = np.argmin(cost, axis=1)
-    diverge = np.flatnonzero(per_op_best != base_i)
+    # a layer prefers another style only when that style is strictly cheaper: a tie (argmin takes the first
+    # of equals) is no symptom
+    cheapest = cost[np.arange(len(per_op_best)), per_op_best]
+    diverge = np.flatnonzero(cheapest < cost[:, base_i] * (1 - 1e-12))
     ab = compare(base_run, policy.runs["hybrid"])
     metric_unit = {"energy": ("energy_j", "mJ", 1e3), "latency": ("latency_s", "us", 1e6)}
     if objective in metric_unit:
