@@ -1,7 +1,7 @@
 """The tutorials as stored, and two of them run in a real JupyterLab.
 
 nbval (``notebooks/*.ipynb`` in the default pytest run) re-executes every notebook and compares each output
-strictly; these tests check what nbval cannot: that the seven tutorials are there, executed, small, free of CDN
+strictly; these tests check what nbval cannot: that the nine tutorials are there, executed, small, free of CDN
 references and of blanket ``nbval-ignore-output``; and that the quick start and the hybrid tutorial draw their
 charts and widgets in JupyterLab under headless Chromium, offline.
 """
@@ -32,7 +32,7 @@ def _read(name: str) -> nbformat.NotebookNode:
     return nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
 
 
-def test_the_seven_tutorials_are_there():
+def test_the_nine_tutorials_are_there():
     assert sorted(p.stem for p in NOTEBOOKS.glob("[0-9]*.ipynb")) == TUTORIALS
 
 

@@ -207,6 +207,7 @@ def test_report_errors(static_traces, eyeriss_policy):
 _UI = __import__("tests.events.perfetto_ui", fromlist=["missing"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_UI.missing() is not None and not __import__("os").environ.get("CI"),
                     reason=f"offline render check {_UI.missing()} (CI installs them)")
 def test_the_html_playbook_renders_offline_in_headless_chromium(eyeriss_policy, tmp_path):

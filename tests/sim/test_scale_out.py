@@ -137,6 +137,7 @@ def test_reductions_of_a_lazy_sweep_equal_numpy_on_the_eager_one(eager):
         best(lazy, "total_cycles", keep=["op"])
 
 
+@pytest.mark.slow
 def test_lazy_replay_batch_equals_eager():
     trace = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
     hw = Hardware.stack([HW.replace(dram_bytes_per_cycle=bw, tile_cols=c) for bw in (8.0, 64.0, 600.0)
@@ -193,6 +194,7 @@ KILLED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_zarr_stream_killed_half_way_resumes_without_losing_or_repeating_chunks(tmp_path):
     import zarr
 
@@ -284,6 +286,7 @@ def test_a_worker_killed_mid_sweep_is_retried_without_losing_chunks(client, eage
     _same(lazy.compute(), eager)
 
 
+@pytest.mark.slow
 def test_sweep_explorer_on_a_lazy_batch_computes_the_front_and_opens_a_picked_machine():
     from dfit_nb.widgets import SweepExplorer
 
