@@ -230,21 +230,16 @@ def missing_evidence(policy: Any) -> list[str]:
 
 
 def _mix(mix: Mapping[int, float] | Sequence[int] | None, base: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(batch sizes, weights)`` from ``{multiple of base: probability}`` (default) or a sample of sizes."""
+    """``(batch sizes, weights)`` from ``{size: probability}`` or a sample of sizes
+    (:func:`dfit_nb.sim.shapes.size_distribution`); ``None``: :data:`DEFAULT_BATCH_MIX`, multiples of ``base``."""
+    from .shapes import ShapeError, size_distribution
+
     if mix is None:
-        sizes = np.array([base * k for k in DEFAULT_BATCH_MIX], np.float64)
-        weights = np.array(list(DEFAULT_BATCH_MIX.values()), np.float64)
-    elif isinstance(mix, Mapping):
-        sizes = np.array(list(mix), np.float64)
-        weights = np.array(list(mix.values()), np.float64)
-    else:
-        sizes, counts = np.unique(np.asarray(list(mix), np.float64), return_counts=True)
-        weights = counts.astype(np.float64)
-    if sizes.size == 0 or (sizes < 1).any() or (sizes != np.round(sizes)).any() or (weights < 0).any() \
-            or not weights.sum() > 0:
-        raise MemoError(f"batch_sizes must be whole sizes >= 1 with weights >= 0 summing above 0 ({{size: weight}} "
-                        f"or a sample of sizes), got {mix!r}")
-    return sizes, weights
+        mix = {base * k: p for k, p in DEFAULT_BATCH_MIX.items()}
+    try:
+        return size_distribution(mix)
+    except ShapeError as err:
+        raise MemoError(str(err)) from None
 
 
 def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: Mapping[str, int],

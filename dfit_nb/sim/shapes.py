@@ -218,6 +218,26 @@ def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[fl
     return np.array([v[min(np.searchsorted(cum, q - 1e-12), len(v) - 1)] for q in qs])
 
 
+def size_distribution(batch_sizes: Mapping[int, float] | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(sizes, weights)`` of a batch-size distribution: ``{size: probability}`` or a sample of sizes (each size
+    weighted by how often it occurs). Sizes are whole numbers >= 1; weights are >= 0 and sum above 0.
+
+    >>> [a.tolist() for a in size_distribution([1, 4, 1])]
+    [[1.0, 4.0], [2.0, 1.0]]
+    """
+    if isinstance(batch_sizes, Mapping):
+        sizes = np.array(list(batch_sizes), dtype=np.float64)
+        weights = np.array(list(batch_sizes.values()), dtype=np.float64)
+    else:
+        sizes, counts = np.unique(np.asarray(list(batch_sizes), dtype=np.float64), return_counts=True)
+        weights = counts.astype(np.float64)
+    if sizes.size == 0 or (sizes < 1).any() or (sizes != np.round(sizes)).any() or (weights < 0).any() \
+            or not weights.sum() > 0:
+        raise ShapeError(f"batch_sizes needs whole sizes >= 1 with weights >= 0 that sum above 0 ({{size: weight}} "
+                         f"or a sample of sizes), got {batch_sizes!r}")
+    return sizes, weights
+
+
 def tail_latency(trace: Any, hw: Hardware, make_args: Callable[..., Sequence[Any]], base: Mapping[str, int],
                  batch_sizes: Mapping[int, float] | Sequence[int], axis: str = "batch", objective: str = "energy",
                  quantiles: Sequence[float] = (0.5, 0.95, 0.99)) -> xr.Dataset:
@@ -227,14 +247,7 @@ def tail_latency(trace: Any, hw: Hardware, make_args: Callable[..., Sequence[Any
     Policies: each single style, and the hybrid chosen at the base shape (what a deployment would run).
     Quantiles are of the discrete distribution (the smallest value whose cumulative probability reaches q).
     """
-    if isinstance(batch_sizes, Mapping):
-        sizes = np.array(list(batch_sizes), dtype=np.float64)
-        weights = np.array(list(batch_sizes.values()), dtype=np.float64)
-    else:
-        sizes, counts = np.unique(np.asarray(batch_sizes, dtype=np.float64), return_counts=True)
-        weights = counts.astype(np.float64)
-    if sizes.size == 0 or (weights < 0).any() or weights.sum() <= 0 or (sizes <= 0).any():
-        raise ShapeError("batch_sizes needs positive sizes with non-negative weights that sum above 0")
+    sizes, weights = size_distribution(batch_sizes)
     if axis not in base:
         raise ShapeError(f"axis {axis!r} is not in base {dict(base)}")
     ds = shape_sensitivity(trace, hw, make_args, base, {axis: list(sizes / base[axis])}, objective)
