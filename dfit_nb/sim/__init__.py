@@ -36,7 +36,6 @@ from .policy import PolicyError as PolicyError
 from .policy import select_dataflows as select_dataflows
 from .run import Run as Run
 from .run import load_run as load_run
-from .scale import to_zarr as to_zarr
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
@@ -45,3 +44,13 @@ __all__ = ("DATAFLOWS", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "Cost
            "compare",
            "cost", "load_run", "pareto_front", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
            "shape_sensitivity", "sweep", "tail_latency", "thermal", "to_zarr")
+
+
+def __getattr__(name: str) -> object:
+    """``to_zarr`` is loaded on first use: its module subclasses Dask's callbacks, and ``import dfit_nb`` should not
+    pay for importing Dask (0.1-0.2 s) when no lazy sweep is made."""
+    if name == "to_zarr":
+        from .scale import to_zarr
+
+        return to_zarr
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,6 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-import dask.base
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -695,6 +694,8 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
         out = batch_range(plan, leaves, progress=True)
         attrs_chunks = -(-shape[0] // chunk)
     else:
+        import dask.base  # only a lazy batch needs Dask: `import dfit_nb` does not load it
+
         from .scale import chunked
 
         name = dask.base.tokenize(arrays, preds, pred_bytes, codes_p, pin, leaves, execution, str(dataflow))

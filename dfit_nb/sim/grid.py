@@ -7,7 +7,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-import dask.base
 import jax
 import numpy as np
 import xarray as xr
@@ -154,7 +153,6 @@ class Plan:
     key_base: int
     per_op: bool
     variables: tuple[str, ...]
-    token: str  # identifies the sweep (inputs and options): names its Dask tasks and its Zarr store
 
     @property
     def machines(self) -> int:
@@ -208,10 +206,8 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
     tables, keys, key_base = _grid_tables(hw, axes)
     shape = tuple(len(labels) for _, labels in axes.values())
     count = op_counts(ops, len(coord))
-    token = dask.base.tokenize(arrays, count, hardware_attrs(hw), {k: labels for k, (_, labels) in axes.items()},
-                               names, memory, per_op, kept)
     return Plan(arrays, coord, count, hw, axes, shape, names, codes[:, 0].astype(np.float64), memory == "ideal",
-                tables, keys, key_base, per_op, kept, token)
+                tables, keys, key_base, per_op, kept)
 
 
 def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress: bool = False

@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import dask
-import dask.array as da
 import numpy as np
 import xarray as xr
 
@@ -121,6 +119,9 @@ def pareto_front(ds: xr.Dataset, objectives: Sequence[str] | None = None) -> xr.
     if not isinstance(ds, xr.Dataset):
         raise ReductionError(f"pareto_front() needs an xarray.Dataset (a sweep or replay_batch result), got "
                              f"{type(ds).__name__}")
+    import dask  # imported where used: `import dfit_nb` (and the views' front of eager points) never load Dask
+    import dask.array as da
+
     xname, yname = _objectives(ds, objectives)
     xa, ya = ds[xname], ds[yname].transpose(*ds[xname].dims)
     dims, shape = xa.dims, xa.shape
@@ -165,6 +166,8 @@ def best(ds: xr.Dataset, objective: str, keep: Sequence[str] = ()) -> xr.Dataset
     bad = [d for d in keep if d not in ds[objective].dims]
     if bad:
         raise ReductionError(f"best() keep dims {bad} are not dims of {objective!r}: {ds[objective].dims}")
+    import dask
+
     over = [d for d in ds[objective].dims if d not in keep]
     where = dict(zip(over, dask.compute(*ds[objective].argmin(dim=over).values()), strict=True))  # small
     same = [v for v in ds.data_vars if set(ds[v].dims) == set(ds[objective].dims)]

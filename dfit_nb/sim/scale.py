@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 from .._version import __version__
 from ..errors import DfitError
 from . import memory as _memory
-from ._cost import TOTALS
+from ._cost import TOTALS, hardware_attrs
 from .grid import Plan, dataset, evaluate_range
 from .hardware import FIELDS
 
@@ -194,7 +194,11 @@ def lazy_sweep(p: Plan, chunks: int) -> xr.Dataset:
     trailing = {v: ((n_df,),) if v in TOTALS else ((n_df,), (n_ops,)) for v in p.variables if v != "count"}
     tasks = [(index, (lo, hi, tuple(c[i] for c, i in zip(per_axis, index, strict=True)), largest))
              for index, lo, hi in parts]
-    arrays = chunked(f"{p.token}-{chunks}", _sweep_block, p, per_axis, tasks, trailing)
+    # the sweep's identity (inputs and options) names its Dask tasks and, through them, its Zarr store
+    token = dask.base.tokenize(p.arrays, p.count, hardware_attrs(p.base),
+                               {k: labels for k, (_, labels) in p.axes.items()}, p.dataflows, p.ideal, p.per_op,
+                               p.variables)
+    arrays = chunked(f"{token}-{chunks}", _sweep_block, p, per_axis, tasks, trailing)
     ds = dataset(p, arrays)
     ds.attrs.update(chunks=len(parts), chunk_machines=largest)
     return ds

@@ -7,7 +7,6 @@ import re
 from typing import Any
 
 import altair as alt
-import dask.array as da
 import ipywidgets as w
 import numpy as np
 import xarray as xr
@@ -139,7 +138,7 @@ class SweepExplorer(w.VBox):
 
 
 def _lazy(ds: xr.Dataset) -> bool:
-    return any(isinstance(ds[v].data, da.Array) for v in ds.data_vars)
+    return bool(ds.chunksizes)  # chunked (Dask-backed) variables; without importing Dask for an eager sweep
 
 
 def _front_points(ds: xr.Dataset) -> xr.Dataset:
