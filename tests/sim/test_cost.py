@@ -280,7 +280,7 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     cost(ops, hw, ["ws", "os"])  # the direct path: no fallback needed
 
 
-def test_inconsistent_variables_are_refused_by_the_direct_path_and_built_by_the_public_one():
+def test_inconsistent_variables_fall_back_to_the_public_constructor_which_refuses_them():
     from dfit_nb.sim._cost import assemble
 
     data = {"a": (("op",), np.arange(3.0), {}), "b": (("op",), np.arange(2.0), {})}
