@@ -25,7 +25,8 @@ first), and ``kt x nt`` of the weights. Non-GEMM ops use ``mn`` with ``gx = 1``.
 The search tries every layout with split factors ``gy, gx`` from ``2^a`` and
 ``q 2^a`` (``a = 0 .. 12``, ``q`` the odd part of the machine's tile count,
 so that a 4x5 grid can use all 20 tiles: ``5 x 4``, ``10 x 2``, ``20 x 1``),
-``gy * gx <= tiles`` (546 candidates per op, evaluated at once), and
+``gy * gx <= tiles`` (546 candidates per op, evaluated at once; a program compiled for a grid of at most
+``T`` tiles drops, before tracing, the candidates that cannot fit ``T`` tiles: 54 on a 20-tile grid), and
 keeps the one with the lowest time of the op alone under the one machine model
 (the body time of :func:`dfit_nb.sim.machine.op_body` on tiles ``0 .. U-1``:
 compute, SRAM ports, NoC, DRAM; exactly what a one-op replay takes), times
@@ -58,6 +59,7 @@ pieces (the array does the padded work).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax.numpy as jnp
@@ -79,6 +81,29 @@ _L, _Y, _X = (a.reshape(-1) for a in np.meshgrid(np.arange(len(LAYOUTS)), np.ara
 _KEEP = ((_Y % (MAX_LOG2 + 1)) + (_X % (MAX_LOG2 + 1)) <= MAX_LOG2) & ~((_Y > MAX_LOG2) & (_X > MAX_LOG2))
 #: every (layout, gy index, gx index) the search tries: mn before mk, then gy index, then gx index
 CANDIDATES = {"layout": _L[_KEEP].astype(np.float64), "iy": _Y[_KEEP], "ix": _X[_KEEP]}
+
+
+def _smallest_factor(index: np.ndarray) -> np.ndarray:
+    """The smallest value factor ``index`` takes on any machine: ``2^a`` exactly, ``q 2^a`` with ``q >= 3``."""
+    return np.where(index <= MAX_LOG2, 2.0 ** index, 3.0 * 2.0 ** (index - MAX_LOG2 - 1))
+
+
+@functools.lru_cache(maxsize=64)
+def candidates_within(max_tiles: int) -> dict[str, np.ndarray]:
+    """The :data:`CANDIDATES` that can fit a grid of at most ``max_tiles`` tiles, in the same order.
+
+    Every other candidate needs ``gy * gx > max_tiles`` on any machine, so the search scores it ``inf``: dropping
+    it before tracing changes no result (ties still go to the earlier candidate) and shrinks the search, the bulk
+    of the model's work, from 546 candidates per op to 54 on a 20-tile grid.
+
+    >>> len(candidates_within(20)["layout"]), len(candidates_within(4096)["layout"])
+    (54, 446)
+    """
+    keep = _smallest_factor(CANDIDATES["iy"]) * _smallest_factor(CANDIDATES["ix"]) <= max(int(max_tiles), 1)
+    out = {key: value[keep] for key, value in CANDIDATES.items()}
+    for value in out.values():
+        value.setflags(write=False)
+    return out
 
 
 def odd_part(n: Any, xp: Any = jnp) -> Any:
@@ -136,11 +161,13 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
 
     ``budget``: tiles an op may spread over. ``pinned``: per-op ``layout``
     (-1 free), ``gy`` and ``gx`` (0 free) from the user's per-region choices.
-    ``tables``: the grid's tile-order prefix counts (where an op's tiles lie).
+    ``tables``: the grid's tile-order prefix counts (where an op's tiles lie); their static length (``tiles + 1``
+    of the grid the program is compiled for, padded: never fewer than ``hw``'s tiles) bounds the candidates.
     """
     values, valid = factors(hw)
-    iy, ix = jnp.asarray(CANDIDATES["iy"]), jnp.asarray(CANDIDATES["ix"])
-    cand = {"layout": jnp.asarray(CANDIDATES["layout"])[None, :], "gy": values[iy][None, :],
+    tried = candidates_within(jnp.shape(tables[0])[-2] - 1)
+    iy, ix = jnp.asarray(tried["iy"]), jnp.asarray(tried["ix"])
+    cand = {"layout": jnp.asarray(tried["layout"])[None, :], "gy": values[iy][None, :],
             "gx": values[ix][None, :]}
     col = {key: jnp.asarray(val)[:, None] for key, val in ops.items()}
     gemm = col["gemm"] > 0
@@ -160,4 +187,4 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
                       cand["gx"], alloc)
     score = jnp.where(ok, estimate(m, hw, tables), jnp.inf)
     best = jnp.argmin(score, axis=1)  # ties: the first candidate (mn before mk, smaller gy, then smaller gx)
-    return {"layout": jnp.asarray(CANDIDATES["layout"])[best], "gy": values[iy[best]], "gx": values[ix[best]]}
+    return {"layout": jnp.asarray(tried["layout"])[best], "gy": values[iy[best]], "gx": values[ix[best]]}

@@ -1,0 +1,73 @@
+"""The mapping search: dropping the candidates that cannot fit the compiled grid changes no mapping."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from dfit_nb.sim import mapping, presets, schedule
+from dfit_nb.sim._cost import alone_arrays, for_jit, grid_tables
+
+
+def _valid_pairs(tiles: int) -> set[tuple[int, int, int]]:
+    """Every (layout, iy, ix) of the full candidate set whose factors fit a ``tiles``-tile machine (brute force)."""
+    q = float(mapping.odd_part(float(tiles), np))
+    values = [2.0 ** a for a in range(mapping.MAX_LOG2 + 1)] + [q * 2.0 ** a for a in range(mapping.MAX_LOG2 + 1)]
+    valid = [True] * (mapping.MAX_LOG2 + 1) + [q > 1] * (mapping.MAX_LOG2 + 1)
+    c = mapping.CANDIDATES
+    return {(int(lay), int(iy), int(ix)) for lay, iy, ix in zip(c["layout"], c["iy"], c["ix"], strict=True)
+            if valid[iy] and valid[ix] and values[iy] * values[ix] <= tiles}
+
+
+@pytest.mark.parametrize("bound", [1, 8, 20, 64, 320, 512, 4096])
+def test_the_kept_candidates_hold_every_one_a_smaller_grid_can_use(bound):
+    kept = mapping.candidates_within(bound)
+    keys = set(zip(kept["layout"].astype(int).tolist(), kept["iy"].tolist(), kept["ix"].tolist(), strict=True))
+    for tiles in sorted({1, 2, 3, 5, 6, 7, 12, 15, 20, 24, 45, 64, 96, 320, 512, 4096} | {bound}):
+        if tiles <= bound:
+            missing = _valid_pairs(tiles) - keys
+            assert not missing, (bound, tiles, sorted(missing)[:5])
+    # in the full set's order, so ties still go to the same (earlier) candidate
+    order = {k: i for i, k in enumerate(zip(mapping.CANDIDATES["layout"].astype(int).tolist(),
+                                            mapping.CANDIDATES["iy"].tolist(), mapping.CANDIDATES["ix"].tolist(),
+                                            strict=True))}
+    positions = [order[k] for k in zip(kept["layout"].astype(int).tolist(), kept["iy"].tolist(),
+                                       kept["ix"].tolist(), strict=True)]
+    assert positions == sorted(positions) and positions[0] == 0
+    assert len(kept["layout"]) < len(mapping.CANDIDATES["layout"])
+
+
+def _ops(seed: int, n: int = 40) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    m, k, nn = (np.exp(rng.uniform(0, np.log(5000), n)).round() for _ in range(3))
+    k[: n // 5] = 0  # some vector ops
+    arrays, _ = alone_arrays({"m": m, "k": k, "n": nn, "batch": rng.integers(1, 5, n).astype(float),
+                              "elems_in": m * nn, "elems_out": m * nn})
+    return arrays
+
+
+@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])  # 20 and 320 tiles in buckets of 64 and 512
+def test_the_pruned_search_picks_what_the_full_search_picks(preset, monkeypatch):
+    hw = for_jit(presets.get(preset))
+    rows, cols = int(hw.tile_rows), int(hw.tile_cols)
+    grid = schedule.bucket(rows, cols)
+    tables = grid_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
+    n_tiles = float(rows * cols)
+    with jax.enable_x64(True):
+        for seed, df in ((0, 0.0), (1, 1.0), (2, 2.0)):
+            ops = _ops(seed)
+            n = len(ops["m"])
+            free = {"layout": np.full(n, -1.0), "gy": np.zeros(n), "gx": np.zeros(n)}
+            # a few pins, as a user's per-region layouts make them
+            pinned = {"layout": np.where(np.arange(n) % 7 == 3, 1.0, -1.0), "gy": np.where(np.arange(n) % 11 == 5,
+                                                                                            2.0, 0.0),
+                      "gx": np.zeros(n)}
+            for pins in (free, pinned):
+                # a new function per call: jit caches traces by function, and the two must trace apart
+                fast = jax.jit(lambda *a: mapping.search(*a))(ops, hw, np.full(n, df), n_tiles, pins, tables)
+                with monkeypatch.context() as mp:
+                    mp.setattr(mapping, "candidates_within", lambda _: mapping.CANDIDATES)
+                    full = jax.jit(lambda *a: mapping.search(*a))(ops, hw, np.full(n, df), n_tiles, pins, tables)
+                for key in ("layout", "gy", "gx"):
+                    np.testing.assert_array_equal(np.asarray(fast[key]), np.asarray(full[key]), err_msg=key)
