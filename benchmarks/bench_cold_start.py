@@ -8,7 +8,12 @@ In a fresh process (JAX's persistent compilation cache off, so every compile is 
    (rows, cols, execution)); and the compile of one exact-grid program timed beside the bucketed one;
 2. ``select_dataflows`` right after a replay on the same machine: it runs the replay's compiled program once
    per style, beside the vmapped pricing program the selection compiled before (``_styles_program``, still
-   the path for batches of machines), called on the same inputs.
+   the path for batches of machines), called on the same inputs;
+3. a new model after those replays (issue 17: <= 1 s for programs up to 1,000 ops, and ``select_dataflows`` on
+   a 1,000-op trace <= 1 s after the first replay on that machine): ``--layers`` dense layers
+   (``tanh(x @ w + b)``, about 4 replayed ops each) captured, replayed first on ``tpu_like``, then on
+   ``npu_like``, then selected on ``tpu_like``. Its op-count bucket may be one no earlier replay compiled: that
+   first replay then pays a compile, which this prints rather than hides.
 
 Run: ``python benchmarks/bench_cold_start.py [--example encoder]``.
 """
@@ -43,6 +48,7 @@ def _timed(fn):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--example", default="encoder")
+    p.add_argument("--layers", type=int, default=250, help="dense layers of section 3's new model")
     a = p.parse_args()
     warnings.simplefilter("ignore")
     fn, args = examples.get(a.example).build()
@@ -98,6 +104,35 @@ def main() -> None:
             before = time.perf_counter() - t0
         print(f"   {name:16s} select after replay {took:6.2f} s   (its former pricing program, compiled and run: "
               f"{before:6.2f} s)")
+    new_model(a.layers)
+
+
+def deep(layers: int, width: int = 64):
+    """``layers`` dense layers: ``x = tanh(x @ w_i + b_i)``."""
+    import jax.numpy as jnp
+
+    def fn(x, ws, bs):
+        for w, b in zip(ws, bs, strict=True):
+            x = jnp.tanh(x @ w + b)
+        return x
+
+    return fn, (jnp.ones((32, width)), [jnp.full((width, width), 0.01)] * layers, [jnp.zeros(width)] * layers)
+
+
+def new_model(layers: int) -> None:
+    fn, args = deep(layers)
+    trace = dfit_nb.capture(fn, *args)
+    n = len(prepare(trace).op)
+    print(f"\n3. a new model after the replays above: {layers} dense layers, {n} replayed ops")
+    for name in ("tpu_like", "npu_like"):
+        compiled = program._cache_size()
+        _, took = _timed(lambda name=name: dfit_nb.replay(trace, presets.get(name)))
+        print(f"   first replay on {name:12s} {took:6.2f} s (replay programs compiled by it: "
+              f"{program._cache_size() - compiled})")
+    _, took = _timed(lambda: select_dataflows(trace, presets.get("tpu_like"), "energy", evaluate=False))
+    print(f"   select_dataflows on tpu_like after that replay: {took:6.2f} s")
+    _, took = _timed(lambda: dfit_nb.replay(trace, presets.get("tpu_like")))
+    print(f"   the same replay again: {took:6.2f} s")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from . import machine, mapping, schedule
-from .hardware import FIELDS, Hardware
+from .hardware import FIELDS, Hardware, field_vector, from_field_vector
 from .machine import DATAFLOWS
 from .memory import sweep_estimate
 
@@ -245,10 +245,16 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-@functools.partial(jax.jit, static_argnames="ideal")
-def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool) -> Any:
+@functools.partial(jax.jit, static_argnames=("keys", "ideal"))
+def _evaluate(table: Any, keys: tuple[str, ...], fields: Any, df: Any, tables: tuple[Any, Any], ideal: bool) -> Any:
     """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped), its
-    outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable)."""
+    outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable).
+
+    Its inputs come packed for the same reason: the op table as one ``(len(keys), ops)`` array (row ``i`` is
+    column ``keys[i]``) and the machine as its :func:`~dfit_nb.sim.hardware.field_vector`.
+    """
+    ops = {key: table[i] for i, key in enumerate(keys)}
+    hw = from_field_vector(fields)
     if jnp.ndim(df) == 2:
         out = jax.vmap(lambda d: alone(ops, hw, d[0], tables, ideal))(df)
     else:
@@ -256,6 +262,13 @@ def _evaluate(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any
     if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
         raise AssertionError(f"alone() outputs {sorted(set(out) ^ set(MODEL_OUTPUTS))} differ from MODEL_OUTPUTS")
     return jnp.stack([jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS])
+
+
+@functools.lru_cache(maxsize=16)
+def device_tables(tile_rows: int, tile_cols: int, rows: int, cols: int, tiles: int) -> tuple[Any, Any]:
+    """:func:`grid_tables` placed on the default device once (float64), for the calls that reuse them."""
+    with jax.enable_x64(True):
+        return jax.device_put(grid_tables(tile_rows, tile_cols, rows, cols, tiles))
 
 
 @functools.lru_cache(maxsize=16)
@@ -437,8 +450,10 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         # padded to the grid's bucket, like the replay's: presets and machines whose grids differ share one
         # compiled program (tiles past the grid are never placed on, so no result changes)
         grid = schedule.bucket(rows, cols)
-        tables = grid_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
-        packed = np.asarray(_evaluate(arrays, for_jit(hw), codes.astype(np.float64), tables, memory == "ideal"))
+        tables = device_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
+        keys = tuple(arrays)
+        packed = np.asarray(_evaluate(np.stack([arrays[k] for k in keys]), keys, field_vector(hw),
+                                      codes.astype(np.float64), tables, memory == "ideal"))
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}

@@ -171,11 +171,20 @@ def _bucket(n: int, least: int) -> int:
     return max(least, 1 << max(n - 1, 0).bit_length())
 
 
-def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray]) -> tuple[Any, ...]:
-    """Inputs padded to power-of-two op counts and producer slots, so programs of similar size share one
-    compilation. Padding ops come last, do nothing and depend on nothing: no real op sees them."""
+#: the fewest ops a one-machine replay program is compiled for: every program up to this size shares one compile
+#: per grid bucket and execution style, so a new model replays without compiling (a padded op costs the scan a
+#: step, about 15 us here; a compile costs 2 s). Batches of machines keep :data:`BATCH_OPS`: there each padded op
+#: is paid once per machine.
+ONE_MACHINE_OPS = 1024
+BATCH_OPS = 32
+
+
+def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], least: int = BATCH_OPS
+           ) -> tuple[Any, ...]:
+    """Inputs padded to power-of-two op counts (at least ``least``) and producer slots, so programs of similar
+    size share one compilation. Padding ops come last, do nothing and depend on nothing: no real op sees them."""
     n, width = prep.preds.shape
-    size, slots = _bucket(n, 32), _bucket(width, 4)
+    size, slots = _bucket(n, least), _bucket(width, 4)
     arrays = {k: np.concatenate([v, np.zeros(size - n)]) for k, v in prep.arrays.items()}
     arrays["count"][n:] = 1.0
     arrays["real"] = (np.arange(size) < n).astype(np.float64)
@@ -257,7 +266,9 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     shape = hw.batch_shape
     n = len(prep.op)
     codes = np.asarray(codes, np.float64).reshape(-1, n)
-    arrays, preds, pred_bytes, _, pin = padded(prep, codes[0], pinned_layouts(prep, None))
+    # one machine runs replay()'s own program below, so it is padded as replay() pads
+    arrays, preds, pred_bytes, _, pin = padded(prep, codes[0], pinned_layouts(prep, None),
+                                               ONE_MACHINE_OPS if shape == () else BATCH_OPS)
     size = arrays["m"].shape[0]
     dfs = np.concatenate([codes, np.zeros((codes.shape[0], size - n))], axis=1)
     rows, cols = (np.ravel(np.asarray(getattr(hw, f))).astype(np.int64) for f in ("tile_rows", "tile_cols"))
@@ -458,7 +469,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
     pinned = pinned_layouts(prep, layouts, int(hw.tiles))
     grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
-    arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned)
+    arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned, ONE_MACHINE_OPS)
     what = f"replay of {len(prep.op)} ops on {hw.name or 'the machine'!r}"
     memory.replay_estimate(what, preds.shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols), time_bins,
                            padded_to=(grid.rows, grid.cols)).check(

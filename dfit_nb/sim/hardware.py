@@ -393,5 +393,23 @@ def _unflatten(meta: tuple[str, str], leaves: Any) -> Hardware:
     return hw
 
 
+def field_vector(hw: Hardware) -> np.ndarray:
+    """One machine's fields as one float64 vector in :data:`FIELDS` order: a jitted call then takes one array
+    instead of one per field (each argument is one host-to-device transfer; see benchmarks/bench_cost_call.py).
+
+    >>> from dfit_nb.sim import presets
+    >>> v = field_vector(presets.get("tpu_like"))
+    >>> v.shape == (len(FIELDS),), float(v[list(FIELDS).index("tile_cols")])
+    (True, 4.0)
+    """
+    return np.array([getattr(hw, f) for f in FIELDS], np.float64)
+
+
+def from_field_vector(vector: Any, name: str = "", execution: str = "time") -> Hardware:
+    """The machine of :func:`field_vector` (inside ``jit``: the vector may be traced), without the constructor's
+    checks: the values come from a machine that was validated when it was built."""
+    return _unflatten((name, execution), [vector[i] for i in range(len(FIELDS))])
+
+
 # keyed like jax.tree_util.register_dataclass (GetAttrKey per field; name and execution static metadata)
 jax.tree_util.register_pytree_with_keys(Hardware, _flatten_with_keys, _unflatten, _flatten)

@@ -19,7 +19,7 @@ import dfit_nb
 from dfit_nb.errors import DfitError
 from dfit_nb.sim import Hardware, cost, presets, replay_batch, select_dataflows, sweep
 from dfit_nb.sim import memory as guard
-from dfit_nb.sim._replay import batch_chunk, prepare
+from dfit_nb.sim._replay import ONE_MACHINE_OPS, batch_chunk, padded, pinned_layouts, prepare
 from dfit_nb.sim.schedule import bucket
 
 #: a Cerebras-wafer-sized grid of tiles: its tile-order tables alone are terabytes, more than any machine has
@@ -84,17 +84,27 @@ def test_the_budget_can_be_set_and_a_bad_budget_is_named(small_trace, monkeypatc
     assert guard.available_bytes() > 0
 
 
-def test_events_are_refused_once_their_number_is_known(small_trace, monkeypatch):
+def _chain(x, w):
+    for _ in range(40):
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def test_events_are_refused_once_their_number_is_known(monkeypatch):
+    # 80 ops spread over every tile: more event bytes than the program's per-op records (padded to 1024 ops)
+    trace = dfit_nb.capture(_chain, jnp.ones((256, 256)), jnp.ones((256, 256)))
     hw = presets.get("npu_like")
-    prep = prepare(small_trace)
-    before = guard.replay_estimate("r", 32, 4, int(hw.tile_rows), int(hw.tile_cols), 256)
-    run = dfit_nb.replay(small_trace, hw)
+    prep = prepare(trace)
+    # the program's op and producer-slot counts, padded as replay() pads them
+    _, preds, *_ = padded(prep, np.zeros(len(prep.op)), pinned_layouts(prep, None), ONE_MACHINE_OPS)
+    before = guard.replay_estimate("r", *preds.shape, int(hw.tile_rows), int(hw.tile_cols), 256)
+    run = dfit_nb.replay(trace, hw)
     events = 5 * int(run.ops["tiles"].sum())
     after = guard.events_estimate("e", events, int(hw.tile_rows), int(hw.tile_cols), 256)
     assert len(prep.op) == run.ops.sizes["op"] and after.total > before.total
     # a budget between the two: the program runs, the expansion is refused
     monkeypatch.setenv(guard.LIMIT_ENV, str(int((before.total + after.total) / 2)))
-    msg = _refused(lambda: dfit_nb.replay(small_trace, hw), "the events of the replay", f"events={events}")
+    msg = _refused(lambda: dfit_nb.replay(trace, hw), "the events of the replay", f"events={events}")
     assert "replay_batch" in msg
 
 

@@ -350,3 +350,28 @@ def test_replay_batch_matches_replay_machine_by_machine(static_traces, preset):
             assert float(ds[var][i]) == pytest.approx(float(run.summary[var]), rel=1e-9, abs=1e-12), (i, var)
     with pytest.raises(ReplayError, match="1-D batch"):
         replay_batch(t, base)
+
+
+def _dense_chain(x, ws):
+    for w in ws:
+        x = jnp.tanh(x @ w)
+    return x
+
+
+def test_a_new_model_replays_on_the_program_an_earlier_one_compiled():
+    """Programs up to ONE_MACHINE_OPS ops share one compiled replay per grid bucket and style: a second model of
+    another size compiles nothing, and its results equal a replay padded only to its own size's bucket."""
+    from dfit_nb.sim._replay import ONE_MACHINE_OPS
+
+    hw = presets.get("npu_like")
+    small = dfit_nb.capture(_dense_chain, jnp.ones((8, 16)), [jnp.ones((16, 16))] * 2)
+    large = dfit_nb.capture(_dense_chain, jnp.ones((8, 16)), [jnp.ones((16, 16))] * 150)
+    sizes = [len(prepare(t).op) for t in (small, large)]
+    assert sizes[0] < 32 < 256 < sizes[1] < ONE_MACHINE_OPS  # buckets of 32 and 512 at the batch paths' minimum
+    dfit_nb.replay(small, hw)
+    compiled = program._cache_size()
+    run = dfit_nb.replay(large, hw)
+    assert program._cache_size() == compiled
+    # the padding changes nothing: the same latency as the batch path's program, padded to 512 ops
+    [latency] = replay_batch(large, hw.replace(clock_ghz=np.array([float(hw.clock_ghz)])))["latency_s"].values
+    np.testing.assert_allclose(float(run.summary["latency_s"]), latency, rtol=1e-12)
