@@ -172,9 +172,9 @@ def _bucket(n: int, least: int) -> int:
 
 
 #: the fewest ops a one-machine replay program is compiled for: every program up to this size shares one compile
-#: per grid bucket and execution style, so a new model replays without compiling (a padded op costs the scan a
-#: step, about 15 us here; a compile costs 2 s). Batches of machines keep :data:`BATCH_OPS`: there each padded op
-#: is paid once per machine.
+#: per grid bucket and execution style, so a new model replays without compiling (a padded op costs the scan one
+#: cheap step, a compile costs seconds: benchmarks/bench_cold_start.py). Batches of machines keep
+#: :data:`BATCH_OPS`: there each padded op is paid once per machine.
 ONE_MACHINE_OPS = 1024
 BATCH_OPS = 32
 
