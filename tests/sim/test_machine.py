@@ -188,3 +188,21 @@ def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
             assert exposed == pytest.approx(min(on, off))   # one block: no overlap at all
         else:
             assert 0 < exposed < 0.2 * min(on, off)          # many blocks: only the fill and drain show
+
+
+def test_reconcile_prices_each_op_alone_under_its_own_dataflow(static_traces):
+    """reconcile() takes each op's figures from cost() over every style: they equal cost() with the per-op
+    dataflows themselves, on a run that mixes all three styles."""
+    from dfit_nb.sim import cost
+
+    t, hw = static_traces["cnn"], presets.get("npu_like")
+    run = dfit_nb.replay(t, hw, np.array(["ws", "os", "is"])[np.arange(len(prepare(t).op)) % 3])
+    ids = run.ops["op"].values
+    names = np.full(t.ops.sizes["op"], "ws", dtype=object)
+    names[ids] = np.where(run.ops["dataflow"].values == "", "ws", run.ops["dataflow"].values)
+    assert {"ws", "os", "is"} <= set(names[ids])
+    direct = cost(t, hw, names).sel(op=ids)
+    r = reconcile(t, hw, run)
+    assert float(r["alone_cycles"]) == float((direct["cycles"] * direct["count"]).sum())
+    alone_sram = float((direct["energy_sram_pj"] * direct["count"]).sum()) * 1e-12
+    assert float(r["alone_j"].sel(level="sram")) == pytest.approx(alone_sram, rel=1e-15)
