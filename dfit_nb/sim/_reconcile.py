@@ -76,7 +76,6 @@ def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
     """
     from ._cost import cost
     from .hardware import FIELDS
-    from .machine import DATAFLOWS
 
     for f in FIELDS:
         have = run.attrs.get(f"hw_{f}")
@@ -88,10 +87,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
     per_op = ops["dataflow"].values.astype(object)
     names[ids] = np.where(per_op == "", "ws", per_op)
-    # every op under every style, then each op's own: the same per-op figures as cost(trace, hw, names) (an op
-    # alone depends on nothing else), through the program the CLI's cost table already compiled and traced
-    every = cost(trace, hw, list(DATAFLOWS)).sel(op=ids)
-    alone = every.isel(dataflow=xr.DataArray([DATAFLOWS.index(str(d)) for d in names[ids]], dims="op"))
+    alone = cost(trace, hw, names).sel(op=ids)
     count = alone["count"].values
     lv_alone = {
         "compute": (alone["energy_mac_pj"] + alone["energy_rf_pj"]).values,

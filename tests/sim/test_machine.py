@@ -191,8 +191,8 @@ def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
 
 
 def test_reconcile_prices_each_op_alone_under_its_own_dataflow(static_traces):
-    """reconcile() takes each op's figures from cost() over every style: they equal cost() with the per-op
-    dataflows themselves, on a run that mixes all three styles."""
+    """On a run that mixes all three styles, reconcile()'s "alone" side is each op priced by cost() under the
+    dataflow the run gave it (not one style for all)."""
     from dfit_nb.sim import cost
 
     t, hw = static_traces["cnn"], presets.get("npu_like")
