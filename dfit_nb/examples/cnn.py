@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._init import normal, rng, zeros
 from ._registry import Example, register
 
 _DN = ("NHWC", "HWIO", "NHWC")
@@ -51,15 +52,15 @@ def cnn(params: dict[str, Any], x: jax.Array) -> jax.Array:
 
 def make(*, batch: int, size: int, channels: int, width: int, classes: int, seed: int = 0):
     """``(cnn, (params, images))`` for NHWC images of ``size`` x ``size`` x ``channels``."""
-    k = jax.random.split(jax.random.PRNGKey(seed), 5)
+    gen = rng(seed)
     params = {
-        "w1": jax.random.normal(k[0], (3, 3, channels, width)) * 0.1,
-        "b1": jnp.zeros(width),
-        "wdw": jax.random.normal(k[1], (3, 3, 1, width)) * 0.1,
-        "w2": jax.random.normal(k[2], (1, 1, width, 2 * width)) * 0.1,
-        "wd": jax.random.normal(k[3], (2 * width, classes)) * 0.1,
+        "w1": normal(gen, (3, 3, channels, width), 0.1),
+        "b1": zeros(width),
+        "wdw": normal(gen, (3, 3, 1, width), 0.1),
+        "w2": normal(gen, (1, 1, width, 2 * width), 0.1),
+        "wd": normal(gen, (2 * width, classes), 0.1),
     }
-    x = jax.random.normal(k[4], (batch, size, size, channels))
+    x = normal(gen, (batch, size, size, channels))
     return cnn, (params, x)
 
 

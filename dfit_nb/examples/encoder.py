@@ -10,29 +10,31 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from ._init import normal, ones, rng, zeros
 from ._registry import Example, register
 
 
-def init_params(key: jax.Array, *, layers: int, d_model: int, d_ff: int, dtype=jnp.float32) -> dict[str, Any]:
-    """Random parameters for :func:`encoder` (a dict of per-layer dicts)."""
-    def dense(k, n_in, n_out):
-        return (jax.random.normal(k, (n_in, n_out), dtype) / jnp.sqrt(n_in)).astype(dtype)
+def init_params(gen: np.random.Generator, *, layers: int, d_model: int, d_ff: int, dtype=np.float32
+                ) -> dict[str, Any]:
+    """Random parameters for :func:`encoder` (a dict of per-layer dicts), drawn on the host (:mod:`._init`)."""
+    def dense(n_in, n_out):
+        return normal(gen, (n_in, n_out), 1 / np.sqrt(n_in), dtype)
 
     params: dict[str, Any] = {"layers": []}
-    for k in jax.random.split(key, layers):
-        k1, k2, k3, k4 = jax.random.split(k, 4)
+    for _ in range(layers):
         params["layers"].append({
-            "ln1": {"scale": jnp.ones(d_model, dtype), "bias": jnp.zeros(d_model, dtype)},
-            "wqkv": dense(k1, d_model, 3 * d_model),
-            "wo": dense(k2, d_model, d_model),
-            "ln2": {"scale": jnp.ones(d_model, dtype), "bias": jnp.zeros(d_model, dtype)},
-            "w1": dense(k3, d_model, d_ff),
-            "b1": jnp.zeros(d_ff, dtype),
-            "w2": dense(k4, d_ff, d_model),
-            "b2": jnp.zeros(d_model, dtype),
+            "ln1": {"scale": ones(d_model, dtype), "bias": zeros(d_model, dtype)},
+            "wqkv": dense(d_model, 3 * d_model),
+            "wo": dense(d_model, d_model),
+            "ln2": {"scale": ones(d_model, dtype), "bias": zeros(d_model, dtype)},
+            "w1": dense(d_model, d_ff),
+            "b1": zeros(d_ff, dtype),
+            "w2": dense(d_ff, d_model),
+            "b2": zeros(d_model, dtype),
         })
-    params["ln_f"] = {"scale": jnp.ones(d_model, dtype), "bias": jnp.zeros(d_model, dtype)}
+    params["ln_f"] = {"scale": ones(d_model, dtype), "bias": zeros(d_model, dtype)}
     return params
 
 
@@ -92,9 +94,9 @@ def make(*, layers: int, batch: int, seq: int, d_model: int, heads: int, d_ff: i
     """``(fn, (params, x))`` for a jitted encoder of the given sizes."""
     if d_model % heads:
         raise ValueError(f"d_model={d_model} must be divisible by heads={heads}")
-    kp, kx = jax.random.split(jax.random.PRNGKey(seed))
-    params = init_params(kp, layers=layers, d_model=d_model, d_ff=d_ff)
-    x = jax.random.normal(kx, (batch, seq, d_model), jnp.float32)
+    gen = rng(seed)
+    params = init_params(gen, layers=layers, d_model=d_model, d_ff=d_ff)
+    x = normal(gen, (batch, seq, d_model))
     def encoder_fn(params, x):
         return encoder(params, x, heads=heads)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import itertools
 
+import jax
+import numpy as np
+
+from ._init import normal, rng, zeros
 from ._registry import Example, register
 
 
@@ -21,12 +24,10 @@ def mlp(params: list[dict[str, jax.Array]], x: jax.Array) -> jax.Array:
 
 def make(*, batch: int, widths: tuple[int, ...], seed: int = 0):
     """``(mlp, (params, x))`` for layer widths ``widths`` (input first)."""
-    keys = jax.random.split(jax.random.PRNGKey(seed), len(widths))
-    params = [
-        {"w": jax.random.normal(k, (a, b), jnp.float32) / jnp.sqrt(a), "b": jnp.zeros(b, jnp.float32)}
-        for k, a, b in zip(keys[1:], widths[:-1], widths[1:], strict=True)
-    ]
-    x = jax.random.normal(keys[0], (batch, widths[0]), jnp.float32)
+    gen = rng(seed)
+    params = [{"w": normal(gen, (a, b), 1 / np.sqrt(a)), "b": zeros(b)}
+              for a, b in itertools.pairwise(widths)]
+    x = normal(gen, (batch, widths[0]))
     return mlp, (params, x)
 
 
