@@ -51,7 +51,8 @@ def _attrs(obj) -> dict:
 
 
 def _write_unversioned(obj, path: Path) -> None:
-    """Write ``obj`` as dfit_nb did before the format version: no format attribute."""
+    """Write ``obj`` as dfit_nb did before the format version: no format attribute, and through h5netcdf (the
+    engine it wrote with until it moved to the netCDF4 library), so such files are checked to load too."""
     tree = obj.to_datatree()
     if path.suffix == ".zarr":
         tree.to_zarr(path, consolidated=False)
@@ -367,8 +368,8 @@ def test_a_full_disk_gives_a_clear_error_not_a_crash(trace, tmp_path):
 def _root_attrs(path: Path) -> dict:
     if path.is_dir():
         return json.loads((path / "zarr.json").read_text())["attributes"]
-    with h5py.File(path, "r") as f:
-        return dict(f.attrs)
+    with h5py.File(path, "r") as f:  # netCDF-C stores text attributes as fixed-length bytes
+        return {k: v.decode() if isinstance(v, bytes) else v for k, v in f.attrs.items()}
 
 
 def _set_format(path: Path, version: str) -> None:

@@ -176,7 +176,7 @@ class Trace:
         return xr.DataTree.from_dict({"/": root, **{f"/{p}": getattr(self, p) for p in _PARTS}})
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the trace to ``path`` (netCDF4 via h5netcdf; ``.zarr`` for Zarr).
+        """Write the trace to ``path`` (netCDF4; ``.zarr`` for Zarr).
 
         The file is written next to ``path`` and moved into place only once
         complete, so a failure never leaves a half-written result behind.
