@@ -472,14 +472,15 @@ def _report(args: argparse.Namespace) -> int:
         print("no preset given (--hw with no names): nothing replayed, no report written")
         return 0
     print()
-    print(cost_table(trace, names))
+    alone = {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names}
+    print(cost_table(alone))
     print()
     from .report import analyse, write_report
 
     results = analyse(trace, names, args.dataflow, args.objective, progress=not args.no_progress)
     print(replay_table(results, args.dataflow))
     print()
-    print(reconcile_table(trace, results))
+    print(reconcile_table(trace, results, alone))
     print()
     print(policy_table(results))
     print()
@@ -507,14 +508,17 @@ def replay_table(results: Sequence[Any], dataflow: str) -> str:
     return "\n".join(lines)
 
 
-def reconcile_table(trace: Any, results: Sequence[Any]) -> str:
-    """Per preset: Σ energy of the ops costed alone vs the replay, and the difference named level by level."""
+def reconcile_table(trace: Any, results: Sequence[Any], alone: dict[str, Any] | None = None) -> str:
+    """Per preset: Σ energy of the ops costed alone vs the replay, and the difference named level by level.
+
+    ``alone``: per preset name, ``cost(trace, hw, DATAFLOWS)`` already computed (the cost table's), read
+    instead of costing the ops again."""
     lines = ["ops alone vs the replay (one machine model; energy is additive, so the difference is what the program "
              "context changes):",
              f"{'preset':16s} {'alone mJ':>10s} {'replay mJ':>10s} " + " ".join(f"{'d ' + k:>10s}" for k in LEVELS)
              + f" {'overlap us':>10s}"]
     for r in results:
-        rc = reconcile(trace, presets.get(r.name), r.run)
+        rc = reconcile(trace, presets.get(r.name), r.run, alone=(alone or {}).get(r.name))
         clock = float(r.run.attrs["clock_ghz"]) * 1e3
         lines.append(f"{r.name:16s} {float(rc['alone_energy_j']) * 1e3:10.4f} "
                      f"{float(rc['replayed_energy_j']) * 1e3:10.4f} "
@@ -559,13 +563,13 @@ def files_table(report: Any) -> str:
     return "\n".join(str(x) for x in lines)
 
 
-def cost_table(trace: Any, names: Sequence[str]) -> str:
-    """Σ over ops of (per-op cost x count) for each preset and dataflow, ops costed one at a time."""
+def cost_table(alone: dict[str, Any]) -> str:
+    """Σ over ops of (per-op cost x count) for each preset and dataflow, from ``alone``: per preset name,
+    ``cost(trace, hw, DATAFLOWS)`` (ops costed one at a time)."""
     lines = ["ops costed alone on each preset (each as a one-op program: operands from DRAM, no overlap):",
              f"{'preset':16s} {'dataflow':8s} {'cycles':>14s} {'ms':>10s} {'mJ':>10s} {'util':>6s}"]
-    for name in names:
+    for name, ds in alone.items():
         hw = presets.get(name)
-        ds = cost(trace, hw, list(DATAFLOWS))
         for df in DATAFLOWS:
             tot = ds.sel(dataflow=df)
             cycles, macs = float(tot["total_cycles"]), float(tot["total_macs"])

@@ -42,7 +42,35 @@ REASONS = {
 }
 
 
-def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
+def _own_dataflows(alone: xr.Dataset, trace: Any, hw: Hardware, names: np.ndarray, ids: np.ndarray
+                   ) -> xr.Dataset:
+    """The rows of a precomputed ``cost(trace, hw, [styles])`` under each op's own dataflow (``names``), checked
+    to be the trace's ops on this machine, so a table of another program or machine is refused, not mixed in."""
+    from ._cost import hardware_attrs
+
+    if "dataflow" not in alone.dims or "op" not in alone.dims:
+        raise ValueError("reconcile: alone= must be cost(trace, hw, [styles]) with a dataflow dim, got dims "
+                         f"{dict(alone.sizes)}")
+    if alone.attrs.get("memory") != "finite":
+        raise ValueError(f"reconcile: alone= was costed with memory={alone.attrs.get('memory')!r}; the replay "
+                         "prices finite memory: cost it with memory='finite'")
+    want = hardware_attrs(hw)
+    wrong = [k for k, v in want.items() if k != "hardware" and not np.isclose(float(alone.attrs.get(k, np.nan)), v)]
+    if wrong:
+        raise ValueError(f"reconcile: alone= was costed on another machine ({wrong[0]} = "
+                         f"{alone.attrs.get(wrong[0])!r}, {hw.name!r} has {want[wrong[0]]:g}); cost it on {hw.name!r}")
+    if not np.array_equal(alone["op"].values, trace.ops["op"].values):
+        raise ValueError(f"reconcile: alone= holds ops {alone['op'].values[:5].tolist()}..., not the trace's "
+                         f"{alone.sizes['op']} -> {trace.ops.sizes['op']} ops: cost this trace")
+    styles = [str(x) for x in alone["dataflow"].values]
+    missing = sorted(set(names[ids]) - set(styles))
+    if missing:
+        raise ValueError(f"reconcile: alone= has dataflows {styles}; the run also uses {missing}: cost those too")
+    which = xr.DataArray([styles.index(n) for n in names[ids]], dims="op")
+    return alone.sel(op=ids).isel(dataflow=which)
+
+
+def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = None) -> xr.Dataset:
     """Σ of per-op costs alone vs the replayed ``run``, by energy level, with the reason for each difference.
 
     Parameters
@@ -53,6 +81,10 @@ def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
         The machine ``run`` replayed (its ``hw_*`` attrs are checked against it).
     run : Run
         From :func:`dfit_nb.replay`; its per-op dataflows are the ones costed alone.
+    alone : xarray.Dataset, optional
+        ``cost(trace, hw, [...])`` already computed over a ``dataflow`` dim that holds every dataflow the run
+        uses (the CLI's cost table): each op is read from it under its own dataflow instead of costed again.
+        It must be ``trace``'s ops on ``hw`` in finite memory; anything else raises ``ValueError``.
 
     Returns
     -------
@@ -87,7 +119,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any) -> xr.Dataset:
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
     per_op = ops["dataflow"].values.astype(object)
     names[ids] = np.where(per_op == "", "ws", per_op)
-    alone = cost(trace, hw, names).sel(op=ids)
+    alone = cost(trace, hw, names).sel(op=ids) if alone is None else _own_dataflows(alone, trace, hw, names, ids)
     count = alone["count"].values
     lv_alone = {
         "compute": (alone["energy_mac_pj"] + alone["energy_rf_pj"]).values,

@@ -206,3 +206,27 @@ def test_reconcile_prices_each_op_alone_under_its_own_dataflow(static_traces):
     assert float(r["alone_cycles"]) == float((direct["cycles"] * direct["count"]).sum())
     alone_sram = float((direct["energy_sram_pj"] * direct["count"]).sum()) * 1e-12
     assert float(r["alone_j"].sel(level="sram")) == pytest.approx(alone_sram, rel=1e-15)
+
+
+def test_reconcile_reads_a_precomputed_cost_table_under_each_ops_own_dataflow(static_traces):
+    """``alone=`` (the CLI's cost table over every style) gives the same figures as costing each op under its
+    own dataflow again, on a run mixing all three; a table of another machine, memory mode, trace or missing a
+    style the run uses is refused by name."""
+    from dfit_nb.sim import cost
+
+    t, hw = static_traces["cnn"], presets.get("npu_like")
+    run = dfit_nb.replay(t, hw, np.array(["ws", "os", "is"])[np.arange(len(prepare(t).op)) % 3])
+    table = cost(t, hw, ["ws", "os", "is"])
+    fresh, reused = reconcile(t, hw, run), reconcile(t, hw, run, alone=table)
+    for v in ("alone_j", "replayed_j", "difference_j", "alone_cycles", "context_cycles"):
+        np.testing.assert_array_equal(reused[v].values, fresh[v].values)
+    with pytest.raises(ValueError, match="another machine"):
+        reconcile(t, hw, run, alone=cost(t, presets.get("tpu_like"), ["ws", "os", "is"]))
+    with pytest.raises(ValueError, match="memory='finite'"):
+        reconcile(t, hw, run, alone=cost(t, hw, ["ws", "os", "is"], memory="ideal"))
+    with pytest.raises(ValueError, match=r"also uses \['is'\]"):
+        reconcile(t, hw, run, alone=table.sel(dataflow=["ws", "os"]))
+    with pytest.raises(ValueError, match="cost this trace"):
+        reconcile(t, hw, run, alone=table.isel(op=slice(1, None)))
+    with pytest.raises(ValueError, match="dataflow dim"):
+        reconcile(t, hw, run, alone=cost(t, hw, "ws"))
