@@ -98,6 +98,10 @@ def _itemsize(dtype: Any) -> float:
             return 0.0
 
 
+#: the numeric columns of an ops table, in the order they are checked
+_NUMERIC = ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written")
+
+
 def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Normalise ``ops`` to float64 columns for the model, plus the op coordinate."""
     table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
@@ -108,20 +112,25 @@ def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
                              "(and optionally batch, dtype, flops, transcendentals, bytes_read, bytes_written)")
     size = len(cols["m"])
     out: dict[str, np.ndarray] = {}
-    for name in ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written"):
+    for name in _NUMERIC:
         raw = cols.get(name) if name in cols else _column(table, name)
         if raw is None:
-            raw = np.ones(size) if name == "batch" else np.zeros(size)
+            out[name] = np.ones(size) if name == "batch" else np.zeros(size)
+            continue
         try:
-            arr = np.asarray(raw, dtype=np.float64).reshape(-1)
+            out[name] = np.asarray(raw, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as err:
             raise CostInputError(f"ops column {name!r} must be numeric, got {np.asarray(raw).dtype}") from err
-        bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise CostInputError(f"ops column {name!r} must hold finite non-negative whole numbers; "
-                                 f"row {i} is {arr[i]:g}")
-        out[name] = arr
+    try:  # checked together (one pass over all columns, not one per column: a small table pays per NumPy call)
+        stacked = np.stack([out[name] for name in _NUMERIC])
+    except ValueError:
+        lengths = {name: len(out[name]) for name in _NUMERIC}
+        raise CostInputError(f"ops columns must have one value per op; lengths {lengths}") from None
+    bad = ~np.isfinite(stacked) | (stacked < 0) | (stacked != np.round(stacked))
+    if bad.any():
+        col, i = (int(x[0]) for x in np.nonzero(bad))
+        raise CostInputError(f"ops column {_NUMERIC[col]!r} must hold finite non-negative whole numbers; "
+                             f"row {i} is {stacked[col, i]:g}")
     dtypes = _column(table, "dtype")
     itemsize = np.array([_itemsize(d) for d in dtypes]) if dtypes is not None else np.zeros(size)
     per_elem = np.where(itemsize > 0, itemsize, 4.0)  # bytes columns without a dtype: float32, JAX's default
@@ -396,7 +405,8 @@ def op_counts(ops: Any, n_ops: int) -> np.ndarray:
 
 def hardware_attrs(hw: Hardware) -> dict[str, Any]:
     """Provenance: the machine's name and every field."""
-    return {"hardware": hw.name, **{f"hw_{f}": float(np.asarray(getattr(hw, f))) for f in FIELDS}}
+    return {"hardware": hw.name, **{f"hw_{f}": float(v) if isinstance(v := getattr(hw, f), (int, float))
+                                    else float(np.asarray(v)) for f in FIELDS}}
 
 
 def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> xr.Dataset:

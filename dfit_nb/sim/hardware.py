@@ -248,7 +248,9 @@ class Hardware:
     @property
     def batch_shape(self) -> tuple[int, ...]:
         """Shape of a batch of machines (``()`` for one)."""
-        return np.broadcast_shapes(*(np.shape(getattr(self, f)) for f in FIELDS))
+        # Python numbers (every preset's fields) skip np.shape and the broadcast: a warm cost() asks this per call
+        shapes = [np.shape(v) for f in FIELDS if not isinstance(v := getattr(self, f), (int, float))]
+        return np.broadcast_shapes(*shapes) if shapes else ()
 
     @classmethod
     def stack(cls, machines: list[Hardware], name: str = "batch") -> Hardware:

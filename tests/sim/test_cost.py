@@ -173,6 +173,10 @@ def test_bad_inputs_are_named():
         cost({"m": [1, -3], "k": [1, 1], "n": [1, 1]}, hw)
     with pytest.raises(CostInputError, match=r"row 0 is 2\.5"):
         cost({"m": [1], "k": [2.5], "n": [1]}, hw)
+    with pytest.raises(CostInputError, match=r"one value per op; lengths \{'m': 2, 'k': 1, 'n': 2"):
+        cost({"m": [1, 2], "k": [1], "n": [1, 2]}, hw)
+    with pytest.raises(CostInputError, match="'k' must hold finite non-negative whole numbers; row 1 is -2"):
+        cost({"m": [1, 2], "k": [1, -2], "n": [1, 2]}, hw)  # a later column is named, not only the first
     with pytest.raises(CostInputError, match="row 0 is nan"):
         cost({"m": [1], "k": [1], "n": [float("nan")]}, hw)
     with pytest.raises(CostInputError, match="unknown dataflow 'rs'; valid: ws, os, is"):
