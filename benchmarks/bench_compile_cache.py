@@ -10,7 +10,11 @@ start-up included) is printed, then cold vs warm and their ratio side by side. `
 removed from the subprocesses' environment (dfit_nb would defer to it); ``--min-compile-time`` sets JAX's
 ``jax_persistent_cache_min_compile_time_secs`` for them (default: dfit_nb's own threshold).
 
-Run: ``python benchmarks/bench_compile_cache.py [--repeats 1] [--warm 1] [--no-cache] [-- report options]``,
+``--no-exported`` adds, per repeat, the same cold and warm runs with ``DFIT_NB_EXPORTED=0`` (every process traces
+the replay and cost programs again; the compiled programs are still cached), printed beside the default.
+
+Run: ``python benchmarks/bench_compile_cache.py [--repeats 1] [--warm 1] [--no-cache] [--no-exported]
+[-- report options]``,
 e.g. ``python benchmarks/bench_compile_cache.py -- --example mlp --hw npu_like``.
 """
 
@@ -25,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dfit_nb import _compile_cache
+from dfit_nb import _compile_cache, _exported
 
 
 def _entries(cache: Path) -> tuple[int, float]:
@@ -34,10 +38,14 @@ def _entries(cache: Path) -> tuple[int, float]:
     return len(files), sum(p.stat().st_size for p in files) / 2**20
 
 
-def _report(cache: str, out: Path, report_args: list[str], min_compile_time: float | None) -> float:
-    """Wall seconds of one ``python -m dfit_nb report`` in a fresh process with ``DFIT_NB_COMPILATION_CACHE=cache``."""
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+def _report(cache: str, out: Path, report_args: list[str], min_compile_time: float | None,
+            exported: bool = True) -> float:
+    """Wall seconds of one ``python -m dfit_nb report`` in a fresh process with ``DFIT_NB_COMPILATION_CACHE=cache``
+    (and ``DFIT_NB_EXPORTED=0`` unless ``exported``)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_COMPILATION_CACHE_DIR", _exported.ENV)}
     env[_compile_cache.ENV] = cache
+    if not exported:
+        env[_exported.ENV] = "0"
     if min_compile_time is not None:
         env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = str(min_compile_time)
     cmd = [sys.executable, "-m", "dfit_nb", "report", "-o", str(out), *report_args]
@@ -58,6 +66,9 @@ def main() -> None:
     p.add_argument("--min-compile-time", type=float, default=None,
                    help="jax_persistent_cache_min_compile_time_secs for the runs (default: dfit_nb's "
                         f"{_compile_cache.MIN_COMPILE_TIME_S} s)")
+    p.add_argument("--no-exported", action="store_true",
+                   help="also each repeat with DFIT_NB_EXPORTED=0 (programs traced in every process, the compiled "
+                        "ones still cached), printed beside the default")
     p.add_argument("report_args", nargs="*", help="options passed to dfit-nb report (after --)")
     a = p.parse_args()
     what = " ".join(["dfit-nb report", *a.report_args])
@@ -69,18 +80,29 @@ def main() -> None:
         if a.no_cache:
             off = _report("0", tmp / "out", a.report_args, a.min_compile_time)
             print(f"  cache off               {off:7.1f} s")
+        plain_colds: list[float] = []
+        plain_warms: list[float] = []
         for r in range(a.repeats):
-            cache = tmp / f"cache{r}"
-            cold = _report(str(cache), tmp / "out", a.report_args, a.min_compile_time)
-            n, mib = _entries(cache)
-            print(f"  repeat {r}: cold (empty) {cold:7.1f} s   wrote {n} entries, {mib:.1f} MiB")
-            colds.append(cold)
-            for w in range(a.warm):
-                warm = _report(str(cache), tmp / "out", a.report_args, a.min_compile_time)
-                n2, _ = _entries(cache)
-                print(f"  repeat {r}: warm {w}       {warm:7.1f} s   cold/warm {cold / warm:.2f}x"
-                      + (f"   ({n2 - n} new entries)" if n2 != n else ""))
-                warms.append(warm)
+            for exported, (cs, ws) in ((True, (colds, warms)), (False, (plain_colds, plain_warms))):
+                if not exported and not a.no_exported:
+                    continue
+                label = "" if exported else " DFIT_NB_EXPORTED=0"
+                cache = tmp / f"cache{r}{label.strip()}"
+                cold = _report(str(cache), tmp / "out", a.report_args, a.min_compile_time, exported)
+                n, mib = _entries(cache)
+                print(f"  repeat {r}{label}: cold (empty) {cold:7.1f} s   wrote {n} entries, {mib:.1f} MiB")
+                cs.append(cold)
+                for w in range(a.warm):
+                    warm = _report(str(cache), tmp / "out", a.report_args, a.min_compile_time, exported)
+                    n2, _ = _entries(cache)
+                    print(f"  repeat {r}{label}: warm {w}       {warm:7.1f} s   cold/warm {cold / warm:.2f}x"
+                          + (f"   ({n2 - n} new entries)" if n2 != n else ""))
+                    ws.append(warm)
+        if plain_colds:
+            pc, pw = statistics.median(plain_colds), statistics.median(plain_warms)
+            print(f"DFIT_NB_EXPORTED=0 (every process traces its programs): cold {pc:.1f} s, warm {pw:.1f} s; "
+                  f"the exported programs save {pc - statistics.median(colds):+.1f} s cold, "
+                  f"{pw - statistics.median(warms):+.1f} s warm")
     cold, warm = statistics.median(colds), statistics.median(warms)
     print(f"{what}: cold {cold:.1f} s, warm {warm:.1f} s (medians of {len(colds)} and {len(warms)}): "
           f"{cold / warm:.2f}x" + (f"; cache off {off:.1f} s" if off is not None else ""))

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from .. import _exported
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
@@ -462,8 +463,9 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         grid = schedule.bucket(rows, cols)
         tables = device_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
         keys = tuple(arrays)
-        packed = np.asarray(_evaluate(np.stack([arrays[k] for k in keys]), keys, field_vector(hw),
-                                      codes.astype(np.float64), tables, memory == "ideal"))
+        packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"},
+                                           np.stack([arrays[k] for k in keys]), fields=field_vector(hw),
+                                           df=codes.astype(np.float64), tables=tables))
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}

@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from .. import _exported
 from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule
@@ -289,8 +290,9 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
         records = []
         with jax.enable_x64(True):
             for row in dfs:
-                out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), row, pin, grid,
-                                             execution == "spatial", switch_penalty(None)))
+                out = jax.device_get(_exported.call(
+                    program, {"grid": grid, "spatial": execution == "spatial"}, arrays, preds, pred_bytes, tables,
+                    for_jit(hw), row, pin, reconfig=switch_penalty(None)))
                 records.append(_per_op_records({k: np.asarray(v) for k, v in out.items()}, arrays, np))
         return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
     from .hardware import FIELDS
@@ -476,8 +478,9 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         GRID_ADVICE + ", or fewer time_bins")
     with jax.enable_x64(True):
         tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-        out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p, grid,
-                                     execution == "spatial", switch_penalty(dataflow)))
+        out = jax.device_get(_exported.call(program, {"grid": grid, "spatial": execution == "spatial"}, arrays,
+                                            preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p,
+                                            reconfig=switch_penalty(dataflow)))
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
     links = schedule.real_links(int(hw.tile_rows), int(hw.tile_cols), grid)  # the machine's own link groups

@@ -1,0 +1,194 @@
+"""Traced programs kept on disk beside JAX's compilation cache, so a fresh process skips tracing them too.
+
+JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`) saves the XLA compile, but every fresh process
+(a second ``dfit-nb report``, a new kernel, each pytest-xdist worker) still traces and lowers each program in
+Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm first call. :func:`call` runs a
+jitted function through :mod:`jax.export` instead: the first time a (function, argument shapes, static
+arguments) combination is seen, the function is exported (traced once, as a plain call would) and the serialized
+StableHLO is written to ``<compilation cache>/dfit_nb_exported/``; later processes deserialize it (about 10 ms)
+and call it, and XLA's compile of it is then a hit in JAX's cache. The numbers are the same program's
+(``tests/test_exported.py`` checks them equal to a plain call's).
+
+When it stands aside (the plain jitted call runs): no persistent compilation cache is configured (then there is
+nowhere to keep the files), ``DFIT_NB_EXPORTED=0``, an argument is a tracer (a call inside ``jit`` / ``vmap`` /
+``grad``), or exporting fails. A file that cannot be read or deserialized is ignored with a
+:class:`~dfit_nb.errors.CompilationCacheWarning` (once per process) and replaced; one that cannot be written
+leaves the program in memory for this process only.
+
+The key of a file holds everything the trace depends on: the function's module and name, a fingerprint of the
+dfit_nb sources (any edit makes new keys), the JAX and jaxlib versions, the backend, the x64 flag, the argument
+tree with its static metadata, each leaf's abstract value (shape, dtype, weak type) and the static arguments.
+Files of old keys are never read again; deleting the directory is always safe.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from . import _compile_cache
+from .errors import CompilationCacheWarning
+
+#: ``DFIT_NB_EXPORTED=0`` (or ``off``, ``false``, ``no``) switches the exported-program cache off
+ENV = "DFIT_NB_EXPORTED"
+#: the sub-directory of the compilation cache that holds the serialized programs
+SUBDIR = "dfit_nb_exported"
+
+_lock = threading.Lock()
+_loaded: dict[str, Callable[..., Any]] = {}
+_warned = False
+
+
+def enabled() -> bool:
+    """Whether :func:`call` exports: a persistent compilation cache is configured and ``DFIT_NB_EXPORTED`` is
+    not ``0`` / ``off`` / ``false`` / ``no``."""
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+        return False
+    return directory() is not None
+
+
+def directory() -> Path | None:
+    """``<compilation cache>/dfit_nb_exported``, or ``None`` without a persistent compilation cache."""
+    state = _compile_cache.state()
+    if state is None or state.directory is None:
+        return None
+    return Path(state.directory) / SUBDIR
+
+
+@functools.cache
+def source_fingerprint() -> str:
+    """SHA-256 of every ``.py`` file of the installed dfit_nb package (names and contents), computed once."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _register_pytrees() -> None:
+    """Let :mod:`jax.export` serialize the argument trees of dfit_nb's programs (Hardware and the grid tuple)."""
+    from .sim.hardware import Hardware
+
+    try:
+        jax.export.register_pytree_node_serialization(
+            Hardware, serialized_name="dfit_nb.sim.Hardware",
+            serialize_auxdata=lambda aux: pickle.dumps(tuple(str(a) for a in aux)),
+            deserialize_auxdata=lambda data: tuple(pickle.loads(data)))
+    except ValueError:  # registered already (a reloaded module)
+        pass
+
+
+_registered = threading.Event()
+
+
+def _key(fn: Callable[..., Any], static: dict[str, Any], dynamic: tuple[Any, ...]) -> str:
+    leaves, tree = jax.tree.flatten(dynamic)
+    avals = [str(jax.typeof(x)) for x in leaves]
+    parts = [fn.__module__, fn.__qualname__, source_fingerprint(), jax.__version__, jax.lib.__version__,
+             jax.default_backend(), str(jax.config.jax_enable_x64), str(tree), *avals,
+             repr(sorted(static.items()))]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **static, **kwargs)`` for a ``jax.jit`` function ``fn``, through a cached export (see the
+    module docstring); the plain call where the cache stands aside.
+
+    ``static``: the static arguments, by name (hashable; baked into the program). ``args`` and ``kwargs``: the
+    array arguments (pytrees of arrays).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from dfit_nb import _exported
+    >>> f = jax.jit(lambda x, power: x ** power, static_argnames="power")
+    >>> float(_exported.call(f, {"power": 2}, jnp.float32(3.0)))
+    9.0
+    """
+    dynamic = (args, kwargs)
+    if not enabled() or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(dynamic)):
+        return fn(*args, **static, **kwargs)
+    key = _key(fn, static, dynamic)
+    with _lock:
+        compiled = _loaded.get(key)
+    if compiled is None:
+        compiled = _load(key) or _export(fn, static, args, kwargs, key)
+        if compiled is None:
+            return fn(*args, **static, **kwargs)
+        with _lock:
+            _loaded[key] = compiled
+    return compiled(*args, **kwargs)
+
+
+def _path(key: str) -> Path:
+    folder = directory()
+    assert folder is not None  # call() checked enabled()
+    return folder / f"{key}.stablehlo"
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(message, CompilationCacheWarning, stacklevel=4)
+
+
+def _load(key: str) -> Callable[..., Any] | None:
+    path = _path(key)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        _warn_once(f"dfit_nb: could not read the exported program {path} ({err}); tracing it again")
+        return None
+    if not _registered.is_set():
+        _register_pytrees()
+        _registered.set()
+    try:
+        exported = jax.export.deserialize(bytearray(data))
+    except Exception as err:  # truncated, corrupted, or from an incompatible JAX: trace again and replace it
+        _warn_once(f"dfit_nb: ignoring the unreadable exported program {path} ({type(err).__name__}: {err}); "
+                   "tracing it again")
+        return None
+    return jax.jit(exported.call)
+
+
+def _export(fn: Callable[..., Any], static: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
+            key: str) -> Callable[..., Any] | None:
+    if not _registered.is_set():
+        _register_pytrees()
+        _registered.set()
+    try:
+        exported = jax.export.export(fn)(*args, **static, **kwargs)
+        data = exported.serialize()
+    except Exception:  # a program export cannot hold: the plain call, uncached
+        return None
+    _store(_path(key), bytes(data))
+    return jax.jit(exported.call)
+
+
+def _store(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary beside it, then a rename); failures are left silent:
+    the program stays in memory for this process, and the compilation cache has warned about its directory."""
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError:
+        pass
