@@ -33,6 +33,7 @@ it, before any capture or replay starts; no traceback.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import os
 import re
@@ -472,12 +473,17 @@ def _report(args: argparse.Namespace) -> int:
         print("no preset given (--hw with no names): nothing replayed, no report written")
         return 0
     print()
-    alone = {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names}
-    print(cost_table(alone))
-    print()
     from .report import analyse, write_report
 
-    results = analyse(trace, names, args.dataflow, args.objective, progress=not args.no_progress)
+    # The cost table's programs compile on a second thread while the replays' compile here: XLA releases the GIL
+    # while it compiles, so on a cold cache the two overlap on two cores. cost() prints nothing (the tables print
+    # after both), and a warning it gives while analyse() records warnings is passed on by analyse() as its own.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-cost") as pool:
+        pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names})
+        results = analyse(trace, names, args.dataflow, args.objective, progress=not args.no_progress)
+        alone = pending.result()
+    print(cost_table(alone))
+    print()
     print(replay_table(results, args.dataflow))
     print()
     print(reconcile_table(trace, results, alone))
