@@ -1,7 +1,5 @@
 """``python -m dfit_nb`` is ``dfit-nb``."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -106,6 +106,19 @@ def test_the_entry_point_exits_2_without_a_traceback():
     assert p.returncode == 2 and "'bogus'" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
+def test_the_command_flushes_everything_before_it_skips_the_teardown(tmp_path):
+    """``python -m dfit_nb`` ends with ``os._exit`` after a report (cli.run): what it printed through a pipe is all
+    there, its files are complete, and the exit code is main()'s."""
+    p = subprocess.run([sys.executable, "-m", "dfit_nb", "report", "--example", "mlp", "--hw", "npu_like",
+                        "--no-progress", "-o", str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.rstrip().splitlines()
+    assert "ops costed alone" in p.stdout and lines[-1].startswith("done in ")
+    assert dfit_nb.load_run(tmp_path / "r" / "npu_like.nc").attrs["hardware"] == "npu_like"
+    assert (tmp_path / "r" / "report.html").read_text().rstrip().endswith("</html>")
+
+
 def test_parse_spec():
     s = parse_spec("bf16[2,3], i8[] bool[4]  f64[1, 2]")
     assert [(x.shape, str(x.dtype)) for x in s] == [((2, 3), "bfloat16"), ((), "int8"), ((4,), "bool"),
