@@ -45,7 +45,7 @@ ENV = "DFIT_NB_EXPORTED"
 SUBDIR = "dfit_nb_exported"
 
 _lock = threading.Lock()
-_loaded: dict[str, Callable[..., Any]] = {}
+_loaded: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _warned = False
 
 
@@ -92,8 +92,8 @@ def _register_pytrees() -> None:
 _registered = threading.Event()
 
 
-def _key(fn: Callable[..., Any], static: dict[str, Any], dynamic: tuple[Any, ...]) -> str:
-    leaves, tree = jax.tree.flatten(dynamic)
+def _key(fn: Callable[..., Any], static: dict[str, Any], leaves: list[Any], tree: Any) -> str:
+    """The file's key (see the module docstring): computed once per process and signature."""
     avals = [str(jax.typeof(x)) for x in leaves]
     parts = [fn.__module__, fn.__qualname__, source_fingerprint(), jax.__version__, jax.lib.__version__,
              jax.default_backend(), str(jax.config.jax_enable_x64), str(tree), *avals,
@@ -114,18 +114,23 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
     >>> float(_exported.call(f, {"power": 2}, jnp.float32(3.0)))
     9.0
     """
-    dynamic = (args, kwargs)
-    if not enabled() or any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(dynamic)):
+    leaves, tree = jax.tree.flatten((args, kwargs))
+    if not enabled() or any(isinstance(x, jax.core.Tracer) for x in leaves):
         return fn(*args, **static, **kwargs)
-    key = _key(fn, static, dynamic)
+    # looked up in this process by a plain tuple (a warm cost() call pays a few microseconds, not the file key's
+    # hashing); the shape, dtype and weak type of each leaf decide the program, as they do for jax.jit
+    local = (fn, tuple(sorted(static.items())), tree, bool(jax.config.jax_enable_x64),
+             tuple((type(x), getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "weak_type", None))
+                   for x in leaves))
     with _lock:
-        compiled = _loaded.get(key)
+        compiled = _loaded.get(local)
     if compiled is None:
+        key = _key(fn, static, leaves, tree)
         compiled = _load(key) or _export(fn, static, args, kwargs, key)
         if compiled is None:
             return fn(*args, **static, **kwargs)
         with _lock:
-            _loaded[key] = compiled
+            _loaded[local] = compiled
     return compiled(*args, **kwargs)
 
 
