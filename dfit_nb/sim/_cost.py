@@ -60,6 +60,9 @@ VARIABLES: dict[str, tuple[str, str]] = {
     "total_macs": ("MAC", "sum over ops of macs x count"),
 }
 
+#: the smallest op count :func:`cost` compiles for (tables are padded to a power of two at least this)
+COST_OPS = 8
+
 #: per-call totals -> the per-op variable they sum
 TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": "macs"}
 
@@ -463,9 +466,15 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         grid = schedule.bucket(rows, cols)
         tables = device_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
         keys = tuple(arrays)
-        packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"},
-                                           np.stack([arrays[k] for k in keys]), fields=field_vector(hw),
-                                           df=codes.astype(np.float64), tables=tables))
+        # the op count padded to a power of two (at least COST_OPS) by repeating the first op, so tables of
+        # similar size share one compiled program; each op is priced alone, so the copies change no other op's
+        # figures, and they are sliced off below
+        n = len(coord)
+        size = max(COST_OPS, 1 << max(n - 1, 0).bit_length())
+        table = np.pad(np.stack([arrays[k] for k in keys]), ((0, 0), (0, size - n)), mode="edge")
+        df = codes.astype(np.float64) if names else np.pad(codes.astype(np.float64), (0, size - n), mode="edge")
+        packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
+                                           fields=field_vector(hw), df=df, tables=tables))[..., :n]
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}

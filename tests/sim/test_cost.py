@@ -102,6 +102,30 @@ def test_per_op_dataflow_choice():
     assert mixed.tolist() == [both[0, 0], both[1, 1]]
 
 
+def test_tables_share_a_program_per_power_of_two_and_the_padding_changes_nothing(monkeypatch):
+    """cost() pads the op count to a power of two (at least COST_OPS) by repeating the first op: tables of 3 and 5
+    ops run one compiled program, and each op's figures equal its own one-op table's, padded or not."""
+    from dfit_nb import _exported
+    from dfit_nb.sim import _cost
+
+    monkeypatch.setenv(_exported.ENV, "0")  # count the plain jitted program's compiles
+    hw = presets.get("npu_like")
+    rows = {"m": [64, 96, 128, 200, 7], "k": [32, 256, 128, 64, 9], "n": [16, 48, 512, 64, 3]}
+    before = _cost._evaluate._cache_size()
+    five = cost(rows, hw, ["ws", "is"])
+    three = cost({k: v[:3] for k, v in rows.items()}, hw, ["ws", "is"])
+    assert _cost._evaluate._cache_size() - before <= 1 and _cost.COST_OPS >= 5
+    for i in range(5):
+        alone = cost({k: [v[i]] for k, v in rows.items()}, hw, ["ws", "is"])
+        for name in ("cycles", "energy_pj", "dram_reads_weight", "layout"):
+            np.testing.assert_array_equal(five[name].values[:, i], alone[name].values[:, 0])
+            if i < 3:
+                np.testing.assert_array_equal(three[name].values[:, i], alone[name].values[:, 0])
+    big = cost({k: v * 4 for k, v in rows.items()}, hw, "os")  # 20 ops: padded to 32 by repeating op 0
+    np.testing.assert_array_equal(big["cycles"].values[:5], big["cycles"].values[5:10])
+    assert big.sizes["op"] == 20
+
+
 def test_non_gemm_ops_use_the_vector_path(static_traces):
     ds = cost(static_traces["encoder"], presets.get("npu_like"), "ws")
     ops = static_traces["encoder"].ops
