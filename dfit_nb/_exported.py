@@ -62,7 +62,13 @@ def directory() -> Path | None:
     state = _compile_cache.state()
     if state is None or state.directory is None:
         return None
-    return Path(state.directory) / SUBDIR
+    return _folder(state.directory)
+
+
+@functools.lru_cache(maxsize=8)
+def _folder(cache_directory: str) -> Path:
+    """Built once per directory: a warm cost() call asks :func:`enabled` every time."""
+    return Path(cache_directory) / SUBDIR
 
 
 @functools.cache
