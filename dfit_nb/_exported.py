@@ -83,7 +83,8 @@ def source_fingerprint() -> str:
 
 
 def _register_pytrees() -> None:
-    """Let :mod:`jax.export` serialize the argument trees of dfit_nb's programs (Hardware and the grid tuple)."""
+    """Let :mod:`jax.export` serialize the argument trees of dfit_nb's programs (a Hardware among the arrays;
+    static arguments such as the grid are baked into the program, not serialized)."""
     from .sim.hardware import Hardware
 
     try:

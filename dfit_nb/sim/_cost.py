@@ -472,10 +472,10 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         n = len(coord)
         size = max(COST_OPS, 1 << max(n - 1, 0).bit_length())
         pad = np.zeros(size - n, np.int64)  # indexes of the first op (np.pad costs ~10 us a call here)
-        table = np.stack([arrays[k] for k in keys])
-        table = np.concatenate([table, table[:, pad]], axis=1)
-        df = codes.astype(np.float64)
-        df = df if names else np.concatenate([df, df[pad]])
+        table = np.stack([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
+        table = np.concatenate([table[:, :n], table[:, pad]], axis=1)
+        df = codes.astype(np.float64) if names or n else np.zeros(1)
+        df = df if names else np.concatenate([df[:n], df[pad]])
         packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
                                            fields=field_vector(hw), df=df, tables=tables))[..., :n]
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)

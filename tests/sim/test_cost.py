@@ -121,6 +121,9 @@ def test_tables_share_a_program_per_power_of_two_and_the_padding_changes_nothing
             np.testing.assert_array_equal(five[name].values[:, i], alone[name].values[:, 0])
             if i < 3:
                 np.testing.assert_array_equal(three[name].values[:, i], alone[name].values[:, 0])
+    empty = cost({"m": [], "k": [], "n": []}, hw, ["ws", "is"])  # no op to repeat: an empty table, as before
+    assert dict(empty.sizes) == {"dataflow": 2, "op": 0} and float(empty["total_cycles"].sum()) == 0.0
+    assert cost({"m": [], "k": [], "n": []}, hw, np.array([], dtype=object)).sizes["op"] == 0
     big = cost({k: v * 4 for k, v in rows.items()}, hw, "os")  # 20 ops: padded to 32 by repeating op 0
     np.testing.assert_array_equal(big["cycles"].values[:5], big["cycles"].values[5:10])
     assert big.sizes["op"] == 20
