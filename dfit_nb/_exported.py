@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
-import pickle
 import tempfile
 import threading
 import warnings
@@ -90,8 +90,8 @@ def _register_pytrees() -> None:
     try:
         jax.export.register_pytree_node_serialization(
             Hardware, serialized_name="dfit_nb.sim.Hardware",
-            serialize_auxdata=lambda aux: pickle.dumps(tuple(str(a) for a in aux)),
-            deserialize_auxdata=lambda data: tuple(pickle.loads(data)))
+            serialize_auxdata=lambda aux: json.dumps([str(a) for a in aux]).encode(),  # no pickle: data only
+            deserialize_auxdata=lambda data: tuple(json.loads(data)))
     except ValueError:  # registered already (a reloaded module)
         pass
 
