@@ -47,6 +47,7 @@ SUBDIR = "dfit_nb_exported"
 _lock = threading.Lock()
 _loaded: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _warned = False
+_registered = threading.Event()
 
 
 def enabled() -> bool:
@@ -85,6 +86,8 @@ def source_fingerprint() -> str:
 def _register_pytrees() -> None:
     """Let :mod:`jax.export` serialize the argument trees of dfit_nb's programs (a Hardware among the arrays;
     static arguments such as the grid are baked into the program, not serialized)."""
+    if _registered.is_set():
+        return
     from .sim.hardware import Hardware
 
     try:
@@ -92,11 +95,10 @@ def _register_pytrees() -> None:
             Hardware, serialized_name="dfit_nb.sim.Hardware",
             serialize_auxdata=lambda aux: json.dumps([str(a) for a in aux]).encode(),  # no pickle: data only
             deserialize_auxdata=lambda data: tuple(json.loads(data)))
-    except ValueError:  # registered already (a reloaded module)
+    except ValueError:  # registered already (a reloaded module, or another thread just now)
         pass
+    _registered.set()
 
-
-_registered = threading.Event()
 
 
 def _key(fn: Callable[..., Any], static: dict[str, Any], leaves: list[Any], tree: Any) -> str:
@@ -163,9 +165,7 @@ def _load(key: str) -> Callable[..., Any] | None:
     except OSError as err:
         _warn_once(f"dfit_nb: could not read the exported program {path} ({err}); tracing it again")
         return None
-    if not _registered.is_set():
-        _register_pytrees()
-        _registered.set()
+    _register_pytrees()
     try:
         exported = jax.export.deserialize(bytearray(data))
     except Exception as err:  # truncated, corrupted, or from an incompatible JAX: trace again and replace it
@@ -177,9 +177,7 @@ def _load(key: str) -> Callable[..., Any] | None:
 
 def _export(fn: Callable[..., Any], static: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
             key: str) -> Callable[..., Any] | None:
-    if not _registered.is_set():
-        _register_pytrees()
-        _registered.set()
+    _register_pytrees()
     try:
         exported = jax.export.export(fn)(*args, **static, **kwargs)
         data = exported.serialize()

@@ -97,7 +97,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     _remove(tmp)  # one of our naming with our pid is from a killed process that had this pid before us
     try:
         if zarr:
-            stamped.map_over_datasets(_text_as_objects).to_zarr(tmp, consolidated=False)
+            stamped.map_over_datasets(text_as_objects).to_zarr(tmp, consolidated=False)
             _test_hook("written")
             _swap_in(tmp, path)
         else:
@@ -117,11 +117,18 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _text_as_objects(ds: xr.Dataset) -> xr.Dataset:
-    """Fixed-width text arrays (NumPy ``<U``) as Python strings: Zarr v3 specifies variable-length UTF-8 only."""
-    text = {k: v.astype(object) for k, v in ds.variables.items() if v.dtype.kind == "U"}
-    return ds.assign_coords({k: v for k, v in text.items() if k in ds.coords}).assign(
-        {k: v for k, v in text.items() if k not in ds.coords})
+def text_as_objects(ds: xr.Dataset) -> xr.Dataset:
+    """Fixed-width text arrays (NumPy ``<U``) as Python strings: variable-length on disk (Zarr v3 specifies
+    variable-length UTF-8 only). A run's Datasets are built this way too.
+
+    Through ``ds.variables`` and one constructor: ``ds[name]`` builds a DataArray per variable and each ``assign``
+    merges the whole Dataset again (2.0 ms against 1.1 ms on a run's per-op Dataset)."""
+    fixed = {n for n, v in ds.variables.items() if v.dtype.kind == "U"}
+    if not fixed:
+        return ds
+    var = {n: xr.Variable(v.dims, v.values.astype(object), v.attrs) if n in fixed else v
+           for n, v in ds.variables.items()}
+    return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
 
 
 def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],

@@ -42,26 +42,37 @@ REASONS = {
 }
 
 
+def _other_machine(attrs: dict[str, Any], hw: Hardware, *, require: bool) -> tuple[str, Any, float] | None:
+    """The first field whose ``hw_<field>`` provenance attr (of a run or a cost table) differs from ``hw``'s, as
+    ``(field, recorded, hw's)``; a missing attr counts as different when ``require``. None when all agree."""
+    from .hardware import FIELDS
+
+    for f in FIELDS:
+        have = attrs.get(f"hw_{f}")
+        want = float(np.asarray(getattr(hw, f)))
+        if (have is None and require) or (have is not None and not np.isclose(float(have), want)):
+            return f, have, want
+    return None
+
+
 def _own_dataflows(alone: xr.Dataset, trace: Any, hw: Hardware, names: np.ndarray, ids: np.ndarray
                    ) -> xr.Dataset:
     """The rows of a precomputed ``cost(trace, hw, [styles])`` under each op's own dataflow (``names``), checked
     to be the trace's ops on this machine, so a table of another program or machine is refused, not mixed in."""
-    from ._cost import hardware_attrs
-
     if "dataflow" not in alone.dims or "op" not in alone.dims:
         raise ValueError("reconcile: alone= must be cost(trace, hw, [styles]) with a dataflow dim, got dims "
                          f"{dict(alone.sizes)}")
     if alone.attrs.get("memory") != "finite":
         raise ValueError(f"reconcile: alone= was costed with memory={alone.attrs.get('memory')!r}; the replay "
                          "prices finite memory: cost it with memory='finite'")
-    want = hardware_attrs(hw)
-    wrong = [k for k, v in want.items() if k != "hardware" and not np.isclose(float(alone.attrs.get(k, np.nan)), v)]
+    wrong = _other_machine(alone.attrs, hw, require=True)
     if wrong:
-        raise ValueError(f"reconcile: alone= was costed on another machine ({wrong[0]} = "
-                         f"{alone.attrs.get(wrong[0])!r}, {hw.name!r} has {want[wrong[0]]:g}); cost it on {hw.name!r}")
+        field, have, want = wrong
+        raise ValueError(f"reconcile: alone= was costed on another machine (hw_{field} = {have!r}, {hw.name!r} "
+                         f"has {want:g}); cost it on {hw.name!r}")
     if not np.array_equal(alone["op"].values, trace.ops["op"].values):
-        raise ValueError(f"reconcile: alone= holds ops {alone['op'].values[:5].tolist()}..., not the trace's "
-                         f"{alone.sizes['op']} -> {trace.ops.sizes['op']} ops: cost this trace")
+        raise ValueError(f"reconcile: alone= holds {alone.sizes['op']} ops, not the trace's {trace.ops.sizes['op']} "
+                         "(or not the same ones): cost this trace")
     styles = [str(x) for x in alone["dataflow"].values]
     missing = sorted(set(names[ids]) - set(styles))
     if missing:
@@ -107,13 +118,12 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     True
     """
     from ._cost import cost
-    from .hardware import FIELDS
 
-    for f in FIELDS:
-        have = run.attrs.get(f"hw_{f}")
-        if have is not None and not np.isclose(float(have), float(np.asarray(getattr(hw, f)))):
-            raise ValueError(f"reconcile: the run was replayed with {f} = {have:g}, not {hw.name!r}'s "
-                             f"{float(np.asarray(getattr(hw, f))):g}; pass the machine the run replayed")
+    wrong = _other_machine(run.attrs, hw, require=False)
+    if wrong:
+        field, have, want = wrong
+        raise ValueError(f"reconcile: the run was replayed with {field} = {float(have):g}, not {hw.name!r}'s "
+                         f"{want:g}; pass the machine the run replayed")
     ops = run.ops
     ids = ops["op"].values
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)

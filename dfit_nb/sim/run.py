@@ -58,7 +58,7 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .._files import open_tree, save_tree
+from .._files import open_tree, save_tree, text_as_objects
 from .._version import __version__
 from ..events import binning
 from ..events.schema import KINDS, events_dataset
@@ -208,20 +208,8 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
     summary = summary_dataset(ops, events, hw, inferences, attrs)
     ops, regions, summary = _classified(ops, regions, summary)
-    cube = _object_strings(cube)
+    cube = text_as_objects(cube)
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
-
-
-def _object_strings(ds: xr.Dataset) -> xr.Dataset:
-    """Fixed-width string arrays as object arrays: variable-length on disk, no Zarr v3 dtype caveat."""
-    # through ds.variables and one constructor: ds[name] builds a DataArray per variable and each assign merges
-    # the whole Dataset again, which made this a third of building a run
-    fixed = {n for n, v in ds.variables.items() if v.dtype.kind == "U"}
-    if not fixed:
-        return ds
-    var = {n: xr.Variable(v.dims, v.values.astype(object), v.attrs) if n in fixed else v
-           for n, v in ds.variables.items()}
-    return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
 
 
 #: per-operand traffic of an op, from the one model (``machine.model``) -> description
@@ -376,7 +364,7 @@ def _classified(ops: xr.Dataset, regions: xr.Dataset, summary: xr.Dataset) -> tu
         {**_class_vars((), summary["evidence"].values, run_extra[0], run_extra[1], "over all ops"),
          **{f"{k}_cycles": _var((), float(extra[:, i].sum()), "cycle", f"cycles attributable to {k}, summed over "
                                 "ops") for i, k in enumerate(("precision", "thermal"))}}).assign_coords(coords)
-    return tuple(_object_strings(ds) for ds in (ops, regions, summary))
+    return tuple(text_as_objects(ds) for ds in (ops, regions, summary))
 
 
 def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:
