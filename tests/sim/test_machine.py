@@ -230,3 +230,5 @@ def test_reconcile_reads_a_precomputed_cost_table_under_each_ops_own_dataflow(st
         reconcile(t, hw, run, alone=table.isel(op=slice(1, None)))
     with pytest.raises(ValueError, match="dataflow dim"):
         reconcile(t, hw, run, alone=cost(t, hw, "ws"))
+    with pytest.raises(ValueError, match=r"the run was replayed with \w+ = .*not 'tpu_like'.*pass the machine"):
+        reconcile(t, presets.get("tpu_like"), run)
