@@ -11,7 +11,12 @@ and with revalidation; and the pure-array entry point (:func:`dfit_nb.sim.calibr
 seconds alone (what a calibration's loss reads). Each figure is the best of ``--rounds`` rounds of ``--calls``
 calls (the minimum is the least disturbed by other work on a shared machine).
 
-Run: ``python benchmarks/bench_cost_call.py [--preset tpu_like --calls 300 --rounds 7]``.
+JAX fixes a process's CPU dispatch when it creates its CPU client, so ``--dispatch both`` (the default) runs the
+whole table twice in two fresh processes, alternating: synchronous dispatch (what ``import dfit_nb`` asks for,
+:mod:`dfit_nb._dispatch`) and JAX's asynchronous default (``DFIT_NB_SYNC_CPU_DISPATCH=0``), and prints them side
+by side with the better of ``--repeats`` processes of each.
+
+Run: ``python benchmarks/bench_cost_call.py [--preset tpu_like --calls 300 --rounds 7 --dispatch both]``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +65,63 @@ def main() -> None:
     p.add_argument("--preset", default="tpu_like")
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--dispatch", choices=("both", "sync", "async"), default="both")
+    p.add_argument("--repeats", type=int, default=2, help="processes per dispatch mode with --dispatch both")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child's rows, for --dispatch both
     a = p.parse_args()
+    if a.dispatch == "both":
+        side_by_side(a)
+        return
+    rows = measure(a)
+    if a.json:
+        print(json.dumps(rows))
+        return
+    print(f"{a.preset}, 3 ops, {a.dispatch} CPU dispatch, best of {a.rounds} rounds of {a.calls} calls "
+          "(microseconds per call)")
+    for name, us in rows.items():
+        print(f"  {name:60s} {us:9.1f}")
+    print_speedups(rows)
+
+
+def side_by_side(a: argparse.Namespace) -> None:
+    """Each dispatch mode in fresh processes, alternating, ``a.repeats`` of each; the best per row."""
+    best: dict[str, dict[str, float]] = {"sync": {}, "async": {}}
+    for _ in range(a.repeats):
+        for mode in best:
+            env = {**os.environ, "DFIT_NB_SYNC_CPU_DISPATCH": "1" if mode == "sync" else "0"}
+            out = subprocess.run([sys.executable, __file__, "--preset", a.preset, "--calls", str(a.calls),
+                                  "--rounds", str(a.rounds), "--dispatch", mode, "--json"],
+                                 env=env, check=True, capture_output=True, text=True).stdout
+            for name, us in json.loads(out.strip().splitlines()[-1]).items():
+                best[mode][name] = min(us, best[mode].get(name, float("inf")))
+    print(f"{a.preset}, 3 ops, best of {a.repeats} processes x {a.rounds} rounds of {a.calls} calls "
+          "(microseconds per call)")
+    print(f"  {'':60s} {'sync':>9s} {'async':>9s}  (sync: import dfit_nb's default; async: JAX's)")
+    for name, us in best["sync"].items():
+        print(f"  {name:60s} {us:9.1f} {best['async'][name]:9.1f}")
+    print_speedups(best["sync"])
+    call = "cost() on 3 ops, with its Dataset"
+    print(f"  synchronous dispatch: cost() {best['async'][call] / best['sync'][call]:.2f}x, pure-array seconds "
+          f"{best['async'][SECONDS] / best['sync'][SECONDS]:.2f}x")
+
+
+SECONDS = "  ... seconds alone, machine on the device"
+
+
+def print_speedups(rows: dict[str, float]) -> None:
+    print(f"  speed-ups: Dataset {rows[DATASET_BEFORE] / rows[DATASET]:.1f}x, model call "
+          f"{rows[MODEL_BEFORE] / rows[MODEL]:.2f}x ({rows[MODEL_BEFORE_THAT] / rows[MODEL]:.2f}x over the one "
+          f"before that), machine copy {rows[COPY_BEFORE] / rows[COPY]:.1f}x")
+
+
+def measure(a: argparse.Namespace) -> dict[str, float]:
+    """Every row of the table, in this process (its CPU dispatch chosen by ``DFIT_NB_SYNC_CPU_DISPATCH``)."""
+    from dfit_nb import _dispatch
+
+    want = a.dispatch == "sync"
+    if _dispatch.synchronous() != want:
+        raise SystemExit(f"this process dispatches {'synchronously' if _dispatch.synchronous() else 'async'}; "
+                         f"run it with DFIT_NB_SYNC_CPU_DISPATCH={'1' if want else '0'}")
     hw = presets.get(a.preset)
     ops = {"m": [64, 128, 256], "k": [64, 128, 256], "n": [64, 128, 256]}
     arrays, _ = C.alone_arrays(ops)
@@ -97,7 +162,7 @@ def main() -> None:
             "pure-array entry point (predictor, jitted), every output, machine from the host": best_us(
                 lambda: jax.block_until_ready(pure(fast_hw)), n, r),
             "  ... machine on the device": best_us(lambda: jax.block_until_ready(pure(device_hw)), n, r),
-            "  ... seconds alone, machine on the device": best_us(
+            SECONDS: best_us(
                 lambda: jax.block_until_ready(seconds(device_hw)), n, r),
         }
     ds = cost(ops, hw)
@@ -108,12 +173,7 @@ def main() -> None:
     rows[COPY] = best_us(lambda: C.for_jit(hw), n, r)
     rows[COPY_BEFORE] = best_us(lambda: dataclasses.replace(
         jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="", execution="time"), n, r)
-    print(f"{a.preset}, 3 ops, best of {r} rounds of {n} calls (microseconds per call)")
-    for name, us in rows.items():
-        print(f"  {name:60s} {us:9.1f}")
-    print(f"  speed-ups: Dataset {rows[DATASET_BEFORE] / rows[DATASET]:.1f}x, model call "
-          f"{rows[MODEL_BEFORE] / rows[MODEL]:.2f}x ({rows[MODEL_BEFORE_THAT] / rows[MODEL]:.2f}x over the one "
-          f"before that), machine copy {rows[COPY_BEFORE] / rows[COPY]:.1f}x")
+    return rows
 
 
 if __name__ == "__main__":

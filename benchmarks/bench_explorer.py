@@ -5,13 +5,23 @@ bandwidth, SRAM) and times the replay plus the visible view's spec, validated an
 ``JupyterChart`` (``Explorer.last_update_s``), for the timeline and for the utilization heatmap; then the tile
 grid; then the cost of opening another tab after a change (its spec is rebuilt then); then linked selections: a
 brushed time window and a picked region, each narrowing a view. The first build includes compilation.
-Run: ``python benchmarks/bench_explorer.py [--layers 12]``.
+
+Then the first crossing of a tile-grid bucket with an empty compilation cache (a first session), side by side:
+two fresh processes, each with its own empty cache, open the Explorer, wait ``--think`` seconds (a user reading
+the first chart), and move the tile rows from the 8-row bucket to 16 rows; one with the Explorer's background
+warm-up of the next buckets (the default), one with ``prewarm=False``.
+Run: ``python benchmarks/bench_explorer.py [--layers 12 --think 5]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import dfit_nb
@@ -23,7 +33,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--preset", default="npu_like")
+    p.add_argument("--think", type=float, default=5.0, help="seconds between opening and the grid move")
+    p.add_argument("--crossing", choices=("on", "off"), help=argparse.SUPPRESS)  # a child of the side-by-side
     a = p.parse_args()
+    if a.crossing:
+        print(json.dumps(crossing(a, prewarm=a.crossing == "on")))
+        return
     fn, args = examples.get("encoder").build(layers=a.layers)
     trace = dfit_nb.capture(fn, *args)
     t0 = time.perf_counter()
@@ -79,6 +94,35 @@ def main() -> None:
         ex.narrow(window=None, region=region)  # what a click on the icicle or the dropdown does
         picks.append(time.perf_counter() - t0)
     print("a region picked, the visible timeline narrowed (ms): " + " ".join(f"{o * 1e3:.0f}" for o in picks))
+    side_by_side(a)
+
+
+def crossing(a: argparse.Namespace, prewarm: bool) -> dict[str, float]:
+    """In this process (its compilation cache empty): open, wait ``a.think`` s, cross into the 16-row bucket."""
+    fn, args = examples.get("encoder").build(layers=a.layers)
+    trace = dfit_nb.capture(fn, *args)
+    t0 = time.perf_counter()
+    ex = Explorer(trace, a.preset, prewarm=prewarm)
+    opened = time.perf_counter() - t0
+    time.sleep(a.think)
+    ex.controls["tile_rows"].value = 16
+    return {"open_s": opened, "crossing_s": ex.last_update_s}
+
+
+def side_by_side(a: argparse.Namespace) -> None:
+    rows = {}
+    for mode in ("on", "off"):
+        with tempfile.TemporaryDirectory(prefix="dfit_nb-bench-cache-") as cache:
+            env = {**os.environ, "DFIT_NB_COMPILATION_CACHE": cache}
+            out = subprocess.run([sys.executable, __file__, "--layers", str(a.layers), "--preset", a.preset,
+                                  "--think", str(a.think), "--crossing", mode], env=env, check=True,
+                                 capture_output=True, text=True).stdout
+            rows[mode] = json.loads(out.strip().splitlines()[-1])
+    print(f"first tile-grid bucket crossing, empty compilation cache, {a.think:g} s after opening (ms): "
+          f"{rows['on']['crossing_s'] * 1e3:.0f} with the background warm-up, "
+          f"{rows['off']['crossing_s'] * 1e3:.0f} without (prewarm=False); "
+          f"{rows['off']['crossing_s'] / rows['on']['crossing_s']:.1f}x (target <= 1000 ms); opening took "
+          f"{rows['on']['open_s']:.1f} s and {rows['off']['open_s']:.1f} s")
 
 
 if __name__ == "__main__":

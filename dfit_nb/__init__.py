@@ -12,11 +12,14 @@ Quick start::
 
 from ._version import __version__ as __version__
 from . import errors as errors
-from . import _compile_cache
+from . import _compile_cache, _dispatch
 
 # JAX's persistent compilation cache (~/.cache/dfit_nb/jax; DFIT_NB_COMPILATION_CACHE=0 or a path), set before
 # anything compiles; a directory it cannot write warns once and leaves JAX without one (see _compile_cache)
 _compile_cache.configure()
+# JAX's CPU programs run on the calling thread, for dfit_nb's many small programs (DFIT_NB_SYNC_CPU_DISPATCH=0 leaves
+# JAX's asynchronous default); only before the process's first computation (see _dispatch)
+_dispatch.configure()
 
 from . import examples as examples
 from . import events as events

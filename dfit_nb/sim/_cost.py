@@ -384,18 +384,67 @@ def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[
         for dim, size in zip(dims, arr.shape, strict=True):
             if sizes.setdefault(dim, size) != size:
                 raise ValueError(f"{name}: {dim} has {size} values, not {sizes[dim]}")
-        variables[name] = xr.Variable(dims, arr, dict(var_attrs), fastpath=True)
+        variables[name] = _variable(dims, arr, var_attrs)
     indexes: dict[str, Any] = {}
     for name, values in index.items():
         if sizes.setdefault(name, len(values)) != len(values):
             raise ValueError(f"coordinate {name}: {len(values)} values, not {sizes[name]}")
-        pandas = xr.indexes.PandasIndex(values, name)
+        pandas = _range_index(name, len(values)) if _is_range(values) else xr.indexes.PandasIndex(values, name)
         indexes[name] = pandas
         variables[name] = pandas.create_variables()[name]
     return xr.Dataset._construct_direct(variables, set(index), sizes, attrs, indexes)
 
 
+def _is_range(values: Any) -> bool:
+    """Whether ``values`` is ``0, 1, ..., n - 1`` as int64 (the op coordinate of a table without one)."""
+    return (type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1
+            and np.array_equal(values, _range(len(values))))
+
+
+@functools.lru_cache(maxsize=64)
+def _range(n: int) -> np.ndarray:
+    out = np.arange(n, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _range_index(name: str, n: int) -> Any:
+    """The index of ``0 .. n - 1`` named ``name``, built once: xarray's indexes are immutable and shared between
+    Datasets (a shallow copy shares them too); each Dataset still gets its own coordinate variable."""
+    return xr.indexes.PandasIndex(_range(n), name)
+
+
+#: the slots of an ``xr.Variable`` that :func:`_variable` fills (every slot it has in the xarray this was written for)
+_VARIABLE_SLOTS = frozenset({"_attrs", "_data", "_dims", "_encoding"})
+
+
+@functools.cache
+def _slots_known() -> bool:
+    """Whether this xarray's ``Variable`` has exactly the slots :func:`_variable` fills (and no ``__dict__``)."""
+    slots = {s for cls in xr.Variable.__mro__ for s in getattr(cls, "__slots__", ())}
+    return slots == _VARIABLE_SLOTS and not hasattr(xr.Variable(("x",), np.zeros(1)), "__dict__")
+
+
+def _variable(dims: tuple[str, ...], arr: np.ndarray, attrs: dict[str, str]) -> xr.Variable:
+    """``xr.Variable(dims, arr, dict(attrs), fastpath=True)``, its slots filled directly.
+
+    The constructor's checks (dims parsed against the array, the data wrapped) cost about 2 us a variable, 45
+    variables a :func:`cost` call; the caller has checked the shapes and passes a NumPy array, which the fast
+    path would store as is. Anything else than a NumPy array, or an xarray whose ``Variable`` has other slots than
+    these, goes through the constructor.
+    """
+    if type(arr) is not np.ndarray or not _slots_known():
+        return xr.Variable(dims, arr, dict(attrs), fastpath=True)
+    var = object.__new__(xr.Variable)
+    var._dims, var._data, var._attrs, var._encoding = tuple(dims), arr, dict(attrs) or None, None
+    return var
+
+
+@functools.cache
 def _attrs(name: str) -> dict[str, str]:
+    """The ``units`` and ``description`` of a variable: built once and shared, so never mutated (every Variable
+    built from it copies it)."""
     units, description = VARIABLES[name]
     return {"units": units, "description": description}
 
@@ -407,10 +456,13 @@ def op_counts(ops: Any, n_ops: int) -> np.ndarray:
     return np.ones(n_ops) if count is None else np.asarray(count, dtype=np.float64)
 
 
-def hardware_attrs(hw: Hardware) -> dict[str, Any]:
-    """Provenance: the machine's name and every field."""
-    return {"hardware": hw.name, **{f"hw_{f}": float(v) if isinstance(v := getattr(hw, f), (int, float))
-                                    else float(np.asarray(v)) for f in FIELDS}}
+_HW_ATTRS = tuple(f"hw_{f}" for f in FIELDS)
+
+
+def hardware_attrs(hw: Hardware, fields: np.ndarray | None = None) -> dict[str, Any]:
+    """Provenance: the machine's name and every field (``fields``: its :func:`field_vector`, when at hand)."""
+    values = (field_vector(hw) if fields is None else fields).tolist()
+    return {"hardware": hw.name, **dict(zip(_HW_ATTRS, values, strict=True))}
 
 
 def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> xr.Dataset:
@@ -476,12 +528,13 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         table = np.concatenate([table[:, :n], table[:, pad]], axis=1)
         df = codes.astype(np.float64) if names or n else np.zeros(1)
         df = df if names else np.concatenate([df[:n], df[pad]])
+        fields = field_vector(hw)
         packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
-                                           fields=field_vector(hw), df=df, tables=tables))[..., :n]
+                                           fields=fields, df=df, tables=tables))[..., :n]
     out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}
-    attrs = {**hardware_attrs(hw), "memory": memory,
+    attrs = {**hardware_attrs(hw, fields), "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
     shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
     values = {k: v if v.shape == shape else np.broadcast_to(v, shape) for k, v in out.items()}
@@ -490,7 +543,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
 
 def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:
     """Add the derived variables (seconds, joules); ``clock_ghz`` broadcasts against the outputs."""
-    out = {k: np.asarray(v) for k, v in out.items()}
+    out = {k: v if type(v) is np.ndarray else np.asarray(v) for k, v in out.items()}
     out["seconds"] = out["cycles"] / (np.asarray(clock_ghz, np.float64) * 1e9)
     out["energy_j"] = out["energy_pj"] * 1e-12
     return out

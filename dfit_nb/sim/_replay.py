@@ -470,17 +470,9 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
                                measured=measured).runs["hybrid"]
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
     pinned = pinned_layouts(prep, layouts, int(hw.tiles))
-    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
-    arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned, ONE_MACHINE_OPS)
     what = f"replay of {len(prep.op)} ops on {hw.name or 'the machine'!r}"
-    memory.replay_estimate(what, preds.shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols), time_bins,
-                           padded_to=(grid.rows, grid.cols)).check(
-        GRID_ADVICE + ", or fewer time_bins")
-    with jax.enable_x64(True):
-        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-        out = jax.device_get(_exported.call(program, {"grid": grid, "spatial": execution == "spatial"}, arrays,
-                                            preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p,
-                                            reconfig=switch_penalty(dataflow)))
+    out = _run_program(prep, hw, codes, pinned, execution, switch_penalty(dataflow), time_bins, what)
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     n = len(prep.op)
     out = {k: np.asarray(v)[..., :n] if k == "traffic" else np.asarray(v)[:n] for k, v in out.items()}
     links = schedule.real_links(int(hw.tile_rows), int(hw.tile_cols), grid)  # the machine's own link groups
@@ -493,6 +485,66 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         GRID_ADVICE + ", fewer time_bins, or replay_batch for per-machine scalars without events")
     return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
                      inferences=inferences, measured=measured)
+
+
+def _run_program(prep: Prepared, hw: Hardware, codes: np.ndarray, pinned: dict[str, np.ndarray], execution: str,
+                 reconfig: Any, time_bins: int, what: str) -> dict[str, Any]:
+    """The one-machine replay program on ``prep`` (padded to its op and grid buckets), its outputs on the host;
+    the memory its run would need is checked first (:func:`dfit_nb.sim.memory.replay_estimate`)."""
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+    arrays, preds, pred_bytes, codes_p, pinned_p = padded(prep, codes, pinned, ONE_MACHINE_OPS)
+    memory.replay_estimate(what, preds.shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols), time_bins,
+                           padded_to=(grid.rows, grid.cols)).check(
+        GRID_ADVICE + ", or fewer time_bins")
+    with jax.enable_x64(True):
+        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
+        return jax.device_get(_exported.call(program, {"grid": grid, "spatial": execution == "spatial"}, arrays,
+                                             preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p,
+                                             reconfig=reconfig))
+
+
+def program_key(trace: Any, hw: Hardware, execution: str | None = None) -> tuple[Any, ...]:
+    """What decides which compiled program :func:`replay` runs ``trace`` on ``hw`` with: the grid bucket, the
+    execution style and the padded op and producer-slot counts (machines with equal keys share one program).
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> program_key(t, presets.get("npu_like")) == program_key(t, presets.get("npu_like").replace(tile_rows=3))
+    True
+    >>> program_key(t, presets.get("npu_like")) == program_key(t, presets.get("npu_like").replace(tile_rows=9))
+    False
+    """
+    prep = prepare(trace)
+    n, width = prep.preds.shape
+    execution = hw.execution if execution is None else execution
+    return (schedule.bucket(int(hw.tile_rows), int(hw.tile_cols)), execution, _bucket(n, ONE_MACHINE_OPS),
+            _bucket(width, 4))
+
+
+def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int = 256) -> None:
+    """Compile (and run once) the program :func:`replay` of ``trace`` on ``hw`` runs, without building a Run.
+
+    A later replay of any machine with the same :func:`program_key` (any dataflow: the styles are inputs of
+    the program) then starts without compiling. The Explorer calls it on a second thread for the grid buckets
+    next to the one shown, so that moving a tile-grid slider past a bucket does not wait for a compile (XLA
+    releases the GIL while it compiles). Raises what :func:`replay` would (a machine too large for memory).
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> warm(t, presets.get("npu_like").replace(tile_rows=9))  # the 16 x 8 bucket, compiled now
+    """
+    if not isinstance(hw, Hardware) or hw.batch_shape != ():
+        raise ReplayError(f"warm() takes one Hardware, got {type(hw).__name__}")
+    execution = hw.execution if execution is None else execution
+    if execution not in EXECUTION_STYLES:
+        raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
+    prep = prepare(trace)
+    n = len(prep.op)
+    codes, _ = dataflow_per_op("ws", trace, prep, hw)  # the dataflow is an input of the program, not its shape
+    _run_program(prep, hw, codes, pinned_layouts(prep, None), execution, switch_penalty("ws"), time_bins,
+                 f"warm-up of the replay of {n} ops on {hw.name or 'the machine'!r}")
 
 
 def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> None:

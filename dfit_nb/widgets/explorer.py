@@ -31,6 +31,14 @@ window, whose axis it changes, and keeps the region. A view that cannot draw
 (a window that overlaps nothing, a Run lacking what the view needs) shows the
 reason in its tab and in the status line instead of a blank chart.
 
+Moving a tile-grid slider past a power-of-two bucket (8 to 16 rows, say) needs a replay program compiled for
+the larger grid: a few seconds the first time on a machine with an empty compilation cache. So after each
+update the Explorer compiles, on one background thread shared by every Explorer, the programs of the grid
+buckets next to the one shown that its tile sliders can reach (:func:`dfit_nb.sim._replay.warm`); a move into a
+bucket still compiling waits for that compile instead of starting a second one. A warm-up starts only once the
+Explorers have been idle for :data:`IDLE_S` (a second), so it does not slow a slider being moved.
+``prewarm=False`` turns it off.
+
 Views are Altair ``JupyterChart`` widgets
 (offline, see :mod:`dfit_nb.widgets._offline`), so an executed, trusted
 notebook keeps them without a kernel (ipywidgets state embeds them).
@@ -40,8 +48,10 @@ from __future__ import annotations
 
 import html
 import math
+import threading
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -51,8 +61,8 @@ import numpy as np
 import pandas as pd
 
 from .. import views
-from ..sim import REPLAY_DATAFLOWS, presets, replay, select_dataflows
-from ..sim._replay import SpillWarning
+from ..sim import REPLAY_DATAFLOWS, presets, replay, schedule, select_dataflows
+from ..sim._replay import SpillWarning, program_key, warm
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
@@ -142,6 +152,92 @@ def _split(base: Hardware, total: int) -> dict[str, int]:
     return parts
 
 
+# ---- compiling the next grid buckets ahead (one thread for every Explorer of the process) --------------------
+#: a warm-up starts once no Explorer has updated for this long: compiling takes a core (and the GIL while it
+#: traces), so it waits for the user to look at a chart rather than slow the slider they are moving
+IDLE_S = 1.0
+_warm_lock = threading.Lock()
+_warm_pool: ThreadPoolExecutor | None = None
+#: program key -> the warm-up compiling it, or a done future for a program an update has run (a compiled program
+#: serves every trace and machine of its key)
+_warming: dict[tuple[Any, ...], Future] = {}
+_last_update = 0.0
+
+
+def _busy() -> None:
+    """Mark an Explorer update now (warm-ups wait :data:`IDLE_S` after the last one)."""
+    global _last_update
+    _last_update = time.monotonic()
+
+
+def _warm_quietly(trace: Any, hw: Hardware) -> None:
+    """:func:`warm` once the Explorers are idle, its failures dropped: a warm-up is a guess, and the replay that
+    needs the program reports any real problem itself."""
+    while (wait := IDLE_S - (time.monotonic() - _last_update)) > 0:
+        time.sleep(wait)
+    try:
+        warm(trace, hw)
+    except Exception:  # a guess that failed: the replay that needs this program will say why, if it ever runs
+        pass
+
+
+def _submit_warm(trace: Any, hw: Hardware) -> None:
+    global _warm_pool
+    key = program_key(trace, hw)
+    with _warm_lock:
+        if key in _warming:
+            return
+        if _warm_pool is None:
+            _warm_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dfit_nb-explorer-warm")
+        _warming[key] = _warm_pool.submit(_warm_quietly, trace, hw)
+
+
+def _await_warm(trace: Any, hw: Hardware) -> None:
+    """Before an update replays ``hw``: wait for a warm-up already compiling its program (rather than compile it
+    a second time beside it); one still queued is cancelled, since the update compiles it now anyway."""
+    key = program_key(trace, hw)
+    with _warm_lock:
+        pending = _warming.get(key)
+        if pending is not None and pending.cancel():
+            del _warming[key]
+            pending = None
+    if pending is not None:
+        pending.result()  # _warm_quietly never raises
+
+
+def _compiled(trace: Any, hw: Hardware) -> None:
+    """Record that an update has run ``hw``'s program (no warm-up is queued for it later)."""
+    done: Future = Future()
+    done.set_result(None)
+    with _warm_lock:
+        _warming.setdefault(program_key(trace, hw), done)
+
+
+def bucket_neighbours(hw: Hardware, rows: tuple[int, ...], cols: tuple[int, ...]) -> list[Hardware]:
+    """``hw`` with its tile rows (then columns) moved to the nearest value of ``rows`` (``cols``) in the grid
+    bucket just above, and just below, its own: the machines whose replay programs a tile slider reaches next.
+
+    >>> from dfit_nb.sim import presets
+    >>> hw = presets.get("npu_like")  # 4 x 5 tiles: the 8 x 8 bucket, the smallest
+    >>> [(int(h.tile_rows), int(h.tile_cols)) for h in bucket_neighbours(hw, GRID, GRID)]
+    [(16, 5), (4, 16)]
+    """
+    out = []
+    for field, options in (("tile_rows", rows), ("tile_cols", cols)):
+        here = int(getattr(hw, field))
+        side = _side(here)
+        above = [v for v in options if _side(v) > side]
+        below = [v for v in options if _side(v) < side]
+        for value in ([min(above, key=_side)] if above else []) + ([max(below, key=_side)] if below else []):
+            out.append(hw.replace(**{field: int(value)}))
+    return out
+
+
+def _side(n: int) -> int:
+    """The bucket side :func:`dfit_nb.sim.schedule.bucket` rounds ``n`` tiles up to."""
+    return schedule.bucket(int(n), 1).rows
+
+
 class Explorer(w.VBox):
     """Explore one trace on machines you adjust: preset, PE rows and columns, SRAM, NoC and DRAM bandwidth, tiles.
 
@@ -158,6 +254,9 @@ class Explorer(w.VBox):
         What the hybrid policy minimises.
     views_shown : tuple of str
         The views to show, as tabs (see ``VIEWS``).
+    prewarm : bool
+        Compile the replay programs of the next tile-grid buckets on a background thread after each update (see
+        the module docstring), so a tile slider crossing a bucket does not wait for a compile.
 
     Attributes
     ----------
@@ -195,7 +294,7 @@ class Explorer(w.VBox):
     """
 
     def __init__(self, trace: Any, hw: Hardware | str | None = None, *, dataflow: str = "ws",
-                 objective: str = "energy", views_shown: tuple[str, ...] = VIEWS) -> None:
+                 objective: str = "energy", views_shown: tuple[str, ...] = VIEWS, prewarm: bool = True) -> None:
         # the wrong object fails here, named, not deep inside the first replay
         expect(trace, "Explorer", "trace", "Trace")
         if isinstance(views_shown, str) or not isinstance(views_shown, (tuple, list)):
@@ -209,6 +308,7 @@ class Explorer(w.VBox):
         if objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
         self.trace = trace
+        self.prewarm = bool(prewarm)
         if hw is None:
             hw = presets.get("npu_like")
         elif isinstance(hw, str):
@@ -368,8 +468,10 @@ class Explorer(w.VBox):
         self.status.value = "<i>running...</i>"
         self.window = None  # a new machine has a new time axis
         t0 = time.perf_counter()
+        _busy()
         try:
             hw, self._notes = self._machine()
+            _await_warm(self.trace, hw)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SpillWarning)
                 if c["dataflow"].value == "hybrid":
@@ -389,6 +491,16 @@ class Explorer(w.VBox):
         self.status.value = failed or self._status()
         self.summary.value = self.run._repr_html_()
         self._show_focus()
+        _compiled(self.trace, hw)
+        _busy()
+        if self.prewarm:
+            self._prewarm(hw)
+
+    def _prewarm(self, hw: Hardware) -> None:
+        """Queue the warm-ups of the grid buckets next to ``hw``'s that the tile sliders offer."""
+        grid = [tuple(v for _, v in self.controls[key].options) for key in ("tile_rows", "tile_cols")]
+        for near in bucket_neighbours(hw, *grid):
+            _submit_warm(self.trace, near)
 
     def _status(self) -> str:
         """The status line of a good update: time taken, the machine replayed, the policy, any SRAM clamp."""

@@ -299,3 +299,40 @@ def test_the_objective_is_a_parameter_and_a_batch_is_refused(static_traces):
     npu = presets.get("npu_like")
     with pytest.raises(ValueError, match="one machine"):
         Explorer(static_traces["mlp"], Hardware.stack([npu, npu.replace(pe_cols=8)]))
+
+
+@pytest.mark.slow  # four compiles of grid buckets no other test uses (about 25 s on 2 cores)
+def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, monkeypatch):
+    """After an update, the programs of the next grid buckets compile on the warm-up thread; moving the tile rows
+    into one then runs without a compile, while a bucket nobody warmed (prewarm=False) compiles on the move."""
+    import jax
+
+    from dfit_nb.widgets import explorer as module
+
+    monkeypatch.setattr(module, "IDLE_S", 0.0)
+    compiles: list[str] = []
+
+    def listen(event: str, duration: float, **kw) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(kw.get("fun_name", ""))
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        trace = static_traces["mlp"]
+        # a grid whose neighbours no other test warms: 32 x 8 tiles, the 32 x 8 bucket
+        hw = presets.get("npu_like").replace(tile_rows=32, tile_cols=8, name="warm_test")
+        cold = Explorer(trace, hw, views_shown=("regions",), prewarm=False)
+        compiles.clear()
+        cold.controls["tile_cols"].value = 32  # the 32 x 32 bucket: compiled by this move
+        assert "jit(call)" in compiles or "jit(program)" in compiles, compiles
+
+        warmed = Explorer(trace, hw, views_shown=("regions",))
+        neighbours = [module.program_key(trace, h) for h in module.bucket_neighbours(hw, module.GRID, module.GRID)]
+        assert len(neighbours) == 3  # 64 and 16 rows, 16 columns (8 columns is the smallest bucket already)
+        for key in neighbours:
+            module._warming[key].result(timeout=300)
+        compiles.clear()
+        warmed.controls["tile_rows"].value = 64
+        assert compiles == [] and int(warmed.run.attrs["hw_tile_rows"]) == 64
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
