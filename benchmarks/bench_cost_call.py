@@ -8,7 +8,8 @@ tables sent from the host (before), and with one output copy per variable too (b
 through xarray's direct constructor (today) and its public one (before); the machine copied for ``jit`` without
 and with revalidation; and the pure-array entry point (:func:`dfit_nb.sim.calibration.predictor`, jitted, what
 ``jax.grad`` goes through): every output, the machine sent from the host or already on the device, and the
-seconds alone (what a calibration's loss reads). Each figure is the best of ``--rounds`` rounds of ``--calls``
+seconds alone (what a calibration's loss reads), and the same over the machine's fields as one vector
+(:func:`dfit_nb.sim.calibration.vector_predictor`). Each figure is the best of ``--rounds`` rounds of ``--calls``
 calls (the minimum is the least disturbed by other work on a shared machine).
 
 JAX fixes a process's CPU dispatch when it creates its CPU client, so ``--dispatch both`` (the default) runs the
@@ -38,7 +39,7 @@ import numpy as np
 
 from dfit_nb.sim import _cost as C
 from dfit_nb.sim import cost, presets, schedule
-from dfit_nb.sim.calibration import predictor
+from dfit_nb.sim.calibration import predictor, vector_predictor
 from dfit_nb.sim.hardware import field_vector
 
 MODEL = "the model's jitted call, packed inputs and outputs"
@@ -102,10 +103,13 @@ def side_by_side(a: argparse.Namespace) -> None:
     print_speedups(best["sync"])
     call = "cost() on 3 ops, with its Dataset"
     print(f"  synchronous dispatch: cost() {best['async'][call] / best['sync'][call]:.2f}x, pure-array seconds "
-          f"{best['async'][SECONDS] / best['sync'][SECONDS]:.2f}x")
+          f"{best['async'][SECONDS] / best['sync'][SECONDS]:.2f}x (field vector "
+          f"{best['async'][VECTOR] / best['sync'][VECTOR]:.2f}x); the field vector over the Hardware pytree "
+          f"{best['sync'][SECONDS] / best['sync'][VECTOR]:.2f}x (sync)")
 
 
 SECONDS = "  ... seconds alone, machine on the device"
+VECTOR = "  ... seconds alone, the fields as one vector (vector_predictor)"
 
 
 def print_speedups(rows: dict[str, float]) -> None:
@@ -154,6 +158,9 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
         f = predictor(ops, hw)
         pure, seconds = jax.jit(f), jax.jit(lambda h: f(h)["seconds"])
         device_hw = jax.device_put(fast_hw)
+        vf = vector_predictor(ops, hw)
+        vector_seconds = jax.jit(lambda v: vf(v)["seconds"])
+        device_fields = jax.device_put(field_vector(hw))
         rows = {
             "cost() on 3 ops, with its Dataset": best_us(lambda: cost(ops, hw), n, r),
             MODEL: best_us(packed, n, r),
@@ -164,6 +171,7 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
             "  ... machine on the device": best_us(lambda: jax.block_until_ready(pure(device_hw)), n, r),
             SECONDS: best_us(
                 lambda: jax.block_until_ready(seconds(device_hw)), n, r),
+            VECTOR: best_us(lambda: jax.block_until_ready(vector_seconds(device_fields)), n, r),
         }
     ds = cost(ops, hw)
     data = {k: (v.dims, v.values, dict(v.attrs)) for k, v in ds.data_vars.items()}

@@ -35,7 +35,7 @@ import xarray as xr
 from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
-from .hardware import FIELDS, THERMAL_FIELDS, Hardware
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search), except the
 #: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
@@ -77,8 +77,9 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
     >>> from dfit_nb.sim.calibration import predictor
     >>> hw = presets.get("tpu_v4")
     >>> f = predictor({"m": [512], "k": [512], "n": [512], "dtype": ["float16"]}, hw)
-    >>> with jax.enable_x64(True):
-    ...     g = jax.grad(lambda h: f(h)["seconds"].sum())(jax.tree.map(lambda x: jax.numpy.asarray(x, float), hw))
+    >>> with jax.enable_x64(True):  # jitted: one compile, where an eager grad dispatches every primitive
+    ...     h = jax.tree.map(lambda x: jax.numpy.asarray(x, float), hw)
+    ...     g = jax.jit(jax.grad(lambda h: f(h)["seconds"].sum()))(h)
     >>> float(g.clock_ghz) < 0 < float(g.op_overhead_cycles)  # a faster clock, a smaller overhead: less time
     True
     """
@@ -103,6 +104,32 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
         return out
 
     return predict_with
+
+
+def vector_predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
+                     ) -> Callable[[Any], dict[str, Any]]:
+    """:func:`predictor` over the machine's fields as one vector: ``fields -> per-op outputs``, where ``fields``
+    is :func:`~dfit_nb.sim.hardware.field_vector` of a machine (one float64 per :data:`FIELDS` entry, in order).
+
+    The same model as :func:`predictor` (it rebuilds the Hardware from the vector inside the function); one array
+    instead of a pytree of 30 leaves is what a jitted call dispatches fastest (about 11 us against 20 us for the
+    seconds of 3 ops, ``python benchmarks/bench_cost_call.py``), and the gradient is one vector in field order,
+    as an optimiser wants it.
+
+    >>> import jax
+    >>> from dfit_nb.sim import presets
+    >>> from dfit_nb.sim.calibration import vector_predictor
+    >>> from dfit_nb.sim.hardware import FIELDS, field_vector
+    >>> hw = presets.get("tpu_v4")
+    >>> f = vector_predictor({"m": [512], "k": [512], "n": [512], "dtype": ["float16"]}, hw)
+    >>> with jax.enable_x64(True):
+    ...     g = jax.jit(jax.grad(lambda v: f(v)["seconds"].sum()))(field_vector(hw))
+    >>> order = list(FIELDS)
+    >>> float(g[order.index("clock_ghz")]) < 0 < float(g[order.index("op_overhead_cycles")])
+    True
+    """
+    f = predictor(ops, hw, dataflow, memory)
+    return lambda fields: f(from_field_vector(fields))
 
 
 def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
@@ -446,4 +473,4 @@ def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
 
 
 __all__ = ("DEFAULT_FIELDS", "FITTABLE", "Calibration", "CalibrationError", "CalibrationWarning", "calibrate", "load",
-           "predict", "predictor")
+           "predict", "predictor", "vector_predictor")

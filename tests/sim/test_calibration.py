@@ -21,6 +21,7 @@ from dfit_nb.sim.calibration import (
     predict,
     predictor,
     stratified_split,
+    vector_predictor,
 )
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "tpu_v4_matmul"
@@ -35,6 +36,27 @@ def test_predict_is_cost():
     c = cost(ROWS, hw, "ws")
     np.testing.assert_allclose(p["cycles"], c["cycles"].values, rtol=1e-12)
     np.testing.assert_allclose(p["seconds"], c["seconds"].values, rtol=1e-12)
+
+
+def test_the_vector_form_is_the_same_model_and_gradient():
+    """vector_predictor over field_vector(hw) gives predictor's outputs, and its gradient is predictor's gradient
+    laid out in FIELDS order."""
+    from dfit_nb.sim._cost import for_jit
+    from dfit_nb.sim.hardware import FIELDS, field_vector
+
+    hw = presets.get("tpu_v4")
+    f, fv = predictor(ROWS, hw), vector_predictor(ROWS, hw)
+    def loss(model):  # one compiled program per form: the outputs ride along as the gradient's aux
+        return jax.jit(jax.grad(lambda x: (jnp.sum(jnp.log((out := model(x))["seconds"])), out), has_aux=True))
+
+    with jax.enable_x64(True):
+        g_hw, by_hw = loss(f)(for_jit(hw))
+        g_vec, by_vector = loss(fv)(field_vector(hw))
+    assert set(by_hw) == set(by_vector)
+    for key in by_hw:
+        np.testing.assert_array_equal(np.asarray(by_vector[key]), np.asarray(by_hw[key]))
+    np.testing.assert_allclose(np.asarray(g_vec), [float(getattr(g_hw, field)) for field in FIELDS], rtol=1e-12)
+    assert np.count_nonzero(np.asarray(g_vec)) >= 3  # clock, DRAM and overhead move the seconds at least
 
 
 @pytest.mark.parametrize("field", ["clock_ghz", "dram_bytes_per_cycle", "op_overhead_cycles", "dram_pj_per_byte",
