@@ -34,10 +34,11 @@ reason in its tab and in the status line instead of a blank chart.
 Moving a tile-grid slider past a power-of-two bucket (8 to 16 rows, say) needs a replay program compiled for
 the larger grid: a few seconds the first time on a machine with an empty compilation cache. So after each
 update the Explorer compiles, on one background thread shared by every Explorer, the programs of the grid
-buckets next to the one shown that its tile sliders can reach (:func:`dfit_nb.sim._replay.warm`); a move into a
-bucket still compiling waits for that compile instead of starting a second one. A warm-up starts only once the
-Explorers have been idle for :data:`IDLE_S` (a second), so it does not slow a slider being moved.
-``prewarm=False`` turns it off.
+buckets next to the one shown that its tile sliders can reach (:func:`dfit_nb.sim._replay.warm`). A warm-up
+starts only when no update runs and none has for :data:`IDLE_S` (a second), so it does not slow a slider being
+moved; a move into a bucket whose warm-up is compiling waits for that compile instead of starting a second one,
+and one whose warm-up has not started compiles the program itself (the warm-up is dropped). Warm-ups still
+queued when the interpreter exits are dropped. ``prewarm=False`` turns it off.
 
 Views are Altair ``JupyterChart`` widgets
 (offline, see :mod:`dfit_nb.widgets._offline`), so an executed, trusted
@@ -162,19 +163,51 @@ _warm_pool: ThreadPoolExecutor | None = None
 #: serves every trace and machine of its key)
 _warming: dict[tuple[Any, ...], Future] = {}
 _last_update = 0.0
+_updating = 0  # Explorer updates under way
+_compiling: set[tuple[Any, ...]] = set()  # programs a warm-up has started compiling
+_taken: set[tuple[Any, ...]] = set()  # programs an update compiled before their warm-up started
+#: set when the interpreter exits: queued warm-ups are dropped (else exit would wait for each one's compile)
+_closing = threading.Event()
 
 
-def _busy() -> None:
-    """Mark an Explorer update now (warm-ups wait :data:`IDLE_S` after the last one)."""
-    global _last_update
-    _last_update = time.monotonic()
+def _close() -> None:
+    _closing.set()
+    with _warm_lock:
+        for pending in _warming.values():
+            pending.cancel()
 
 
-def _warm_quietly(trace: Any, hw: Hardware) -> None:
-    """:func:`warm` once the Explorers are idle, its failures dropped: a warm-up is a guess, and the replay that
-    needs the program reports any real problem itself."""
-    while (wait := IDLE_S - (time.monotonic() - _last_update)) > 0:
-        time.sleep(wait)
+# the pool's own exit hook joins its thread after running every queued item; threading's exit hooks run in reverse
+# order of registration, so this one, registered after concurrent.futures', drops the queue first (a compile
+# already under way still finishes)
+getattr(threading, "_register_atexit", lambda fn: None)(_close)
+
+
+def _busy(updating: bool) -> None:
+    """Mark the start (``updating``) or the end of an Explorer update: warm-ups wait while one runs (it may be
+    compiling itself) and for :data:`IDLE_S` after the last one ends."""
+    global _last_update, _updating
+    with _warm_lock:
+        _updating += 1 if updating else -1
+        _last_update = time.monotonic()
+
+
+def _idle_for() -> float:
+    """Seconds a warm-up still has to wait for the Explorers to be idle (0: go)."""
+    with _warm_lock:
+        return max(IDLE_S, 0.01) if _updating > 0 else max(0.0, IDLE_S - (time.monotonic() - _last_update))
+
+
+def _warm_quietly(key: tuple[Any, ...], trace: Any, hw: Hardware) -> None:
+    """:func:`warm` once the Explorers are idle, unless an update has taken the program over meanwhile; its
+    failures dropped: a warm-up is a guess, and the replay that needs the program reports any real problem
+    itself."""
+    while (wait := _idle_for()) > 0 and not _closing.is_set():
+        _closing.wait(wait)
+    with _warm_lock:
+        if _closing.is_set() or key in _taken:
+            return
+        _compiling.add(key)
     try:
         warm(trace, hw)
     except Exception:  # a guess that failed: the replay that needs this program will say why, if it ever runs
@@ -189,20 +222,23 @@ def _submit_warm(trace: Any, hw: Hardware) -> None:
             return
         if _warm_pool is None:
             _warm_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dfit_nb-explorer-warm")
-        _warming[key] = _warm_pool.submit(_warm_quietly, trace, hw)
+        _warming[key] = _warm_pool.submit(_warm_quietly, key, trace, hw)
 
 
 def _await_warm(trace: Any, hw: Hardware) -> None:
     """Before an update replays ``hw``: wait for a warm-up already compiling its program (rather than compile it
-    a second time beside it); one still queued is cancelled, since the update compiles it now anyway."""
+    a second time beside it); one not compiling yet is dropped, since the update compiles the program now."""
     key = program_key(trace, hw)
     with _warm_lock:
         pending = _warming.get(key)
-        if pending is not None and pending.cancel():
+        if pending is None or pending.done():
+            return
+        if key not in _compiling:
+            _taken.add(key)  # the warm-up returns without compiling when it gets there
+            pending.cancel()
             del _warming[key]
-            pending = None
-    if pending is not None:
-        pending.result()  # _warm_quietly never raises
+            return
+    pending.result()  # _warm_quietly never raises
 
 
 def _compiled(trace: Any, hw: Hardware) -> None:
@@ -464,11 +500,17 @@ class Explorer(w.VBox):
     def _update(self) -> None:
         if self._syncing:
             return
-        c = self.controls
         self.status.value = "<i>running...</i>"
         self.window = None  # a new machine has a new time axis
         t0 = time.perf_counter()
-        _busy()
+        _busy(True)
+        try:
+            self._replay_and_redraw(t0)
+        finally:
+            _busy(False)
+
+    def _replay_and_redraw(self, t0: float) -> None:
+        c = self.controls
         try:
             hw, self._notes = self._machine()
             _await_warm(self.trace, hw)
@@ -492,7 +534,6 @@ class Explorer(w.VBox):
         self.summary.value = self.run._repr_html_()
         self._show_focus()
         _compiled(self.trace, hw)
-        _busy()
         if self.prewarm:
             self._prewarm(hw)
 

@@ -6,6 +6,7 @@ import html
 import json
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -336,3 +337,26 @@ def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, 
         assert compiles == [] and int(warmed.run.attrs["hw_tile_rows"]) == 64
     finally:
         jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def test_a_move_never_waits_behind_an_idle_warm_up_and_exit_drops_the_queue():
+    """With warm-ups still waiting for idleness, a tile move into one of their buckets compiles the program itself
+    (it must not wait for a warm-up that waits for it), and the interpreter's exit drops the queued warm-ups
+    instead of compiling each before it returns: none of them runs."""
+    script = textwrap.dedent("""
+        import dfit_nb
+        from dfit_nb.widgets import explorer as module
+        real = module.warm
+        def spy(trace, hw):
+            print("warmed", int(hw.tile_rows), int(hw.tile_cols), flush=True)
+            return real(trace, hw)
+        module.warm = spy
+        module.IDLE_S = 60.0  # the warm-ups are queued, waiting for an idle minute, through the move and the exit
+        fn, args = dfit_nb.examples.get("mlp").build()
+        ex = module.Explorer(dfit_nb.capture(fn, *args), "npu_like", views_shown=("regions",))
+        ex.controls["tile_rows"].value = 16  # the bucket of a queued warm-up
+        print("moved", int(ex.run.attrs["hw_tile_rows"]), len(module._warming), flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         timeout=300).stdout.split("\n")
+    assert [line for line in out if line] == ["moved 16 5"], out  # 8x8 and 16x8 run; 32x8, 8x16, 16x16 queued
