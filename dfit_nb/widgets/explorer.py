@@ -32,9 +32,10 @@ window, whose axis it changes, and keeps the region. A view that cannot draw
 reason in its tab and in the status line instead of a blank chart.
 
 Moving a tile-grid slider past a power-of-two bucket (8 to 16 rows, say) needs a replay program compiled for
-the larger grid: a few seconds the first time on a machine with an empty compilation cache. So after each
-update the Explorer compiles, on one background thread shared by every Explorer, the programs of the grid
-buckets next to the one shown that its tile sliders can reach (:func:`dfit_nb.sim._replay.warm`). A warm-up
+the larger grid: a few seconds the first time on a machine with an empty compilation cache. So once it is
+displayed, and after each update, the Explorer compiles, on one background thread shared by every Explorer, the
+programs of the grid buckets next to the one shown that its tile sliders can reach
+(:func:`dfit_nb.sim._replay.warm`); one built and never displayed compiles nothing ahead. A warm-up
 starts only when no update runs and none has for :data:`IDLE_S` (a second), so it does not slow a slider being
 moved; a move into a bucket whose warm-up is compiling waits for that compile instead of starting a second one,
 and one whose warm-up has not started compiles the program itself (the warm-up is dropped). Warm-ups still
@@ -291,8 +292,8 @@ class Explorer(w.VBox):
     views_shown : tuple of str
         The views to show, as tabs (see ``VIEWS``).
     prewarm : bool
-        Compile the replay programs of the next tile-grid buckets on a background thread after each update (see
-        the module docstring), so a tile slider crossing a bucket does not wait for a compile.
+        Once displayed, compile the replay programs of the next tile-grid buckets on a background thread after
+        each update (see the module docstring), so a tile slider crossing a bucket does not wait for a compile.
 
     Attributes
     ----------
@@ -345,6 +346,8 @@ class Explorer(w.VBox):
             raise ValueError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
         self.trace = trace
         self.prewarm = bool(prewarm)
+        self._shown = False  # displayed in a frontend: only then are the next buckets worth compiling ahead
+        self._hw: Hardware | None = None  # the machine of the last good update
         if hw is None:
             hw = presets.get("npu_like")
         elif isinstance(hw, str):
@@ -534,14 +537,24 @@ class Explorer(w.VBox):
         self.summary.value = self.run._repr_html_()
         self._show_focus()
         _compiled(self.trace, hw)
-        if self.prewarm:
-            self._prewarm(hw)
+        self._hw = hw
+        self._prewarm()
 
-    def _prewarm(self, hw: Hardware) -> None:
-        """Queue the warm-ups of the grid buckets next to ``hw``'s that the tile sliders offer."""
+    def _prewarm(self) -> None:
+        """Queue the warm-ups of the grid buckets next to the shown machine's that the tile sliders offer; only
+        for an Explorer someone sees (displayed in a frontend), so one built and dropped compiles nothing."""
+        hw = self._hw
+        if not (self.prewarm and self._shown) or hw is None:
+            return
         grid = [tuple(v for _, v in self.controls[key].options) for key in ("tile_rows", "tile_cols")]
         for near in bucket_neighbours(hw, *grid):
             _submit_warm(self.trace, near)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Displayed (what IPython calls to show the widget): from now on the next buckets are compiled ahead."""
+        self._shown = True
+        self._prewarm()
+        return super()._repr_mimebundle_(**kwargs)
 
     def _status(self) -> str:
         """The status line of a good update: time taken, the machine replayed, the policy, any SRAM clamp."""

@@ -328,6 +328,9 @@ def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, 
         assert "jit(call)" in compiles or "jit(program)" in compiles, compiles
 
         warmed = Explorer(trace, hw, views_shown=("regions",))
+        assert not any(k in module._warming for k in [module.program_key(trace, h) for h in
+                                                      module.bucket_neighbours(hw, module.GRID, module.GRID)])
+        warmed._repr_mimebundle_()  # displayed (IPython's call): the warm-ups start
         neighbours = [module.program_key(trace, h) for h in module.bucket_neighbours(hw, module.GRID, module.GRID)]
         assert len(neighbours) == 3  # 64 and 16 rows, 16 columns (8 columns is the smallest bucket already)
         for key in neighbours:
@@ -354,6 +357,7 @@ def test_a_move_never_waits_behind_an_idle_warm_up_and_exit_drops_the_queue():
         module.IDLE_S = 60.0  # the warm-ups are queued, waiting for an idle minute, through the move and the exit
         fn, args = dfit_nb.examples.get("mlp").build()
         ex = module.Explorer(dfit_nb.capture(fn, *args), "npu_like", views_shown=("regions",))
+        ex._repr_mimebundle_()  # displayed: warm-ups of 16 x 8 and 8 x 16 queued
         ex.controls["tile_rows"].value = 16  # the bucket of a queued warm-up
         print("moved", int(ex.run.attrs["hw_tile_rows"]), len(module._warming), flush=True)
     """)
