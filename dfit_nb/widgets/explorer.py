@@ -552,9 +552,13 @@ class Explorer(w.VBox):
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """Displayed (what IPython calls to show the widget): from now on the next buckets are compiled ahead."""
+        self._displayed()
+        return super()._repr_mimebundle_(**kwargs)
+
+    def _displayed(self) -> None:
+        """Someone sees this Explorer (displayed itself, or inside a displayed SweepExplorer)."""
         self._shown = True
         self._prewarm()
-        return super()._repr_mimebundle_(**kwargs)
 
     def _status(self) -> str:
         """The status line of a good update: time taken, the machine replayed, the policy, any SRAM clamp."""

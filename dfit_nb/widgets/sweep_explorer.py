@@ -52,6 +52,7 @@ class SweepExplorer(w.VBox):
             expect(trace, "SweepExplorer", "trace", "Trace")
         self.ds, self.trace = ds, trace
         self.explorer: Explorer | None = None
+        self._shown = False  # displayed: an Explorer opened in it is seen (its warm-ups may start)
         per_config = [v for v in ds.data_vars if v not in ("op",)]
         # a sweep's totals per call are its latency, energy and MACs (as views.sweep names them)
         options = [a for a in _AXES if _AXES[a] in ds or f"total_{_AXES[a].replace('latency_s', 'cycles')}" in ds]
@@ -134,7 +135,16 @@ class SweepExplorer(w.VBox):
         self.explorer = Explorer(self.trace, hw, dataflow=dataflow if dataflow in DATAFLOWS else "ws")
         self.detail.children = [w.HTML(f"<b>machine {int(index)}</b>: <code>{html.escape(hw.name)}</code>"),
                                 self.explorer]
+        if self._shown:  # the Explorer is seen inside this displayed widget: its warm-ups may start
+            self.explorer._displayed()
         return self.explorer
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        """Displayed (what IPython calls): an Explorer opened in it from now on is seen too."""
+        self._shown = True
+        if self.explorer is not None:
+            self.explorer._displayed()
+        return super()._repr_mimebundle_(**kwargs)
 
 
 def _lazy(ds: xr.Dataset) -> bool:

@@ -30,6 +30,20 @@ def test_a_click_opens_the_machine_in_an_explorer(static_traces, batch):
     assert sx.explorer.run.attrs["hardware"] == "batch (swept machine 1)"
 
 
+def test_an_explorer_opened_in_a_displayed_sweep_explorer_counts_as_seen(static_traces, batch, monkeypatch):
+    """The nested Explorer is drawn by the frontend, never through its own _repr_mimebundle_: the SweepExplorer
+    tells it when it is seen, so its warm-ups start only then (see dfit_nb.widgets.explorer)."""
+    from dfit_nb.widgets import explorer as module
+
+    queued = []
+    monkeypatch.setattr(module, "_submit_warm", lambda trace, hw: queued.append(hw))
+    sx = SweepExplorer(batch, static_traces["mlp"])
+    assert not sx.open_machine(0)._shown and queued == []  # built, never displayed
+    sx._repr_mimebundle_()
+    assert sx.explorer._shown and len(queued) == 2  # the 16-row and 16-column buckets of npu_like's 4 x 5 grid
+    assert sx.open_machine(1)._shown  # opened inside the displayed widget
+
+
 def test_an_opened_machine_is_the_swept_machine_exactly(static_traces):
     hw = presets.get("sambanova_like")  # spatial, a 16x6 array: nothing the old square PE slider could show
     machines = [hw, hw.replace(pe_cols=12, tile_rows=3, dram_bytes_per_cycle=37.5, noc_hop_cycles=2.0,
