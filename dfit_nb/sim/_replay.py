@@ -180,12 +180,18 @@ ONE_MACHINE_OPS = 1024
 BATCH_OPS = 32
 
 
+def padded_sizes(prep: Prepared, least: int = BATCH_OPS) -> tuple[int, int]:
+    """The op count and producer slots :func:`padded` pads ``prep`` to (part of what decides the program)."""
+    n, width = prep.preds.shape
+    return _bucket(n, least), _bucket(width, 4)
+
+
 def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], least: int = BATCH_OPS
            ) -> tuple[Any, ...]:
     """Inputs padded to power-of-two op counts (at least ``least``) and producer slots, so programs of similar
     size share one compilation. Padding ops come last, do nothing and depend on nothing: no real op sees them."""
     n, width = prep.preds.shape
-    size, slots = _bucket(n, least), _bucket(width, 4)
+    size, slots = padded_sizes(prep, least)
     arrays = {k: np.concatenate([v, np.zeros(size - n)]) for k, v in prep.arrays.items()}
     arrays["count"][n:] = 1.0
     arrays["real"] = (np.arange(size) < n).astype(np.float64)
@@ -515,11 +521,9 @@ def program_key(trace: Any, hw: Hardware, execution: str | None = None) -> tuple
     >>> program_key(t, presets.get("npu_like")) == program_key(t, presets.get("npu_like").replace(tile_rows=9))
     False
     """
-    prep = prepare(trace)
-    n, width = prep.preds.shape
     execution = hw.execution if execution is None else execution
-    return (schedule.bucket(int(hw.tile_rows), int(hw.tile_cols)), execution, _bucket(n, ONE_MACHINE_OPS),
-            _bucket(width, 4))
+    return (schedule.bucket(int(hw.tile_rows), int(hw.tile_cols)), execution,
+            *padded_sizes(prepare(trace), ONE_MACHINE_OPS))
 
 
 def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int = 256) -> None:

@@ -226,10 +226,9 @@ def _submit_warm(trace: Any, hw: Hardware) -> None:
         _warming[key] = _warm_pool.submit(_warm_quietly, key, trace, hw)
 
 
-def _await_warm(trace: Any, hw: Hardware) -> None:
-    """Before an update replays ``hw``: wait for a warm-up already compiling its program (rather than compile it
-    a second time beside it); one not compiling yet is dropped, since the update compiles the program now."""
-    key = program_key(trace, hw)
+def _await_warm(key: tuple[Any, ...]) -> None:
+    """Before an update replays the program ``key``: wait for a warm-up already compiling it (rather than compile
+    it a second time beside it); one not compiling yet is dropped, since the update compiles the program now."""
     with _warm_lock:
         pending = _warming.get(key)
         if pending is None or pending.done():
@@ -242,12 +241,12 @@ def _await_warm(trace: Any, hw: Hardware) -> None:
     pending.result()  # _warm_quietly never raises
 
 
-def _compiled(trace: Any, hw: Hardware) -> None:
-    """Record that an update has run ``hw``'s program (no warm-up is queued for it later)."""
+def _compiled(key: tuple[Any, ...]) -> None:
+    """Record that an update has run the program ``key`` (no warm-up is queued for it later)."""
     done: Future = Future()
     done.set_result(None)
     with _warm_lock:
-        _warming.setdefault(program_key(trace, hw), done)
+        _warming.setdefault(key, done)
 
 
 def bucket_neighbours(hw: Hardware, rows: tuple[int, ...], cols: tuple[int, ...]) -> list[Hardware]:
@@ -516,7 +515,8 @@ class Explorer(w.VBox):
         c = self.controls
         try:
             hw, self._notes = self._machine()
-            _await_warm(self.trace, hw)
+            key = program_key(self.trace, hw)
+            _await_warm(key)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SpillWarning)
                 if c["dataflow"].value == "hybrid":
@@ -536,7 +536,7 @@ class Explorer(w.VBox):
         self.status.value = failed or self._status()
         self.summary.value = self.run._repr_html_()
         self._show_focus()
-        _compiled(self.trace, hw)
+        _compiled(key)
         self._hw = hw
         self._prewarm()
 
