@@ -5,8 +5,10 @@ public SCALE-Sim-validation project; see the README there). Prints, per size ran
 128-1024, 1024-4096 per dimension) and pooled, on the held-out half of a stratified split (seeded, printed):
 Pearson, Spearman and MAPE for (1) the uncalibrated ``tpu_v4`` preset, (2) the machine calibrated by gradient
 through the model on the other half (``dfit_nb.sim.calibrate``), (3) the peer's ``scale_sim_cycles`` after its own
-least-squares line (time = a x cycles + b) fitted on the same half. Then the calibrated machine on the 100
-unaligned large matmuls it never saw. Run: ``python benchmarks/bench_tpu_v4.py [--seed 0]``.
+least-squares line (time = a x cycles + b) fitted on the same half, and (4), for reference, a least-squares line
+of time on min(M, N), max(M, N) and K per range on the same half: how much of a range's order a smooth function of
+the shape captures at all. Then the calibrated machine on the 100 unaligned
+large matmuls it never saw. Run: ``python benchmarks/bench_tpu_v4.py [--seed 0]``.
 """
 
 from __future__ import annotations
@@ -57,8 +59,17 @@ def main() -> None:
     cyc = rows["scale_sim_cycles"].to_numpy(np.float64)
     slope, intercept = np.polyfit(cyc[fit], measured[fit], 1)
     peer = slope * cyc + intercept
+    # a reference for how much of each range's order any smooth function of the shape captures: a least-squares
+    # line of time on min(M, N), max(M, N) and K, fitted per range on the same rows (not a model of the chip)
+    m, n, k = (rows[c].to_numpy(np.float64) for c in ("m", "n", "k"))
+    features = np.column_stack([np.ones_like(m), np.minimum(m, n), np.maximum(m, n), k])
+    ceiling = np.empty_like(measured)
+    for bucket in RANGES.values():
+        inside = rows["bucket"].to_numpy() == bucket
+        coef = np.linalg.lstsq(features[inside & fit], measured[inside & fit], rcond=None)[0]
+        ceiling[inside] = features[inside] @ coef
     preds = {"tpu_v4 preset": cal.rows["base_predicted_s"].values, "calibrated": cal.rows["predicted_s"].values,
-             "SCALE-Sim cycles + LS line": peer}
+             "SCALE-Sim cycles + LS line": peer, "shape LS line (reference)": ceiling}
     print(f"{len(rows)} measured matmuls; split seed {a.seed}: {int(fit.sum())} fitted, {int((~fit).sum())} held out "
           f"(half of each size range); calibration {took:.1f} s (compile included), converged {cal.converged}")
     print("fitted: " + ", ".join(f"{f} {float(np.asarray(getattr(hw, f))):.5g} -> "

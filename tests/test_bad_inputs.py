@@ -422,6 +422,7 @@ def _machines(draw: st.DrawFn) -> Hardware:
         pe_rows=draw(st.integers(4, 64)), pe_cols=draw(st.integers(4, 64)),
         sram_input_bytes=draw(sram), sram_weight_bytes=draw(sram), sram_output_bytes=draw(sram),
         word_bytes=draw(st.sampled_from([1, 2, 4, 8])), vector_lanes=draw(st.integers(1, 64)),
+        accumulator_bytes=draw(st.sampled_from([0, 1, 2, 4, 8])),
         noc_link_bytes_per_cycle=draw(bandwidth), dram_bytes_per_cycle=draw(bandwidth),
         fold_overlap=draw(share), memory_overlap=draw(share), op_overhead_cycles=draw(st.floats(0.0, 1000.0)),
     )

@@ -80,6 +80,10 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "sram_output_bytes": ("B", "SRAM per tile for outputs and partial sums", "size", 1, 1e12),
     "word_bytes": ("B", "widest native word of the datapath (1 int8, 2 bf16/fp16, 4 fp32); wider dtypes are cast "
                    "down to it, narrower ones keep their width", "word", 1, 8),
+    "accumulator_bytes": ("B", "width of a partial sum the PE array accumulates in and keeps between reduction "
+                          "folds (4: fp32 accumulation of bf16/fp16 products, as TPU MXUs do; int32 of int8); an "
+                          "op's partial sums are never narrower than its word; 0: the op's word, as SCALE-Sim counts",
+                          "size", 0, 8),
     "vector_lanes": ("1", "lanes of each tile's vector unit (elements per cycle)", "count", 1, 1e6),
     "noc_link_bytes_per_cycle": ("B/cycle", "bandwidth of one mesh NoC link", "positive", 1e-3, math.inf),
     "noc_hop_cycles": ("cycle", "latency of one NoC hop", "nonneg", 0, 1e6),
@@ -164,6 +168,7 @@ class Hardware:
     sram_weight_bytes: Any = 256 * 1024
     sram_output_bytes: Any = 128 * 1024
     word_bytes: Any = 1
+    accumulator_bytes: Any = 0
     vector_lanes: Any = 32
     noc_link_bytes_per_cycle: Any = 32.0
     noc_hop_cycles: Any = 1.0

@@ -90,6 +90,11 @@ real chips show on small ops; 0 by default).
 
 **Words.** An op moves words of its dtype's width cast down to the machine's
 widest native word (``word_bytes``); tables without a dtype use the native word.
+Partial sums (every output write but the final one, every output read, a spill,
+a K split's reduction) are ``accumulator_bytes`` wide when the machine says so
+(a TPU MXU multiplies bf16 and accumulates in fp32: 4 bytes), never narrower
+than the op's word; 0 keeps them at the word, as SCALE-Sim counts. They share
+the SRAM ports' ``(R + 2C)`` words per cycle: wider sums take more of them.
 
 **Energy** (pJ): MACs x the MAC energy of the op's word (``mac_pj_1/2/4``; an
 8-byte MAC is charged 4x the 4-byte one); register file 3 words per MAC; SRAM
@@ -206,6 +211,12 @@ def word_and_mac_energy(itemsize: Any, hw: Hardware, xp: Any = jnp) -> tuple[Any
     return word, mac_pj
 
 
+def accumulator_word(word: Any, hw: Hardware, xp: Any = jnp) -> Any:
+    """Bytes of one partial sum of an op of ``word``: the machine's accumulator width (``accumulator_bytes``),
+    never narrower than the word; 0, the word itself."""
+    return xp.maximum(word, xp.asarray(hw.accumulator_bytes, xp.float64))
+
+
 def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:
     """Program bytes -> bytes in the machine's words (an unknown dtype counts as float32)."""
     return word / xp.where(itemsize > 0, itemsize, DEFAULT_ITEMSIZE)
@@ -287,6 +298,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     gemm = ops["gemm"] > 0
     word, mac_pj = word_and_mac_energy(ops["itemsize"], hw)
     scale = word_scale(ops["itemsize"], word)
+    acc = accumulator_word(word, hw)
     gx = jnp.where(gemm, gx, 1.0)
     v = gy * gx
     u = jnp.maximum(jnp.minimum(v, alloc), 1.0)
@@ -309,9 +321,13 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     per_v = {key: val * p["bt"] * word for key, val in e.items()}
     sram_in = jnp.where(gemm, per_v["input"] * v, ops["elems_in"] * word)
     sram_w = jnp.where(gemm, per_v["weight"] * v, 0.0)
-    sram_out_w = jnp.where(gemm, per_v["output_w"] * v, ops["elems_out"] * word)
-    sram_out_r = jnp.where(gemm, per_v["output_r"] * v, 0.0)
     final_out = jnp.where(gemm, p["rows"] * ops["n"] * word, ops["elems_out"] * word)
+    # partial sums (every output write but the final one, every output read) move at the accumulator's width;
+    # written so that an accumulator as wide as the word (wide = 1) leaves every figure exactly as it was
+    wide = acc / word
+    out_w = per_v["output_w"] * v
+    sram_out_w = jnp.where(gemm, out_w + (out_w - final_out) * (wide - 1.0), ops["elems_out"] * word)
+    sram_out_r = jnp.where(gemm, per_v["output_r"] * v * wide, 0.0)
 
     # ---- what each tile is handed (compulsory, with multicast copies) and what does not fit
     half = 0.5  # of each partition: the other half prefetches (double buffering)
@@ -335,7 +351,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # sums fit, streaming the weights again per further row block (from SRAM while they fit their buffer, the
     # overflow from DRAM). It takes the cheaper; both grow smoothly with the partial sums' size over the buffer.
     psum_rows = jnp.where(df == OS, jnp.minimum(p["mt"], r), p["mt"])
-    psum_piece = psum_rows * p["nt"] * word
+    psum_piece = psum_rows * p["nt"] * acc
     buf_out = half * field(hw, "sram_output_bytes")
     spill_share = jnp.where(gemm, jnp.clip(1.0 - buf_out / jnp.maximum(psum_piece, 1e-30), 0.0, 1.0), 0.0)
     spill_w = spill_share * jnp.maximum(sram_out_w - final_out, 0.0)
@@ -349,7 +365,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     refetch_in = jnp.minimum(refetch_in, jnp.maximum(sram_in - deliv_in, 0.0))
     refetch_w = jnp.minimum(refetch_w, jnp.maximum(sram_w - deliv_w, 0.0))
     psum_spill = spill_w + spill_r
-    psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * word, 0.0)
+    psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * acc, 0.0)
 
     # operands from outside the program's ops (weights, program inputs) come from DRAM; the fractions
     # fed by producers arrive by retile (scheduler) or, when the producer spilled, from DRAM too
@@ -401,7 +417,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     sram_bw = sram_port_bytes_per_cycle(hw, word, gemm)
     resident = jnp.where(gemm, jnp.minimum(in_piece, field(hw, "sram_input_bytes"))
                          + jnp.minimum(w_piece, field(hw, "sram_weight_bytes"))
-                         + jnp.minimum(p["bt"] * psum_rows * p["nt"] * word, field(hw, "sram_output_bytes")),
+                         + jnp.minimum(p["bt"] * psum_rows * p["nt"] * acc, field(hw, "sram_output_bytes")),
                          jnp.minimum((ops["elems_in"] + ops["elems_out"]) * word / v, sram_per_tile(hw)))
     zero = 0.0 * (ops["m"] + df + layout + gy + alloc)
     out = {

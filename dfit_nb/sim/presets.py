@@ -157,7 +157,8 @@ register(
 )
 register(
     Hardware(name="tpu_v4", tile_rows=2, tile_cols=4, pe_rows=128, pe_cols=128, sram_input_bytes=8 * MB,
-             sram_weight_bytes=8 * MB, sram_output_bytes=4 * MB, word_bytes=2, vector_lanes=256,
+             sram_weight_bytes=8 * MB, sram_output_bytes=4 * MB, word_bytes=2, accumulator_bytes=4,
+             vector_lanes=256,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
              clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0,
              thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
@@ -169,10 +170,12 @@ register(
             "MiB per MXU tile, split 8/8/4 MiB input/weight/output: an assumption; CMEM, a chip-wide cache, is "
             "modelled as its per-MXU share of each tile's SRAM). The MXU double-buffers its weights (Jouppi et al., "
             "'In-datacenter performance analysis of a TPU', ISCA 2017: the next tile of weights loads while the "
-            "current one computes) -> fold_overlap = 1. Assumptions: a lone op pays its double-buffering fill and "
-            "drain, nothing before or after it to hide them under (memory_overlap = 0), the vector lanes per MXU "
-            "tile (the TensorCore's 8 x 128 VPU shared "
-            "by 4 MXUs), the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
+            "current one computes) -> fold_overlap = 1. The MXU multiplies in bf16 and accumulates in fp32 "
+            "(Norrie et al., 'The Design Process for Google's Training Chips: TPUv2 and TPUv3', IEEE Micro 2021) "
+            "-> accumulator_bytes = 4: partial sums kept between K folds are 4-byte words. Assumptions: a lone op "
+            "pays its double-buffering fill and drain, nothing before or after it to hide them under "
+            "(memory_overlap = 0), the vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared by 4 MXUs), "
+            "the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
             "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op). Measured "
             "against 1,198 TPU v4 matmuls in benchmarks/bench_tpu_v4.py; calibrate it to your chip with "
             "dfit_nb.sim.calibrate. Thermal (assumption): liquid-cooled, as Google's TPU v3 and v4 boards are: a "

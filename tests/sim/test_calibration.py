@@ -18,11 +18,13 @@ from dfit_nb.sim.calibration import (
     CalibrationWarning,
     calibrate,
     load,
+    metrics,
     predict,
     predictor,
     stratified_split,
     vector_predictor,
 )
+from dfit_nb.sim.memo import CALIBRATED_ERROR
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "tpu_v4_matmul"
 SIZES = np.array([96, 200, 512, 1000, 1536, 2048, 3000, 4096])
@@ -142,27 +144,33 @@ def test_a_fit_that_does_not_converge_says_so():
     assert not cal.converged and "NOT converged" in repr(cal)
 
 
+RANGES = {"128": "32-128", "1024": "128-1024", "4096": "1024-4096"}
+
+
 @pytest.fixture(scope="module")
 def tpu_v4_rows():
     if not DATA.is_dir():
         pytest.skip(f"{DATA} is absent: the measured TPU v4 matmuls live in the project's shared data folder "
                     "(../shared/data/tpu_v4_matmul, from the public SCALE-Sim-validation project)")
-    parts = [pd.read_csv(DATA / f"fusion_statistics_report_with_scale_sim_{k}.csv").assign(bucket=k)
-             for k in ("128", "1024", "4096")]
+    # the size ranges labelled as benchmarks/bench_tpu_v4.py labels them: the same seeded split, the same figures
+    parts = [pd.read_csv(DATA / f"fusion_statistics_report_with_scale_sim_{k}.csv").assign(bucket=label)
+             for k, label in RANGES.items()]
     d = pd.concat(parts, ignore_index=True)
     return pd.DataFrame({"m": d["dim_m"], "k": d["dim_k"], "n": d["dim_n"], "dtype": "float16",
                          "time_us": d["fusion_avg"], "bucket": d["bucket"]})
 
 
 def test_the_tpu_v4_preset_ranks_real_matmuls(tpu_v4_rows):
-    """The uncalibrated preset against 1,198 measured TPU v4 matmuls: what it gets right (ranking across sizes)
-    is held here; its error (MAPE 36% pooled, benchmarks/bench_tpu_v4.py) is reported, not asserted."""
+    """The uncalibrated preset, built from public specs, against 1,198 measured TPU v4 matmuls: it ranks them
+    across sizes, and errs by at most 30% pooled (MAPE 27.3% over all rows, 27.4% on the held-out half of
+    benchmarks/bench_tpu_v4.py)."""
     pred = predict(tpu_v4_rows, presets.get("tpu_v4"), ("ws", "is"))["seconds"]
     y = tpu_v4_rows["time_us"].to_numpy() * 1e-6
     from scipy import stats
 
+    assert metrics(pred, y)["mape"] <= 0.30
     assert stats.spearmanr(pred, y)[0] > 0.95
-    big = tpu_v4_rows["bucket"].to_numpy() == "4096"
+    big = tpu_v4_rows["bucket"].to_numpy() == "1024-4096"
     assert stats.spearmanr(pred[big], y[big])[0] > 0.95
 
 
@@ -174,19 +182,22 @@ def test_calibration_on_real_measurements_meets_its_held_out_targets(tpu_v4_rows
     cal = calibrate(tpu_v4_rows, presets.get("tpu_v4"), dataflow=("ws", "is"), seed=0)
     assert cal.converged
     m = cal.metrics
-    assert set(m["bucket"].values) == {"128", "1024", "4096", "pooled"}
+    assert set(m["bucket"].values) == {*RANGES.values(), "pooled"}
     assert int(m["rows"].sel(split="held_out", bucket="pooled")) == 598
     held = m.sel(machine="fitted", split="held_out")
     assert (held["mape"].values <= 0.10).all(), held["mape"].values
-    assert float(held["spearman"].sel(bucket="1024")) >= 0.9 and float(held["spearman"].sel(bucket="4096")) >= 0.9
+    assert float(held["spearman"].sel(bucket="128-1024")) >= 0.9
+    assert float(held["spearman"].sel(bucket="1024-4096")) >= 0.9
     assert float(held["spearman"].sel(bucket="pooled")) > 0.98
+    # the error bound the decision memos quote is this figure (one truth: a constant, kept equal to it here)
+    assert round(float(held["mape"].sel(bucket="pooled")), 3) == CALIBRATED_ERROR
     # the peer's own metric on the same split
     parts = [pd.read_csv(DATA / f"fusion_statistics_report_with_scale_sim_{k}.csv") for k in ("128", "1024", "4096")]
     cycles = pd.concat(parts, ignore_index=True)["scale_sim_cycles"].to_numpy(np.float64)
     fit = cal.rows["fitted"].values
     y = cal.rows["measured_s"].values
     line = np.polyval(np.polyfit(cycles[fit], y[fit], 1), cycles)
-    for bucket in ("128", "1024", "4096"):
+    for bucket in RANGES.values():
         sel = ~fit & (cal.rows["bucket"].values == bucket)
         peer = np.mean(np.abs(line[sel] - y[sel]) / y[sel])
         assert float(held["mape"].sel(bucket=bucket)) < peer, bucket

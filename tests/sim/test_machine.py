@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dfit_nb
-from dfit_nb.sim import presets, reconcile
+from dfit_nb.sim import Hardware, presets, reconcile
 from dfit_nb.sim._replay import ReplayError, SpillWarning, prepare
 
 
@@ -166,6 +166,38 @@ def test_a_double_buffered_array_pays_its_fill_once_per_gemm():
         assert overlapped[0] < back_to_back[0], df
 
 
+def test_partial_sums_move_at_the_accumulator_width():
+    """A K-folded GEMM's partial sums (every output write but the final one, every read back) are
+    ``accumulator_bytes`` wide; the final result keeps the op's word; an accumulator no wider than the word, one
+    reduction fold and an output-stationary array (sums stay in the PEs) change nothing."""
+    from dfit_nb.sim import cost
+
+    hw = Hardware(pe_rows=32, pe_cols=32, word_bytes=2, sram_output_bytes=1 << 20)
+    ops = {"m": [64, 64], "k": [512, 32], "n": [48, 48], "dtype": ["bfloat16", "bfloat16"]}
+    keys = ("cycles", "sram_cycles", "sram_writes_output", "sram_reads_output", "dram_writes_output", "energy_pj")
+    base = cost(ops, hw, "ws")
+    for same in (hw.replace(accumulator_bytes=2), hw.replace(accumulator_bytes=1)):
+        for key in keys:
+            np.testing.assert_array_equal(cost(ops, same, "ws")[key].values, base[key].values, err_msg=key)
+    wide = cost(ops, hw.replace(accumulator_bytes=4), "ws")
+    final = 64 * 48 * 2.0
+    folds = 512 // 32
+    assert float(base["sram_writes_output"][0]) == folds * final
+    assert float(wide["sram_writes_output"][0]) == final + 2 * (folds - 1) * final
+    assert float(wide["sram_reads_output"][0]) == 2 * float(base["sram_reads_output"][0]) == 2 * (folds - 1) * final
+    assert float(wide["sram_cycles"][0]) > float(base["sram_cycles"][0])
+    assert float(wide["energy_pj"][0]) > float(base["energy_pj"][0])
+    for key in keys:  # one reduction fold (k <= R): nothing to accumulate between folds
+        assert float(wide[key][1]) == float(base[key][1]), key
+    for key in keys:  # output stationary: the sums never leave the PEs
+        assert float(cost(ops, hw.replace(accumulator_bytes=4), "os")[key][0]) == float(cost(ops, hw, "os")[key][0])
+    fp32 = {**ops, "dtype": ["float32", "float32"]}
+    wide32 = hw.replace(word_bytes=4, sram_output_bytes=1 << 20)
+    for key in keys:  # never narrower than the word: a 4-byte op on 2-byte accumulators keeps 4-byte sums
+        np.testing.assert_array_equal(cost(fp32, wide32.replace(accumulator_bytes=2), "ws")[key].values,
+                                      cost(fp32, wide32, "ws")[key].values, err_msg=key)
+
+
 def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
     """memory_overlap 1: the slowest demand alone; 0: an op that fits one block loads and computes in turn, and an
     op of many blocks exposes only a share of its shorter demand."""
@@ -173,7 +205,7 @@ def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
 
     hw = presets.get("tpu_v4").replace(op_overhead_cycles=0.0)
     small = {"m": [256], "k": [256], "n": [256], "dtype": ["float16"]}
-    big = {"m": [8192], "k": [8192], "n": [8192], "dtype": ["float16"]}
+    big = {"m": [16384], "k": [16384], "n": [16384], "dtype": ["float16"]}
     def demands(c):
         on = max(float(c["compute_cycles"][0]), float(c["sram_cycles"][0]))
         off = max(float(c["noc_cycles"][0]), float(c["dram_cycles"][0]))
