@@ -7,8 +7,8 @@ Pearson, Spearman and MAPE for (1) the uncalibrated ``tpu_v4`` preset, (2) the m
 through the model on the other half (``dfit_nb.sim.calibrate``), (3) the peer's ``scale_sim_cycles`` after its own
 least-squares line (time = a x cycles + b) fitted on the same half, and (4), for reference, a least-squares line
 of time on min(M, N), max(M, N) and K per range on the same half: how much of a range's order a smooth function of
-the shape captures at all. Then the calibrated machine on the 100 unaligned
-large matmuls it never saw. Run: ``python benchmarks/bench_tpu_v4.py [--seed 0]``.
+the shape captures at all. Then the calibrated machine on the 100 unaligned large matmuls it never saw.
+Run: ``python benchmarks/bench_tpu_v4.py [--seed 0]``.
 """
 
 from __future__ import annotations
