@@ -37,7 +37,7 @@ from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
 
-#: fields a calibration may fit: continuous ones (the grid and array sizes shape the mapping search), except the
+#: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
 #: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
 #: gradient is zero and a fit could only leave them where they started
 FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items()
@@ -389,8 +389,9 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
                                f"drive dfit_nb.sim.thermal); fittable: {', '.join(FITTABLE)}")
     shaped = [f for f in fields if f not in FITTABLE]
     if shaped:
-        raise CalibrationError(f"cannot fit {shaped} by gradient: they are whole numbers that shape the mapping "
-                               f"search (sweep them instead); fittable: {', '.join(FITTABLE)}")
+        raise CalibrationError(f"cannot fit {shaped} by gradient: they are whole numbers (sizes of the grid, the "
+                               f"arrays, the buffers, the words) with no gradient to follow (sweep them instead); "
+                               f"fittable: {', '.join(FITTABLE)}")
     if not fields or len(set(fields)) != len(fields):
         raise CalibrationError(f"fields must name one or more distinct Hardware fields, got {list(fields)}")
     if not 0 < fit_fraction < 1:

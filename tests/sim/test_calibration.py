@@ -134,8 +134,9 @@ def test_bad_calibration_inputs_are_named():
         calibrate(rows.assign(time_us=[1.0, 1.0, -1.0] + [1.0] * (len(rows) - 3)), hw)
     with pytest.raises(CalibrationError, match="has no field"):
         calibrate(rows, hw, ["clock_mhz"])
-    with pytest.raises(CalibrationError, match="shape the mapping search"):
-        calibrate(rows, hw, ["pe_rows"])
+    for whole in ("pe_rows", "accumulator_bytes"):
+        with pytest.raises(CalibrationError, match=rf"cannot fit \['{whole}'\] by gradient: they are whole numbers"):
+            calibrate(rows, hw, [whole])
     with pytest.raises(CalibrationError, match=r"cannot fit \['heat_capacity_j_per_k'\] on measured times"):
         calibrate(rows, hw, ["clock_ghz", "heat_capacity_j_per_k"])
     with pytest.raises(CalibrationError, match="cannot determine 5 field"):
