@@ -277,6 +277,25 @@ def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
             "compute_cycles"][0])
 
 
+@settings(max_examples=40, deadline=None)
+@given(m=dims, k=dims, n=dims, p=machines, df=st.sampled_from(["ws", "os", "is"]),
+       dtype=st.sampled_from(["int8", "bfloat16", "float32"]), acc=st.sampled_from([0, 1, 2, 4, 8]))
+def test_invariants_of_the_accumulator_width(m, k, n, p, df, dtype, acc):
+    """An accumulator no wider than the op's word changes nothing (partial sums are never narrower than it); a
+    wider one never moves fewer output bytes through SRAM and, on one tile (one mapping: like for like), never
+    takes less time."""
+    ops = {"m": [m], "k": [k], "n": [n], "dtype": [dtype]}
+    hw = _hw(p).replace(word_bytes=4)  # the op's own width is its word
+    base, wide = cost(ops, hw, df), cost(ops, hw.replace(accumulator_bytes=acc), df)
+    if acc <= {"int8": 1, "bfloat16": 2, "float32": 4}[dtype]:
+        for key in base.data_vars:
+            np.testing.assert_array_equal(wide[key].values, base[key].values, err_msg=key)
+    elif hw.tiles == 1:
+        out = ("sram_writes_output", "sram_reads_output")
+        assert sum(float(wide[o][0]) for o in out) >= sum(float(base[o][0]) for o in out)
+        assert float(wide["cycles"][0]) >= float(base["cycles"][0]) * (1 - 1e-12)
+
+
 def _public_twin(ds):
     """``ds`` rebuilt through xarray's public constructor from the same variables, coordinates and attrs."""
     from dfit_nb.sim._cost import assemble_public
