@@ -2,7 +2,8 @@
 
 The 12-layer bundled encoder replayed on ``cerebras_like`` (64 x 64 tiles, layer-pipelined):
 
-* ``replay()``: the whole pipeline (mapping search, scan schedule, events, cube, Datasets), medians after compile;
+* ``replay()``: the whole pipeline (mapping search, scan schedule, events, cube, Datasets), medians after compile,
+  and one step of its Dataset assembly beside the composition it replaced;
 * ``replay_batch()``: the same program vmapped over ``--machines`` variants of the preset (PE array, SRAM,
   DRAM and NoC bandwidth, clock), reduced to per-machine scalars inside the program;
 * the plain-Python event loop (``dfit_nb.sim.reference.run``: the same schedule, op by op and tile by tile)
@@ -64,6 +65,38 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
     return time.perf_counter() - t0, ref, {k: v[:n] for k, v in out.items()}
 
 
+def assembly(run, repeats: int) -> None:
+    """The bottleneck-class variables added to the per-op Dataset of ``run``: in one constructor (today,
+    ``run._extended``) beside ``assign``, ``assign_coords`` and the text conversion one after the other, each
+    rebuilding the Dataset (before). Both give the identical Dataset (checked)."""
+    from dfit_nb._files import text_as_objects
+    from dfit_nb.sim import run as run_module
+
+    added = ("bottleneck", "bottleneck_class", "class_evidence")
+    bare = run.ops.drop_vars([*added, "mechanism_class"])
+    new = {k: (run.ops[k].dims, run.ops[k].values, dict(run.ops[k].attrs)) for k in added}
+
+    def before():
+        coords = {"mechanism_class": list(run_module.CLASSES)}
+        return text_as_objects(bare.assign(new).assign_coords(coords))
+
+    def today():
+        return run_module._extended(bare, new)
+
+    assert today().identical(before()) and today().identical(run.ops)
+    best = {}
+    for name, f in (("before", before), ("today", today)):
+        times = []
+        for _ in range(max(repeats, 5) * 10):
+            t0 = time.perf_counter()
+            f()
+            times.append(time.perf_counter() - t0)
+        best[name] = statistics.median(times)
+    print(f"Run assembly, bottleneck classes onto the per-op Dataset: one constructor {best['today'] * 1e3:.2f} ms, "
+          f"assign + assign_coords + text conversion {best['before'] * 1e3:.2f} ms "
+          f"({best['before'] / best['today']:.1f}x; three such Datasets per replay)")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
@@ -90,6 +123,8 @@ def main() -> None:
     one = statistics.median(times)
     print(f"replay(): first call {first:.2f} s (compile), then median {one * 1e3:.1f} ms "
           f"({int(run.summary['n_events'])} events, latency {float(run.summary['latency_s']) * 1e6:.1f} us)")
+
+    assembly(run, a.repeats)
 
     batch = variants(base, a.machines)
     t0 = time.perf_counter()
