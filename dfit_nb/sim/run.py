@@ -368,7 +368,7 @@ def _classified(ops: xr.Dataset, regions: xr.Dataset, summary: xr.Dataset) -> tu
 def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
     """``ds`` with the variables ``new`` (:func:`_var` tuples) and the ``mechanism_class`` coordinate, its text as
     Python strings (:func:`~dfit_nb._files.text_as_objects`): one constructor call, where ``assign``,
-    ``assign_coords`` and the conversion each rebuilt the whole Dataset (about 3x the time)."""
+    ``assign_coords`` and the conversion each rebuilt the whole Dataset (2.5x the time: benchmarks/bench_replay.py)."""
     def as_objects(v: xr.Variable) -> xr.Variable:
         return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind == "U" else v
 
