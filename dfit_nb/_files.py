@@ -123,12 +123,15 @@ def text_as_objects(ds: xr.Dataset) -> xr.Dataset:
 
     Through ``ds.variables`` and one constructor: ``ds[name]`` builds a DataArray per variable and each ``assign``
     merges the whole Dataset again (2.0 ms against 1.1 ms on a run's per-op Dataset)."""
-    fixed = {n for n, v in ds.variables.items() if v.dtype.kind == "U"}
-    if not fixed:
+    if not any(v.dtype.kind == "U" for v in ds.variables.values()):
         return ds
-    var = {n: xr.Variable(v.dims, v.values.astype(object), v.attrs) if n in fixed else v
-           for n, v in ds.variables.items()}
+    var = {n: text_variable(v) for n, v in ds.variables.items()}
     return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
+
+
+def text_variable(v: xr.Variable) -> xr.Variable:
+    """``v`` with fixed-width text (NumPy ``<U``) as Python strings (see :func:`text_as_objects`); else ``v``."""
+    return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind == "U" else v
 
 
 def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],

@@ -211,10 +211,10 @@ def word_and_mac_energy(itemsize: Any, hw: Hardware, xp: Any = jnp) -> tuple[Any
     return word, mac_pj
 
 
-def accumulator_word(word: Any, hw: Hardware, xp: Any = jnp) -> Any:
+def accumulator_word(word: Any, hw: Hardware) -> Any:
     """Bytes of one partial sum of an op of ``word``: the machine's accumulator width (``accumulator_bytes``),
     never narrower than the word; 0, the word itself."""
-    return xp.maximum(word, xp.asarray(hw.accumulator_bytes, xp.float64))
+    return jnp.maximum(word, field(hw, "accumulator_bytes"))
 
 
 def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:

@@ -58,7 +58,7 @@ import jax
 import numpy as np
 import xarray as xr
 
-from .._files import open_tree, save_tree, text_as_objects
+from .._files import open_tree, save_tree, text_as_objects, text_variable
 from .._version import __version__
 from ..events import binning
 from ..events.schema import KINDS, events_dataset
@@ -369,13 +369,10 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
     """``ds`` with the variables ``new`` (:func:`_var` tuples) and the ``mechanism_class`` coordinate, its text as
     Python strings (:func:`~dfit_nb._files.text_as_objects`): one constructor call, where ``assign``,
     ``assign_coords`` and the conversion each rebuilt the whole Dataset (2.5x the time: benchmarks/bench_replay.py)."""
-    def as_objects(v: xr.Variable) -> xr.Variable:
-        return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind == "U" else v
-
-    data = {n: as_objects(ds.variables[n]) for n in ds.data_vars}
-    data.update({n: as_objects(xr.Variable(dims, np.asarray(values), attrs)) for n, (dims, values, attrs) in
+    data = {n: text_variable(ds.variables[n]) for n in ds.data_vars}
+    data.update({n: text_variable(xr.Variable(dims, np.asarray(values), attrs)) for n, (dims, values, attrs) in
                  new.items()})
-    coords = {n: as_objects(ds.variables[n]) for n in ds.coords}
+    coords = {n: text_variable(ds.variables[n]) for n in ds.coords}
     coords["mechanism_class"] = xr.Variable(("mechanism_class",), np.asarray(CLASSES, dtype=object))
     return xr.Dataset(data, coords=coords, attrs=ds.attrs)
 
