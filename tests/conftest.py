@@ -3,7 +3,8 @@ JAX cache: see the repository's conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,35 @@ from dfit_nb import examples
 #: the examples the shared fixtures capture and replay on every preset: the small ones (bert_block, the CLI's
 #: BERT-base-sized default, is exercised by its own tests, not on every preset in every fixture)
 SUITE_EXAMPLES = ("cnn", "encoder", "mlp", "scan_model")
+
+
+def large_grid_presets() -> frozenset[str]:
+    """The presets whose tile grids pad to a larger bucket than a single tile's (today ``sambanova_like``'s
+    16 x 20 and ``cerebras_like``'s 64 x 64): each compiles every replay and cost program again for its bucket,
+    where the other presets share the 8 x 8 one."""
+    from dfit_nb.sim import presets, schedule
+
+    smallest = schedule.bucket(1, 1)
+    return frozenset(name for name in presets.names()
+                     if schedule.bucket(int(presets.get(name).tile_rows), int(presets.get(name).tile_cols)) != smallest)
+
+
+def _strings(values: Any) -> Iterator[str]:
+    for value in values:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, tuple | list):
+            yield from _strings(value)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test parametrized over a large-grid preset is ``slow``: the full run (CI) checks every preset, and the
+    ``-m "not slow"`` inner loop compiles the 8 x 8 grid bucket only (see CONTRIBUTING.md)."""
+    large = large_grid_presets()
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if spec is not None and not large.isdisjoint(_strings(spec.params.values())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

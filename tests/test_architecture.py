@@ -58,6 +58,7 @@ def test_importing_the_core_loads_no_ui_library():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX per UI module
 def test_views_and_widgets_load_on_first_access():
     """PEP 562: ``dfit_nb.views`` / ``dfit_nb.widgets`` work after a bare ``import dfit_nb``, and only then load
     the UI libraries."""

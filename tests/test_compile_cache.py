@@ -94,6 +94,7 @@ def test_a_replay_populates_the_cache_and_the_next_process_loads_it(tmp_path):
     assert "Error reading persistent compilation cache entry" in broken["stderr"]
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX
 def test_the_default_directory_is_created_under_xdg_cache_home(tmp_path):
     child = _child(tmp_path, env={"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
     cache = tmp_path / "xdg" / "dfit_nb" / "jax"
@@ -124,6 +125,7 @@ def test_the_requested_directory(tmp_path, monkeypatch):
     assert _compile_cache.requested_directory() is None
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX
 def test_switched_off_leaves_no_cache(tmp_path):
     child = _child(tmp_path, env={_compile_cache.ENV: "0", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})
     assert (child["source"], child["directory"], child["jax_dir"]) == ("off", None, None)
@@ -131,6 +133,7 @@ def test_switched_off_leaves_no_cache(tmp_path):
     assert not (tmp_path / "xdg").exists() and not (tmp_path / "home").exists()
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX each
 def test_a_cache_directory_configured_in_jax_is_never_overridden(tmp_path):
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"
     env = {_compile_cache.ENV: str(ours), "JAX_COMPILATION_CACHE_DIR": str(theirs),
@@ -145,6 +148,7 @@ def test_a_cache_directory_configured_in_jax_is_never_overridden(tmp_path):
     assert not ours.exists()
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX
 def test_an_unwritable_directory_warns_once_and_continues_without_a_cache(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
@@ -186,6 +190,7 @@ TAGS_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX each
 def test_a_capture_never_reads_another_programs_tags_from_the_cache(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
     env.update({_compile_cache.ENV: str(tmp_path / "cache"), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"})

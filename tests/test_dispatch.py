@@ -46,17 +46,20 @@ def _child(mode: str, **env: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX
 def test_import_makes_cpu_programs_run_on_the_calling_thread():
     got = _child("import-first")
     assert got == {"option_sync": True, "ready": [True, True, True]}
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX each
 @pytest.mark.parametrize("value", ["0", "off"])
 def test_the_variable_leaves_jax_asynchronous(value):
     got = _child("import-first", **{_dispatch.ENV: value})
     assert got["option_sync"] is False and not all(got["ready"])  # a ~0.1 s matmul: some call returned early
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX
 def test_a_client_created_before_the_import_is_left_as_it_is():
     got = _child("compute-first")
     assert got["option_sync"] is False and not all(got["ready"])

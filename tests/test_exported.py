@@ -36,6 +36,7 @@ def _square_sum(x):
     return {"s": (x * x).sum(), "n": x.shape[0] + 0 * x.sum()}
 
 
+@pytest.mark.slow  # compiles every program twice, exported and plain
 def test_replay_and_cost_through_the_cache_equal_the_plain_calls(cache, monkeypatch, static_traces):
     """A replay (its program) and a cost table (its own program) exported, then loaded back from the files,
     give exactly the plain jitted calls' numbers."""
@@ -107,6 +108,7 @@ def test_an_unwritable_directory_keeps_the_program_in_memory(cache):
         cache.chmod(0o700)
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX, compiling and loading
 def test_a_fresh_process_loads_the_program_instead_of_tracing_it(tmp_path):
     """Two processes on one cache directory: the first exports the replay's program, the second reads that
     file (not traced: jax.export.export is never called there) and prints the same latency."""

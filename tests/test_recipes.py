@@ -193,6 +193,7 @@ print("RECIPE-FACTS " + _json.dumps({
 """
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX (Keras picks its backend at import)
 def test_keras_stateless_call(tmp_path):
     if importlib.util.find_spec("keras") is None:
         pytest.skip("keras is not installed: the Keras 3 recipe of docs/recipes.md was not run (pip install keras, "

@@ -248,6 +248,7 @@ def _killed_save(src: Path, dst: Path, point: str, how: str = "kill") -> int:
     return child.pid
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX killed per step
 @pytest.mark.parametrize(("suffix", "point", "how"), [
     (".nc", "partial", "kill"),     # half the temporary written
     (".nc", "written", "exit"),     # the temporary complete, not yet renamed in
@@ -279,6 +280,7 @@ def test_a_save_killed_at_any_step_leaves_a_loadable_result(run, tmp_path, suffi
     assert dfit_nb.load_run(dst).attrs["tag"] == "next"
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX, killed
 def test_a_killed_zarr_save_is_restored_by_the_next_save_too(run, tmp_path):
     """Killed between the renames, then saved again (not loaded first): the old store comes back first, so if
     the next save failed too, the old result would still be there."""
@@ -337,6 +339,7 @@ def test_a_failed_zarr_write_keeps_the_old_store_and_removes_the_temporary(trace
     assert _snapshot(path) == before and _names(tmp_path) == ["t.zarr"]
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX under a file-size limit
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_FSIZE and SIGXFSZ as on Linux")
 def test_a_full_disk_gives_a_clear_error_not_a_crash(trace, tmp_path):
     """A real failed write (the file-size limit stands in for a full disk: writes fail with EFBIG): HDF5 used to

@@ -63,6 +63,11 @@ VARIABLES: dict[str, tuple[str, str]] = {
 #: the smallest op count :func:`cost` compiles for (tables are padded to a power of two at least this)
 COST_OPS = 8
 
+#: the fewest distinct grids, and machines, a batch of machines (:func:`dfit_nb.sim.sweep`) compiles for: both
+#: are padded to a power of two at least these, so small sweeps share one compiled program
+BATCH_GRIDS = 4
+BATCH_MACHINES = 8
+
 #: per-call totals -> the per-op variable they sum
 TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": "macs"}
 
@@ -299,14 +304,29 @@ def grid_tables(tile_rows: int, tile_cols: int, rows: int | None = None, cols: i
 
 
 def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
-    """For a batch of machines: the tables of each distinct grid, padded to the largest and stacked
-    (``(S, tiles + 1, rows)``, ``(S, tiles + 1, cols)``), and each machine's index into them."""
+    """For a batch of machines: the tables of each distinct grid, padded to the :func:`~dfit_nb.sim.schedule.bucket`
+    of the largest and stacked (``(S, tiles + 1, rows)``, ``(S, tiles + 1, cols)``), and each machine's index into
+    them. ``S`` is the distinct grids' count rounded up to a power of two, at least :data:`BATCH_GRIDS` (the last
+    grid's tables repeated, never indexed), so batches whose grids differ share one compiled program, as
+    :func:`cost`'s tables do."""
     shapes = np.stack([np.asarray(tile_rows, np.int64).reshape(-1), np.asarray(tile_cols, np.int64).reshape(-1)], 1)
     distinct, index = np.unique(shapes, axis=0, return_inverse=True)
-    rows, cols = int(distinct[:, 0].max()), int(distinct[:, 1].max())
-    tiles = int((distinct[:, 0] * distinct[:, 1]).max())
-    parts = [grid_tables(int(r), int(c), rows, cols, tiles) for r, c in distinct]
+    grid = schedule.bucket(int(distinct[:, 0].max()), int(distinct[:, 1].max()))
+    parts = [grid_tables(int(r), int(c), grid.rows, grid.cols, grid.tiles) for r, c in distinct]
+    parts += parts[-1:] * (padded_count(len(parts), BATCH_GRIDS) - len(parts))
     return (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])), index.reshape(-1)
+
+
+def padded_count(n: int, at_least: int = COST_OPS) -> int:
+    """The size ``n`` ops (or machines, or grids) are compiled for: ``n`` rounded up to a power of two, at least
+    ``at_least``; the copies added repeat a real entry and are sliced off (each op is priced alone, each machine
+    on its own), so tables of similar size share one compiled program and no result changes."""
+    return max(at_least, 1 << max(n - 1, 0).bit_length())
+
+
+def padded_index(n: int, size: int) -> np.ndarray:
+    """Indexes ``0 .. n - 1`` then ``size - n`` zeros: entry 0 repeated up to ``size`` (``n`` >= 1)."""
+    return np.concatenate([np.arange(n), np.zeros(size - n, np.int64)])
 
 
 def for_jit(hw: Hardware) -> Hardware:
@@ -522,7 +542,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
         # figures, and they are sliced off below
         n = len(coord)
-        size = max(COST_OPS, 1 << max(n - 1, 0).bit_length())
+        size = padded_count(n)
         pad = np.zeros(size - n, np.int64)  # indexes of the first op (np.pad costs ~10 us a call here)
         table = np.stack([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
         table = np.concatenate([table[:, :n], table[:, pad]], axis=1)

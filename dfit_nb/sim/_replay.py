@@ -36,7 +36,7 @@ from .. import _exported
 from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule
-from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays
+from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays, padded_count
 from .hardware import EXECUTION_STYLES, Hardware
 from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
 from .run import level_totals
@@ -648,7 +648,9 @@ def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], fixed: bool = False
     starts = range(0, n_machines, p.chunk)
     for lo in tqdm(starts, desc="replay_batch", unit="chunk", disable=not progress or len(starts) < 2):
         hi = min(lo + p.chunk, n_machines)
-        size = p.chunk if len(starts) > 1 or fixed else hi - lo  # one compiled shape for every chunk
+        # one compiled shape for every chunk; one chunk: its machines rounded up to a power of two, so batches of
+        # similar size share one program (at most twice the machines: each replays a whole program)
+        size = p.chunk if len(starts) > 1 or fixed else min(padded_count(hi - lo, 1), p.chunk)
         size += (-size) % devices  # a multiple of the device count
         # pad by repeating the last machine; its results are dropped. Tables are built per chunk: a batch of
         # different grids carries one per machine
@@ -809,7 +811,9 @@ def batch_chunk(what: str, machines: int, devices: int, shared: bool, ops: int, 
                                grids=1 if shared else devices, **sizes).check(
             GRID_ADVICE + ", or fewer devices to shard over", available=room)
         fit = devices
-    return max(devices, min(machines, fit) - min(machines, fit) % devices)
+    # up to the machines rounded to a power of two: batch_range pads a lone chunk so, to share its program
+    most = min(padded_count(machines, 1), fit)
+    return max(devices, most - most % devices)
 
 
 def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,

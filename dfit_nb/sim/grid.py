@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from ._cost import (
+    BATCH_MACHINES,
     MEMORY_MODES,
     TOTALS,
     VARIABLES,
@@ -26,10 +27,13 @@ from ._cost import (
     finish,
     hardware_attrs,
     op_counts,
+    padded_count,
+    padded_index,
 )
 from .hardware import FIELDS, Hardware
 from .hardware import _check as check_field
 from .memory import Estimate, sweep_estimate
+from .schedule import bucket
 
 #: Grid keys that are not Hardware fields: name -> (fields it sets, description)
 ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -110,8 +114,9 @@ def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int
             cols = max(cols or 0, int(np.max(sets.get("tile_cols", [0]))))
     rows = max(rows or 0, int(np.max(np.asarray(base.tile_rows))))
     cols = max(cols or 0, int(np.max(np.asarray(base.tile_cols))))
-    return sweep_estimate(f"a sweep of {machines:,} machines", machines, dataflows, ops, len(FIELDS), rows,
-                                 cols, grids)
+    padded = bucket(rows, cols)  # the tables are padded as batch_tables pads them
+    return sweep_estimate(f"a sweep of {machines:,} machines", machines, dataflows, ops, len(FIELDS), padded.rows,
+                          padded.cols, padded_count(grids, 1))
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
@@ -225,8 +230,10 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
                                  + fields["tile_cols"].astype(np.int64))
     total = hi - lo
     n_df, n_ops = len(p.dataflows), len(p.coord)
+    # the op table padded to a power of two (cost()'s sizes): sweeps of similar tables share one program
+    ops = {k: v[padded_index(n_ops, padded_count(n_ops))] for k, v in p.arrays.items()} if n_ops else p.arrays
     devices = jax.local_devices()
-    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * n_ops))
+    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops)))
     if fixed is not None:
         per_chunk = min(per_chunk, fixed + (-fixed) % len(devices))
     per_chunk -= per_chunk % len(devices)
@@ -238,14 +245,17 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
     with jax.enable_x64(True):
         for a in tqdm(chunks, desc="sweep", unit="chunk", disable=not progress or len(chunks) < 2):
             b = min(a + per_chunk, total)
-            size = b - a if len(chunks) == 1 and fixed is None else per_chunk  # one compiled shape for every chunk
+            # one compiled shape for every chunk; one chunk: its machines rounded up to a power of two, so sweeps
+            # of similar size share one program
+            size = min(padded_count(b - a, BATCH_MACHINES), per_chunk) if len(chunks) == 1 and fixed is None \
+                else per_chunk
             size += (-size) % len(devices)
             part = _take(machines, a, b, size)
             index = _take(grid_index, a, b, size)
             if len(devices) > 1:
                 part, index = jax.device_put((part, index), sharding)
-            out = jax.device_get(_evaluate_batch(p.arrays, part, p.codes, p.tables, index, p.ideal))
-            out = finish({k: v[: b - a] for k, v in out.items()},
+            out = jax.device_get(_evaluate_batch(ops, part, p.codes, p.tables, index, p.ideal))
+            out = finish({k: v[: b - a, ..., :n_ops] for k, v in out.items()},
                          np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])
             out = {k: np.broadcast_to(v, (b - a, n_df, n_ops)) for k, v in out.items() if k in needed}
             # totals per call as cost()'s Dataset sums them (per row: exact whatever the chunking); without

@@ -299,6 +299,7 @@ print(sorted({str(r) for r in trace.ops.region.values}))
 """
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX (Keras picks its backend at import)
 def test_keras_stateless_call_is_named_by_the_variable_paths():
     # Keras reads KERAS_BACKEND once, at import: in a process of its own
     if importlib.util.find_spec("keras") is None:

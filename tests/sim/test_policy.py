@@ -31,10 +31,21 @@ def chosen_total(cost, switch, choice):
     return cost[np.arange(len(choice)), choice].sum() + switch[switched].sum()
 
 
+@pytest.mark.slow  # 60 drawn shapes, each compiling the DP's scan again (~17 s on 2 cores); the cases below stay
 @settings(max_examples=60, deadline=None)
 @given(g=st.integers(1, 7), d=st.integers(1, 3), cap=st.one_of(st.none(), st.integers(0, 4)),
        seed=st.integers(0, 2**31 - 1), forbid=st.booleans())
 def test_the_dp_equals_brute_force(g, d, cap, seed, forbid):
+    _check_the_dp(g, d, cap, seed, forbid)
+
+
+@pytest.mark.parametrize("cap,forbid", [(None, False), (None, True), (1, False), (2, True)])
+def test_the_dp_equals_brute_force_on_fixed_cases(cap, forbid):
+    """The inner loop's share of the property above: one shape (6 ops, 3 dataflows), bounded and unbounded."""
+    _check_the_dp(6, 3, cap, 7, forbid)
+
+
+def _check_the_dp(g, d, cap, seed, forbid):
     rng = np.random.default_rng(seed)
     cost = rng.integers(0, 20, (g, d)).astype(float)
     if forbid:  # pins: some choices impossible, never all of an op's
@@ -153,6 +164,7 @@ def test_a_hybrid_the_replay_shows_worse_falls_back_to_the_best_single_style(sta
     assert float(fixed.baselines["energy_gain"].sel(policy=best)) == 0
 
 
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
 def test_compare_two_policies_and_two_machines(all_runs, static_traces):
     from dfit_nb.sim import CompareError, compare
 

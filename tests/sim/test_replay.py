@@ -30,9 +30,17 @@ def _kind_sum(run, kind, var):
     return float(ev[var].values[sel].sum())
 
 
-def test_every_example_replays_on_every_preset(all_runs, static_traces):
+def _runs_on(all_runs, preset):
+    """(example, Run) for every bundled example on ``preset``."""
+    return [((name, preset), all_runs[(name, preset)]) for name, p in all_runs if p == preset]
+
+
+# every check of this kind runs per preset: the inner loop (-m "not slow") takes the presets of the 8 x 8 grid
+# bucket, the full run all of them (tests/conftest.py marks the large grids slow)
+@pytest.mark.parametrize("preset", presets.names())
+def test_every_example_replays_on_every_preset(all_runs, static_traces, preset):
     assert len(all_runs) == len(static_traces) * len(presets.names())
-    for (name, preset), run in all_runs.items():
+    for (name, _), run in _runs_on(all_runs, preset):
         s = run.summary
         assert float(s["latency_cycles"]) > 0 and float(s["energy_j"]) > 0, (name, preset)
         assert set(run.events["kind"].values) <= set(KINDS)
@@ -41,15 +49,17 @@ def test_every_example_replays_on_every_preset(all_runs, static_traces):
         assert s["bottleneck"].item() in run.ops["mechanism"].values
 
 
-def test_macs_are_conserved_against_the_cost_model(all_runs, static_traces):
-    for (name, preset), run in all_runs.items():
+@pytest.mark.parametrize("preset", presets.names())
+def test_macs_are_conserved_against_the_cost_model(all_runs, static_traces, preset):
+    for (name, _), run in _runs_on(all_runs, preset):
         expected = float(cost(static_traces[name], presets.get(preset), "ws")["total_macs"])
         assert _kind_sum(run, "compute", "macs") == pytest.approx(expected, rel=1e-12), (name, preset)
         assert float(run.summary["macs"]) == pytest.approx(expected, rel=1e-12)
 
 
-def test_bytes_and_energy_of_events_sum_to_the_op_totals(all_runs):
-    for key, run in all_runs.items():
+@pytest.mark.parametrize("preset", presets.names())
+def test_bytes_and_energy_of_events_sum_to_the_op_totals(all_runs, preset):
+    for key, run in _runs_on(all_runs, preset):
         ops = run.ops
         for kind, level in LEVEL_OF_KIND.items():
             assert _kind_sum(run, kind, "bytes") == pytest.approx(float(ops[f"bytes_{level}"].sum()), rel=1e-9,
@@ -61,8 +71,9 @@ def test_bytes_and_energy_of_events_sum_to_the_op_totals(all_runs):
                                                                              rel=1e-9)
 
 
-def test_traffic_mix_totals_match_the_summary(all_runs):
-    for key, run in all_runs.items():
+@pytest.mark.parametrize("preset", presets.names())
+def test_traffic_mix_totals_match_the_summary(all_runs, preset):
+    for key, run in _runs_on(all_runs, preset):
         root = run.cube["traffic"].sel(region="").sum("tensor")
         s = run.summary
         assert float(root.sel(level="sram")) == pytest.approx(float(s["sram_bytes"]), rel=1e-9), key
@@ -71,8 +82,9 @@ def test_traffic_mix_totals_match_the_summary(all_runs):
         assert float(root.sel(level="dram")) == pytest.approx(float(s["dram_bytes"]), rel=1e-9), key
 
 
-def test_no_two_compute_events_overlap_on_a_tile_and_no_tile_is_busier_than_its_bin(all_runs):
-    for key, run in all_runs.items():
+@pytest.mark.parametrize("preset", presets.names())
+def test_no_two_compute_events_overlap_on_a_tile_and_no_tile_is_busier_than_its_bin(all_runs, preset):
+    for key, run in _runs_on(all_runs, preset):
         ev = run.events
         sel = ev["kind"].values == "compute"
         tile = ev["tile_y"].values[sel].astype(np.int64) * 100_000 + ev["tile_x"].values[sel]
@@ -86,8 +98,9 @@ def test_no_two_compute_events_overlap_on_a_tile_and_no_tile_is_busier_than_its_
         assert float(run.cube["busy"].min()) >= 0 and float(run.cube["link_load"].min()) >= 0
 
 
-def test_power_integrates_to_the_energy(all_runs):
-    for key, run in all_runs.items():
+@pytest.mark.parametrize("preset", presets.names())
+def test_power_integrates_to_the_energy(all_runs, preset):
+    for key, run in _runs_on(all_runs, preset):
         c = run.cube
         seconds = (c["time_end"] - c["time"]) / (run.attrs["clock_ghz"] * 1e9)
         assert float((c["power_w"] * seconds).sum()) == pytest.approx(float(run.summary["energy_j"]), rel=1e-9), key
@@ -126,8 +139,9 @@ def _records(trace, hw, execution, codes=None, reconfig=None):
 
 
 @pytest.mark.parametrize("switches", [False, True])
-@pytest.mark.parametrize("preset", ["npu_like", "sambanova_like"])
-def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset, switches):
+@pytest.mark.parametrize("preset,execution", [("npu_like", "time"), ("npu_like", "spatial"),
+                                              ("sambanova_like", "spatial")])
+def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset, execution, switches):
     hw = presets.get(preset)
     t = static_traces["encoder"]
     codes, reconfig = None, None
@@ -135,7 +149,7 @@ def test_the_scan_matches_a_plain_python_event_loop(static_traces, preset, switc
         gemm = prepare(t).arrays["gemm"] > 0
         codes = np.where(gemm, np.cumsum(gemm) % 3, 0).astype(np.float64)
         reconfig = np.array([300.0, 1e4])
-    out, ref, n = _records(t, hw, hw.execution, codes, reconfig)
+    out, ref, n = _records(t, hw, execution, codes, reconfig)
     if switches:
         assert (out["switch_cycles"][:n] > 300).sum() == gemm.sum() - 1
         assert (out["switch_bytes"][:n] > 0).sum() == gemm.sum() - 1
@@ -155,8 +169,9 @@ def test_the_scan_matches_the_event_loop_when_the_pipeline_fill_shows(static_tra
 
 def test_execution_styles(static_traces):
     t = static_traces["encoder"]
+    # one machine, both styles (a spatial preset replayed time-multiplexed is the same switch)
     pipelined = dfit_nb.replay(t, presets.get("npu_like"), "ws", execution="spatial")
-    multiplexed = dfit_nb.replay(t, presets.get("cerebras_like"), "ws", execution="time")
+    multiplexed = dfit_nb.replay(t, presets.get("npu_like"), "ws", execution="time")
     assert pipelined.attrs["execution"] == "spatial" and multiplexed.attrs["execution"] == "time"
     assert (multiplexed.ops["tile_offset"].values == 0).all()
     assert len(np.unique(pipelined.ops["tile_offset"].values)) > 1
@@ -209,7 +224,7 @@ def test_the_mapping_search_spreads_big_gemms_and_keeps_small_ops_small(static_t
 
 @pytest.mark.parametrize("suffix", [".nc", ".zarr"])
 def test_save_and_load_round_trip_exactly(all_runs, tmp_path, suffix):
-    run = all_runs[("scan_model", "sambanova_like")]
+    run = all_runs[("scan_model", "npu_like")]
     back = dfit_nb.load_run(run.save(tmp_path / f"run{suffix}"))
     for part in PARTS:
         assert getattr(back, part).identical(getattr(run, part)), part

@@ -55,6 +55,7 @@ def test_bad_sweep_axes_are_named():
         sweep(OPS, hw, pe=[(0, 8)])
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX with several host devices
 def test_sweep_is_sharded_over_several_devices():
     code = textwrap.dedent("""
         import jax, numpy as np

@@ -203,6 +203,7 @@ def test_thermal_fields_change_no_cost_model_number(small_run):
 
 # ---- bottleneck classes ---------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
 def test_classes_without_analyses_keep_the_mechanism_names(small_run, static_traces):
     """Never analysed for precision or heat, ``bottleneck`` is the mechanism with the most evidence, as it always
     was: on the GEMM and on the encoder layer-pipelined (other bottlenecks, regions)."""

@@ -56,6 +56,7 @@ def test_the_view_is_valid_renders_and_marks_hotspots_and_throttling(hot):
     assert w > 300 and h > 150
 
 
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
 def test_a_large_grid_is_pooled_by_its_maximum(gemm):
     run = dfit_nb.replay(gemm, presets.get("cerebras_like"))
     th = run.thermal(1000, steps=64)

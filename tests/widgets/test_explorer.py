@@ -56,7 +56,7 @@ def test_a_slider_change_replays_and_redraws(explorer):
     assert explorer.last_update_s > 0
 
 
-def test_dataflow_hybrid_and_presets(explorer):
+def test_dataflow_hybrid(explorer):
     assert list(explorer.controls["dataflow"].options) == [*DATAFLOWS, "hybrid"]
     assert list(explorer.controls["objective"].options) == list(OBJECTIVES)
     explorer.controls["dataflow"].value = "hybrid"
@@ -66,7 +66,13 @@ def test_dataflow_hybrid_and_presets(explorer):
     assert policy.baselines is not None and policy.name in html.unescape(explorer.status.value)
     assert float(explorer.run.summary["energy_j"]) <= min(
         float(policy.runs[s].summary["energy_j"]) for s in DATAFLOWS) * (1 + 1e-9)
-    explorer.controls["preset"].value = "sambanova_like"  # resets to the preset exactly
+    explorer.controls["dataflow"].value = "ws"
+
+
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
+def test_a_preset_resets_the_machine_exactly(explorer):
+    explorer.controls["dataflow"].value = "hybrid"
+    explorer.controls["preset"].value = "sambanova_like"  # resets to the preset exactly, hybrid kept
     sambanova = presets.get("sambanova_like")
     assert explorer.run.attrs["execution"] == "spatial" and explorer.run.attrs["hardware"] == "sambanova_like"
     assert explorer.controls["tile_cols"].value == 20
@@ -194,6 +200,7 @@ def test_widget_state_serialises(explorer):
     assert len(text) < 20_000_000
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX each
 def test_offline_rendering_is_the_default_unless_the_user_chose():
     code = ("import altair as alt\nimport dfit_nb.widgets\nprint(alt.renderers.active, "
             "alt.renderers.options.get('offline'))")
@@ -233,6 +240,7 @@ def test_every_preset_is_replayed_exactly(static_traces, name):
     assert f"machine <code>{name}</code>" in ex.status.value
 
 
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
 def test_sambanova_keeps_its_16_by_6_array(static_traces):
     ex = Explorer(static_traces["mlp"], "sambanova_like", views_shown=("regions",))
     assert (ex.run.attrs["hw_pe_rows"], ex.run.attrs["hw_pe_cols"]) == (16.0, 6.0)
@@ -342,6 +350,7 @@ def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, 
         jax.monitoring.unregister_event_duration_listener(listen)
 
 
+@pytest.mark.slow  # a fresh Python process importing JAX waiting on idle warm-ups
 def test_a_move_never_waits_behind_an_idle_warm_up_and_exit_drops_the_queue():
     """With warm-ups still waiting for idleness, a tile move into one of their buckets compiles the program itself
     (it must not wait for a warm-up that waits for it), and the interpreter's exit drops the queued warm-ups

@@ -44,6 +44,7 @@ def test_an_explorer_opened_in_a_displayed_sweep_explorer_counts_as_seen(static_
     assert sx.open_machine(1)._shown  # opened inside the displayed widget
 
 
+@pytest.mark.slow  # a large-grid preset (compiles its own grid bucket; tests/conftest.py)
 def test_an_opened_machine_is_the_swept_machine_exactly(static_traces):
     hw = presets.get("sambanova_like")  # spatial, a 16x6 array: nothing the old square PE slider could show
     machines = [hw, hw.replace(pe_cols=12, tile_rows=3, dram_bytes_per_cycle=37.5, noc_hop_cycles=2.0,
