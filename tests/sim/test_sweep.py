@@ -80,3 +80,41 @@ def test_sweep_is_sharded_over_several_devices():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "sharded ok" in out.stdout
+
+
+def test_sweeps_of_similar_size_share_one_program_and_the_padding_changes_nothing(static_traces):
+    """Ops, machines and grids are padded to powers of two (a lone chunk): sweeps of 3 and 5 ops, 2 to 6 machines
+    and 1 to 3 grids run one compiled program, each figure equal to cost()'s; replay_batch of 3 and 4 machines
+    shares one too, each equal to its own replay."""
+    from dfit_nb import replay
+    from dfit_nb.sim import Hardware, replay_batch
+    from dfit_nb.sim import _replay as replay_mod
+
+    hw = presets.get("npu_like")
+    five = {"m": [64, 300, 7, 5, 96], "k": [64, 128, 4096, 5, 8], "n": [64, 9, 16, 5, 40]}
+    calls = [({k: v[:3] for k, v in five.items()}, {"dram_bw": [8.0, 64.0]}),
+             (five, {"tiles": [(1, 1), (4, 5), (2, 8)], "dram_bw": [16.0, 60.0]}),
+             (five, {"pe": [(8, 8), (16, 16)], "tiles": [(2, 2), (4, 4)]})]
+    before = sweep_mod._evaluate_batch._cache_size()
+    for ops, grid in calls:
+        ds = sweep(ops, hw, dataflow=["ws", "is"], progress=False, **grid)
+        flat = ds.stack(machine=[d for d in ds["cycles"].dims if d not in ("dataflow", "op")])
+        machines = sweep_mod.machine_grid(hw, grid)[0]
+        for i in range(flat.sizes["machine"]):
+            one = Hardware(name="", **{f: float(np.asarray(getattr(machines, f))[i]) for f in sweep_mod.FIELDS})
+            ref = cost(ops, one, ["ws", "is"])
+            for var in ("cycles", "energy_pj", "dram_reads_weight", "noc_bytes"):
+                np.testing.assert_array_equal(flat[var].isel(machine=i).transpose("dataflow", "op").values,
+                                              ref[var].values, err_msg=f"{var}, machine {i} of {grid}")
+    assert sweep_mod._evaluate_batch._cache_size() - before <= 1
+
+    trace = static_traces["mlp"]
+    before = replay_mod._batch_program._cache_size()
+    for bandwidths in ([16.0, 32.0, 64.0], [16.0, 32.0, 64.0, 128.0]):
+        machines = [hw.replace(dram_bytes_per_cycle=b) for b in bandwidths]
+        ds = replay_batch(trace, Hardware.stack(machines))
+        assert ds.sizes["machine"] == len(machines)
+        for i, m in enumerate(machines):
+            assert float(ds["latency_cycles"][i]) == pytest.approx(float(replay(trace, m).summary["latency_cycles"]),
+                                                                    rel=1e-9)
+    assert replay_mod._batch_program._cache_size() - before <= 1
