@@ -523,6 +523,22 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     >>> ds["cycles"].values.tolist()
     [[503.0], [631.0]]
     """
+    out, names, coord, codes, fields = model_outputs(ops, hw, dataflow, memory)
+    dims = ("dataflow", "op") if names else ("op",)
+    coords = {"op": coord, **({"dataflow": names} if names else {})}
+    attrs = {**hardware_attrs(hw, fields), "memory": memory,
+             "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
+    shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
+    values = {k: v if v.shape == shape else np.broadcast_to(v, shape) for k, v in out.items()}
+    return to_dataset(values, dims, coords, attrs, op_counts(ops, len(coord)))
+
+
+def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
+                  ) -> tuple[dict[str, np.ndarray], list[str] | None, np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`cost` computes before it builds its Dataset: ``(outputs, dataflow names or None, op
+    coordinate, dataflow codes, the machine's field vector)``, the outputs as NumPy arrays (``(dataflows, ops)``
+    for a list of dataflows, else ``(ops,)``), ``seconds`` and ``energy_j`` included. One compiled program per
+    padded op count and grid bucket serves both (and :func:`dfit_nb.sim.calibration.predict`)."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     hw = _check_scalar_hw(hw)
@@ -551,14 +567,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         fields = field_vector(hw)
         packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
                                            fields=fields, df=df, tables=tables))[..., :n]
-    out = finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz)
-    dims = ("dataflow", "op") if names else ("op",)
-    coords = {"op": coord, **({"dataflow": names} if names else {})}
-    attrs = {**hardware_attrs(hw, fields), "memory": memory,
-             "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
-    shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
-    values = {k: v if v.shape == shape else np.broadcast_to(v, shape) for k, v in out.items()}
-    return to_dataset(values, dims, coords, attrs, op_counts(ops, len(coord)))
+    return finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz), names, coord, codes, fields
 
 
 def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:

@@ -34,7 +34,7 @@ import xarray as xr
 
 from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
-from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables
+from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables, model_outputs
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
@@ -133,7 +133,12 @@ def vector_predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str =
 
 
 def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
-    """Per-op seconds, cycles and the rest of :func:`dfit_nb.sim.cost`'s outputs as NumPy arrays (one jitted call).
+    """Per-op seconds, cycles and the rest of :func:`dfit_nb.sim.cost`'s outputs as NumPy arrays, plus
+    ``dataflow`` (the code of the dataflow used: with several, per op the fastest, as :func:`predictor` picks it).
+
+    It runs :func:`~dfit_nb.sim.cost`'s compiled program (op count padded to a power of two, grid to its bucket),
+    so after a ``cost()`` or another prediction of a similar-sized table it compiles nothing; :func:`predictor`
+    is the same model as a pure function for ``jax.grad`` (``tests/sim/test_calibration.py`` checks both equal).
 
     >>> from dfit_nb.sim import presets
     >>> from dfit_nb.sim.calibration import predict
@@ -142,9 +147,17 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     >>> bool(p["seconds"][1] > p["seconds"][0] > 0)
     True
     """
-    f = predictor(ops, hw, dataflow, memory)
-    with jax.enable_x64(True):
-        return {k: np.asarray(v) for k, v in jax.device_get(jax.jit(f)(for_jit(hw))).items()}
+    # cost()'s own compiled program (padded op count, grid bucket): a prediction after a cost() call, or of a
+    # table of similar size, compiles nothing
+    if memory not in ("finite", "ideal"):
+        raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
+    out, names, _, codes, _ = model_outputs(ops, hw, dataflow, memory)
+    if not names:
+        return {**out, "dataflow": codes.astype(np.float64)}
+    best = np.argmin(out["cycles"], axis=0)  # per op the fastest of the dataflows, as predictor() picks it
+    picked = {k: np.take_along_axis(np.broadcast_to(v, out["cycles"].shape), best[None, :], axis=0)[0]
+              for k, v in out.items()}
+    return {**picked, "dataflow": codes[:, 0][best].astype(np.float64)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -434,8 +447,8 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
         converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
         values = lo + (hi - lo) / (1.0 + np.exp(-z))
         fitted_hw = hw.replace(name=f"{hw.name} (calibrated)", **{k: float(values[i]) for i, k in enumerate(fields)})
-        pred = np.asarray(jax.jit(f)(for_jit(fitted_hw))["seconds"])
-        base_pred = np.asarray(jax.jit(f)(base_hw)["seconds"])
+    pred = predict(table, fitted_hw, dataflow)["seconds"]
+    base_pred = predict(table, hw, dataflow)["seconds"]
     if not converged:
         warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
                       f"{int(result.status)}); last mean squared log error {final:.4g} "

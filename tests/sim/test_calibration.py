@@ -33,12 +33,27 @@ ROWS = pd.DataFrame({"m": np.tile(SIZES, 2), "k": np.repeat(SIZES[[1, 6]], len(S
                      "dtype": "float16"})
 
 
-def test_predict_is_cost():
+def test_predict_is_cost(monkeypatch):
+    """predict() runs cost()'s compiled program (nothing new to compile after a cost() of the same padded size),
+    and equals predictor(), the differentiable form, for one dataflow and for the fastest of several."""
+    from dfit_nb import _exported
+    from dfit_nb.sim import _cost
+    from dfit_nb.sim._cost import for_jit
+
+    monkeypatch.setenv(_exported.ENV, "0")  # count the plain jitted program's compiles
     hw = presets.get("tpu_v4")
-    p = predict(ROWS, hw)
     c = cost(ROWS, hw, "ws")
-    np.testing.assert_allclose(p["cycles"], c["cycles"].values, rtol=1e-12)
-    np.testing.assert_allclose(p["seconds"], c["seconds"].values, rtol=1e-12)
+    before = _cost._evaluate._cache_size()
+    p = predict(ROWS.iloc[:13], hw)
+    assert _cost._evaluate._cache_size() == before
+    np.testing.assert_allclose(p["cycles"], c["cycles"].values[:13], rtol=1e-12)
+    np.testing.assert_allclose(p["seconds"], c["seconds"].values[:13], rtol=1e-12)
+    for dataflow in ("ws", ["ws", "is"]):
+        p = predict(ROWS, hw, dataflow)
+        with jax.enable_x64(True):
+            ref = jax.jit(predictor(ROWS, hw, dataflow))(for_jit(hw))
+        for key in ("cycles", "seconds", "energy_pj", "dataflow"):
+            np.testing.assert_allclose(p[key], np.asarray(ref[key]), rtol=1e-12, err_msg=f"{key}, {dataflow}")
 
 
 def test_the_vector_form_is_the_same_model_and_gradient():
