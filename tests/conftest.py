@@ -37,7 +37,7 @@ def _strings(values: Any) -> Iterator[str]:
 
 def pytest_collection_modifyitems(config, items):
     """A test parametrized over a large-grid preset is ``slow``: the full run (CI) checks every preset, and the
-    ``-m "not slow"`` inner loop compiles the 8 x 8 grid bucket only (see CONTRIBUTING.md)."""
+    ``-m "not slow"`` inner loop compiles the 8 x 8 grid bucket only (the README's inner loop)."""
     large = large_grid_presets()
     for item in items:
         spec = getattr(item, "callspec", None)

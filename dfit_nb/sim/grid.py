@@ -14,6 +14,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from ._cost import (
+    BATCH_GRIDS,
     BATCH_MACHINES,
     MEMORY_MODES,
     TOTALS,
@@ -116,7 +117,7 @@ def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int
     cols = max(cols or 0, int(np.max(np.asarray(base.tile_cols))))
     padded = bucket(rows, cols)  # the tables are padded as batch_tables pads them
     return sweep_estimate(f"a sweep of {machines:,} machines", machines, dataflows, ops, len(FIELDS), padded.rows,
-                          padded.cols, padded_count(grids, 1))
+                          padded.cols, padded_count(grids, BATCH_GRIDS))
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
