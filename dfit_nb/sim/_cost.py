@@ -325,7 +325,7 @@ def padded_count(n: int, at_least: int = COST_OPS) -> int:
 
 
 def padded_index(n: int, size: int) -> np.ndarray:
-    """Indexes ``0 .. n - 1`` then ``size - n`` zeros: entry 0 repeated up to ``size`` (``n`` >= 1)."""
+    """Indexes ``0 .. n - 1`` then ``size - n`` zeros: entry 0 repeated up to ``size``."""
     return np.concatenate([np.arange(n), np.zeros(size - n, np.int64)])
 
 
@@ -558,12 +558,11 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
         # figures, and they are sliced off below
         n = len(coord)
-        size = padded_count(n)
-        pad = np.zeros(size - n, np.int64)  # indexes of the first op (np.pad costs ~10 us a call here)
+        index = padded_index(n, padded_count(n))  # np.pad costs ~10 us a call here
         table = np.stack([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
-        table = np.concatenate([table[:, :n], table[:, pad]], axis=1)
+        table = table[:, index]
         df = codes.astype(np.float64) if names or n else np.zeros(1)
-        df = df if names else np.concatenate([df[:n], df[pad]])
+        df = df if names else df[index]
         fields = field_vector(hw)
         packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
                                            fields=fields, df=df, tables=tables))[..., :n]

@@ -638,23 +638,18 @@ class BatchPlan:
     hw: Hardware  # one machine of the batch: its name and execution (every field is replaced per call)
 
 
-def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], fixed: bool = False, progress: bool = False
-                ) -> dict[str, np.ndarray]:
-    """The per-machine scalars of the machines whose fields are ``leaves``, :attr:`BatchPlan.chunk` at a time
-    (``fixed``: always that one compiled shape, padded, as a lazy batch's chunks need)."""
+def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], progress: bool = False) -> dict[str, np.ndarray]:
+    """The per-machine scalars of the machines whose fields are ``leaves``, :attr:`BatchPlan.chunk` at a time,
+    every call that one compiled shape (a lazy batch's smaller last chunk included)."""
     n_machines = len(leaves["tile_rows"])
-    devices = p.sharding.mesh.size if p.sharding is not None else 1
     outs = []
     starts = range(0, n_machines, p.chunk)
     for lo in tqdm(starts, desc="replay_batch", unit="chunk", disable=not progress or len(starts) < 2):
         hi = min(lo + p.chunk, n_machines)
-        # one compiled shape for every chunk; one chunk: its machines rounded up to a power of two, so batches of
-        # similar size share one program (at most twice the machines: each replays a whole program)
-        size = p.chunk if len(starts) > 1 or fixed else min(padded_count(hi - lo, 1), p.chunk)
-        size += (-size) % devices  # a multiple of the device count
-        # pad by repeating the last machine; its results are dropped. Tables are built per chunk: a batch of
-        # different grids carries one per machine
-        part = {f: _pad_rows(v[lo:hi], size) for f, v in leaves.items()}
+        # padded to p.chunk machines (batch_chunk: a multiple of the devices, a lone chunk's machines rounded up
+        # to a power of two, so batches of similar size share one program) by repeating the last machine; its
+        # results are dropped. Tables are built per chunk: a batch of different grids carries one per machine
+        part = {f: _pad_rows(v[lo:hi], p.chunk) for f, v in leaves.items()}
         tables = p.once if p.shared else _batch_tables(part, p.grid, p.shared)[1]
         batch = dataclasses.replace(p.hw, name="", execution="time", **part)
         with jax.enable_x64(True):
@@ -674,7 +669,7 @@ def _batch_block(p: BatchPlan, client_versions: dict[str, str], leaves: dict[str
     from .scale import check_versions
 
     check_versions(client_versions)
-    return batch_range(p, leaves, fixed=True)
+    return batch_range(p, leaves)
 
 
 def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,

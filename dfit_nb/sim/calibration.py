@@ -148,9 +148,7 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     True
     """
     # cost()'s own compiled program (padded op count, grid bucket): a prediction after a cost() call, or of a
-    # table of similar size, compiles nothing
-    if memory not in ("finite", "ideal"):
-        raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
+    # table of similar size, compiles nothing; it checks the inputs (a bad memory mode is named with the valid ones)
     out, names, _, codes, _ = model_outputs(ops, hw, dataflow, memory)
     if not names:
         return {**out, "dataflow": codes.astype(np.float64)}
