@@ -326,17 +326,33 @@ def test_a_failed_netcdf_write_keeps_the_old_file_and_removes_the_temporary(trac
 def test_a_failed_zarr_write_keeps_the_old_store_and_removes_the_temporary(trace, tmp_path, monkeypatch):
     path = trace.save(tmp_path / "t.zarr")
     before = _snapshot(path)
-    to_zarr = xr.DataTree.to_zarr
+    write, written = _files._write_file, []
 
-    def full(self, store, **kw):
-        to_zarr(self, store, **kw)  # a whole temporary store on disk, then the disk is full
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    def full(file, data):
+        if len(written) == 5:  # part of the temporary store on disk, then the disk is full
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(file, data)
+        written.append(file)
 
-    monkeypatch.setattr(xr.DataTree, "to_zarr", full)
+    monkeypatch.setattr(_files, "_write_file", full)
     with pytest.raises(SaveError, match="No space left on device") as info:
         trace.save(path)
-    assert info.value.errno == errno.ENOSPC
+    assert info.value.errno == errno.ENOSPC and len(written) == 5
     assert _snapshot(path) == before and _names(tmp_path) == ["t.zarr"]
+
+
+def test_a_zarr_store_encoded_in_memory_is_the_one_zarr_writes_to_disk(trace, run, tmp_path, monkeypatch):
+    """A save encodes a Zarr store in memory and writes its files after (the local store's round trips per array
+    were most of a save): file for file, what Zarr's own local store writes, the path large trees take."""
+    for kind, obj in (("t", trace), ("run", run)):
+        memory = obj.save(tmp_path / f"{kind}-memory.zarr")
+        with monkeypatch.context() as m:
+            m.setattr(_files, "ZARR_IN_MEMORY_BYTES", 0)
+            disk = obj.save(tmp_path / f"{kind}-disk.zarr")
+        files = _snapshot(memory)
+        assert files == _snapshot(disk) and any(name.endswith("zarr.json") for name in files)
+        assert len(files) > 20  # every group and variable: metadata and chunks
+        assert _load(memory).to_datatree().identical(obj.to_datatree())
 
 
 @pytest.mark.slow  # a fresh Python process importing JAX under a file-size limit
