@@ -17,6 +17,7 @@ entries go first. Start cold with ``rm -rf .cache/jax-tests``; an explicit ``DFI
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -29,13 +30,14 @@ MAX_BYTES = 1 << 30
 
 
 def _prune(directory: Path, max_bytes: int) -> None:
-    """Remove the oldest files of ``directory`` (by modification time) until it holds at most ``max_bytes / 2``,
+    """Remove the oldest files under ``directory`` (by modification time) until it holds at most ``max_bytes / 2``,
     when it holds more than ``max_bytes``."""
     files = []
-    for entry in os.scandir(directory):
-        if entry.is_file(follow_symlinks=False):
-            info = entry.stat(follow_symlinks=False)
-            files.append((info.st_mtime, info.st_size, entry.path))
+    for folder, _, names in os.walk(directory):  # JAX's entries, and dfit_nb's exported programs in a sub-folder
+        for name in names:
+            with contextlib.suppress(OSError):  # removed meanwhile by another run
+                info = os.lstat(os.path.join(folder, name))
+                files.append((info.st_mtime, info.st_size, os.path.join(folder, name)))
     total = sum(size for _, size, _ in files)
     if total <= max_bytes:
         return

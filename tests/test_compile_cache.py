@@ -218,3 +218,35 @@ def test_a_directory_every_user_may_write_is_refused(tmp_path):
     shared.chmod(0o777)
     with pytest.raises(PermissionError, match="writable by every user"):
         _compile_cache._prepare(shared)
+
+
+def _repository_conftest():
+    """The repository's ``conftest.py`` (the test runs' own compilation cache), loaded under a name of its own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("repository_conftest", Path(__file__).parents[1] / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # the test run's variables are set already: this changes nothing
+    return module
+
+
+def test_the_test_runs_cache_is_this_checkouts_and_keeps_every_program():
+    conftest = _repository_conftest()
+    assert conftest.CACHE == Path(__file__).resolve().parents[1] / ".cache" / "jax-tests"
+    if "DFIT_NB_COMPILATION_CACHE" not in os.environ or os.environ["DFIT_NB_COMPILATION_CACHE"] != str(conftest.CACHE):
+        pytest.skip("this run's cache was chosen by DFIT_NB_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR")
+    assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    assert _compile_cache.state().directory == str(conftest.CACHE)
+
+
+def test_the_test_runs_cache_drops_its_oldest_files_past_its_cap(tmp_path):
+    prune = _repository_conftest()._prune
+    (tmp_path / "dfit_nb_exported").mkdir()
+    for i in range(10):  # JAX's entries at the top, exported programs in the sub-folder: both count
+        file = (tmp_path / "dfit_nb_exported" if i % 2 else tmp_path) / f"entry{i}"
+        file.write_bytes(b"x" * 100)
+        os.utime(file, (i, i))
+    prune(tmp_path, 1000)  # 1,000 bytes held: at the cap, nothing goes
+    assert len(list(tmp_path.rglob("entry*"))) == 10
+    prune(tmp_path, 500)  # past it: the oldest go until half the cap is left
+    assert sorted(p.name for p in tmp_path.rglob("entry*")) == ["entry8", "entry9"]
