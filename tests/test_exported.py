@@ -57,6 +57,37 @@ def test_replay_and_cost_through_the_cache_equal_the_plain_calls(cache, monkeypa
         np.testing.assert_array_equal(exported_cost[name].values, plain_cost[name].values)
 
 
+@pytest.mark.slow  # compiles every program twice, exported and plain
+def test_sweeps_batches_and_a_batch_selection_through_the_cache_equal_the_plain_calls(cache, monkeypatch,
+                                                                                      static_traces):
+    """The batch programs (a sweep's, replay_batch's, and select_dataflows' pricing of every style on a batch of
+    machines) exported, then loaded back from the files, give exactly the plain jitted calls' numbers."""
+    from dfit_nb.sim import Hardware, replay_batch, select_dataflows, sweep
+
+    t, hw = static_traces["mlp"], presets.get("npu_like")
+    machines = Hardware.stack([hw.replace(dram_bytes_per_cycle=b) for b in (16.0, 64.0)])
+
+    def calls():
+        return (sweep(t, hw, ["ws", "os"], progress=False, dram_bw=[8.0, 32.0, 128.0]),
+                replay_batch(t, machines), select_dataflows(t, machines, "latency"))
+
+    exported = calls()
+    files = sorted(cache.glob("*.stablehlo"))
+    held = {key[0].__name__ for key in _exported._loaded}
+    assert {"_evaluate_batch", "_batch_program", "_styles_program"} <= held and len(files) == len(_exported._loaded)
+    monkeypatch.setattr(_exported, "_loaded", {})  # a fresh process: the programs come from the files
+    loaded = calls()
+    assert sorted(cache.glob("*.stablehlo")) == files
+    monkeypatch.setenv(_exported.ENV, "0")
+    plain = calls()
+    for got in (exported, loaded):
+        for ds, ref in zip(got, plain, strict=True):
+            assert set(ds.data_vars) == set(ref.data_vars)
+            for name in ref.data_vars:
+                if ref[name].dtype.kind == "f":
+                    np.testing.assert_array_equal(ds[name].values, ref[name].values, err_msg=name)
+
+
 def test_a_new_shape_or_static_argument_is_a_new_program(cache):
     x = np.arange(4.0, dtype=np.float32)
     assert float(_exported.call(_square_sum, {}, x)["s"]) == 14.0

@@ -307,8 +307,9 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     grid, tables, shared = _batch_tables(leaves)
     machines = dataclasses.replace(hw, name="", execution="time", **leaves)
     with jax.enable_x64(True):
-        out = jax.device_get(_styles_program(arrays, preds, pred_bytes, tables, machines, dfs, pin, grid,
-                                             execution == "spatial", shared))
+        out = jax.device_get(_exported.call(
+            _styles_program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": shared}, arrays, preds,
+            pred_bytes, tables, machines, dfs, pin))
     return {k: np.asarray(v)[..., :n] for k, v in out.items()}
 
 
@@ -657,8 +658,12 @@ def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], progress: bool = Fa
                 batch = jax.device_put(batch, p.sharding)
                 if not p.shared:
                     tables = jax.device_put(tables, p.sharding)
-            out = jax.device_get(_batch_program(p.arrays, p.preds, p.pred_bytes, tables, batch, p.codes, p.pinned,
-                                                p.grid, p.spatial, p.shared, p.reconfig))
+                out = jax.device_get(_batch_program(p.arrays, p.preds, p.pred_bytes, tables, batch, p.codes,
+                                                    p.pinned, p.grid, p.spatial, p.shared, p.reconfig))
+            else:  # one device: the program kept traced on disk, so a new process skips tracing it
+                out = jax.device_get(_exported.call(
+                    _batch_program, {"grid": p.grid, "spatial": p.spatial, "shared_grid": p.shared}, p.arrays,
+                    p.preds, p.pred_bytes, tables, batch, p.codes, p.pinned, reconfig=p.reconfig))
         outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
@@ -823,6 +828,7 @@ def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | 
     batch = Hardware.stack([hw])
     batch = dataclasses.replace(batch, name="", execution="time")
     with jax.enable_x64(True):
-        out = jax.device_get(_batch_program(arrays, preds, pred_bytes, tables, batch, codes_p, pin, grid,
-                                            execution == "spatial", True, np.asarray(reconfig, np.float64)))
+        out = jax.device_get(_exported.call(
+            _batch_program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": True}, arrays, preds,
+            pred_bytes, tables, batch, codes_p, pin, reconfig=np.asarray(reconfig, np.float64)))
     return {k: float(np.asarray(v)[0]) for k, v in out.items()}

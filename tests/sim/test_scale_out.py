@@ -46,7 +46,7 @@ def _same(lazy_computed: xr.Dataset, eager: xr.Dataset) -> None:
 def test_lazy_sweep_is_one_task_per_chunk_computes_nothing_until_asked_and_equals_eager(eager, monkeypatch):
     calls = []
     real = grid_mod._evaluate_batch
-    monkeypatch.setattr(grid_mod, "_evaluate_batch", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(grid_mod, "_evaluate_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
     lazy = sweep(OPS, HW, chunks=CHUNKS, **GRID)
     assert calls == []  # built, not evaluated
     assert all(isinstance(lazy[v].data, da.Array) for v in lazy.data_vars if v != "count")
@@ -258,10 +258,12 @@ def client(cluster):
 
 @pytest.mark.slow
 def test_the_same_call_runs_on_a_local_cluster_compiling_once_per_worker(client, eager):
-    def compiled() -> int:
+    def compiled() -> int:  # tests.shared.programs, on a worker (which may not import the tests package)
+        from dfit_nb import _exported
         from dfit_nb.sim import grid
 
-        return grid._evaluate_batch._cache_size()
+        fn = grid._evaluate_batch
+        return fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn)
 
     before = client.run(compiled)
     lazy = sweep(OPS, HW, chunks=2, **GRID)  # 9 chunks of 2 machines over 2 workers: one new compiled shape
