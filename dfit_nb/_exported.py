@@ -2,8 +2,10 @@
 
 JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`) saves the XLA compile, but every fresh process
 (a second ``dfit-nb report``, a new kernel, each pytest-xdist worker) still traces and lowers each program in
-Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm first call. :func:`call` runs a
-jitted function through :mod:`jax.export` instead: the first time a (function, argument shapes, static
+Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm first call; 0.6-0.9 s for a
+sweep's, ``replay_batch``'s or a batch selection's program (``benchmarks/bench_new_process.py``), which go through
+here too when they run on one device. :func:`call` runs a jitted function through :mod:`jax.export` instead: the
+first time a (function, argument shapes, static
 arguments) combination is seen, the function is exported (traced once, as a plain call would) and the serialized
 StableHLO is written to ``<compilation cache>/dfit_nb_exported/``; later processes deserialize it (about 10 ms)
 and call it, and XLA's compile of it is then a hit in JAX's cache. The numbers are the same program's
