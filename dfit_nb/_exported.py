@@ -5,11 +5,10 @@ JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`) saves the XLA
 Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm first call; 0.6-0.9 s for a
 sweep's, ``replay_batch``'s or a batch selection's program (``benchmarks/bench_new_process.py``), which go through
 here too when they run on one device. :func:`call` runs a jitted function through :mod:`jax.export` instead: the
-first time a (function, argument shapes, static
-arguments) combination is seen, the function is exported (traced once, as a plain call would) and the serialized
-StableHLO is written to ``<compilation cache>/dfit_nb_exported/``; later processes deserialize it (about 10 ms)
-and call it, and XLA's compile of it is then a hit in JAX's cache. The numbers are the same program's
-(``tests/test_exported.py`` checks them equal to a plain call's).
+first time a (function, argument shapes, static arguments) combination is seen, the function is exported (traced
+once, as a plain call would) and the serialized StableHLO is written to ``<compilation cache>/dfit_nb_exported/``;
+later processes deserialize it (about 10 ms) and call it, and XLA's compile of it is then a hit in JAX's cache.
+The numbers are the same program's (``tests/test_exported.py`` checks them equal to a plain call's).
 
 When it stands aside (the plain jitted call runs): no persistent compilation cache is configured (then there is
 nowhere to keep the files), ``DFIT_NB_EXPORTED=0``, an argument is a tracer (a call inside ``jit`` / ``vmap`` /
