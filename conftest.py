@@ -6,13 +6,13 @@ to the user's ``~/.cache/dfit_nb/jax``, a clean clone (CI) starts cold, and a co
 the last one compiled. The variables are inherited: the CLI subprocesses and the notebooks' kernels share the
 cache with the test process.
 
-Every program goes in (JAX's threshold at 0 s, where dfit_nb's own is 0.2 s): the suite compiles some 1,500
+Every program goes in (JAX's threshold at 0 s, where dfit_nb's own is 0.2 s): the inner loop compiles some 1,500
 programs, most of them small, and loading each back is cheaper than compiling it again (``-m "not slow"`` on 2
 cores: 2 min 7-16 s warm, 5 min 33 s - 6 min 10 s cold; 2 min 39 s warm when only programs past 0.2 s were kept,
-the README's inner loop), and writing a small entry costs nothing measurable. A changed
-program has a new key, so a stale entry is never loaded, only left behind: past :data:`MAX_BYTES` the oldest
-entries go first. Start cold with ``rm -rf .cache/jax-tests``; an explicit ``DFIT_NB_COMPILATION_CACHE`` or
-``JAX_COMPILATION_CACHE_DIR`` (a directory of your own, or ``0``) is kept.
+the README's inner loop), and writing a small entry costs nothing measurable. A changed program has a new key, so a
+stale entry is never loaded, only left behind: past :data:`MAX_BYTES` the oldest entries go first. Start cold with
+``rm -rf .cache/jax-tests``; an explicit ``DFIT_NB_COMPILATION_CACHE`` or ``JAX_COMPILATION_CACHE_DIR`` (a
+directory of your own, or ``0``) is kept.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from pathlib import Path
 
 #: this checkout's compilation cache for test runs
 CACHE = Path(__file__).resolve().parent / ".cache" / "jax-tests"
-#: past this size the oldest entries are removed until the cache is under half of it (a full run adds about
-#: 60 MB; entries of programs since changed are never read again)
+#: past this size the oldest entries are removed until the cache is under half of it (the inner loop writes about
+#: 22 MB; entries of programs since changed are never read again)
 MAX_BYTES = 1 << 30
 
 
