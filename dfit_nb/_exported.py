@@ -12,7 +12,8 @@ The numbers are the same program's (``tests/test_exported.py`` checks them equal
 
 When it stands aside (the plain jitted call runs): no persistent compilation cache is configured (then there is
 nowhere to keep the files), ``DFIT_NB_EXPORTED=0``, an argument is a tracer (a call inside ``jit`` / ``vmap`` /
-``grad``), or exporting fails. A file that cannot be read or deserialized is ignored with a
+``grad``) or is placed on several devices (a sharded sweep or batch: an exported program is for one device), or
+exporting fails. A file that cannot be read or deserialized is ignored with a
 :class:`~dfit_nb.errors.CompilationCacheWarning` (once per process) and replaced; one that cannot be written
 leaves the program in memory for this process only.
 
@@ -125,7 +126,7 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
     9.0
     """
     leaves, tree = jax.tree.flatten((args, kwargs))
-    if not enabled() or any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if not enabled() or any(isinstance(x, jax.core.Tracer) or _on_several_devices(x) for x in leaves):
         return fn(*args, **static, **kwargs)
     # looked up in this process by a plain tuple (a warm cost() call pays a few microseconds, not the file key's
     # hashing); the shape, dtype and weak type of each leaf decide the program, as they do for jax.jit
@@ -142,6 +143,12 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
         with _lock:
             _loaded[local] = compiled
     return compiled(*args, **kwargs)
+
+
+def _on_several_devices(x: Any) -> bool:
+    """Whether ``x`` is an array placed (sharded or replicated) on more than one device."""
+    sharding = getattr(x, "sharding", None)
+    return sharding is not None and len(sharding.device_set) > 1
 
 
 def _path(key: str) -> Path:

@@ -658,12 +658,10 @@ def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], progress: bool = Fa
                 batch = jax.device_put(batch, p.sharding)
                 if not p.shared:
                     tables = jax.device_put(tables, p.sharding)
-                out = jax.device_get(_batch_program(p.arrays, p.preds, p.pred_bytes, tables, batch, p.codes,
-                                                    p.pinned, p.grid, p.spatial, p.shared, p.reconfig))
-            else:  # one device: the program kept traced on disk, so a new process skips tracing it
-                out = jax.device_get(_exported.call(
-                    _batch_program, {"grid": p.grid, "spatial": p.spatial, "shared_grid": p.shared}, p.arrays,
-                    p.preds, p.pred_bytes, tables, batch, p.codes, p.pinned, reconfig=p.reconfig))
+            # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
+            out = jax.device_get(_exported.call(
+                _batch_program, {"grid": p.grid, "spatial": p.spatial, "shared_grid": p.shared}, p.arrays, p.preds,
+                p.pred_bytes, tables, batch, p.codes, p.pinned, reconfig=p.reconfig))
         outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 

@@ -256,10 +256,9 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
             index = _take(grid_index, a, b, size)
             if len(devices) > 1:
                 part, index = jax.device_put((part, index), sharding)
-                out = jax.device_get(_evaluate_batch(ops, part, p.codes, p.tables, index, p.ideal))
-            else:  # one device: the program kept traced on disk, so a new process skips tracing it
-                out = jax.device_get(_exported.call(_evaluate_batch, {"ideal": p.ideal}, ops, part, p.codes,
-                                                    p.tables, index))
+            # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
+            out = jax.device_get(_exported.call(_evaluate_batch, {"ideal": p.ideal}, ops, part, p.codes, p.tables,
+                                                index))
             out = finish({k: v[: b - a, ..., :n_ops] for k, v in out.items()},
                          np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])
             out = {k: np.broadcast_to(v, (b - a, n_df, n_ops)) for k, v in out.items() if k in needed}
