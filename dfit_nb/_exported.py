@@ -137,7 +137,7 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
         compiled = _loaded.get(local)
     if compiled is None:
         key = _key(fn, static, leaves, tree)
-        compiled = _load(key) or _export(fn, static, args, kwargs, key)
+        compiled = _load(key, fn) or _export(fn, static, args, kwargs, key)
         if compiled is None:
             return fn(*args, **static, **kwargs)
         with _lock:
@@ -164,7 +164,7 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, CompilationCacheWarning, stacklevel=4)
 
 
-def _load(key: str) -> Callable[..., Any] | None:
+def _load(key: str, fn: Callable[..., Any]) -> Callable[..., Any] | None:
     path = _path(key)
     try:
         data = path.read_bytes()
@@ -180,19 +180,25 @@ def _load(key: str) -> Callable[..., Any] | None:
         _warn_once(f"dfit_nb: ignoring the unreadable exported program {path} ({type(err).__name__}: {err}); "
                    "tracing it again")
         return None
-    return jax.jit(exported.call)
+    return _compiled(exported, fn)
 
 
 def _export(fn: Callable[..., Any], static: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
             key: str) -> Callable[..., Any] | None:
     _register_pytrees()
     try:
-        exported = jax.export.export(fn)(*args, **static, **kwargs)
+        exported = jax.export.export(getattr(fn, "jitted", fn))(*args, **static, **kwargs)
         data = exported.serialize()
     except Exception:  # a program export cannot hold: the plain call, uncached
         return None
     _store(_path(key), bytes(data))
-    return jax.jit(exported.call)
+    return _compiled(exported, fn)
+
+
+def _compiled(exported: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The exported program as a jitted function, compiled as ``fn`` is (a model program: with dfit_nb's
+    :mod:`compiler options <dfit_nb._compile_options>`)."""
+    return jax.jit(exported.call, compiler_options=getattr(fn, "compiler_options", None))
 
 
 def _store(path: Path, data: bytes) -> None:

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _exported
+from .. import _compile_options, _exported
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
@@ -263,7 +263,7 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-@functools.partial(jax.jit, static_argnames=("keys", "ideal"))
+@functools.partial(_compile_options.jit, static_argnames=("keys", "ideal"))
 def _evaluate(table: Any, keys: tuple[str, ...], fields: Any, df: Any, tables: tuple[Any, Any], ideal: bool) -> Any:
     """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped), its
     outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable).
@@ -280,6 +280,14 @@ def _evaluate(table: Any, keys: tuple[str, ...], fields: Any, df: Any, tables: t
     if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
         raise AssertionError(f"alone() outputs {sorted(set(out) ^ set(MODEL_OUTPUTS))} differ from MODEL_OUTPUTS")
     return jnp.stack([jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS])
+
+
+#: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
+#: ``cost()`` of a few ops is a latency figure (issue 17's 0.3 ms), and there the default emitters' program runs
+#: faster (172 against 204 us for 8 ops on 2 cores, best of 8 rounds of 200 calls; 955 against 1,523 us for 128),
+#: while the loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`). The same function:
+#: the same numbers to rounding (``tests/test_compile_options.py``).
+_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "ideal"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -564,7 +572,8 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         df = codes.astype(np.float64) if names or n else np.zeros(1)
         df = df if names else df[index]
         fields = field_vector(hw)
-        packed = np.asarray(_exported.call(_evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
+        evaluate = _evaluate_small if table.shape[1] <= COST_OPS else _evaluate
+        packed = np.asarray(_exported.call(evaluate, {"keys": keys, "ideal": memory == "ideal"}, table,
                                            fields=fields, df=df, tables=tables))[..., :n]
     return finish(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz), names, coord, codes, fields
 

@@ -32,7 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .. import _exported
+from .. import _compile_options, _exported
 from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule
@@ -203,7 +203,7 @@ def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], lea
     return arrays, preds, pred_bytes, np.concatenate([codes, np.zeros(size - n)]), pin
 
 
-@functools.partial(jax.jit, static_argnames=("grid", "spatial"))
+@functools.partial(_compile_options.jit, static_argnames=("grid", "spatial"))
 def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
             pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, reconfig: Any = None) -> dict[str, Any]:
     """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`).

@@ -65,6 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
+from .. import _compile_options
 from ..errors import DfitError
 from ._cost import for_jit
 from ._replay import hardware_key, prepare, style_costs, trace_key
@@ -370,7 +371,7 @@ def _artifacts(policy: Policy, runs: dict[str, Any], labels: list[str]) -> dict[
     return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}
 
 
-@functools.partial(jax.jit, static_argnames=("objective", "max_switches"))
+@functools.partial(_compile_options.jit, static_argnames=("objective", "max_switches"))
 def _select(energy: Any, cycles: Any, ops: dict[str, Any], hw: Hardware, allowed: Any, reconfig: Any,
             objective: str, max_switches: int | None) -> dict[str, Any]:
     """The DP for one machine (``vmap`` over machines): ``energy`` and ``cycles`` ``(G, D)`` are what the replay

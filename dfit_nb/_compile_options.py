@@ -1,0 +1,122 @@
+"""How XLA compiles dfit_nb's compile-bound model programs: with its CPU loop emitters, which compile them faster.
+
+XLA's CPU backend turns each fusion into machine code with one of two emitters: the newer MLIR fusion emitters
+(its default) or the elemental loop emitters (``xla_cpu_use_fusion_emitters=False``). dfit_nb's replay, cost and
+selection programs are hundreds of small element-wise fusions, and what a first call of them waits for is their
+compile: with the loop emitters, on 2 cores, the first replay of the default ``bert_block`` takes 1.8-2.5 s
+instead of 2.4-3.0 s (three grid buckets), its first ``cost()`` on three dataflows 1.9 s instead of 2.7 s, and a
+``dfit-nb report`` in a fresh process with JAX's compilation cache off 22.3-22.9 s instead of 25.6-27.7 s
+(``python benchmarks/bench_compile_options.py``; its two compiles on two threads are where the gain is largest:
+the three replay programs 6.4 s instead of 13.5 s, the three cost programs 4.9 s instead of 14.2 s, from
+``JAX_LOG_COMPILES=1``). The programs they make run somewhat slower (a warm replay of ``bert_block``: 37 ms
+against 34 ms on ``tpu_like``, 159 ms against 115 ms on ``cerebras_like``; a warm report is unchanged within
+noise), so the programs whose run time is what counts keep XLA's defaults: a sweep's, ``replay_batch``'s and a
+batch selection's (vmapped over many machines, 1.9-2.3x slower with the loop emitters), the thermal model's, and
+``cost()`` of up to :data:`~dfit_nb.sim._cost.COST_OPS` ops (a latency figure).
+
+The figures are the same to rounding: ``tests/test_compile_options.py`` compares every output of the replay, the
+cost table and the selection under both (relative 1e-13), and an op's cost in a small table (default emitters)
+with its cost in a large one (loop emitters), discrete choices exactly.
+
+Only dfit_nb's own programs are compiled this way: your jitted functions, and the programs :func:`dfit_nb.capture`
+compiles to read your function's XLA fusions, keep XLA's defaults.
+
+* ``DFIT_NB_XLA_OPTIONS=0`` (or ``off``, ``false``, ``no``): XLA's defaults for dfit_nb's programs too.
+* An XLA that does not know the option (a jaxlib that dropped it) is found by one tiny compile at the first
+  model program of the process, and the defaults are kept (the figures do not change, the compiles are slower).
+* Only the CPU backend is given the option; a GPU or TPU compiles dfit_nb's programs with its defaults.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["ENV", "OPTIONS", "jit", "options"]
+
+#: ``0`` / ``off`` / ``false`` / ``no`` compiles dfit_nb's programs with XLA's defaults
+ENV = "DFIT_NB_XLA_OPTIONS"
+#: what dfit_nb's model programs are compiled with (on the CPU backend, where XLA knows the option)
+OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+
+
+@functools.cache
+def options() -> dict[str, Any] | None:
+    """The compiler options for dfit_nb's model programs in this process: :data:`OPTIONS`, or ``None`` (XLA's
+    defaults) where ``DFIT_NB_XLA_OPTIONS`` says no, the default backend is not the CPU, or XLA rejects them.
+
+    Decided once, at the first model program (it needs a backend, which importing dfit_nb must not create).
+
+    >>> from dfit_nb import _compile_options
+    >>> _compile_options.options() in (None, _compile_options.OPTIONS)
+    True
+    """
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+        return None
+    if jax.default_backend() != "cpu":
+        return None
+    try:  # one tiny compile (milliseconds): an XLA without the option says "No such compile option"
+        jax.jit(lambda x: x + 1, compiler_options=OPTIONS).lower(np.zeros(1, np.float32)).compile()
+    except Exception:
+        return None
+    return dict(OPTIONS)
+
+
+class _Program:
+    """``jax.jit(fun, **jit_kwargs)`` compiled with :func:`options`, made at its first use; everything of the
+    jitted function (``lower``, ``trace``, ``_cache_size``, ...) is reached through it, and ``__wrapped__`` is
+    ``fun``, as for ``jax.jit``."""
+
+    def __init__(self, fun: Callable[..., Any], jit_kwargs: dict[str, Any]) -> None:
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._jit_kwargs = jit_kwargs
+        self._jitted: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def jitted(self) -> Any:
+        """The ``jax.jit`` function itself (for :func:`jax.export.export`, which takes nothing else)."""
+        jitted = self._jitted
+        if jitted is None:
+            with self._lock:  # one jit (and so one cache of compiled programs) however many threads ask at once
+                if self._jitted is None:
+                    self._jitted = jax.jit(self._fun, compiler_options=options(), **self._jit_kwargs)
+                jitted = self._jitted
+        return jitted
+
+    @property
+    def compiler_options(self) -> dict[str, Any] | None:
+        """What it is compiled with (:func:`options`)."""
+        return options()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.jitted(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.jitted, name)
+
+    def __repr__(self) -> str:
+        return f"<dfit_nb model program {self.__qualname__}>"
+
+
+def jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
+    """``jax.jit`` for dfit_nb's model programs: the same arguments, compiled with :func:`options`.
+
+    >>> import functools, jax.numpy as jnp
+    >>> from dfit_nb._compile_options import jit
+    >>> @functools.partial(jit, static_argnames="power")
+    ... def f(x, power):
+    ...     return x ** power
+    >>> float(f(jnp.float32(3.0), power=2))
+    9.0
+    """
+    if fun is None:
+        return functools.partial(jit, **jit_kwargs)
+    return _Program(fun, jit_kwargs)
