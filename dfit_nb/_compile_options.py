@@ -78,6 +78,7 @@ class _Program:
         self._fun = fun
         self._jit_kwargs = jit_kwargs
         self._jitted: Any = None
+        self._options: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
     @property
@@ -87,14 +88,16 @@ class _Program:
         if jitted is None:
             with self._lock:  # one jit (and so one cache of compiled programs) however many threads ask at once
                 if self._jitted is None:
-                    self._jitted = jax.jit(self._fun, compiler_options=options(), **self._jit_kwargs)
+                    self._options = options()
+                    self._jitted = jax.jit(self._fun, compiler_options=self._options, **self._jit_kwargs)
                 jitted = self._jitted
         return jitted
 
     @property
     def compiler_options(self) -> dict[str, Any] | None:
-        """What it is compiled with (:func:`options`)."""
-        return options()
+        """What it is compiled with (:func:`options` when its jit was made)."""
+        _ = self.jitted
+        return self._options
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.jitted(*args, **kwargs)
