@@ -23,7 +23,7 @@ DEFAULTS = ((_cost, "_evaluate_small"), (_replay, "_styles_program"), (_replay, 
 
 
 @pytest.fixture
-def fresh_options(monkeypatch):
+def fresh_options():
     """``options()`` decided again in this test (it is cached per process), and again after it."""
     _compile_options.options.cache_clear()
     yield

@@ -26,6 +26,7 @@ from dfit_nb.sim.calibration import (
     vector_predictor,
 )
 from dfit_nb.sim.memo import CALIBRATED_ERROR
+from tests.shared import programs
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "tpu_v4_matmul"
 SIZES = np.array([96, 200, 512, 1000, 1536, 2048, 3000, 4096])
@@ -43,12 +44,9 @@ def test_predict_is_cost(monkeypatch):
     monkeypatch.setenv(_exported.ENV, "0")  # count the plain jitted program's compiles
     hw = presets.get("tpu_v4")
     c = cost(ROWS, hw, "ws")
-    def compiled():
-        return _cost._evaluate._cache_size() + _cost._evaluate_small._cache_size()
-
-    before = compiled()
+    before = programs(_cost._evaluate) + programs(_cost._evaluate_small)
     p = predict(ROWS.iloc[:13], hw)
-    assert compiled() == before
+    assert programs(_cost._evaluate) + programs(_cost._evaluate_small) == before
     np.testing.assert_allclose(p["cycles"], c["cycles"].values[:13], rtol=1e-12)
     np.testing.assert_allclose(p["seconds"], c["seconds"].values[:13], rtol=1e-12)
     for dataflow in ("ws", ["ws", "is"]):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dfit_nb import sim
 from dfit_nb.sim import CostInputError, Hardware, cost, presets
+from tests.shared import programs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "scalesim_reference.csv"
 MACHINES = {"scale_32": "scalesim_32", "scale_128": "scalesim_128"}
@@ -112,7 +113,7 @@ def test_tables_share_a_program_per_power_of_two_and_the_padding_changes_nothing
     hw = presets.get("npu_like")
     rows = {"m": [64, 96, 128, 200, 7], "k": [32, 256, 128, 64, 9], "n": [16, 48, 512, 64, 3]}
     def compiled():  # up to COST_OPS ops: the default-emitter program (see _cost._evaluate_small)
-        return _cost._evaluate._cache_size() + _cost._evaluate_small._cache_size()
+        return programs(_cost._evaluate) + programs(_cost._evaluate_small)
 
     before = compiled()
     five = cost(rows, hw, ["ws", "is"])
