@@ -246,6 +246,22 @@ def test_link_load_becomes_one_counter_track_per_link(tmp_path):
     assert last == pytest.approx((1750 + 500) / CLOCK / 1e3, abs=1e-3)
 
 
+def test_link_names_with_percent_signs_quotes_and_control_characters_stay_exact(tmp_path):
+    # each link's constant text goes into its line format once: a % or an escape there must not leak
+    names = ['row0.east 50%', 'say "hi" \\ %d', "tab\tand\nnewline"]
+    ll = link_load().assign_coords(link=names)
+    trace = check_trace(to_perfetto(small_events(), tmp_path / "t.json", clock_ghz=CLOCK, link_load=ll))
+    assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"} == {f"noc {n}" for n in names}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_thread_names_are_escaped_as_the_json_encoder_escapes_them(name):
+    assert perfetto._esc_name(name) == perfetto._esc(name)
+    line = perfetto._metadata_lines([(1, 7, name)], "chip", 1.0, has_chip=False, has_host=False)[0]
+    assert json.loads(line) == {"ph": "M", "pid": 1, "tid": 7, "ts": 0, "name": "thread_name", "args": {"name": name}}
+
+
 def test_many_events_are_merged_within_max_events_and_totals_kept(tmp_path):
     ds = big_events(20_000, grid=8)
     with pytest.warns(PerfettoAggregationWarning, match=r"exceed max_events=2000.*aggregate='none'"):
