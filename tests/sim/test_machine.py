@@ -120,6 +120,14 @@ def test_runs_carry_the_roofs_of_the_one_model(all_runs):
     for key, value in want.items():
         assert float(run.summary[f"roof_{key}"]) == pytest.approx(value, rel=1e-12)
     assert want["peak_flops_per_s"] == pytest.approx(2 * hw.peak_macs_per_cycle * hw.clock_ghz * 1e9)
+    # a run's roofs come from one jitted call over the machine's field vector: the same values on every preset
+    from dfit_nb.sim.run import roof_variables
+
+    for name in presets.names():
+        hw = presets.get(name)
+        with jax.enable_x64(True):
+            eager = {f"roof_{k}": float(v) for k, v in roofs(hw).items()}
+        assert {k: float(v[1]) for k, v in roof_variables(hw).items()} == pytest.approx(eager, rel=1e-15)
 
 
 # ---------------------------------------------------------------- the physics the real-chip check added
