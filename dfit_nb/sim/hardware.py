@@ -94,6 +94,11 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "op_overhead_cycles": ("cycle", "fixed cost of every op execution beyond its overlapped demands (launch, "
                            "pipeline fill and drain, synchronisation); 0 unless a preset or a calibration says",
                            "nonneg", 0, 1e9),
+    "short_reduction_cycles": ("cycle", "extra fixed cost of a GEMM execution whose reduction dimension is its "
+                               "shortest (K <= min(M, N)): the array then keeps the short side stationary and "
+                               "the compiler lays an operand out again for it (a TPU v4 matmul of one fold pays "
+                               "about 60 cycles more, docs/validation.md); 0 unless a preset or a calibration says",
+                               "nonneg", 0, 1e9),
     "fold_overlap": ("1", "share of each fold's stationary-operand load and pipeline fill hidden under the previous "
                      "fold's stream: 0, SCALE-Sim's folds back to back; 1, a double-buffered array (TPU MXU) filled "
                      "once per GEMM", "nonneg", 0, 1),
@@ -176,6 +181,7 @@ class Hardware:
     dram_latency_cycles: Any = 100.0
     clock_ghz: Any = 1.0
     op_overhead_cycles: Any = 0.0
+    short_reduction_cycles: Any = 0.0
     fold_overlap: Any = 0.0
     memory_overlap: Any = 1.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]

@@ -430,6 +430,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
         "blocks_v": jnp.where(gemm, jnp.maximum((in_piece + w_piece) / (buf_in + buf_w), 1.0),
                               jnp.maximum(ops["elems_in"] * word / v / (0.5 * sram_per_tile(hw)), 1.0)),
         "resident_bytes": resident, "final_out": final_out, "out_onchip": out_onchip * 1.0,
+        "fixed_cycles": fixed_cycles(ops, hw),
         "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
         "sram_writes_output": sram_out_w,
         "dram_reads_input": ext_in_dram + refetch_in, "dram_reads_weight": ext_w_dram + refetch_w,
@@ -507,6 +508,7 @@ def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -
         "noc_out": (m["noc_out"] + m["psum_noc"]) * count,
         "dram_bytes": (m["dram_bytes"] + extra_dram) * count,
         "blocks": top * m["blocks_v"] * count,  # the executions of a loop pipeline with each other
+        "fixed": m["fixed_cycles"] * count,  # paid once per execution, whatever the tiles
     }
 
 
@@ -522,7 +524,7 @@ def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dic
     if ideal:
         return {"cycles": compute, "dram_cycles": dram}
     busy = body_cycles(compute, body["sram"], body["noc_cycles"], dram, hw, body["blocks"])
-    return {"cycles": busy + overhead_cycles(busy, 1.0, hw), "dram_cycles": dram}
+    return {"cycles": busy + overhead_cycles(busy, body["fixed"]), "dram_cycles": dram}
 
 
 def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware, blocks: Any = 1.0) -> Any:
@@ -544,9 +546,17 @@ def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware, bloc
     return jnp.maximum(on_tile, off_tile) + exposed
 
 
-def overhead_cycles(busy: Any, count: Any, hw: Hardware) -> Any:
-    """The fixed cost of an op that does something (``busy > 0``): ``op_overhead_cycles`` per execution."""
-    return jnp.where(busy > 0, field(hw, "op_overhead_cycles") * count, 0.0)
+def fixed_cycles(ops: dict[str, Any], hw: Hardware) -> Any:
+    """The fixed cost of one execution of each op: ``op_overhead_cycles``, plus ``short_reduction_cycles`` for a
+    GEMM whose reduction dimension is its shortest (``K <= min(M, N)``)."""
+    short = (ops["gemm"] > 0) & (ops["k"] <= jnp.minimum(ops["m"], ops["n"]))
+    return field(hw, "op_overhead_cycles") + jnp.where(short, field(hw, "short_reduction_cycles"), 0.0)
+
+
+def overhead_cycles(busy: Any, fixed: Any) -> Any:
+    """The fixed cost of an op that does something (``busy > 0``): ``fixed``, its :func:`fixed_cycles` of all its
+    executions (:func:`body_demands`' ``fixed``)."""
+    return jnp.where(busy > 0, fixed, 0.0)
 
 
 def move_energy(nbytes: Any, byte_hops: Any, hw: Hardware) -> Any:

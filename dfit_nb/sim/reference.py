@@ -39,6 +39,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     preds = np.asarray(preds).tolist()
     for key in ("switch_bytes", "switch_cycles", "switch_energy_pj"):  # dataflow switches (none by default)
         op.setdefault(key, [0.0] * len(preds))
+    op.setdefault("fixed_cycles", [float(hw.op_overhead_cycles)] * len(preds))  # the model's fixed cost per execution
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
     ys = [int(v) for v in order[0]]
     xs = [int(v) for v in order[1]]
@@ -50,7 +51,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     serial = sum(op["count"][i] * (op["compute_v"][i] * op["virtual_tiles"][i]
                                    + op["sram_cycles_v"][i] * op["virtual_tiles"][i] + op["dram_cycles"][i]
                                    + (op["noc_unique_in"][i] + op["noc_out"][i] + op["psum_noc"][i]) / link_bw
-                                   + float(hw.op_overhead_cycles))
+                                   + op["fixed_cycles"][i])
                  + sum(pred_bytes[i]) * op["count"][i] / link_bw + op["switch_cycles"][i] for i in range(n))
     horizon = serial + n * (latency + hop * (float(hw.tile_rows) + float(hw.tile_cols))) + 1.0
     width = horizon / DRAM_BINS
@@ -161,7 +162,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         blocks = max(top * op["blocks_v"][i] * count, 1.0)
         body_end = (t1 + max(on_tile, off_tile)
                     + (1.0 - float(hw.memory_overlap)) * min(on_tile, off_tile) / blocks)
-        body_end += float(hw.op_overhead_cycles) * op["count"][i] if body_end > t1 else 0.0
+        body_end += op["fixed_cycles"][i] * op["count"][i] if body_end > t1 else 0.0
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
         last_end = max(last_end, end)
         starts[i], ends[i], offsets[i] = start, end, offset

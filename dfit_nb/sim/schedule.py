@@ -216,7 +216,7 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
 #: the model outputs (:func:`dfit_nb.sim.machine.model`) the schedule reads per op, besides ``count``, ``real`` and
 #: the ``switch_*`` prices
 PER_OP = ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
-          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v")
+          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles")
 
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
@@ -250,7 +250,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     serial = per_op["count"] * (per_op["compute_v"] * per_op["virtual_tiles"] + per_op["sram_cycles_v"]
                                 * per_op["virtual_tiles"] + per_op["dram_cycles"]
                                 + (per_op["noc_unique_in"] + per_op["noc_out"] + per_op["psum_noc"]) / link_bw
-                                + machine.field(hw, "op_overhead_cycles") * per_op["real"])  # padding: none
+                                + per_op["fixed_cycles"] * per_op["real"])  # padding: none
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}
@@ -366,7 +366,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
         dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
         body_end = t1 + machine.body_cycles(compute, sram, noc_cycles, dram_end - t1, hw, body["blocks"])
-        body_end = body_end + machine.overhead_cycles(body_end - t1, count, hw)  # the fixed cost per execution
+        body_end = body_end + machine.overhead_cycles(body_end - t1, body["fixed"])  # the fixed cost per execution
         if spatial:
             end = jnp.maximum(body_end, last_producer + (body_end - t1) / STREAM_CHUNKS)
         else:

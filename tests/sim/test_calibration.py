@@ -155,7 +155,7 @@ def test_bad_calibration_inputs_are_named():
             calibrate(rows, hw, [whole])
     with pytest.raises(CalibrationError, match=r"cannot fit \['heat_capacity_j_per_k'\] on measured times"):
         calibrate(rows, hw, ["clock_ghz", "heat_capacity_j_per_k"])
-    with pytest.raises(CalibrationError, match="cannot determine 5 field"):
+    with pytest.raises(CalibrationError, match="cannot determine 6 field"):
         calibrate(rows.head(3), hw)
     with pytest.raises(CalibrationError, match="would leave the machine invalid"):
         calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghz": (0.0, 2.0)})
@@ -205,9 +205,9 @@ def test_the_tpu_v4_preset_ranks_real_matmuls(tpu_v4_rows):
 
 def test_calibration_on_real_measurements_meets_its_held_out_targets(tpu_v4_rows):
     """Fit on a stratified half, judged on the other: MAPE <= 10% in each size range and pooled, Spearman >= 0.9
-    in the two ranges above 128 (within 32-128 the chip's 1.0-1.5 us floor is not ranked: reported in
-    docs/validation.md), and a smaller MAPE than the peer's SCALE-Sim cycles after a least-squares line on the
-    same rows in every range."""
+    in each range (within 32-128, where every matmul is one fold of the array and takes 1.0-1.5 us, the order comes
+    from the fixed costs, ``short_reduction_cycles`` among them: docs/validation.md), and a smaller MAPE than the
+    peer's SCALE-Sim cycles after a least-squares line on the same rows in every range."""
     cal = calibrate(tpu_v4_rows, presets.get("tpu_v4"), dataflow=("ws", "is"), seed=0)
     assert cal.converged
     m = cal.metrics
@@ -215,8 +215,10 @@ def test_calibration_on_real_measurements_meets_its_held_out_targets(tpu_v4_rows
     assert int(m["rows"].sel(split="held_out", bucket="pooled")) == 598
     held = m.sel(machine="fitted", split="held_out")
     assert (held["mape"].values <= 0.10).all(), held["mape"].values
-    assert float(held["spearman"].sel(bucket="128-1024")) >= 0.9
-    assert float(held["spearman"].sel(bucket="1024-4096")) >= 0.9
+    for bucket in RANGES.values():
+        assert float(held["spearman"].sel(bucket=bucket)) >= 0.9, bucket
+    # the step the one-fold range shows when K is a matmul's shortest side: the fit finds it from a start of 0
+    assert 50.0 < float(cal.hw.short_reduction_cycles) < 300.0
     assert float(held["spearman"].sel(bucket="pooled")) > 0.98
     # the error bound the decision memos quote is this figure (one truth: a constant, kept equal to it here)
     assert round(float(held["mape"].sel(bucket="pooled")), 3) == CALIBRATED_ERROR

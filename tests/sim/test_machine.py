@@ -206,6 +206,32 @@ def test_partial_sums_move_at_the_accumulator_width():
                                       cost(fp32, wide32, "ws")[key].values, err_msg=key)
 
 
+def test_a_gemm_whose_reduction_side_is_shortest_pays_its_extra_fixed_cost_alone_and_in_a_replay():
+    """short_reduction_cycles: once per execution of a GEMM with K <= min(M, N), in cost() and in a one-op replay
+    alike; a GEMM with a longer K and a non-GEMM op pay nothing more; the gradient reaches the field."""
+    from dfit_nb.sim import cost
+    from dfit_nb.sim.calibration import predictor
+
+    hw = presets.get("tpu_v4")
+    step = hw.replace(short_reduction_cycles=100.0)
+    ops = {"m": [64, 64, 48, 0], "k": [32, 128, 48, 0], "n": [96, 64, 96, 0], "count": [1, 1, 3, 1],
+           "flops": [0, 0, 0, 4096], "bytes_read": [0, 0, 0, 16384], "bytes_written": [0, 0, 0, 16384],
+           "dtype": ["float16"] * 4}
+    base, more = cost(ops, hw, "ws"), cost(ops, step, "ws")
+    np.testing.assert_array_equal(more["cycles"].values - base["cycles"].values, [100.0, 0.0, 100.0, 0.0])
+    for key in ("compute_cycles", "dram_cycles", "energy_pj", "layout"):  # nothing else moves
+        np.testing.assert_array_equal(more[key].values, base[key].values, err_msg=key)
+    # a one-op program replays to what cost() charges the op alone, the step included (three executions: 3x)
+    trace = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((48, 48), jnp.float16), jnp.ones((48, 96), jnp.float16))
+    runs = [dfit_nb.replay(trace, machine, "ws") for machine in (hw, step)]
+    assert float(runs[1].summary["latency_cycles"] - runs[0].summary["latency_cycles"]) == 100.0
+    f = predictor({k: v[:1] for k, v in ops.items()}, hw, "ws")
+    with jax.enable_x64(True):
+        h = jax.tree.map(lambda x: jnp.asarray(x, float), hw)
+        grad = jax.jit(jax.grad(lambda h: f(h)["cycles"][0]))(h)
+    assert float(grad.short_reduction_cycles) == 1.0
+
+
 def test_a_lone_op_pays_its_pipeline_fill_and_drain_unless_neighbours_hide_it():
     """memory_overlap 1: the slowest demand alone; 0: an op that fits one block loads and computes in turn, and an
     op of many blocks exposes only a share of its shorter demand."""
