@@ -43,12 +43,11 @@ from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
 FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items()
                  if kind in ("positive", "nonneg") and f not in THERMAL_FIELDS)
 #: default fields: how fast the arrays run, how fast and how soon memory feeds them, how much of that hides
-#: under compute, and the fixed cost per op
-#: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
-RESTARTS = 8
-
+#: under compute, and the fixed costs per op (every op's, and a GEMM's whose K is its shortest side)
 DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "memory_overlap", "op_overhead_cycles",
                   "short_reduction_cycles")
+#: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
+RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds
 TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6}
 

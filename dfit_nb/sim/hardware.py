@@ -95,10 +95,9 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
                            "pipeline fill and drain, synchronisation); 0 unless a preset or a calibration says",
                            "nonneg", 0, 1e9),
     "short_reduction_cycles": ("cycle", "extra fixed cost of a GEMM execution whose reduction dimension is its "
-                               "shortest (K <= min(M, N)): the array then keeps the short side stationary and "
-                               "the compiler lays an operand out again for it (a TPU v4 matmul of one fold pays "
-                               "about 60 cycles more, docs/validation.md); 0 unless a preset or a calibration says",
-                               "nonneg", 0, 1e9),
+                               "shortest (K <= min(M, N)): on a TPU v4 a one-fold matmul of that shape takes about "
+                               "60 ns more than its neighbours, for a reason the measurements do not show "
+                               "(docs/validation.md); 0 unless a preset or a calibration says", "nonneg", 0, 1e9),
     "fold_overlap": ("1", "share of each fold's stationary-operand load and pipeline fill hidden under the previous "
                      "fold's stream: 0, SCALE-Sim's folds back to back; 1, a double-buffered array (TPU MXU) filled "
                      "once per GEMM", "nonneg", 0, 1),

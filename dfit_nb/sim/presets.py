@@ -176,7 +176,9 @@ register(
             "pays its double-buffering fill and drain, nothing before or after it to hide them under "
             "(memory_overlap = 0), the vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared by 4 MXUs), "
             "the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
-            "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op). Measured "
+            "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op); "
+            "short_reduction_cycles = 0 (no public figure: the measurements show a step for matmuls whose K is "
+            "their shortest side, which dfit_nb.sim.calibrate fits). Measured "
             "against 1,198 TPU v4 matmuls in benchmarks/bench_tpu_v4.py; calibrate it to your chip with "
             "dfit_nb.sim.calibrate. Thermal (assumption): liquid-cooled, as Google's TPU v3 and v4 boards are: a "
             "cold plate of ~0.1 K/W from junction to 35 degC coolant; 3 J/K (die and lid share, as tpu_like).",
