@@ -221,7 +221,7 @@ def test_a_gemm_whose_reduction_side_is_shortest_pays_its_extra_fixed_cost_alone
     np.testing.assert_array_equal(more["cycles"].values - base["cycles"].values, [100.0, 0.0, 100.0, 0.0])
     for key in ("compute_cycles", "dram_cycles", "energy_pj", "layout"):  # nothing else moves
         np.testing.assert_array_equal(more[key].values, base[key].values, err_msg=key)
-    # a one-op program replays to what cost() charges the op alone, the step included (three executions: 3x)
+    # a one-op program (48x48 @ 48x96: K = min(M, N), the boundary) pays it in a replay too, once per execution
     trace = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((48, 48), jnp.float16), jnp.ones((48, 96), jnp.float16))
     runs = [dfit_nb.replay(trace, machine, "ws") for machine in (hw, step)]
     assert float(runs[1].summary["latency_cycles"] - runs[0].summary["latency_cycles"]) == 100.0
