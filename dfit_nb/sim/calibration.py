@@ -445,8 +445,11 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
         result = minimize(objective, jnp.asarray(z0), method="BFGS", options={"maxiter": int(max_iterations)})
         # BFGS stops where its line search finds no descent along its own curvature estimate (status 3), often
         # early on this piecewise model (a field the others mask moves little); started again from there, with
-        # the estimate reset, it goes on while that still lowers the loss
+        # the estimate reset, it goes on while that still lowers the loss (not after running out of iterations:
+        # max_iterations is the caller's budget)
         for _ in range(RESTARTS):
+            if int(result.status) != 3:
+                break
             again = minimize(objective, result.x, method="BFGS", options={"maxiter": int(max_iterations)})
             if not float(again.fun) < float(result.fun) * (1.0 - 1e-6):
                 break
