@@ -9,7 +9,7 @@ measures it against. Not used by :func:`dfit_nb.replay`.
 >>> from dfit_nb.sim.schedule import Grid, tile_order
 >>> per_op = {k: np.array([1.0]) for k in ("tiles", "virtual_tiles", "count", "layout", "gy", "gx", "blocks_v")}
 >>> per_op.update({k: np.array([0.0]) for k in ("sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
-...                                             "noc_out", "psum_noc", "out_onchip")})
+...                                             "noc_out", "psum_noc", "out_onchip", "fixed_cycles")})
 >>> per_op["compute_v"] = np.array([100.0])
 >>> hw = presets.get("npu_like")
 >>> out = run(per_op, np.full((1, 1), -1), np.zeros((1, 1)), tile_order(4, 5), hw, Grid(20, 4, 5), False)
@@ -39,7 +39,6 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     preds = np.asarray(preds).tolist()
     for key in ("switch_bytes", "switch_cycles", "switch_energy_pj"):  # dataflow switches (none by default)
         op.setdefault(key, [0.0] * len(preds))
-    op.setdefault("fixed_cycles", [float(hw.op_overhead_cycles)] * len(preds))  # the model's fixed cost per execution
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
     ys = [int(v) for v in order[0]]
     xs = [int(v) for v in order[1]]
