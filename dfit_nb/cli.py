@@ -490,15 +490,19 @@ def _report(args: argparse.Namespace) -> int:
         print("no preset given (--hw with no names): nothing replayed, no report written")
         return 0
     print()
-    from .report import analyse, write_report
+    from .report import write_report
 
     # The cost table's programs compile on a second thread while the replays' compile here: XLA releases the GIL
     # while it compiles, so on a cold cache the two overlap on two cores. cost() prints nothing (the tables print
     # after both), and a warning it gives while analyse() records warnings is passed on by analyse() as its own.
+    # write_report writes each preset's files on a thread of its own as soon as the preset is replayed.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-cost") as pool:
         pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names})
-        results = analyse(trace, names, args.dataflow, args.objective, progress=not args.no_progress)
+        # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
+        report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
+                              charts=args.charts, progress=not args.no_progress)
         alone = pending.result()
+    results = report.results
     print(cost_table(alone))
     print()
     print(replay_table(results, args.dataflow))
@@ -507,9 +511,6 @@ def _report(args: argparse.Namespace) -> int:
     print()
     print(policy_table(results))
     print()
-    # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
-    report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
-                          charts=args.charts, progress=False, results=results)
     print(files_table(report))
     print(f"done in {time.perf_counter() - t_start:.1f} s")
     return 0

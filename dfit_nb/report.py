@@ -39,6 +39,7 @@ does; it never imports ipywidgets.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -49,7 +50,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ class Report:
     html_bytes : int
         Size of ``report.html``.
     seconds : dict of str to float
-        Wall time of the stages: ``"replay"`` (replays and policies), ``"files"``, ``"charts"``, ``"html"``.
+        Wall time of the stages: ``"replay"`` (replays and policies), ``"charts"``, ``"files"`` (the wait for
+        the files past those two: each machine's files are written on a second thread from when its replays are
+        done), ``"html"``.
     """
 
     directory: Path
@@ -177,7 +180,8 @@ def _machines(hw: Any) -> list[Hardware]:
 
 def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "energy",
             progress: bool = True, *, seed: int | None = None, tags: dict[str, Any] | None = None,
-            batch_variance: dict[str, Any] | None = None) -> list[PresetResult]:
+            batch_variance: dict[str, Any] | None = None,
+            on_result: Callable[[PresetResult], Any] | None = None) -> list[PresetResult]:
     """Replay ``trace`` on each machine under ``dataflow`` and select (and evaluate) a hybrid policy there.
 
     The policy's evaluation replays every single style, so for ``dataflow`` in ``ws`` / ``os`` / ``is`` the
@@ -185,7 +189,8 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
     ``progress`` shows a ``tqdm.auto`` bar over the machines. ``seed`` and ``tags`` go to the policies' build
     and runtime tags (:func:`dfit_nb.sim.select_dataflows`); ``batch_variance``, the keyword arguments of
     :meth:`~dfit_nb.sim.Policy.with_batch_variance` (``make_args``, ``base``, optionally ``batch_sizes`` and
-    ``axis``), gives each policy's memo its p50/p95/p99 latency under batch variance.
+    ``axis``), gives each policy's memo its p50/p95/p99 latency under batch variance. ``on_result`` is called
+    with each machine's result as soon as it is ready (:func:`write_report` starts writing its files there).
 
     >>> import jax.numpy as jnp, dfit_nb
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
@@ -219,6 +224,8 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
             if not issubclass(w.category, SpillWarning):
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         out.append(PresetResult(h.name, h, run, policy, spills, time.perf_counter() - t0, note))
+        if on_result is not None:
+            on_result(out[-1])
     bar.close()
     return out
 
@@ -631,6 +638,19 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
 # ------------------------------------------------------------------------------------------------ the API
 
 
+def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
+    """One machine's files in ``folder``: its event cube (netCDF), Perfetto trace and, with a policy, its playbook
+    (Markdown and HTML); what each is -> its path."""
+    out = {"event cube": r.run.save(_inside(folder, f"{stem}.nc")),
+           "Perfetto": r.run.to_perfetto(_inside(folder, f"{stem}.perfetto.json"))}
+    if r.policy is not None:
+        out["playbook"] = _inside(folder, f"playbook_{stem}.md")
+        out["playbook"].write_text(r.policy.report("markdown"), encoding="utf-8")
+        out["playbook (HTML)"] = _inside(folder, f"playbook_{stem}.html")
+        out["playbook (HTML)"].write_text(r.policy.report("html"), encoding="utf-8")
+    return out
+
+
 def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "dfit_report", *,
                  dataflow: Any = "ws", objective: str = "energy", charts: str = "auto", progress: bool = True,
                  results: Sequence[PresetResult] | None = None, seed: int | None = None,
@@ -696,45 +716,53 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
         raise ReportError(f"unknown objective {objective!r}; valid: energy, latency, edp")
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    if results is None:
-        results = analyse(trace, hw, dataflow, objective, progress, seed=seed, tags=tags,
-                          batch_variance=batch_variance)
-    results = list(results)
-    if not results:
-        raise ReportError("no preset results to report")
-    seconds["replay"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
     folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    runs, perfetto, playbooks, playbooks_html = {}, {}, {}, {}
-    files: dict[str, dict[str, str]] = {}
+    machines = _machines(hw) if results is None else [r.hw for r in results]
     # file names come from machine names, which are a user's strings: sanitised and made unique first
-    stems = _file_stems([r.name for r in results])
-    for r in results:
-        stem = stems[r.name]
-        runs[r.name] = r.run.save(_inside(folder, f"{stem}.nc"))
-        perfetto[r.name] = r.run.to_perfetto(_inside(folder, f"{stem}.perfetto.json"))
-        files[r.name] = {"event cube": runs[r.name].name, "Perfetto": perfetto[r.name].name}
-        if r.policy is not None:
-            playbooks[r.name] = _inside(folder, f"playbook_{stem}.md")
-            playbooks[r.name].write_text(r.policy.report("markdown"), encoding="utf-8")
-            playbooks_html[r.name] = _inside(folder, f"playbook_{stem}.html")
-            playbooks_html[r.name].write_text(r.policy.report("html"), encoding="utf-8")
-            files[r.name].update({"playbook": playbooks[r.name].name, "playbook (HTML)": playbooks_html[r.name].name})
-    seconds["files"] = time.perf_counter() - t0
+    stems = _file_stems([h.name for h in machines])
+    files: dict[str, dict[str, Any]] = {}
+    # Each machine's files (event cube, Perfetto trace, playbooks) are written on a second thread as soon as its
+    # result is ready, while the next machine replays and the charts are drawn here: netCDF's writes and the
+    # replays' compiled programs release the GIL, so on two cores the two overlap. One writer thread: the netCDF
+    # library is never entered from two threads at once.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-files") as writer:
+        pending: dict[str, concurrent.futures.Future[dict[str, Any]]] = {}
 
-    t0 = time.perf_counter()
-    mode = "svg" if charts == "svg" else "interactive" if charts == "interactive" or bundle_available() else "svg"
-    if mode == "interactive" and not bundle_available():
-        raise ReportError("interactive charts need vl_convert.javascript_bundle (vl-convert-python >= 1.2); "
-                          "use charts='svg'")
-    specs = _specs(trace, featured(results), results)
-    seconds["charts"] = time.perf_counter() - t0
+        def write(r: PresetResult) -> None:
+            if not pending:
+                folder.mkdir(parents=True, exist_ok=True)
+            pending[r.name] = writer.submit(_write_files, folder, stems[r.name], r)
+
+        if results is None:
+            results = analyse(trace, machines, dataflow, objective, progress, seed=seed, tags=tags,
+                              batch_variance=batch_variance, on_result=write)
+        else:
+            for r in results:
+                write(r)
+        results = list(results)
+        if not results:
+            raise ReportError("no preset results to report")
+        seconds["replay"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        mode = "svg" if charts == "svg" else "interactive" if charts == "interactive" or bundle_available() else "svg"
+        if mode == "interactive" and not bundle_available():
+            raise ReportError("interactive charts need vl_convert.javascript_bundle (vl-convert-python >= 1.2); "
+                              "use charts='svg'")
+        specs = _specs(trace, featured(results), results)
+        seconds["charts"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        files = {name: future.result() for name, future in pending.items()}
+        seconds["files"] = time.perf_counter() - t0  # what the files took past the replays and the charts
+    runs = {name: f["event cube"] for name, f in files.items()}
+    perfetto = {name: f["Perfetto"] for name, f in files.items()}
+    playbooks = {name: f["playbook"] for name, f in files.items() if "playbook" in f}
+    playbooks_html = {name: f["playbook (HTML)"] for name, f in files.items() if "playbook (HTML)" in f}
+    names = {name: {k: p.name for k, p in f.items()} for name, f in files.items()}
 
     t0 = time.perf_counter()
     df = summary_frame(results)
-    page = _page(trace, results, df, specs, mode, files)
+    page = _page(trace, results, df, specs, mode, names)
     path = folder / "report.html"
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(page, encoding="utf-8")

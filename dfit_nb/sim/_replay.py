@@ -18,10 +18,12 @@ The pipeline (one jitted program per grid size and execution style):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
 import re
+import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +39,7 @@ from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule
 from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays, padded_count
-from .hardware import EXECUTION_STYLES, Hardware
+from .hardware import EXECUTION_STYLES, Hardware, field_vector
 from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
 from .run import level_totals
 
@@ -291,15 +293,8 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     if shape == ():
         # one machine: the replay's own compiled program, once per assignment (a handful: the single styles), with
         # replay()'s inputs (the padded codes are dfs' rows), so a selection after a replay compiles nothing
-        grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
-        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-        records = []
-        with jax.enable_x64(True):
-            for row in dfs:
-                out = jax.device_get(_exported.call(
-                    program, {"grid": grid, "spatial": execution == "spatial"}, arrays, preds, pred_bytes, tables,
-                    for_jit(hw), row, pin, reconfig=switch_penalty(None)))
-                records.append(_per_op_records({k: np.asarray(v) for k, v in out.items()}, arrays, np))
+        records = [_per_op_records(_one_machine(arrays, preds, pred_bytes, hw, row, pin, execution,
+                                                switch_penalty(None)), arrays, np) for row in dfs]
         return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
     from .hardware import FIELDS
 
@@ -503,11 +498,50 @@ def _run_program(prep: Prepared, hw: Hardware, codes: np.ndarray, pinned: dict[s
     memory.replay_estimate(what, preds.shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols), time_bins,
                            padded_to=(grid.rows, grid.cols)).check(
         GRID_ADVICE + ", or fewer time_bins")
-    with jax.enable_x64(True):
-        tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-        return jax.device_get(_exported.call(program, {"grid": grid, "spatial": execution == "spatial"}, arrays,
-                                             preds, pred_bytes, tables, for_jit(hw), codes_p, pinned_p,
-                                             reconfig=reconfig))
+    return _one_machine(arrays, preds, pred_bytes, hw, codes_p, pinned_p, execution, reconfig)
+
+
+#: how many one-machine programs' outputs :func:`_one_machine` keeps (each a few MB at most: 4.8 MB for the
+#: encoder block on a 64 x 64 grid)
+KEPT_OUTPUTS = 8
+_kept: collections.OrderedDict[bytes, dict[str, np.ndarray]] = collections.OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: np.ndarray, hw: Hardware,
+                 codes: np.ndarray, pinned: dict[str, np.ndarray], execution: str, reconfig: Any
+                 ) -> dict[str, np.ndarray]:
+    """The one-machine replay :func:`program` on padded inputs, its outputs on the host (writable copies).
+
+    The last :data:`KEPT_OUTPUTS` results are kept by a digest of every input: :func:`select_dataflows` prices
+    each single style with this program and its evaluation then replays the same styles (the same inputs), which
+    are read from here instead of run again (a third of a selection's time; the same arrays, so the same
+    numbers). The grid's tables are a function of the machine's grid, which its fields give."""
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+    digest = hashlib.blake2b(repr((grid, execution)).encode(), digest_size=20)
+    for a in (*(arrays[k] for k in sorted(arrays)), preds, pred_bytes, field_vector(hw), codes,
+              *(pinned[k] for k in sorted(pinned)), reconfig):
+        a = np.ascontiguousarray(a)
+        digest.update(f"{a.dtype.str}{a.shape}".encode())
+        digest.update(a.data)
+    key = digest.digest() + "".join(sorted(arrays)).encode() + "".join(sorted(pinned)).encode()
+    with _kept_lock:
+        kept = _kept.get(key)
+        if kept is not None:
+            _kept.move_to_end(key)
+    if kept is None:
+        with jax.enable_x64(True):
+            tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
+            kept = {k: np.asarray(v) for k, v in jax.device_get(_exported.call(
+                program, {"grid": grid, "spatial": execution == "spatial"}, arrays, preds, pred_bytes, tables,
+                for_jit(hw), codes, pinned, reconfig=reconfig)).items()}
+        for v in kept.values():
+            v.setflags(write=False)
+        with _kept_lock:
+            _kept[key] = kept
+            while len(_kept) > KEPT_OUTPUTS:
+                _kept.popitem(last=False)
+    return {k: v.copy() for k, v in kept.items()}
 
 
 def program_key(trace: Any, hw: Hardware, execution: str | None = None) -> tuple[Any, ...]:

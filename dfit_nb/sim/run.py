@@ -368,14 +368,54 @@ def _classified(ops: xr.Dataset, regions: xr.Dataset, summary: xr.Dataset) -> tu
 
 def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
     """``ds`` with the variables ``new`` (:func:`_var` tuples) and the ``mechanism_class`` coordinate, its text as
-    Python strings (:func:`~dfit_nb._files.text_as_objects`): one constructor call, where ``assign``,
-    ``assign_coords`` and the conversion each rebuilt the whole Dataset (2.5x the time: benchmarks/bench_replay.py)."""
+    Python strings (:func:`~dfit_nb._files.text_as_objects`).
+
+    ``ds`` is consistent already and the new variables are checked against its sizes, so they go to xarray's
+    constructor of a consistent Dataset (as :func:`dfit_nb.sim._cost.assemble` does): a public constructor
+    aligned every variable again, a third of a warm replay's host time (``_extended_public``, the reference,
+    where this xarray's internals refuse; ``tests/sim/test_replay.py`` checks both identical)."""
+    try:
+        return _extended_direct(ds, new)
+    except (AttributeError, TypeError, ValueError):
+        return _extended_public(ds, new)
+
+
+def _extended_public(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
+    """:func:`_extended` through the public ``xr.Dataset`` constructor (one call: ``assign``, ``assign_coords``
+    and the text conversion each rebuilt the whole Dataset, 2.5x the time: benchmarks/bench_replay.py)."""
     data = {n: text_variable(ds.variables[n]) for n in ds.data_vars}
     data.update({n: text_variable(xr.Variable(dims, np.asarray(values), attrs)) for n, (dims, values, attrs) in
                  new.items()})
     coords = {n: text_variable(ds.variables[n]) for n in ds.coords}
     coords["mechanism_class"] = xr.Variable(("mechanism_class",), np.asarray(CLASSES, dtype=object))
     return xr.Dataset(data, coords=coords, attrs=ds.attrs)
+
+
+def _extended_direct(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
+    sizes = dict(ds.sizes)
+    sizes["mechanism_class"] = len(CLASSES)
+    indexes: dict[str, Any] = {}
+    coords: dict[str, Any] = {}
+    for name in ds.coords:
+        v, index = ds.variables[name], ds.xindexes.get(name)
+        if index is None:
+            coords[name] = text_variable(v)
+        elif v.dtype.kind == "U":  # an index of fixed-width text: its index is rebuilt over the Python strings
+            indexes[name] = xr.indexes.PandasIndex(v.values.astype(object), name)
+            coords[name] = indexes[name].create_variables()[name]
+        else:
+            indexes[name], coords[name] = index, v
+    classes = xr.indexes.PandasIndex(np.asarray(CLASSES, dtype=object), "mechanism_class")
+    indexes["mechanism_class"] = classes
+    coords["mechanism_class"] = classes.create_variables()["mechanism_class"]
+    data = {n: text_variable(ds.variables[n]) for n in ds.data_vars}
+    for name, (dims, values, attrs) in new.items():
+        v = text_variable(xr.Variable(dims, np.asarray(values), attrs))
+        for dim, size in zip(v.dims, v.shape, strict=True):
+            if sizes.get(dim) != size:
+                raise ValueError(f"{name}: {dim} has {size} values, not {sizes.get(dim)}")
+        data[name] = v
+    return xr.Dataset._construct_direct({**data, **coords}, set(coords), sizes, dict(ds.attrs), indexes)
 
 
 def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:

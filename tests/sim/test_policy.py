@@ -361,3 +361,40 @@ def test_replaying_hybrid_gives_the_verified_policy_run(static_traces):
     assert float(run.summary["energy_j"]) == pytest.approx(float(policy.baselines["energy_j"].sel(policy="hybrid")))
     best = float(policy.baselines["energy_j"].drop_sel(policy="hybrid").min())
     assert float(run.summary["energy_j"]) <= best * (1 + 1e-12)
+
+
+def test_the_evaluation_reads_the_single_styles_from_the_pricing_runs_and_they_equal_fresh_replays(
+        static_traces, monkeypatch):
+    """select_dataflows prices each single style with the replay's own program and its evaluation replays the same
+    styles: those runs are read from the pricing (one program run per style, plus the hybrid's), and each equals a
+    replay made with nothing kept, to the last bit."""
+    import xarray as xr
+
+    from dfit_nb import _exported
+    from dfit_nb.sim import _replay
+
+    trace, hw = static_traces["mlp"], presets.get("npu_like")
+    runs = []
+    call = _exported.call
+
+    def counted(fn, *args, **kwargs):
+        runs.append(fn is _replay.program)
+        return call(fn, *args, **kwargs)
+
+    monkeypatch.setattr(_exported, "call", counted)
+    _replay._kept.clear()
+    policy = select_dataflows(trace, hw, "energy")
+    styles = [s for s in policy.runs if s != "hybrid"]
+    assert sum(runs) == len(styles) + 1  # each style priced once, then the hybrid: no style replayed again
+    monkeypatch.setattr(_replay, "KEPT_OUTPUTS", 0)
+    _replay._kept.clear()
+    for style in styles:
+        fresh = dfit_nb.replay(trace, hw, style)
+        for part in ("events", "cube", "summary", "ops", "regions"):
+            xr.testing.assert_identical(getattr(fresh, part), getattr(policy.runs[style], part))
+    assert not _replay._kept  # nothing kept when nothing may be
+    monkeypatch.undo()
+    first = dfit_nb.replay(trace, hw, "ws")
+    first.ops["compute_cycles"].values[:] = -1.0  # a run's arrays are its own, never the kept ones
+    again = dfit_nb.replay(trace, hw, "ws")  # read from what the first kept
+    xr.testing.assert_identical(again.ops, policy.runs["ws"].ops)
