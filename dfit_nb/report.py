@@ -203,31 +203,56 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
     machines = _machines(hw)
     out = []
     bar = tqdm(machines, desc="replaying", unit="preset", disable=not progress, leave=False)
-    for h in bar:
-        bar.set_postfix_str(h.name)
-        t0 = time.perf_counter()
-        note = ""
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SpillWarning)
-            try:
-                policy = select_dataflows(trace, h, objective, seed=seed, tags=tags)
-                if batch_variance is not None:
-                    policy = policy.with_batch_variance(**batch_variance)
-            except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report
-                policy, note = None, f"no hybrid policy: {err}"
-            if policy is not None and isinstance(dataflow, str) and dataflow in policy.runs:
-                run = policy.runs[dataflow]
-            else:
-                run = replay(trace, h, dataflow)
-        spills = any(issubclass(w.category, SpillWarning) for w in caught)
-        for w in caught:  # anything else goes on to the caller's filters
-            if not issubclass(w.category, SpillWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        out.append(PresetResult(h.name, h, run, policy, spills, time.perf_counter() - t0, note))
-        if on_result is not None:
-            on_result(out[-1])
+    # The next machine's replay program is loaded (or compiled) and run once on a second thread while this one is
+    # analysed (_replay.warm): XLA releases the GIL while it loads, compiles and runs, and the selection's pricing
+    # then reads that run's outputs (kept by _replay._one_machine) instead of running it again.
+    ahead = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-ahead")
+    warmed = [ahead.submit(_warm, trace, h) for h in machines[:1]]
+    try:
+        for i, h in enumerate(bar):
+            if i + 1 < len(machines):
+                warmed.append(ahead.submit(_warm, trace, machines[i + 1]))
+            concurrent.futures.wait([warmed[i]])  # its run kept before the pricing asks for the same run
+            out.append(_analyse_one(trace, h, dataflow, objective, seed, tags, batch_variance))
+            if on_result is not None:
+                on_result(out[-1])
+    finally:
+        ahead.shutdown(wait=True, cancel_futures=True)
     bar.close()
     return out
+
+
+def _warm(trace: Any, hw: Hardware) -> None:
+    """:func:`dfit_nb.sim._replay.warm`, quietly: what it would raise, the machine's own replay raises again."""
+    from .sim._replay import warm
+
+    # no catch_warnings here: it swaps the process' filters, which the analysis on the main thread is recording
+    with contextlib.suppress(Exception):
+        warm(trace, hw)
+
+
+def _analyse_one(trace: Any, h: Hardware, dataflow: Any, objective: str, seed: int | None,
+                 tags: dict[str, Any] | None, batch_variance: dict[str, Any] | None) -> PresetResult:
+    """One machine's replay and policy (see :func:`analyse`)."""
+    t0 = time.perf_counter()
+    note = ""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SpillWarning)
+        try:
+            policy = select_dataflows(trace, h, objective, seed=seed, tags=tags)
+            if batch_variance is not None:
+                policy = policy.with_batch_variance(**batch_variance)
+        except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report
+            policy, note = None, f"no hybrid policy: {err}"
+        if policy is not None and isinstance(dataflow, str) and dataflow in policy.runs:
+            run = policy.runs[dataflow]
+        else:
+            run = replay(trace, h, dataflow)
+    spills = any(issubclass(w.category, SpillWarning) for w in caught)
+    for w in caught:  # anything else goes on to the caller's filters
+        if not issubclass(w.category, SpillWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return PresetResult(h.name, h, run, policy, spills, time.perf_counter() - t0, note)
 
 
 def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:

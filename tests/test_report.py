@@ -55,3 +55,46 @@ def test_the_playbook_files_carry_the_full_memo(mlp_results, tmp_path):
         assert field.lstrip("#| ").split(" |")[0].rstrip(":") in html, field
     p99 = float(policy.tail["latency_q"].sel(policy="policy", quantile=0.99)) * 1e6
     assert f"{p99:.4g}" in md and f"| jaxpr_hash | {policy.tags['jaxpr_hash']} |" in md
+
+
+def test_the_next_machine_is_warmed_ahead_and_each_file_is_written_as_its_machine_is_done(mlp_results, tmp_path,
+                                                                                            monkeypatch):
+    """analyse() loads and runs the next machine's replay program on a second thread while it analyses the current
+    one; the selection then reads that run instead of running it again (no program run twice). write_report
+    hands each machine's files to its writer thread as soon as that machine is analysed, and the files are the
+    same as those of a report from results computed first."""
+    import threading
+
+    import xarray as xr
+
+    from dfit_nb import _exported
+    from dfit_nb.sim import _replay
+
+    trace, results = mlp_results
+    runs, written = [], []
+    call, write_files, one = _exported.call, report._write_files, report._analyse_one
+
+    def counted(fn, *args, **kwargs):
+        if fn is _replay.program:
+            runs.append(threading.current_thread().name)
+        return call(fn, *args, **kwargs)
+
+    def spied(folder, stem, r):
+        written.append((r.name, len(analysed)))
+        return write_files(folder, stem, r)
+
+    analysed = []
+    monkeypatch.setattr(_exported, "call", counted)
+    monkeypatch.setattr(report, "_write_files", spied)
+    monkeypatch.setattr(report, "_analyse_one", lambda *a: analysed.append(a[1].name) or one(*a))
+    _replay._kept.clear()
+    page = report.write_report(trace, ["scalesim_32", "npu_like"], tmp_path / "piped", charts="svg",
+                               progress=False)
+    ahead = [name for name in runs if name.startswith("dfit-nb-ahead")]
+    assert len(ahead) == 2  # each machine's first run, loaded and run on the second thread
+    assert len(runs) == 2 * 4  # per machine: 3 single styles priced (ws read from the warm-up's) + the hybrid
+    assert written[0] == ("scalesim_32", 1)  # submitted when its machine was done, before the next one started
+    before = report.write_report(trace, out_dir=tmp_path / "after", results=results, charts="svg", progress=False)
+    for name in ("scalesim_32", "npu_like"):
+        xr.testing.assert_identical(dfit_nb.load_run(page.runs[name]).cube, dfit_nb.load_run(before.runs[name]).cube)
+        assert page.playbooks[name].read_text() == before.playbooks[name].read_text()
