@@ -371,9 +371,9 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
     Python strings (:func:`~dfit_nb._files.text_as_objects`).
 
     ``ds`` is consistent already and the new variables are checked against its sizes, so they go to xarray's
-    constructor of a consistent Dataset (as :func:`dfit_nb.sim._cost.assemble` does): a public constructor
-    aligned every variable again, a third of a warm replay's host time (``_extended_public``, the reference,
-    where this xarray's internals refuse; ``tests/sim/test_replay.py`` checks both identical)."""
+    constructor of a consistent Dataset (as :func:`dfit_nb.sim._cost.assemble` does) instead of the public one,
+    which aligns every variable again (``_extended_public``: the reference, and the path where this xarray's
+    internals refuse; ``tests/sim/test_replay.py`` checks both identical and that the direct one is taken)."""
     try:
         return _extended_direct(ds, new)
     except (AttributeError, TypeError, ValueError):
