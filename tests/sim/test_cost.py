@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dfit_nb import sim
@@ -264,6 +264,9 @@ def test_every_example_costs_on_every_preset(static_traces, preset):
 @settings(max_examples=40, deadline=None)
 @given(m=dims, k=dims, n=dims, p=machines, df=st.sampled_from(["ws", "os", "is"]),
        fold=st.floats(0.0, 1.0), overlap=st.floats(0.0, 1.0))
+# found by CI: hiding part of the fill gave 6.000000000000001 compute cycles where hiding none gave 6.0 (one ulp)
+@example(m=1, k=1, n=1, p={"pe_rows": 4, "pe_cols": 4, "tile_rows": 1, "tile_cols": 1, "sram_kb": 4, "dram": 1.0,
+                           "noc": 4.0}, df="os", fold=0.18058596838791077, overlap=0.0)
 def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
     """Whatever share of the folds' fill and of the memory pipeline hides: an op takes at least its slowest
     demand and at most its on-tile and off-tile demands one after the other; hiding more never costs time."""
@@ -278,7 +281,7 @@ def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
         assert cycles <= float(cost(ops, hw.replace(memory_overlap=0.0), df)["cycles"][0]) * (1 + 1e-12)
         assert cycles >= float(cost(ops, hw.replace(memory_overlap=1.0), df)["cycles"][0]) * (1 - 1e-12)
         assert float(c["compute_cycles"][0]) <= float(cost(ops, hw.replace(fold_overlap=0.0), df)[
-            "compute_cycles"][0])
+            "compute_cycles"][0]) * (1 + 1e-12)
 
 
 @settings(max_examples=40, deadline=None)
