@@ -60,7 +60,7 @@ import pandas as pd
 from . import views
 from .errors import DfitError, DfitWarning
 from .sim import presets
-from .sim._replay import SpillWarning, replay
+from .sim._replay import SpillWarning, replay, warm
 from .sim.hardware import Hardware
 from .sim.machine import DATAFLOWS
 from .sim.policy import OBJECTIVES, select_dataflows
@@ -224,8 +224,6 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
 
 def _warm(trace: Any, hw: Hardware) -> None:
     """:func:`dfit_nb.sim._replay.warm`, quietly: what it would raise, the machine's own replay raises again."""
-    from .sim._replay import warm
-
     # no catch_warnings here: it swaps the process' filters, which the analysis on the main thread is recording
     with contextlib.suppress(Exception):
         warm(trace, hw)
