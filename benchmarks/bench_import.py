@@ -11,6 +11,10 @@ throwaway virtual environment holding only this environment's NumPy and that rel
 environments are built once under a temporary folder and deleted), the releases alternating, best and median of
 ``--repeats`` processes each, and their ratios to the first.
 
+Where ``rfc3987_syntax`` is installed (JupyterLab brings it in), it then prints ``import dfit_nb.report`` (Altair,
+hence jsonschema) with dfit_nb's deferred import of that module (:mod:`dfit_nb._deferred_iri`, the default) beside
+``DFIT_NB_DEFER_IRI=0`` (jsonschema imports it, building its parsers), alternating fresh processes.
+
 Run: ``python benchmarks/bench_import.py [--repeats 5] [--versions 0.6.0 0.7.0]``
 (``--versions`` with nothing after it skips the side-by-side).
 """
@@ -18,6 +22,8 @@ Run: ``python benchmarks/bench_import.py [--repeats 5] [--versions 0.6.0 0.7.0]`
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import statistics
 import subprocess
 import sys
@@ -30,9 +36,10 @@ import numpy as np
 TIMER = "import time, numpy; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
 
 
-def import_seconds(python: str, mod: str) -> float:
-    """Seconds to import ``mod`` after numpy in a fresh ``python`` process."""
-    out = subprocess.run([python, "-c", TIMER.format(mod=mod)], capture_output=True, text=True, check=True)
+def import_seconds(python: str, mod: str, **env: str) -> float:
+    """Seconds to import ``mod`` after numpy in a fresh ``python`` process (``env``: added to its environment)."""
+    out = subprocess.run([python, "-c", TIMER.format(mod=mod)], capture_output=True, text=True, check=True,
+                         env={**os.environ, **env})
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -58,6 +65,7 @@ def main() -> None:
     for mod in ("ml_dtypes", "jax", "dfit_nb"):
         times = [import_seconds(sys.executable, mod) for _ in range(a.repeats)]
         print(f"  {mod:10s} {min(times):6.3f} / {statistics.median(times):6.3f}")
+    deferred_iri(a.repeats)
     if not a.versions:
         return
     with tempfile.TemporaryDirectory(prefix="bench_import_") as tmp:
@@ -72,6 +80,21 @@ def main() -> None:
     for v in a.versions:
         med = statistics.median(times[v])
         print(f"  ml_dtypes {v:8s} {min(times[v]):6.3f} / {med:6.3f} s   {med / first:7.1f}x")
+
+
+def deferred_iri(repeats: int) -> None:
+    """``import dfit_nb.report`` with rfc3987_syntax deferred (today) and imported with jsonschema (before)."""
+    if importlib.util.find_spec("rfc3987_syntax") is None:
+        print("rfc3987_syntax is not installed here: jsonschema does not import it, nothing to defer (skipped)")
+        return
+    times: dict[str, list[float]] = {"1": [], "0": []}
+    for _ in range(repeats):
+        for switch in times:
+            times[switch].append(import_seconds(sys.executable, "dfit_nb.report", DFIT_NB_DEFER_IRI=switch))
+    on, off = statistics.median(times["1"]), statistics.median(times["0"])
+    print(f"import dfit_nb.report (Altair, jsonschema), alternating, best / median of {repeats}")
+    print(f"  rfc3987_syntax deferred (today)        {min(times['1']):6.3f} / {on:6.3f} s")
+    print(f"  imported with jsonschema (before)      {min(times['0']):6.3f} / {off:6.3f} s   {off / on:5.2f}x")
 
 
 if __name__ == "__main__":

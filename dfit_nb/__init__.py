@@ -12,7 +12,7 @@ Quick start::
 
 from ._version import __version__ as __version__
 from . import errors as errors
-from . import _compile_cache, _dispatch
+from . import _compile_cache, _deferred_iri, _dispatch
 
 # JAX's persistent compilation cache (~/.cache/dfit_nb/jax; DFIT_NB_COMPILATION_CACHE=0 or a path), set before
 # anything compiles; a directory it cannot write warns once and leaves JAX without one (see _compile_cache)
@@ -20,6 +20,9 @@ _compile_cache.configure()
 # JAX's CPU programs run on the calling thread, for dfit_nb's many small programs (DFIT_NB_SYNC_CPU_DISPATCH=0 leaves
 # JAX's asynchronous default); only before the process's first computation (see _dispatch)
 _dispatch.configure()
+# rfc3987_syntax (1.1-1.4 s of parser building, imported by jsonschema, which Altair imports, where JupyterLab is
+# installed) is imported at its first IRI check instead; DFIT_NB_DEFER_IRI=0 leaves it (see _deferred_iri)
+_deferred_iri.defer()
 
 from . import examples as examples
 from . import events as events
