@@ -37,6 +37,23 @@ def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_re
     assert "Nothing to show: scalesim_32 has one tile: no data crosses its mesh." in noc and "<svg" not in noc
 
 
+def test_every_chart_spec_of_the_page_is_valid_vega_lite(mlp_results):
+    """The report builds its specs unvalidated (report._specs): each must pass the schema Altair validates with."""
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema.core import load_schema
+    from jsonschema import ValidationError
+
+    trace, results = mlp_results
+    specs = report._specs(trace, report.featured(results), results)
+    schema = load_schema()
+    drawn = [spec for _, _, spec in specs if isinstance(spec, dict)]
+    assert len(drawn) == len(specs) >= 9  # every chart drawn (none failed, none had nothing to show)
+    for spec in drawn:
+        validate_jsonschema(spec, schema)  # raises on an invalid spec
+    with pytest.raises(ValidationError):  # the check can fail
+        validate_jsonschema({**drawn[0], "mark": {"type": "no such mark"}}, schema)
+
+
 def test_the_playbook_files_carry_the_full_memo(mlp_results, tmp_path):
     trace, _ = mlp_results
     build = examples.get("mlp").build
