@@ -20,7 +20,7 @@ _compile_cache.configure()
 # JAX's CPU programs run on the calling thread, for dfit_nb's many small programs (DFIT_NB_SYNC_CPU_DISPATCH=0 leaves
 # JAX's asynchronous default); only before the process's first computation (see _dispatch)
 _dispatch.configure()
-# rfc3987_syntax (1.1-1.4 s of parser building, imported by jsonschema, which Altair imports, where JupyterLab is
+# rfc3987_syntax (1.1-1.5 s of parser building, imported by jsonschema, which Altair imports, where JupyterLab is
 # installed) is imported at its first IRI check instead; DFIT_NB_DEFER_IRI=0 leaves it (see _deferred_iri)
 _deferred_iri.defer()
 

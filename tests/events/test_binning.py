@@ -51,16 +51,28 @@ def test_total_weight_is_conserved_per_group(seed, n, n_groups, n_bins, uneven):
     assert out.min() >= -1e-9
 
 
+@pytest.mark.parametrize("n_groups", [5, 80])  # 80: wide enough to cumulate the bins row by row
 @pytest.mark.parametrize("seed", range(8))
-def test_agrees_with_brute_force_overlap(seed):
+def test_agrees_with_brute_force_overlap(seed, n_groups):
     rng = np.random.default_rng(seed)
-    start, end, weight, group = random_intervals(rng, 300, 5, p_zero=0.1)
+    start, end, weight, group = random_intervals(rng, 300, n_groups, p_zero=0.1)
     # some intervals stick out of the edges on either side: only the inside part counts
     start[:20] -= 30.0
     end[20:40] += 30.0
     edges = np.concatenate([[0.0], np.sort(rng.uniform(0, 100, 12)), [100.0]])
-    got = bin_intervals(start, end, weight, group, 5, edges)
-    np.testing.assert_allclose(got, brute_force(start, end, weight, group, 5, edges), rtol=1e-9, atol=1e-9)
+    got = bin_intervals(start, end, weight, group, n_groups, edges)
+    np.testing.assert_allclose(got, brute_force(start, end, weight, group, n_groups, edges), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 3), (40, 63), (40, 64), (3, 4096)])
+def test_bins_cumulate_exactly_as_numpy_cumsum(shape):
+    """Row by row (wide grids) or np.cumsum (narrow ones): the same sums in the same order, bit for bit."""
+    from dfit_nb.events.binning import _cumulate_bins
+
+    x = np.random.default_rng(0).normal(size=shape)
+    expected = np.cumsum(x, axis=0)
+    got = _cumulate_bins(x.copy())
+    assert np.array_equal(got, expected)
 
 
 def test_zero_length_intervals_go_to_the_bin_holding_start():
