@@ -1,8 +1,9 @@
 """rfc3987_syntax waits for its first IRI check (dfit_nb._deferred_iri): the same answers, the same module after.
 
-Each check runs in a fresh process: this one imported jsonschema (nbval) before dfit_nb could defer anything. They
-load the module from its file (``DEFER``) rather than through ``import dfit_nb`` (JAX: a second or more per process);
-the last test checks that ``import dfit_nb`` defers.
+Each check runs in a fresh process: this one imported jsonschema (nbval) before dfit_nb could defer anything. Three
+processes in all (each pays a second or more: Python, jsonschema, and the real module where it is imported); past the
+first they load the module from its file (``DEFER``) rather than through ``import dfit_nb`` (JAX), and one puts the
+stand-in back (``AGAIN``) to check a second use in the same process.
 """
 
 from __future__ import annotations
@@ -28,17 +29,27 @@ DEFER = textwrap.dedent(f"""
     spec = importlib.util.spec_from_file_location("deferred_iri", {_deferred_iri.__file__!r})
     deferred_iri = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(deferred_iri)
-    deferred_iri.defer()
+    assert deferred_iri.defer()
 """)
 
-VALIDATE = DEFER + textwrap.dedent("""
+#: the stand-in put back, as in a fresh process (the real package forgotten; its parsers, built, stay in memory)
+AGAIN = textwrap.dedent("""
+    del sys.modules["rfc3987_syntax"]
+    assert deferred_iri.defer()
+""")
+
+VALIDATE = textwrap.dedent("""
     import json, sys
-    import jsonschema
-    deferred = "rfc3987_syntax.syntax_helpers" not in sys.modules
+    import dfit_nb, jsonschema
+    deferred = type(sys.modules.get("rfc3987_syntax")).__name__ == "_StandIn"
     checker = jsonschema.Draft7Validator.FORMAT_CHECKER
-    answers = {fmt: [checker.conforms(v, fmt) for v in json.loads(sys.argv[1])] for fmt in ("iri", "iri-reference")}
-    real = type(sys.modules["rfc3987_syntax"]).__name__ == "module" and "rfc3987_syntax.syntax_helpers" in sys.modules
-    print(json.dumps({"deferred": deferred, "answers": answers, "real_after": real}))
+    values = json.loads(sys.argv[1])
+    answers = {fmt: [checker.conforms(v, fmt) for v in values] for fmt in ("iri", "iri-reference")}
+    real = sys.modules["rfc3987_syntax"]  # the first check imported it
+    imported = type(real).__name__ == "module" and "rfc3987_syntax.syntax_helpers" in sys.modules
+    # what jsonschema's checks give without dfit_nb: the real function, called as they call it
+    reference = {fmt: [real.is_valid_syntax(fmt.replace("-", "_"), v) for v in values] for fmt in answers}
+    print(json.dumps({"deferred": deferred, "answers": answers, "imported": imported, "reference": reference}))
 """)
 
 
@@ -49,13 +60,11 @@ def _run(code: str, *args: str, **env: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_jsonschema_checks_iris_as_the_real_module_does_and_imports_it_at_the_first_check():
-    on = json.loads(_run(VALIDATE, json.dumps(VALUES)))
-    off = json.loads(_run(VALIDATE, json.dumps(VALUES), DFIT_NB_DEFER_IRI="0"))
-    assert on["deferred"] and not off["deferred"]  # imported with jsonschema only where dfit_nb did not defer it
-    assert on["answers"] == off["answers"]
-    assert on["real_after"] and off["real_after"]
-    assert sum(on["answers"]["iri"]) not in (0, len(VALUES))  # the values tell valid from invalid: a real check
+def test_import_dfit_nb_defers_it_and_jsonschema_checks_iris_as_the_real_module_does():
+    out = json.loads(_run(VALIDATE, json.dumps(VALUES)))
+    assert out["deferred"] and out["imported"]  # a stand-in after import dfit_nb, the module after the first check
+    assert out["answers"] == out["reference"]
+    assert sum(out["answers"]["iri"]) not in (0, len(VALUES))  # the values tell valid from invalid: a real check
 
 
 def test_every_other_use_of_the_module_gets_the_real_one():
@@ -67,39 +76,35 @@ def test_every_other_use_of_the_module_gets_the_real_one():
         assert type(sys.modules["rfc3987_syntax"]).__name__ == "module"
         import rfc3987_syntax.syntax_helpers as h
         assert h.is_valid_syntax is sys.modules["rfc3987_syntax"].is_valid_syntax
-        print("ok")
-    """)
-    assert _run(code) == "ok"
-    star = DEFER + textwrap.dedent("""
-        import sys
+    """) + AGAIN + textwrap.dedent("""
         namespace = {}
         exec("from rfc3987_syntax import *", namespace)  # through the stand-in: its __all__ imports the module
         assert "is_valid_syntax_ipv6address" in namespace and "make_syntax_validator" in namespace
         assert type(sys.modules["rfc3987_syntax"]).__name__ == "module"
         print("ok")
     """)
-    assert _run(star) == "ok"
-
-
-def test_without_lark_nothing_is_deferred_and_a_failed_import_leaves_the_stand_in_to_fail_again():
-    code = textwrap.dedent("""
-        import sys
-        sys.modules["lark"] = None  # as if lark were not installed
-    """) + DEFER + textwrap.dedent("""
-        import jsonschema
-        assert "rfc3987_syntax" not in sys.modules or sys.modules["rfc3987_syntax"] is None
-        assert "iri" not in jsonschema.Draft7Validator.FORMAT_CHECKER.checkers  # as jsonschema does without dfit_nb
-        print("ok")
-    """)
     assert _run(code) == "ok"
-    code = DEFER + textwrap.dedent("""
-        import sys
+
+
+def test_switched_off_or_without_lark_nothing_is_deferred_and_a_failed_import_leaves_the_stand_in_to_fail_again():
+    code = textwrap.dedent("""
+        import os, sys
+        os.environ["DFIT_NB_DEFER_IRI"] = "off"
+    """) + DEFER.replace("assert deferred_iri.defer()", "assert not deferred_iri.defer()") + textwrap.dedent("""
+        assert "rfc3987_syntax" not in sys.modules  # switched off: nothing put there
+        del os.environ["DFIT_NB_DEFER_IRI"]
+        sys.modules["lark"] = None  # as if lark were not installed
+        assert not deferred_iri.defer()
         import jsonschema
+        assert sys.modules.get("rfc3987_syntax") is None
+        assert "iri" not in jsonschema.Draft7Validator.FORMAT_CHECKER.checkers  # as jsonschema does without dfit_nb
+        del sys.modules["lark"]
+        assert deferred_iri.defer()  # lark found again
         stand_in = sys.modules["rfc3987_syntax"]
         sys.modules["lark"] = None  # lark breaks after the stand-in went in: the check raises, every time
         for _ in range(2):
             try:
-                jsonschema.Draft7Validator.FORMAT_CHECKER.conforms("http://a/b", "iri")
+                stand_in.is_valid_syntax("iri", "http://a/b")  # what jsonschema's "iri" check calls
             except ImportError:
                 pass
             else:
@@ -110,9 +115,6 @@ def test_without_lark_nothing_is_deferred_and_a_failed_import_leaves_the_stand_i
     assert _run(code) == "ok"
 
 
-def test_nothing_is_deferred_when_switched_off_or_already_imported():
+def test_nothing_is_deferred_where_the_module_is_imported_already():
     assert "rfc3987_syntax" in sys.modules  # this process: jsonschema imported it before dfit_nb
     assert not _deferred_iri.defer()
-    code = "import sys, dfit_nb; print(type(sys.modules.get('rfc3987_syntax')).__name__)"
-    assert _run(code, DFIT_NB_DEFER_IRI="off") == "NoneType"
-    assert _run(code) == "_StandIn"
