@@ -17,9 +17,9 @@ directory of your own, or ``0``) is kept.
 Python's bytecode is written (beside the sources, in the ``__pycache__`` folders git ignores) even where
 ``PYTHONDONTWRITEBYTECODE`` is set, as this machine's environment sets it: otherwise every test process compiles
 dfit_nb's sources again and pytest rewrites the asserts of all ~175 test modules again, in each xdist worker, each
-notebook kernel and each CLI subprocess. Collecting the inner loop's tests took 11.2-12.9 s with bytecode kept
-against 14.9-20.0 s without (``pytest --collect-only -m "not slow"``, alternating, 2 cores). Installed packages
-keep the bytecode pip compiled for them.
+notebook kernel and each CLI subprocess. Collecting the inner loop's tests took 11.3-13.2 s with bytecode kept
+against 16.1-18.1 s without (``pytest --collect-only -m "not slow"`` here and in a worktree of the commit before,
+alternating, 2 cores). Installed packages keep the bytecode pip compiled for them.
 """
 
 from __future__ import annotations
