@@ -22,12 +22,28 @@ def test_the_featured_preset_is_the_first_with_more_than_one_tile(mlp_results):
     assert report.featured(results[:1]).name == "scalesim_32"  # none has more: the first
 
 
-def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_results, tmp_path):
+def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_results, tmp_path, monkeypatch):
+    """The featured preset's charts, a one-line note where a view has nothing to show, and specs that are valid
+    Vega-Lite: the report builds them unvalidated (report._specs), so each must pass the schema Altair ships."""
+    from altair.utils.schemapi import validate_jsonschema
+    from altair.vegalite.v6.schema.core import load_schema
+    from jsonschema import ValidationError
+
     trace, results = mlp_results
+    built = []
+    real_specs = report._specs
+    monkeypatch.setattr(report, "_specs", lambda *args: built.append(real_specs(*args)) or built[-1])
     page = report.write_report(trace, out_dir=tmp_path / "two", results=results, charts="svg", progress=False)
     html = page.html.read_text()
     assert "Charts: npu_like" in html and "Playbook: npu_like" in html
     assert "Nothing to show" not in html  # npu_like's mesh carries the program's data: a NoC chart
+    drawn = [spec for _, _, spec in built[0] if isinstance(spec, dict)]
+    assert len(drawn) == len(built[0]) >= 9  # every chart drawn (none failed, none had nothing to show)
+    schema = load_schema()
+    for spec in drawn:
+        validate_jsonschema(spec, schema)  # raises on an invalid spec
+    with pytest.raises(ValidationError):  # the check can fail
+        validate_jsonschema({**drawn[0], "mark": {"type": "no such mark"}}, schema)
     single = report.write_report(trace, out_dir=tmp_path / "one", results=results[:1], charts="svg",
                                  progress=False)
     html = single.html.read_text()
@@ -35,23 +51,6 @@ def test_the_page_charts_the_featured_preset_and_draws_no_empty_noc_chart(mlp_re
     noc = html[html.index("<section class='chart' id='noc_load'>"):]
     noc = noc[: noc.index("</section>")]
     assert "Nothing to show: scalesim_32 has one tile: no data crosses its mesh." in noc and "<svg" not in noc
-
-
-def test_every_chart_spec_of_the_page_is_valid_vega_lite(mlp_results):
-    """The report builds its specs unvalidated (report._specs): each must pass the schema Altair validates with."""
-    from altair.utils.schemapi import validate_jsonschema
-    from altair.vegalite.v6.schema.core import load_schema
-    from jsonschema import ValidationError
-
-    trace, results = mlp_results
-    specs = report._specs(trace, report.featured(results), results)
-    schema = load_schema()
-    drawn = [spec for _, _, spec in specs if isinstance(spec, dict)]
-    assert len(drawn) == len(specs) >= 9  # every chart drawn (none failed, none had nothing to show)
-    for spec in drawn:
-        validate_jsonschema(spec, schema)  # raises on an invalid spec
-    with pytest.raises(ValidationError):  # the check can fail
-        validate_jsonschema({**drawn[0], "mark": {"type": "no such mark"}}, schema)
 
 
 def test_the_playbook_files_carry_the_full_memo(mlp_results, tmp_path):
