@@ -14,11 +14,11 @@ Run: ``python benchmarks/bench_binning.py [--preset cerebras_like] [--repeats 9]
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from bench_saves import best  # the least disturbed of several calls (run from any folder: sys.path[0])
 
 import dfit_nb
 from dfit_nb import examples
@@ -28,12 +28,7 @@ from dfit_nb.sim import run as run_mod
 
 
 def best_ms(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times) * 1e3
+    return best(fn, repeats) * 1e3
 
 
 def main() -> None:
