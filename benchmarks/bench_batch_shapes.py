@@ -66,7 +66,8 @@ with warnings.catch_warnings():
         rows.append((name, time.perf_counter() - t))
         figures.append([float(np.nansum(ds[v].values)) for v in ("total_cycles", "latency_cycles") if v in ds])
 total = time.perf_counter() - t0
-compiles = grid._evaluate_batch._cache_size() + _replay._batch_program._cache_size()
+compiles = sum(f._cache_size() for f in (grid._evaluate_batch, grid._evaluate_batch_fast_compile,
+                                        _replay._batch_program, _replay._batch_program_fast_compile))
 print(json.dumps({"rows": rows, "total": total, "compiles": compiles, "figures": figures}))
 """
 

@@ -1,21 +1,27 @@
-"""dfit_nb's compile-bound model programs with XLA's CPU loop emitters vs XLA's default fusion emitters, in one run.
+"""dfit_nb's compile-bound model programs compiled with its XLA options vs XLA's defaults, in one run.
 
 ``dfit_nb._compile_options`` compiles the programs a first call waits for (the replay's, ``cost()``'s past
-``COST_OPS`` ops, the selection's DP) with ``xla_cpu_use_fusion_emitters=False``; the programs whose run time
-matters more (sweeps, batches, thermal, a cost of a few ops) keep XLA's defaults in both modes. This runs the same
-sequence in fresh processes with JAX's persistent compilation cache off (every compile paid, as on a first run),
-alternating the two modes (``DFIT_NB_XLA_OPTIONS=1`` and ``0``), and prints per call the first call (compile
-and run) and the warm call (best of several), best of ``--repeats`` processes per mode, side by side; then
-``dfit-nb report`` (the default, 8 presets) in a fresh process per mode, every run. It checks that both modes give
-the same numbers to rounding (relative 1e-12).
+``COST_OPS`` ops, the selection's DP) with XLA's CPU loop emitters (``xla_cpu_use_fusion_emitters=False``) and
+LLVM's optimisation passes off (``xla_backend_optimization_level=0``); the programs whose run time matters more
+(sweeps, batches, thermal, a cost of a few ops) keep XLA's defaults in every mode. This runs the same sequence in
+fresh processes with JAX's persistent compilation cache off (every compile paid, as on a first run), alternating
+three modes: dfit_nb's options as shipped, the loop emitters alone (what each option brings), and XLA's defaults
+everywhere (``DFIT_NB_XLA_OPTIONS=0``); it prints per call the first call (compile and run) and the warm call (best
+of several), best of ``--repeats`` processes per mode, side by side; then ``dfit-nb report`` (the default, 8
+presets) in a fresh process per mode, every run. It checks that every mode
+gives the same numbers to rounding (relative 1e-12).
 
 The sequence: the default ``bert_block`` captured, then replayed on three presets whose tile grids fall in three
 compile buckets (``tpu_like`` 8x8, ``sambanova_like`` 16x32, ``cerebras_like`` 64x64); ``cost()`` of it on three
-dataflows; ``select_dataflows`` after the replay; a sweep of 12 machines (a default-emitter program in both modes,
-for reference); a warm ``cost()`` of 3 ops (microseconds per call, best of 5 rounds of 200 calls; the
-default-emitter program in both modes).
+dataflows; ``select_dataflows`` after the replay; a sweep of 12 machines (a call of little work: with dfit_nb's
+options it runs the sweep program's compile with the options, ``_compile_options.by_work``); a warm ``cost()`` of 3
+ops (microseconds per call, best of 5 rounds of 200 calls; XLA's defaults in every mode).
 
-Run: ``python benchmarks/bench_compile_options.py [--repeats 2] [--no-report]``.
+``--batches`` instead runs ``replay_batch`` and a sweep of 4 to 256 machines with the batched programs' two
+compiles (the options, XLA's defaults), fresh processes each, and prints first and warm calls side by side with the
+compile ``by_work`` picks for that size.
+
+Run: ``python benchmarks/bench_compile_options.py [--repeats 2] [--no-report] [--batches]``.
 """
 
 from __future__ import annotations
@@ -29,7 +35,18 @@ import sys
 import tempfile
 import time
 
-CHILD = r"""
+from dfit_nb._compile_options import OPTIONS
+
+#: run first in every child: a subset of dfit_nb's options (``BENCH_OPTIONS``), to show what each one brings
+SUBSET = r"""
+import json, os
+from dfit_nb import _compile_options
+if os.environ.get("BENCH_OPTIONS"):
+    _compile_options.OPTIONS.clear()
+    _compile_options.OPTIONS.update(json.loads(os.environ["BENCH_OPTIONS"]))
+"""
+
+CHILD = SUBSET + r"""
 import json, time, warnings
 import numpy as np
 import dfit_nb
@@ -77,23 +94,98 @@ print(json.dumps({"times": times, "values": values}))
 """
 
 
-def _env(options: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(DFIT_NB_COMPILATION_CACHE="0", DFIT_NB_XLA_OPTIONS="1" if options else "0")
+#: the modes, by column: dfit_nb's options as shipped, the loop emitters alone (the LLVM passes at XLA's default
+#: level), XLA's defaults for every program
+MODES = {"dfit_nb": None, "emitters": {"xla_cpu_use_fusion_emitters": False}, "XLA": "off"}
+
+
+#: ``--batches``: a replay_batch and a sweep of N machines with the batched programs' two compiles, chosen by
+#: setting the work threshold past or below every call
+BATCH_CHILD = r"""
+import json, sys, time, warnings
+import numpy as np
+import dfit_nb
+from dfit_nb import _compile_options, examples
+from dfit_nb.sim import Hardware, presets, replay_batch, sweep
+
+warnings.simplefilter("ignore")
+n, mode = int(sys.argv[1]), sys.argv[2]
+_compile_options.COMPILE_BOUND_WORK = 10**15 if mode == "options" else 0
+fn, args = examples.get("bert_block").build()
+trace = dfit_nb.capture(fn, *args)
+hw = presets.get("tpu_like")
+bandwidths = np.linspace(8.0, 64.0, n)
+machines = Hardware.stack([hw.replace(dram_bytes_per_cycle=float(b)) for b in bandwidths])
+calls = {"replay_batch": lambda: replay_batch(trace, machines),
+         "sweep x 2 dataflows": lambda: sweep(trace, hw, ["ws", "os"], progress=False, dram_bw=bandwidths)}
+out = {}
+for name, call in calls.items():
+    t = time.perf_counter(); ds = call(); first = time.perf_counter() - t
+    warm = float("inf")
+    for _ in range(3):
+        t = time.perf_counter(); call(); warm = min(warm, time.perf_counter() - t)
+    var = "energy_j" if "energy_j" in ds else "energy_pj"
+    out[name] = {"first": first, "warm": warm, "values": ds[var].values.ravel().tolist()}
+print(json.dumps(out))
+"""
+#: machines per call for ``--batches`` (the work, machines x assignments x padded ops, grows with them)
+BATCH_SIZES = (4, 16, 64, 256)
+
+
+def batches(repeats: int) -> None:
+    """The batched programs' two compiles side by side (``--batches``), and which one ``by_work`` picks."""
+    from dfit_nb._compile_options import COMPILE_BOUND_WORK
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BENCH_"))}
+    env["DFIT_NB_COMPILATION_CACHE"] = "0"
+    rows: dict[tuple[int, str], list[dict]] = {}
+    for _ in range(repeats):
+        for n in BATCH_SIZES:
+            for mode in ("options", "defaults"):
+                out = subprocess.run([sys.executable, "-c", BATCH_CHILD, str(n), mode], env=env, capture_output=True,
+                                     text=True, check=True)
+                rows.setdefault((n, mode), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print(f"\nbatched programs (bert_block on tpu_like, 128 padded ops; fresh processes, compilation cache off; best "
+          f"of {repeats}): seconds with dfit_nb's options / with XLA's defaults; by_work picks the options up to "
+          f"{COMPILE_BOUND_WORK:,} element evaluations per call")
+    for name, per_machine in (("replay_batch", 128), ("sweep x 2 dataflows", 2 * 128)):
+        for n in BATCH_SIZES:
+            padded = max(8, 1 << (n - 1).bit_length()) if name.startswith("sweep") else 1 << (n - 1).bit_length()
+            work = padded * per_machine
+            best = {m: {k: min(r[name][k] for r in rows[(n, m)]) for k in ("first", "warm")}
+                    for m in ("options", "defaults")}
+            pick = "options" if work <= COMPILE_BOUND_WORK else "defaults"
+            print(f"  {name:20s} {n:4d} machines (work {work:6,d}): first {best['options']['first']:.2f} / "
+                  f"{best['defaults']['first']:.2f}   warm {best['options']['warm'] * 1e3:7.1f} / "
+                  f"{best['defaults']['warm'] * 1e3:7.1f} ms   by_work: {pick}")
+            ref = rows[(n, "defaults")][0][name]["values"]
+            for r in rows[(n, "options")] + rows[(n, "defaults")]:
+                worst = max(abs(x - y) / max(abs(y), 1e-300) for x, y in zip(r[name]["values"], ref, strict=True))
+                assert worst <= 1e-12, (name, n, worst)
+    print("  the same numbers with both compiles (relative 1e-12)")
+
+
+def _env(mode: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BENCH_"))}
+    options = MODES[mode]
+    env.update(DFIT_NB_COMPILATION_CACHE="0", DFIT_NB_XLA_OPTIONS="0" if options == "off" else "1")
+    if isinstance(options, dict):
+        env["BENCH_OPTIONS"] = json.dumps(options)
     return env
 
 
-def child(options: bool) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD], env=_env(options), capture_output=True, text=True,
-                         check=True)
+def child(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD], env=_env(mode), capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def report(options: bool) -> float:
+def report(mode: str) -> float:
+    """``dfit-nb report`` (``dfit_nb.cli.main``) in a fresh process, with the mode's options."""
     with tempfile.TemporaryDirectory(prefix="bench_compile_options-") as out:
+        argv = ["report", "-o", out, "--no-progress"]
+        code = SUBSET + f"import sys\nfrom dfit_nb.cli import main\nsys.exit(main({argv!r}))"
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "dfit_nb", "report", "-o", out, "--no-progress"], env=_env(options),
-                       capture_output=True, check=True)
+        subprocess.run([sys.executable, "-c", code], env=_env(mode), capture_output=True, check=True)
         return time.perf_counter() - t
 
 
@@ -105,28 +197,34 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--no-report", action="store_true", help="skip the dfit-nb report runs")
+    p.add_argument("--batches", action="store_true", help="only the batched programs' two compiles, by size")
     a = p.parse_args()
-    runs: dict[bool, list[dict]] = {True: [], False: []}
-    reports: dict[bool, list[float]] = {True: [], False: []}
+    if a.batches:
+        batches(a.repeats)
+        return
+    runs: dict[str, list[dict]] = {m: [] for m in MODES}
+    reports: dict[str, list[float]] = {m: [] for m in MODES}
     for _ in range(a.repeats):
-        for options in (True, False):
-            runs[options].append(child(options))
+        for mode in MODES:
+            runs[mode].append(child(mode))
             if not a.no_report:
-                reports[options].append(report(options))
-    print(f"fresh processes, compilation cache off; best of {a.repeats} per mode (seconds; dfit_nb: the loop "
-          "emitters for the compile-bound programs, XLA: XLA's default emitters everywhere)")
-    print(f"  {'call':40s} {'first: dfit_nb':>14s} {'XLA':>8s}   {'warm: dfit_nb':>13s} {'XLA':>8s}")
-    for name in runs[True][0]["times"]:
+                reports[mode].append(report(mode))
+    print(f"fresh processes, compilation cache off; best of {a.repeats} per mode (seconds; dfit_nb: its options "
+          f"{json.dumps(OPTIONS)} for the compile-bound programs, emitters: only the loop emitters, XLA: XLA's "
+          "defaults everywhere)")
+    head = "".join(f"{m:>10s}" for m in MODES)
+    print(f"  {'call':40s} first:{head}   warm:{head}")
+    for name in runs["dfit_nb"][0]["times"]:
         unit = "us" if "us per call" in name else "s"
         first = {m: (None if runs[m][0]["times"][name][0] is None
                      else min(r["times"][name][0] for r in runs[m])) for m in runs}
         warm = {m: min(r["times"][name][1] for r in runs[m]) for m in runs}
-        print(f"  {name:40s} {_fmt(first[True], unit):>14s} {_fmt(first[False], unit):>8s}   "
-              f"{_fmt(warm[True], unit):>13s} {_fmt(warm[False], unit):>8s}")
+        print(f"  {name:40s}       {''.join(f'{_fmt(first[m], unit):>10s}' for m in MODES)}"
+              f"        {''.join(f'{_fmt(warm[m], unit):>10s}' for m in MODES)}")
     if not a.no_report:
-        print(f"  {'dfit-nb report, cold (every run)':40s} "
-              f"{' / '.join(f'{x:.1f}' for x in reports[True]):>14s} {' / '.join(f'{x:.1f}' for x in reports[False])}")
-    ref = runs[True][0]["values"]
+        print("  dfit-nb report, cold, every run: "
+              + ";  ".join(f"{m} {' / '.join(f'{x:.1f}' for x in reports[m])}" for m in MODES))
+    ref = runs["dfit_nb"][0]["values"]
     worst = 0.0
     for rs in runs.values():
         for r in rs:

@@ -1,30 +1,36 @@
-"""How XLA compiles dfit_nb's compile-bound model programs: with its CPU loop emitters, which compile them faster.
+"""How XLA compiles dfit_nb's compile-bound model programs: with its CPU loop emitters and LLVM's optimisation
+passes off, which compile them faster.
 
 XLA's CPU backend turns each fusion into machine code with one of two emitters: the newer MLIR fusion emitters
-(its default) or the elemental loop emitters (``xla_cpu_use_fusion_emitters=False``). dfit_nb's replay, cost and
-selection programs are hundreds of small element-wise fusions, and what a first call of them waits for is their
-compile: with the loop emitters, on 2 cores, the first replay of the default ``bert_block`` takes 1.8-2.5 s
-instead of 2.4-3.0 s (three grid buckets), its first ``cost()`` on three dataflows 1.9 s instead of 2.7 s, and a
-``dfit-nb report`` in a fresh process with JAX's compilation cache off 22.3-22.9 s instead of 25.6-27.7 s
-(``python benchmarks/bench_compile_options.py``; its two compiles on two threads are where the gain is largest:
-the three replay programs 6.4 s instead of 13.5 s, the three cost programs 4.9 s instead of 14.2 s, from
-``JAX_LOG_COMPILES=1``). The programs they make run somewhat slower (a warm replay of ``bert_block``: 37 ms
-against 34 ms on ``tpu_like``, 159 ms against 115 ms on ``cerebras_like``; a warm report is unchanged within
-noise), so the programs whose run time is what counts keep XLA's defaults: a sweep's, ``replay_batch``'s and a
-batch selection's (vmapped over many machines, 1.9-2.3x slower with the loop emitters), the thermal model's, and
-``cost()`` of up to :data:`~dfit_nb.sim._cost.COST_OPS` ops (a latency figure).
+(its default) or the elemental loop emitters (``xla_cpu_use_fusion_emitters=False``), and then runs LLVM's
+optimisation pipeline over it (``xla_backend_optimization_level``, 2 by default). dfit_nb's replay, cost and
+selection programs are hundreds of small element-wise fusions on arrays of a few hundred to a few thousand
+elements: what a first call of them waits for is their compile, and LLVM's vectorising and unrolling buys their
+run little. With both options, in fresh processes with JAX's compilation cache off, on 2 cores
+(``python benchmarks/bench_compile_options.py``, best of 2 processes per mode, modes alternating): the first
+replay of the default ``bert_block`` takes 1.16-1.33 s (three grid buckets) against 1.66-2.07 s with the loop
+emitters alone and 2.77-3.11 s with XLA's defaults; its first ``cost()`` on three dataflows 1.15 s against 1.86
+and 2.42 s; a cold ``dfit-nb report`` 13.8-14.4 s against 15.2-18.1 and 24.5-25.5 s. The programs run somewhat
+slower: a warm replay of ``bert_block`` 12-52 ms against 12-38 ms with XLA's defaults (``tpu_like`` to
+``cerebras_like``), a warm ``cost()`` of it on three dataflows 13 ms against 5 ms. So the programs whose run time
+is what counts keep XLA's defaults: the thermal model's, ``cost()`` of up to :data:`~dfit_nb.sim._cost.COST_OPS`
+ops (a latency figure), and the batched programs (a sweep's, ``replay_batch``'s and a batch selection's, vmapped
+over machines, which run 2-4x slower with the options) for calls past :data:`COMPILE_BOUND_WORK` element
+evaluations; each batched program is compiled both ways, and :func:`by_work` picks per call (a few machines: the
+options).
 
 The figures are the same to rounding: ``tests/test_compile_options.py`` compares every output of the replay, the
-cost table and the selection under both (relative 1e-13), and an op's cost in a small table (default emitters)
-with its cost in a large one (loop emitters), discrete choices exactly.
+cost table and the selection with and without the options (relative 1e-13; the benchmark finds them identical),
+a sweep's, a batch replay's and a batch selection's outputs from the batched programs' two compiles, and an op's
+cost in a small table (XLA's defaults) with its cost in a large one (the options), discrete choices exactly.
 
 Only dfit_nb's own programs are compiled this way: your jitted functions, and the programs :func:`dfit_nb.capture`
 compiles to read your function's XLA fusions, keep XLA's defaults.
 
 * ``DFIT_NB_XLA_OPTIONS=0`` (or ``off``, ``false``, ``no``): XLA's defaults for dfit_nb's programs too.
-* An XLA that does not know the option (a jaxlib that dropped it) is found by one tiny compile at the first
+* An XLA that does not know an option (a jaxlib that dropped it) is found by one tiny compile at the first
   model program of the process, and the defaults are kept (the figures do not change, the compiles are slower).
-* Only the CPU backend is given the option; a GPU or TPU compiles dfit_nb's programs with its defaults.
+* Only the CPU backend is given the options; a GPU or TPU compiles dfit_nb's programs with its defaults.
 """
 
 from __future__ import annotations
@@ -38,12 +44,21 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["ENV", "OPTIONS", "jit", "options"]
+__all__ = ["COMPILE_BOUND_WORK", "ENV", "OPTIONS", "by_work", "jit", "options"]
 
 #: ``0`` / ``off`` / ``false`` / ``no`` compiles dfit_nb's programs with XLA's defaults
 ENV = "DFIT_NB_XLA_OPTIONS"
 #: what dfit_nb's model programs are compiled with (on the CPU backend, where XLA knows the option)
-OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False}
+OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
+#: element evaluations per call (machines x dataflow assignments x padded ops) up to which a batched model program
+#: (a sweep's, a batch replay's, a batch selection's) is compiled with :data:`OPTIONS`. ``bert_block`` (128 padded
+#: ops) on ``tpu_like``, 2 cores, fresh processes (``python benchmarks/bench_compile_options.py --batches``):
+#: ``replay_batch`` of 4, 16 and 64 machines took 1.45, 1.29 and 1.70 s on its first call against 2.28, 3.12 and
+#: 3.13 s with XLA's defaults, and 17, 52 and 208 ms warm against 9, 19 and 50 ms; a sweep of 4 and 16 machines on
+#: 2 dataflows 1.29 and 1.32 s first against 2.18 and 2.49 s, 34 and 79 ms warm against 13 and 20 ms. Up to here
+#: a call is ahead from its first run to about its tenth; past it (a replay_batch of 256 machines: 674 against
+#: 191 ms warm) the defaults' faster run soon pays for their longer compile
+COMPILE_BOUND_WORK = 8192
 
 
 @functools.cache
@@ -123,3 +138,20 @@ def jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
     if fun is None:
         return functools.partial(jit, **jit_kwargs)
     return _Program(fun, jit_kwargs)
+
+
+def by_work(work: int, compile_bound: Any, run_bound: Any) -> Any:
+    """Which of a batched model program's two compiles a call runs: ``compile_bound`` (compiled with
+    :func:`options`) for at most :data:`COMPILE_BOUND_WORK` element evaluations, else ``run_bound`` (XLA's
+    defaults, whose program runs 2.5-4x faster on large batches).
+
+    ``work``: the call's padded machines x dataflow assignments x padded ops. Both compile one function, so both
+    give the same numbers to rounding (``tests/test_compile_options.py``).
+
+    >>> from dfit_nb import _compile_options
+    >>> _compile_options.by_work(16 * 2 * 128, "options", "defaults")
+    'options'
+    >>> _compile_options.by_work(64 * 2 * 128, "options", "defaults")
+    'defaults'
+    """
+    return compile_bound if work <= COMPILE_BOUND_WORK else run_bound

@@ -37,10 +37,10 @@ def ipython_shell() -> Iterator[Any]:
             InteractiveShell.clear_instance()
 
 
-def programs(fn: Any) -> int:
-    """How many programs of the jitted ``fn`` this process holds: those of its plain calls (``jit``'s own cache)
-    and those run through :func:`dfit_nb._exported.call` (kept traced on disk; these never enter ``jit``'s
-    cache, so counting that alone would see no program at all)."""
+def programs(*fns: Any) -> int:
+    """How many programs of the jitted ``fns`` (e.g. the two compiles of one batched program) this process holds:
+    those of their plain calls (``jit``'s own cache) and those run through :func:`dfit_nb._exported.call` (kept
+    traced on disk; these never enter ``jit``'s cache, so counting that alone would see no program at all)."""
     from dfit_nb import _exported
 
-    return fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn)
+    return sum(fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn) for fn in fns)

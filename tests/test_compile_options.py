@@ -15,11 +15,17 @@ import dfit_nb
 from dfit_nb import _compile_options, _exported
 from dfit_nb.sim import _cost, _replay, _thermal, cost, grid, policy, presets, select_dataflows
 
-#: the programs whose compile is what a first call waits for (module, attribute): compiled with the options
-PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (policy, "_select"))
+#: the programs whose compile is what a first call waits for (module, attribute): compiled with the options; the
+#: batched programs' compiles for calls of little work (by_work) among them
+PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (policy, "_select"), (_replay, "_batch_program_fast_compile"),
+            (_replay, "_styles_program_fast_compile"), (grid, "_evaluate_batch_fast_compile"))
 #: the programs whose run time matters more (vmapped over many machines, or a latency figure): XLA's defaults
 DEFAULTS = ((_cost, "_evaluate_small"), (_replay, "_styles_program"), (_replay, "_batch_program"),
             (grid, "_evaluate_batch"), (_thermal, "_simulate"))
+#: a batched program's two compiles: (module, compiled with XLA's defaults, compiled with the options)
+TWINS = ((_replay, "_batch_program", "_batch_program_fast_compile"),
+         (_replay, "_styles_program", "_styles_program_fast_compile"),
+         (grid, "_evaluate_batch", "_evaluate_batch_fast_compile"))
 
 
 @pytest.fixture
@@ -60,6 +66,48 @@ def test_an_op_costs_the_same_in_a_small_table_and_in_a_large_one():
         np.testing.assert_array_equal(small[name].values, large[name].values, err_msg=name)
     per_op = [v for v in small.data_vars if "op" in small[v].dims]  # the totals sum over different tables
     xr.testing.assert_allclose(small[per_op], large[per_op], rtol=1e-13, atol=0)
+
+
+def _batch_calls(trace, hw):
+    """A sweep, a replay_batch and a batch selection, each of little work (a few machines of a small table)."""
+    from dfit_nb.sim import Hardware, replay_batch, sweep
+
+    machines = Hardware.stack([hw.replace(dram_bytes_per_cycle=b) for b in (16.0, 64.0)])
+    return {"sweep": sweep(trace, hw, ["ws", "os"], progress=False, dram_bw=[8.0, 32.0, 128.0]),
+            "replay_batch": replay_batch(trace, machines),
+            "select": select_dataflows(trace, machines, "latency")}
+
+
+def _programs_called(monkeypatch):
+    """The functions every call of ``_exported.call`` runs, in order (a spy)."""
+    calls = []
+    real = _exported.call
+    monkeypatch.setattr(_exported, "call", lambda fn, *a, **k: calls.append(fn) or real(fn, *a, **k))
+    return calls
+
+
+def test_a_batch_of_little_work_runs_the_fast_compile(monkeypatch, static_traces):
+    for module, default, fast in TWINS:
+        assert getattr(module, fast).__wrapped__ is getattr(module, default).__wrapped__  # one function
+    calls = _programs_called(monkeypatch)
+    _batch_calls(static_traces["mlp"], presets.get("npu_like"))
+    twins = {getattr(m, d) for m, d, _ in TWINS} | {getattr(m, f) for m, _, f in TWINS}
+    assert [c for c in calls if c in twins] == [grid._evaluate_batch_fast_compile, _replay._batch_program_fast_compile,
+                                                _replay._styles_program_fast_compile]
+
+
+@pytest.mark.slow  # compiles the three batched programs with XLA's defaults too
+def test_a_batch_past_the_work_threshold_runs_xla_defaults_and_the_same_numbers(monkeypatch, static_traces):
+    trace, hw = static_traces["mlp"], presets.get("npu_like")
+    fast = _batch_calls(trace, hw)
+    monkeypatch.setattr(_compile_options, "COMPILE_BOUND_WORK", 0)  # every call past it
+    calls = _programs_called(monkeypatch)
+    defaults = _batch_calls(trace, hw)
+    assert [c for c in calls if any(c is getattr(m, f) for m, _, f in TWINS)] == []
+    assert {c for c in calls} >= {grid._evaluate_batch, _replay._batch_program, _replay._styles_program}
+    for key, value in fast.items():
+        for ours, theirs in zip(_datasets(value), _datasets(defaults[key]), strict=True):
+            xr.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=0)
 
 
 def test_the_jitted_program_and_the_exported_one_get_the_options(monkeypatch):

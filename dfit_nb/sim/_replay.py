@@ -263,6 +263,12 @@ def _styles_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: An
     return jax.vmap(one, in_axes=(None if shared_grid else 0, 0))(tables, hw)
 
 
+#: :func:`_styles_program` compiled with dfit_nb's compiler options, for a batch selection of little work
+#: (:func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+_styles_program_fast_compile = _compile_options.jit(_styles_program.__wrapped__,
+                                                    static_argnames=("grid", "spatial", "shared_grid"))
+
+
 def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None) -> dict[str, np.ndarray]:
     """What the replay charges each op under each dataflow assignment: ``energy_pj`` and ``latency_cycles``
     (the op's increment of the latency), shaped ``(D, ops)`` (``(machines, D, ops)`` for a batch of machines).
@@ -301,9 +307,10 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
     grid, tables, shared = _batch_tables(leaves)
     machines = dataclasses.replace(hw, name="", execution="time", **leaves)
+    program = _compile_options.by_work(n_machines * dfs.size, _styles_program_fast_compile, _styles_program)
     with jax.enable_x64(True):
         out = jax.device_get(_exported.call(
-            _styles_program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": shared}, arrays, preds,
+            program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": shared}, arrays, preds,
             pred_bytes, tables, machines, dfs, pin))
     return {k: np.asarray(v)[..., :n] for k, v in out.items()}
 
@@ -639,6 +646,17 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
     return jax.vmap(one, in_axes=(None if shared_grid else 0, 0))(tables, hw)
 
 
+#: :func:`_batch_program` compiled with dfit_nb's compiler options, for a call of little work (a few machines, or
+#: one: :func:`summarize`; :func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+_batch_program_fast_compile = _compile_options.jit(_batch_program.__wrapped__,
+                                                   static_argnames=("grid", "spatial", "shared_grid"))
+
+
+def batch_program(machines: int, ops: int) -> Any:
+    """The compile of :func:`_batch_program` for a call on ``machines`` (padded) machines of ``ops`` padded ops."""
+    return _compile_options.by_work(machines * ops, _batch_program_fast_compile, _batch_program)
+
+
 def _machine_sharding(hw: Hardware, mesh: Mesh | None) -> NamedSharding | None:
     """The sharding of the machine axis: over every axis of ``mesh``, else the one ``hw``'s leaves carry
     (jax Arrays with a :class:`~jax.sharding.NamedSharding` that splits their leading axis), else ``None``."""
@@ -695,8 +713,8 @@ def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], progress: bool = Fa
                     tables = jax.device_put(tables, p.sharding)
             # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
             out = jax.device_get(_exported.call(
-                _batch_program, {"grid": p.grid, "spatial": p.spatial, "shared_grid": p.shared}, p.arrays, p.preds,
-                p.pred_bytes, tables, batch, p.codes, p.pinned, reconfig=p.reconfig))
+                batch_program(p.chunk, len(p.preds)), {"grid": p.grid, "spatial": p.spatial, "shared_grid": p.shared},
+                p.arrays, p.preds, p.pred_bytes, tables, batch, p.codes, p.pinned, reconfig=p.reconfig))
         outs.append({k: np.asarray(v)[: hi - lo] for k, v in out.items()})
     return {k: np.concatenate([o[k] for o in outs]) for k in outs[0]}
 
@@ -862,6 +880,6 @@ def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | 
     batch = dataclasses.replace(batch, name="", execution="time")
     with jax.enable_x64(True):
         out = jax.device_get(_exported.call(
-            _batch_program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": True}, arrays, preds,
-            pred_bytes, tables, batch, codes_p, pin, reconfig=np.asarray(reconfig, np.float64)))
+            batch_program(1, len(preds)), {"grid": grid, "spatial": execution == "spatial", "shared_grid": True},
+            arrays, preds, pred_bytes, tables, batch, codes_p, pin, reconfig=np.asarray(reconfig, np.float64)))
     return {k: float(np.asarray(v)[0]) for k, v in out.items()}

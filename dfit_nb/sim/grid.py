@@ -13,7 +13,7 @@ import xarray as xr
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .. import _exported
+from .. import _compile_options, _exported
 from ._cost import (
     BATCH_GRIDS,
     BATCH_MACHINES,
@@ -130,6 +130,11 @@ def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, tables: Any, ind
         return jax.vmap(lambda d: alone(ops, h, d, t, ideal))(df)
 
     return jax.vmap(one)(hw, index)
+
+
+#: :func:`_evaluate_batch` compiled with dfit_nb's compiler options, for a sweep call of little work
+#: (:func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+_evaluate_batch_fast_compile = _compile_options.jit(_evaluate_batch.__wrapped__, static_argnames="ideal")
 
 
 def _take(hw: Hardware, lo: int, hi: int, pad_to: int) -> Hardware:
@@ -257,8 +262,9 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
             if len(devices) > 1:
                 part, index = jax.device_put((part, index), sharding)
             # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
-            out = jax.device_get(_exported.call(_evaluate_batch, {"ideal": p.ideal}, ops, part, p.codes, p.tables,
-                                                index))
+            program = _compile_options.by_work(size * n_df * padded_count(n_ops), _evaluate_batch_fast_compile,
+                                               _evaluate_batch)
+            out = jax.device_get(_exported.call(program, {"ideal": p.ideal}, ops, part, p.codes, p.tables, index))
             out = finish({k: v[: b - a, ..., :n_ops] for k, v in out.items()},
                          np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])
             out = {k: np.broadcast_to(v, (b - a, n_df, n_ops)) for k, v in out.items() if k in needed}

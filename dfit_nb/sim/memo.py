@@ -314,7 +314,7 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     import jax.numpy as jnp
 
     from . import schedule
-    from ._replay import _batch_program, padded, pinned_layouts, prepare
+    from ._replay import batch_program, padded, pinned_layouts, prepare
     from .hardware import Hardware
     from .shapes import _codes, scaled
 
@@ -337,9 +337,10 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     machines = dataclasses.replace(Hardware.stack([hw]), name="", execution="time")
     reconfig = np.array([policy.reconfig_cycles, policy.reconfig_pj], np.float64)
     spatial = hw.execution == "spatial"
+    program = batch_program(n_points * len(dfs), arrays["m"].shape[1])
 
     def one(ops: Any, pb: Any, df: Any) -> Any:
-        return _batch_program(ops, preds, pb, tables, machines, df, pin, grid, spatial, True, reconfig)
+        return program(ops, preds, pb, tables, machines, df, pin, grid, spatial, True, reconfig)
 
     # every (size, assignment) pair in one call: sizes on the outer axis, the two assignments on the inner
     with jax.enable_x64(True):

@@ -45,8 +45,9 @@ def _same(lazy_computed: xr.Dataset, eager: xr.Dataset) -> None:
 
 def test_lazy_sweep_is_one_task_per_chunk_computes_nothing_until_asked_and_equals_eager(eager, monkeypatch):
     calls = []
-    real = grid_mod._evaluate_batch
-    monkeypatch.setattr(grid_mod, "_evaluate_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for name in ("_evaluate_batch", "_evaluate_batch_fast_compile"):  # the two compiles by_work picks from
+        real = getattr(grid_mod, name)
+        monkeypatch.setattr(grid_mod, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     lazy = sweep(OPS, HW, chunks=CHUNKS, **GRID)
     assert calls == []  # built, not evaluated
     assert all(isinstance(lazy[v].data, da.Array) for v in lazy.data_vars if v != "count")
@@ -262,8 +263,8 @@ def test_the_same_call_runs_on_a_local_cluster_compiling_once_per_worker(client,
         from dfit_nb import _exported
         from dfit_nb.sim import grid
 
-        fn = grid._evaluate_batch
-        return fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn)
+        fns = (grid._evaluate_batch, grid._evaluate_batch_fast_compile)
+        return sum(fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn) for fn in fns)
 
     before = client.run(compiled)
     lazy = sweep(OPS, HW, chunks=2, **GRID)  # 9 chunks of 2 machines over 2 workers: one new compiled shape

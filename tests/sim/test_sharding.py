@@ -48,12 +48,15 @@ SCRIPT = textwrap.dedent('''
     import importlib
     replay_mod = importlib.import_module("dfit_nb.sim._replay")
     seen = []
-    original = replay_mod._batch_program
-    def spy(*args, **kwargs):
-        out = original(*args, **kwargs)
-        seen.append(len(out["latency_cycles"].sharding.device_set))
-        return out
-    replay_mod._batch_program = spy
+    original = replay_mod.batch_program  # which compile of the batch program a call runs
+    def spying(machines, ops):
+        program = original(machines, ops)
+        def spy(*args, **kwargs):
+            out = program(*args, **kwargs)
+            seen.append(len(out["latency_cycles"].sharding.device_set))
+            return out
+        return spy
+    replay_mod.batch_program = spying
     replay_batch(t, hw, mesh=mesh)
     replay_batch(t, hw)
     assert seen == [2, 1], seen
