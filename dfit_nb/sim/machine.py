@@ -222,6 +222,36 @@ def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:
     return word / xp.where(itemsize > 0, itemsize, DEFAULT_ITEMSIZE)
 
 
+def ceil_div(a: Any, b: Any, xp: Any = jnp) -> Any:
+    """``ceil(a / b)`` exactly, for counts (integer-valued floats, ``b > 0``): the smallest integer ``q`` with
+    ``q * b >= a``.
+
+    XLA rewrites a division by a broadcast divisor into a multiplication by its reciprocal, so inside a compiled
+    program ``1260 / 420`` can come out as ``3.0000000000000004`` and its ceiling as 4, depending on how the
+    operands happen to broadcast (the mapping search's candidates against one op, a vmapped batch): the same op
+    would then cost differently in the search and in the model. One step either way from the quotient's
+    ceiling, checked with exact products, gives the true count whatever the division rounded to.
+
+    >>> import jax.numpy as jnp
+    >>> float(ceil_div(jnp.array([1260.0]), jnp.array(420.0))[0]), float(ceil_div(1261.0, 420.0, np))
+    (3.0, 4.0)
+    """
+    q = xp.ceil(a / b)
+    q = xp.where((q - 1.0) * b >= a, q - 1.0, q)
+    return xp.where(q * b < a, q + 1.0, q)
+
+
+def floor_div(a: Any, b: Any, xp: Any = jnp) -> Any:
+    """``floor(a / b)`` exactly, for counts (see :func:`ceil_div`): the largest integer ``q`` with ``q * b <= a``.
+
+    >>> float(floor_div(1260.0, 420.0, np)), float(floor_div(1259.0, 420.0, np))
+    (3.0, 2.0)
+    """
+    q = xp.floor(a / b)
+    q = xp.where((q + 1.0) * b <= a, q + 1.0, q)
+    return xp.where(q * b > a, q - 1.0, q)
+
+
 def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, preload: Any = 0.0
                 ) -> tuple[Any, Any, Any]:
     """Cycles of one GEMM on one R x C array: ``(cycles, row folds, col folds)``.
@@ -242,7 +272,7 @@ def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, 
     sr = xp.where(df == OS, m, k)
     sc = xp.where(df == IS, m, n)
     t = xp.where(df == WS, m, xp.where(df == OS, k, n))
-    fr, fc = xp.ceil(sr / r), xp.ceil(sc / c)
+    fr, fc = ceil_div(sr, r, xp), ceil_div(sc, c, xp)
     fill = xp.where(df == OS, r + c - 2, 2 * r + c - 2)
     folds = fr * fc
     hidden = fill + xp.maximum(folds - 1.0, 0.0) * xp.maximum(r - t, 0.0)  # one fill; short streams wait for loads
@@ -253,10 +283,10 @@ def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, 
 
 def gemm_sram_elements(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp) -> dict[str, Any]:
     """SRAM element traffic of one GEMM per operand (see the module docstring)."""
-    fold_n_c = xp.ceil(n / c)
-    fold_k_r = xp.ceil(k / r)
+    fold_n_c = ceil_div(n, c, xp)
+    fold_k_r = ceil_div(k, r, xp)
     inp = xp.where(df == IS, m * k, m * k * fold_n_c)
-    wgt = xp.where(df == WS, k * n, xp.where(df == OS, k * n * xp.ceil(m / r), k * n * xp.ceil(m / c)))
+    wgt = xp.where(df == WS, k * n, xp.where(df == OS, k * n * ceil_div(m, r, xp), k * n * ceil_div(m, c, xp)))
     out_w = xp.where(df == OS, m * n, m * n * fold_k_r)
     out_r = xp.where(df == OS, 0.0, m * n * (fold_k_r - 1))
     return {"input": inp, "weight": wgt, "output_w": out_w, "output_r": out_r}
@@ -266,12 +296,12 @@ def _pieces(ops: dict[str, Any], layout: Any, gy: Any, gx: Any) -> dict[str, Any
     """Per-virtual-tile GEMM piece: rows, bt GEMMs of mt x kt x nt."""
     m, k, n, b = ops["m"], ops["k"], ops["n"], jnp.maximum(ops["batch"], 1.0)
     rows = b * m
-    rows_t = jnp.ceil(rows / gy)
+    rows_t = ceil_div(rows, gy)
     mt = jnp.minimum(rows_t, m)
-    bt = jnp.ceil(rows_t / jnp.maximum(m, 1.0))
+    bt = ceil_div(rows_t, jnp.maximum(m, 1.0))
     mk = layout == MK
-    kt = jnp.where(mk, jnp.ceil(k / gx), k)
-    nt = jnp.where(mk, n, jnp.ceil(n / gx))
+    kt = jnp.where(mk, ceil_div(k, gx), k)
+    nt = jnp.where(mk, n, ceil_div(n, gx))
     return {"rows": rows, "rows_t": rows_t, "mt": mt, "bt": bt, "kt": kt, "nt": nt}
 
 
@@ -302,17 +332,17 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     gx = jnp.where(gemm, gx, 1.0)
     v = gy * gx
     u = jnp.maximum(jnp.minimum(v, alloc), 1.0)
-    fold = jnp.ceil(v / u)
+    fold = ceil_div(v, u)
     p = _pieces(ops, layout, gy, gx)
     mk = (layout == MK) & gemm
 
     # ---- compute: per virtual tile
     one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c, preload=field(hw, "fold_overlap"))
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
-    reduce_cycles = jnp.where(mk & (gx > 1), jnp.ceil(p["rows_t"] * p["nt"] / lanes) * jnp.log2(gx), 0.0)
+    reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
     work = ops["flops"] + TRANSCENDENTAL_WORK * ops["transcendentals"]
-    vector_v = jnp.ceil(jnp.maximum(work, ops["elems_out"]) / (lanes * v))
+    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"]), lanes * v)
     compute_v = jnp.where(gemm, gemm_v, vector_v)
     macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
 
@@ -462,8 +492,8 @@ def pipeline_demand(ops: dict[str, Any], hw: Hardware) -> tuple[Any, Any]:
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = word_scale(ops["itemsize"], word)
     weights = jnp.where(gemm, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * scale, 0.0)
-    outs = ops["bytes_written"] * scale / (0.5 * field(hw, "sram_output_bytes"))
-    return work, jnp.ceil(jnp.maximum(weights / field(hw, "sram_weight_bytes"), outs))
+    outs = ceil_div(ops["bytes_written"] * scale, 0.5 * field(hw, "sram_output_bytes"))
+    return work, jnp.maximum(ceil_div(weights, field(hw, "sram_weight_bytes")), outs)
 
 
 def noc_cycles(max_link_bytes: Any, far: Any, hw: Hardware) -> Any:
@@ -500,7 +530,7 @@ def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -
     """What an op's body asks of its busiest tile and of the mesh and DRAM, wherever it is placed: ``compute`` and
     ``sram`` cycles, ``noc_in`` / ``noc_out`` bytes through the west edge (before the placement spreads them over
     rows) and ``dram_bytes``, all ``count`` executions (see :func:`op_body`)."""
-    top = jnp.ceil(m["virtual_tiles"] / m["tiles"])  # virtual tiles on the busiest tile
+    top = ceil_div(m["virtual_tiles"], m["tiles"])  # virtual tiles on the busiest tile
     return {
         "compute": top * m["compute_v"] * count,
         "sram": top * m["sram_cycles_v"] * count,

@@ -182,7 +182,7 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     ok &= cand["gy"] * cand["gx"] <= (budget[:, None] if jnp.ndim(budget) else budget)
     ok &= jnp.where(gemm, (cand["gy"] <= jnp.maximum(rows, 1.0)) & (cand["gx"] <= jnp.maximum(split_cap, 1.0)),
                     (cand["layout"] == machine.MN) & (cand["gx"] == 1)
-                    & (cand["gy"] <= jnp.maximum(jnp.ceil(col["elems_out"] / machine.field(hw, "vector_lanes")),
+                    & (cand["gy"] <= jnp.maximum(machine.ceil_div(col["elems_out"], machine.field(hw, "vector_lanes")),
                                                  1.0)))
     pl, py, px = (jnp.asarray(pinned[key])[:, None] for key in ("layout", "gy", "gx"))
     ok &= ((pl < 0) | (cand["layout"] == pl)) & ((py <= 0) | (cand["gy"] == py)) & ((px <= 0) | (cand["gx"] == px))

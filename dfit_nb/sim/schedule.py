@@ -210,7 +210,7 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
     lo = pre[offset.astype(jnp.int32)]
     count = pre[(offset + u).astype(jnp.int32)] - lo
     extra = pre[(offset + jnp.mod(v, u)).astype(jnp.int32)] - lo
-    return count, (jnp.floor(v / u) * count + extra) / v
+    return count, (machine.floor_div(v, u) * count + extra) / v
 
 
 #: the model outputs (:func:`dfit_nb.sim.machine.model`) the schedule reads per op, besides ``count``, ``real`` and
