@@ -143,7 +143,7 @@ def jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
 def by_work(work: int, compile_bound: Any, run_bound: Any) -> Any:
     """Which of a batched model program's two compiles a call runs: ``compile_bound`` (compiled with
     :func:`options`) for at most :data:`COMPILE_BOUND_WORK` element evaluations, else ``run_bound`` (XLA's
-    defaults, whose program runs 2.5-4x faster on large batches).
+    defaults, whose program runs 2-4x faster on large batches).
 
     ``work``: the call's padded machines x dataflow assignments x padded ops. Both compile one function, so both
     give the same numbers to rounding (``tests/test_compile_options.py``).
