@@ -2,14 +2,15 @@
 
 ``dfit_nb._compile_options`` compiles the programs a first call waits for (the replay's, ``cost()``'s past
 ``COST_OPS`` ops, the selection's DP) with XLA's CPU loop emitters (``xla_cpu_use_fusion_emitters=False``) and
-LLVM's optimisation passes off (``xla_backend_optimization_level=0``); the programs whose run time matters more
-(sweeps, batches, thermal, a cost of a few ops) keep XLA's defaults in every mode. This runs the same sequence in
-fresh processes with JAX's persistent compilation cache off (every compile paid, as on a first run), alternating
-three modes: dfit_nb's options as shipped, the loop emitters alone (what each option brings), and XLA's defaults
-everywhere (``DFIT_NB_XLA_OPTIONS=0``); it prints per call the first call (compile and run) and the warm call (best
-of several), best of ``--repeats`` processes per mode, side by side; then ``dfit-nb report`` (the default, 8
-presets) in a fresh process per mode, every run. It checks that every mode
-gives the same numbers to rounding (relative 1e-12).
+LLVM's optimisation passes off (``xla_backend_optimization_level=0``), and the batched programs (sweeps, batch
+replays, batch selections) so too for calls of little work (``_compile_options.by_work``); the thermal program and
+a cost of a few ops keep XLA's defaults in every mode. This runs the same sequence in fresh processes with JAX's
+persistent compilation cache off (every compile paid, as on a first run), alternating three modes: dfit_nb's
+options as shipped, the loop emitters alone (what each option brings), and XLA's defaults everywhere
+(``DFIT_NB_XLA_OPTIONS=0``); it prints per call the first call (compile and run) and the warm call (best of
+several), best of ``--repeats`` processes per mode, side by side; then ``dfit-nb report`` (the default, 8 presets)
+in a fresh process per mode, every run. It checks that every mode gives the same numbers to rounding (relative
+1e-12).
 
 The sequence: the default ``bert_block`` captured, then replayed on three presets whose tile grids fall in three
 compile buckets (``tpu_like`` 8x8, ``sambanova_like`` 16x32, ``cerebras_like`` 64x64); ``cost()`` of it on three
