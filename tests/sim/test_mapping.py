@@ -76,7 +76,7 @@ def test_the_pruned_search_picks_what_the_full_search_picks(preset, monkeypatch)
 # A division by a broadcast divisor is compiled as a multiplication by its reciprocal (XLA's algebraic
 # simplifier), so ceil(1260 / 420) came out as 4 when an op's candidates broadcast against it, and the search
 # scored a mapping other than the one the model then charged (hypothesis found it: a 2 x 2 grid where 4x the
-# SRAM made the op 5% slower). Counts are exact now, however the operands broadcast.
+# SRAM made the op 4.8% slower). Counts are exact now, however the operands broadcast.
 def test_a_candidate_costs_the_same_alone_and_beside_others():
     import jax.numpy as jnp
 
