@@ -112,6 +112,9 @@ from dfit_nb.sim import Hardware, presets, replay_batch, sweep
 warnings.simplefilter("ignore")
 n, mode = int(sys.argv[1]), sys.argv[2]
 _compile_options.COMPILE_BOUND_WORK = 10**15 if mode == "options" else 0
+works = []  # the work of every call, as the library counts it (by_work is the one place that picks)
+real_by_work = _compile_options.by_work
+_compile_options.by_work = lambda work, *programs: works.append(work) or real_by_work(work, *programs)
 fn, args = examples.get("bert_block").build()
 trace = dfit_nb.capture(fn, *args)
 hw = presets.get("tpu_like")
@@ -121,12 +124,14 @@ calls = {"replay_batch": lambda: replay_batch(trace, machines),
          "sweep x 2 dataflows": lambda: sweep(trace, hw, ["ws", "os"], progress=False, dram_bw=bandwidths)}
 out = {}
 for name, call in calls.items():
+    works.clear()
     t = time.perf_counter(); ds = call(); first = time.perf_counter() - t
+    work = max(works)
     warm = float("inf")
     for _ in range(3):
         t = time.perf_counter(); call(); warm = min(warm, time.perf_counter() - t)
     var = "energy_j" if "energy_j" in ds else "energy_pj"
-    out[name] = {"first": first, "warm": warm, "values": ds[var].values.ravel().tolist()}
+    out[name] = {"first": first, "warm": warm, "work": work, "values": ds[var].values.ravel().tolist()}
 print(json.dumps(out))
 """
 #: machines per call for ``--batches`` (the work, machines x assignments x padded ops, grows with them)
@@ -135,7 +140,7 @@ BATCH_SIZES = (4, 16, 64, 256)
 
 def batches(repeats: int) -> None:
     """The batched programs' two compiles side by side (``--batches``), and which one ``by_work`` picks."""
-    from dfit_nb._compile_options import COMPILE_BOUND_WORK
+    from dfit_nb._compile_options import COMPILE_BOUND_WORK, by_work
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BENCH_"))}
     env["DFIT_NB_COMPILATION_CACHE"] = "0"
@@ -149,13 +154,12 @@ def batches(repeats: int) -> None:
     print(f"\nbatched programs (bert_block on tpu_like, 128 padded ops; fresh processes, compilation cache off; best "
           f"of {repeats}): seconds with dfit_nb's options / with XLA's defaults; by_work picks the options up to "
           f"{COMPILE_BOUND_WORK:,} element evaluations per call")
-    for name, per_machine in (("replay_batch", 128), ("sweep x 2 dataflows", 2 * 128)):
+    for name in ("replay_batch", "sweep x 2 dataflows"):
         for n in BATCH_SIZES:
-            padded = max(8, 1 << (n - 1).bit_length()) if name.startswith("sweep") else 1 << (n - 1).bit_length()
-            work = padded * per_machine
+            work = rows[(n, "options")][0][name]["work"]
             best = {m: {k: min(r[name][k] for r in rows[(n, m)]) for k in ("first", "warm")}
                     for m in ("options", "defaults")}
-            pick = "options" if work <= COMPILE_BOUND_WORK else "defaults"
+            pick = by_work(work, "options", "defaults")
             print(f"  {name:20s} {n:4d} machines (work {work:6,d}): first {best['options']['first']:.2f} / "
                   f"{best['defaults']['first']:.2f}   warm {best['options']['warm'] * 1e3:7.1f} / "
                   f"{best['defaults']['warm'] * 1e3:7.1f} ms   by_work: {pick}")
