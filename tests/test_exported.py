@@ -3,6 +3,7 @@ never in the way (off switch, tracers, unreadable files, an unwritable directory
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -17,15 +18,18 @@ import pytest
 import dfit_nb
 from dfit_nb import _exported
 from dfit_nb.errors import CompilationCacheWarning
-from dfit_nb.sim import presets
+from dfit_nb.sim import _replay, presets
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """An empty exported-program directory for this test, and nothing held in memory from earlier calls."""
+    """An empty exported-program directory for this test, and nothing held in memory from earlier calls: neither
+    the loaded programs nor the replay's kept outputs (an earlier test's replay of the same inputs would be read
+    from there, calling no program)."""
     folder = tmp_path / _exported.SUBDIR
     monkeypatch.setattr(_exported, "directory", lambda: folder)
     monkeypatch.setattr(_exported, "_loaded", {})
+    monkeypatch.setattr(_replay, "_kept", collections.OrderedDict())
     monkeypatch.setattr(_exported, "_warned", False)
     monkeypatch.delenv(_exported.ENV, raising=False)
     return folder
@@ -45,9 +49,12 @@ def test_replay_and_cost_through_the_cache_equal_the_plain_calls(cache, monkeypa
     files = sorted(cache.glob("*.stablehlo"))
     assert len(files) == 2  # one replay program, one cost program
     monkeypatch.setattr(_exported, "_loaded", {})  # a fresh process: the programs come from the files
+    _replay._kept.clear()  # ... and the replay's outputs from its program, not from the ones kept
     loaded_run = dfit_nb.replay(t, hw, "os")
     assert sorted(cache.glob("*.stablehlo")) == files and all(f.stat().st_size > 0 for f in files)
+    assert len(_exported._loaded) == 1  # the replay's program, loaded from its file
     monkeypatch.setenv(_exported.ENV, "0")
+    _replay._kept.clear()
     plain_run, plain_cost = dfit_nb.replay(t, hw, "os"), dfit_nb.sim.cost(t, hw, ["ws", "is"])
     for run in (exported_run, loaded_run):
         for name in ("latency_s", "energy_j", "dram_bytes"):
@@ -145,7 +152,7 @@ def test_a_fresh_process_loads_the_program_instead_of_tracing_it(tmp_path):
     file (not traced: jax.export.export is never called there) and prints the same latency."""
     script = textwrap.dedent("""
         import jax, dfit_nb
-        from dfit_nb.sim import presets
+        from dfit_nb.sim import _replay, presets
         calls = []
         original = jax.export.export
         jax.export.export = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
