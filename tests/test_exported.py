@@ -152,7 +152,7 @@ def test_a_fresh_process_loads_the_program_instead_of_tracing_it(tmp_path):
     file (not traced: jax.export.export is never called there) and prints the same latency."""
     script = textwrap.dedent("""
         import jax, dfit_nb
-        from dfit_nb.sim import _replay, presets
+        from dfit_nb.sim import presets
         calls = []
         original = jax.export.export
         jax.export.export = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
