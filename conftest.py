@@ -77,22 +77,12 @@ if sys.dont_write_bytecode:  # see the module docstring
 
 def pytest_configure(config):
     """The process that sees every test report (the xdist controller, or a run without workers) records what each
-    test took, for the next run's order (``tests/longest_first.py``)."""
+    test took and, under ``--dist loadscope``, hands the modules out longest first by the last run's figures
+    (``tests/longest_first.py``)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        from tests.longest_first import Recorder
+        from tests.longest_first import Plugin
 
-        config.pluginmanager.register(Recorder(), "dfit_nb_test_durations")
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadscope`` hands its modules out longest first, by the last run's figures
-    (``tests/longest_first.py``); other modes are xdist's own."""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from tests import longest_first
-
-    return longest_first.scheduler(config, log, longest_first.load())
+        config.pluginmanager.register(Plugin(), "dfit_nb_longest_first")
 
 
 @pytest.hookimpl(trylast=True)

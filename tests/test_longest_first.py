@@ -44,19 +44,15 @@ def test_a_real_loadscope_run_hands_out_the_longest_module_first(tmp_path):
     tests; and the run records its own figures."""
     for name, tests in (("test_many.py", 6), ("test_long.py", 1), ("test_mid.py", 3)):
         (tmp_path / name).write_text("".join(f"def test_{i}():\n    pass\n" for i in range(tests)))
-    (tmp_path / "conftest.py").write_text(
-        "import pytest\nfrom tests import longest_first\n"
-        f"PATH = longest_first.Path({str(tmp_path / 'durations.json')!r})\n"
+    path = tmp_path / "durations.json"
+    (tmp_path / "conftest.py").write_text(  # the repository's conftest.py, with this test's figures
+        "import os\nfrom tests import longest_first\n"
         "def pytest_configure(config):\n"
-        "    import os\n"
         "    if not os.environ.get('PYTEST_XDIST_WORKER'):\n"
-        "        config.pluginmanager.register(longest_first.Recorder(PATH))\n"
-        "@pytest.hookimpl(optionalhook=True, tryfirst=True)\n"
-        "def pytest_xdist_make_scheduler(config, log):\n"
-        "    return longest_first.scheduler(config, log, longest_first.load(PATH))\n")
+        f"        config.pluginmanager.register(longest_first.Plugin(longest_first.Path({str(path)!r})))\n")
     figures = {"test_long.py::test_0": 50.0, "test_mid.py::test_0": 9.0, "test_mid.py::test_1": 0.1,
                **{f"test_many.py::test_{i}": 0.1 for i in range(5)}}  # test_many.py::test_5 is new: 0.1 s
-    longest_first.save(figures, tmp_path / "durations.json")
+    longest_first.save(figures, path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
     done = subprocess.run([sys.executable, "-m", "pytest", "-n", "1", "--dist", "loadscope", "-p", "no:cacheprovider",
@@ -65,6 +61,6 @@ def test_a_real_loadscope_run_hands_out_the_longest_module_first(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     order = [line.split("::")[0].split()[-1] for line in done.stdout.splitlines() if "PASSED" in line]
     assert list(dict.fromkeys(order)) == ["test_long.py", "test_mid.py", "test_many.py"], done.stdout
-    recorded = longest_first.load(tmp_path / "durations.json")
+    recorded = longest_first.load(path)
     assert {f"test_many.py::test_{i}" for i in range(6)} <= set(recorded)
     assert recorded["test_long.py::test_0"] < 50.0  # this run's figure replaced the old one
