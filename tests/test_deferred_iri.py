@@ -1,6 +1,7 @@
 """rfc3987_syntax waits for its first IRI check (dfit_nb._deferred_iri): the same answers, the same module after.
 
-Each check runs in a fresh process: this one imported jsonschema (nbval) before dfit_nb could defer anything. Three
+Each check runs in a fresh process: in this one the deferral was made by the test run's first plugin
+(``tests/early_plugin.py``), before nbval imported jsonschema, and the last test checks that. Four
 processes in all (each pays a second or more: Python, jsonschema, and the real module where it is imported); past the
 first they load the module from its file (``DEFER``) rather than through ``import dfit_nb`` (JAX), and one puts the
 stand-in back (``AGAIN``) to check a second use in the same process.
@@ -13,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -116,5 +118,27 @@ def test_switched_off_or_without_lark_nothing_is_deferred_and_a_failed_import_le
 
 
 def test_nothing_is_deferred_where_the_module_is_imported_already():
-    assert "rfc3987_syntax" in sys.modules  # this process: jsonschema imported it before dfit_nb
+    assert "rfc3987_syntax" in sys.modules  # this process: the stand-in the test run's first plugin put there
     assert not _deferred_iri.defer()
+
+
+@pytest.mark.slow
+def test_a_test_run_defers_it_before_nbval_imports_jsonschema_and_dfit_nb_keeps_that_module():
+    code = textwrap.dedent("""
+        import json, sys
+        import pytest
+        assert pytest.main(["--collect-only", "-q", "-p", "no:xdist", "notebooks/01_quick_start.ipynb"]) == 0
+        collected = {"nbformat": "nbformat" in sys.modules, "jsonschema": "jsonschema" in sys.modules,
+                     "stand_in": type(sys.modules.get("rfc3987_syntax")).__name__,
+                     "parsers": "rfc3987_syntax.syntax_helpers" in sys.modules}
+        loaded = sys.modules["dfit_nb._deferred_iri"]
+        import dfit_nb
+        print(json.dumps({**collected, "one_module": dfit_nb._deferred_iri is loaded,
+                          "dfit_nb": sys.modules["dfit_nb._deferred_iri"] is loaded}))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "nbformat": True, "jsonschema": True, "stand_in": "_StandIn", "parsers": False, "one_module": True,
+        "dfit_nb": True}

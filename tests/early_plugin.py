@@ -1,0 +1,46 @@
+"""The test run's first plugin: ``-p tests.early_plugin`` in pyproject's ``addopts`` loads it before the plugins
+that installed packages declare, and it defers ``rfc3987_syntax`` there, as ``import dfit_nb`` does elsewhere.
+
+nbval's plugin imports nbformat, which imports jsonschema, which imports ``rfc3987_syntax``: 0.9 s of parser
+building in the xdist controller and again in each worker, before any conftest runs, for an IRI check no test
+makes outside its own subprocesses (:mod:`dfit_nb._deferred_iri` explains the stand-in). ``dfit_nb`` itself must
+not be imported yet (the root ``conftest.py`` points its compilation cache at this checkout first), so the deferral
+module is loaded from its file under its own name, ``dfit_nb._deferred_iri``; ``import dfit_nb`` later finds it in
+``sys.modules`` and uses that one module (its ``defer()`` then has nothing left to do). pyproject's ``pythonpath``
+puts the repository root on ``sys.path`` before ``-p`` plugins load, so plain ``pytest`` finds this module too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+NAME = "dfit_nb._deferred_iri"
+
+
+def deferral_module() -> ModuleType | None:
+    """``dfit_nb._deferred_iri``, loaded without running ``dfit_nb/__init__.py`` (None where dfit_nb is not found)."""
+    if NAME in sys.modules:
+        return sys.modules[NAME]
+    package = importlib.util.find_spec("dfit_nb")  # a top-level name: found, not imported
+    if package is None or not package.submodule_search_locations:
+        return None
+    spec = importlib.util.spec_from_file_location(
+        NAME, Path(next(iter(package.submodule_search_locations))) / "_deferred_iri.py")
+    if spec is None or spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[NAME] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[NAME]
+        raise
+    return module
+
+
+_module = deferral_module()
+if _module is not None:
+    _module.defer()
