@@ -2,8 +2,8 @@
 that installed packages declare, and it defers ``rfc3987_syntax`` there, as ``import dfit_nb`` does elsewhere.
 
 nbval's plugin imports nbformat, which imports jsonschema, which imports ``rfc3987_syntax``: 0.9 s of parser
-building in the xdist controller and again in each worker, before any conftest runs, for an IRI check no test
-makes outside its own subprocesses (:mod:`dfit_nb._deferred_iri` explains the stand-in). ``dfit_nb`` itself must
+building in the xdist controller and again in each worker, before any conftest runs, for an IRI check that the
+stand-in still answers with the real module, importing it then (:mod:`dfit_nb._deferred_iri`). ``dfit_nb`` itself must
 not be imported yet (the root ``conftest.py`` points its compilation cache at this checkout first), so the deferral
 module is loaded from its file under its own name, ``dfit_nb._deferred_iri``; ``import dfit_nb`` later finds it in
 ``sys.modules`` and uses that one module (its ``defer()`` then has nothing left to do). pyproject's ``pythonpath``
