@@ -79,10 +79,9 @@ def pytest_configure(config):
     """The process that sees every test report (the xdist controller, or a run without workers) records what each
     test took and, under ``--dist loadscope``, hands the modules out longest first by the last run's figures
     (``tests/longest_first.py``)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
-        from tests.longest_first import Plugin
+    from tests.longest_first import register
 
-        config.pluginmanager.register(Plugin(), "dfit_nb_longest_first")
+    register(config)
 
 
 @pytest.hookimpl(trylast=True)

@@ -90,6 +90,13 @@ class Plugin:
         return scheduler(config, log, load(self.path))
 
 
+def register(config: Any, path: Path = DURATIONS) -> None:
+    """Register :class:`Plugin` (recording into ``path``) in the process that sees every report: the xdist
+    controller, or a run without workers; an xdist worker gets none."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(Plugin(path), "dfit_nb_longest_first")
+
+
 def scheduler(config: Any, log: Any, seconds: Mapping[str, float]) -> Any:
     """``loadscope``'s scheduler with its work queue put in :func:`order` before the first unit is handed out."""
     from xdist.scheduler import LoadScopeScheduling

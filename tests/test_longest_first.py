@@ -46,10 +46,9 @@ def test_a_real_loadscope_run_hands_out_the_longest_module_first(tmp_path):
         (tmp_path / name).write_text("".join(f"def test_{i}():\n    pass\n" for i in range(tests)))
     path = tmp_path / "durations.json"
     (tmp_path / "conftest.py").write_text(  # the repository's conftest.py, with this test's figures
-        "import os\nfrom tests import longest_first\n"
+        "from tests import longest_first\n"
         "def pytest_configure(config):\n"
-        "    if not os.environ.get('PYTEST_XDIST_WORKER'):\n"
-        f"        config.pluginmanager.register(longest_first.Plugin(longest_first.Path({str(path)!r})))\n")
+        f"    longest_first.register(config, longest_first.Path({str(path)!r}))\n")
     figures = {"test_long.py::test_0": 50.0, "test_mid.py::test_0": 9.0, "test_mid.py::test_1": 0.1,
                **{f"test_many.py::test_{i}": 0.1 for i in range(5)}}  # test_many.py::test_5 is new: 0.1 s
     longest_first.save(figures, path)
