@@ -12,6 +12,12 @@ seconds alone (what a calibration's loss reads), and the same over the machine's
 (:func:`dfit_nb.sim.calibration.vector_predictor`). Each figure is the best of ``--rounds`` rounds of ``--calls``
 calls (the minimum is the least disturbed by other work on a shared machine).
 
+Then where a warm call's time goes beyond its parts measured alone: the host work of a call (the op table and the
+Dataset) timed alone back to back, then timed in the same loop but each time right after something else: a
+trivial jitted call, the model's program, or a write over 4 MB of memory (more than a core's L2 cache); and the
+floor: the model's program and the Dataset of its outputs and nothing else (no op table, no checks), what a
+``cost()`` of 3 ops could take on this machine if every other step were free.
+
 JAX fixes a process's CPU dispatch when it creates its CPU client, so ``--dispatch both`` (the default) runs the
 whole table twice in two fresh processes, alternating: synchronous dispatch (what ``import dfit_nb`` asks for,
 :mod:`dfit_nb._dispatch`) and JAX's asynchronous default (``DFIT_NB_SYNC_CPU_DISPATCH=0``), and prints them side
@@ -47,6 +53,11 @@ MODEL_BEFORE = "  ... one input per column and field (before)"
 MODEL_BEFORE_THAT = "  ... and one output copy per variable (before that)"
 DATASET, DATASET_BEFORE = "Dataset, direct constructor", "  ... public constructor (before)"
 COPY, COPY_BEFORE = "machine copied for jit, no revalidation", "  ... revalidated (before)"
+HOST = "host work of a call (op table, Dataset), back to back"
+HOST_AFTER = {"trivial": "  ... each right after a trivial jitted call",
+              "program": "  ... each right after the model's program",
+              "touch": "  ... each right after writing 4 MB of memory"}
+FLOOR = "the model's program and its Dataset, nothing else (the floor)"
 
 
 def best_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
@@ -178,10 +189,69 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
     index = {k: ds[k].values for k in ds.indexes}
     rows[DATASET] = best_us(lambda: C.assemble(data, index, dict(ds.attrs)), n, r)
     rows[DATASET_BEFORE] = best_us(lambda: C.assemble_public(data, index, dict(ds.attrs)), n, r)
+    rows.update(host_in_situ(ops, hw, ds, n, r))
     rows[COPY] = best_us(lambda: C.for_jit(hw), n, r)
     rows[COPY_BEFORE] = best_us(lambda: dataclasses.replace(
         jax.tree.map(lambda x: np.asarray(x, np.float64), hw), name="", execution="time"), n, r)
     return rows
+
+
+def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, float]:
+    """The host work of a ``cost()`` call (its op table and its Dataset, from the outputs ``ds`` holds) timed alone
+    and right after other work (:data:`HOST_AFTER`), and the floor (:data:`FLOOR`): the best of ``rounds`` rounds
+    of ``n`` calls, counting only the host work's own time in the ``HOST_AFTER`` rows."""
+    outputs = {k: ds[k].values for k in (*C.MODEL_OUTPUTS, "seconds", "energy_j")}
+    coord, attrs, count = ds["op"].values, dict(ds.attrs), ds["count"].values
+    arrays, _ = C.alone_arrays(ops)
+    keys = tuple(arrays)
+    codes = C.dataflow_codes("ws", 3)[0].astype(np.float64)
+    index = C.padded_index(3, C.padded_count(3))
+
+    def host() -> Any:
+        C.alone_arrays(ops)
+        return C.to_dataset(outputs, ("op",), {"op": coord}, attrs, count)
+
+    with jax.enable_x64(True):
+        grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+        tables = C.device_tables(int(hw.tile_rows), int(hw.tile_cols), grid.rows, grid.cols, grid.tiles)
+        table, fields, df = np.stack([arrays[k] for k in keys])[:, index], field_vector(hw), codes[index]
+        trivial = jax.jit(lambda t, f, d: t.sum() + f.sum() + d.sum())
+        memory = np.zeros(4 * 2**20 // 8)
+
+        def program() -> Any:  # cost()'s own compiled program, as cost() calls it
+            return np.asarray(C._evaluate_small(table, keys=keys, fields=fields, df=df, tables=tables, ideal=False))
+
+        def touch() -> None:
+            memory.__iadd__(1.0)
+
+        def floor() -> Any:
+            out = dict(zip(C.MODEL_OUTPUTS, program()[:, :3], strict=True))
+            out["seconds"], out["energy_j"] = out["cycles"], out["energy_pj"]  # placeholders: the same variables
+            return C.to_dataset(out, ("op",), {"op": coord}, attrs, count)
+
+        befores = {"trivial": lambda: np.asarray(trivial(table, fields, df)), "program": program, "touch": touch}
+        rows = {HOST: best_us(host, n, rounds)}
+        for name, before in befores.items():
+            rows[HOST_AFTER[name]] = best_host_us(before, host, n, rounds)
+        rows[FLOOR] = best_us(floor, n, rounds)
+    return rows
+
+
+def best_host_us(before: Callable[[], Any], host: Callable[[], Any], calls: int, rounds: int) -> float:
+    """``host``'s own time per call when each call comes right after ``before`` (not timed): best of ``rounds``."""
+    for _ in range(20):
+        before()
+        host()
+    times = []
+    for _ in range(rounds):
+        total = 0.0
+        for _ in range(calls):
+            before()
+            t = time.perf_counter()
+            host()
+            total += time.perf_counter() - t
+        times.append(total / calls * 1e6)
+    return min(times)
 
 
 if __name__ == "__main__":

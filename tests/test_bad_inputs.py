@@ -435,7 +435,7 @@ _OPS = st.fixed_dictionaries({
 } | {"dtype": st.lists(st.sampled_from(["int8", "bfloat16", "float32"]), min_size=3, max_size=3)})
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(hw=_machines(), ops=_OPS)
 def test_random_valid_machines_and_ops_cost_finite_non_negative_and_conserved(hw, ops):
     ds = cost(ops, hw, ["ws", "os", "is"])

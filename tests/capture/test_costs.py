@@ -395,7 +395,7 @@ def dot_problem(draw: Any) -> tuple[tuple[int, ...], tuple[int, ...], Any, tuple
     return lhs_shape, rhs_shape, ((lc, rc), (lb, rb)), gemm
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(dot_problem())
 def test_dot_general_property(problem: Any) -> None:
     lhs_shape, rhs_shape, dn, (batch, m, k, n) = problem

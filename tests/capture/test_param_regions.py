@@ -338,7 +338,7 @@ def test_param_args_naming_a_missing_argument():
 
 
 # ------------------------------------------------------------------------------------------------ invariants
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=8)
 @given(widths=st.lists(st.integers(1, 6), min_size=2, max_size=5), nested=st.booleans())
 def test_every_gemm_of_an_mlp_is_in_its_layer(widths, nested):
     keys = [f"dense{i}" for i in range(len(widths) - 1)]

@@ -34,7 +34,7 @@ def random_intervals(rng, n, n_groups, t_max=100.0, p_zero=0.2):
     return start, end, rng.uniform(0, 10, n), rng.integers(0, n_groups, n)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 200), n_groups=st.integers(1, 7),
        n_bins=st.integers(1, 40), uneven=st.booleans())
 def test_total_weight_is_conserved_per_group(seed, n, n_groups, n_bins, uneven):

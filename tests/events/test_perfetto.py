@@ -254,7 +254,7 @@ def test_link_names_with_percent_signs_quotes_and_control_characters_stay_exact(
     assert {e["name"] for e in trace["traceEvents"] if e["ph"] == "C"} == {f"noc {n}" for n in names}
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.text())
 def test_thread_names_are_escaped_as_the_json_encoder_escapes_them(name):
     assert perfetto._esc_name(name) == perfetto._esc(name)
@@ -314,7 +314,7 @@ def test_measured_events_are_merged_on_their_own_clock(tmp_path):
     assert total(trace, "energy_pj") == pytest.approx(float(ds["energy_pj"].sum()))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 1), st.sampled_from(schema.KINDS),
                           st.integers(0, 60), st.integers(0, 25), st.integers(0, 3)), min_size=1, max_size=40),
        st.sampled_from([None, 7]))

@@ -163,7 +163,7 @@ def _hw(p, sram_scale=1.0, bw_scale=1.0):
 # derandomized (tests/conftest.py's profile): the same 60 examples every run; the examples random runs
 # (--hypothesis-profile explore) found are kept below (one fixed, one a known limit:
 # test_more_sram_can_slow_an_op_that_the_psum_choice_moves_to_noc)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(m=dims, k=dims, n=dims, batch=st.integers(1, 8), p=machines, df=st.sampled_from(["ws", "os", "is"]))
 # once failed: the search scored ceil(1260 / 420) as 4 (a reciprocal multiply; machine.ceil_div)
 @example(m=420, k=206, n=32, batch=3, p={"pe_rows": 32, "pe_cols": 8, "tile_rows": 2, "tile_cols": 2, "sram_kb": 4,
@@ -280,7 +280,7 @@ def test_every_example_costs_on_every_preset(static_traces, preset):
         assert (ds["utilization"].values <= 1.0).all() and float(ds["total_energy_j"].min()) > 0, name
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(m=dims, k=dims, n=dims, p=machines, df=st.sampled_from(["ws", "os", "is"]),
        fold=st.floats(0.0, 1.0), overlap=st.floats(0.0, 1.0))
 # found by CI: hiding part of the fill gave 6.000000000000001 compute cycles where hiding none gave 6.0 (one ulp)
@@ -303,7 +303,7 @@ def test_invariants_of_the_overlaps(m, k, n, p, df, fold, overlap):
             "compute_cycles"][0]) * (1 + 1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(m=dims, k=dims, n=dims, p=machines, df=st.sampled_from(["ws", "os", "is"]),
        dtype=st.sampled_from(["int8", "bfloat16", "float32"]), acc=st.sampled_from([0, 1, 2, 4, 8]))
 def test_invariants_of_the_accumulator_width(m, k, n, p, df, dtype, acc):

@@ -32,7 +32,7 @@ def chosen_total(cost, switch, choice):
 
 
 @pytest.mark.slow  # 60 drawn shapes, each compiling the DP's scan again (~17 s on 2 cores); the cases below stay
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(g=st.integers(1, 7), d=st.integers(1, 3), cap=st.one_of(st.none(), st.integers(0, 4)),
        seed=st.integers(0, 2**31 - 1), forbid=st.booleans())
 def test_the_dp_equals_brute_force(g, d, cap, seed, forbid):

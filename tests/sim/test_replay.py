@@ -329,7 +329,7 @@ def test_perfetto_export_of_a_run(all_runs, tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")  # small SRAM spills: expected here
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=12)
 @given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), pe=st.sampled_from([4, 8, 16]),
        sram_kb=st.sampled_from([8, 64, 512]), spatial=st.booleans())
 def test_conservation_holds_for_random_gemm_chains(m, k, n, pe, sram_kb, spatial):

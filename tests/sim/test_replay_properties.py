@@ -76,7 +76,7 @@ def _kind(run, kind: str, var: str) -> float:
 
 
 @pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")  # tiny SRAMs spill: expected
-@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, suppress_health_check=[HealthCheck.too_slow])
 @given(hw=machines(), program=programs, dataflow=st.sampled_from(["ws", "os", "is"]))
 def test_random_machines_and_programs_replay_finite_non_negative_and_conserved(hw, program, dataflow):
     dims, dtype, count = program

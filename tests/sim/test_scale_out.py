@@ -72,7 +72,7 @@ def test_totals_only_and_picked_variables_equal_the_eager_totals(eager):
     xr.testing.assert_identical(eager_totals, eager[list(totals.data_vars)])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=4), st.integers(1, 50))
 def test_blocks_cover_every_machine_once_in_order_and_fit_the_chunk(shape, chunks):
     per_axis, parts = blocks(tuple(shape), chunks)
@@ -102,7 +102,7 @@ def _brute_front(x: np.ndarray, y: np.ndarray) -> list[int]:
     return keep
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 5), st.integers(1, 4), st.data())
 def test_tree_front_equals_the_brute_force_front(rows, cols, chunk_rows, chunk_cols, data):
     values = st.sampled_from([1.0, 2.0, 3.0, 4.0, np.inf])  # few values: ties and non-finite points

@@ -77,7 +77,7 @@ def test_the_steady_state_solves_the_network_equations():
     np.testing.assert_allclose(g_v * theta + g_l * lateral, p, rtol=1e-10, atol=1e-12)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(p=arrays(np.float64, (3, 4), elements=st.floats(0, 5)),
        extra=arrays(np.float64, (3, 4), elements=st.floats(0, 5)),
        r=st.floats(0.05, 20), lateral=st.floats(0.1, 100))
