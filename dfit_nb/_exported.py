@@ -32,7 +32,7 @@ import os
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,8 @@ SUBDIR = "dfit_nb_exported"
 
 _lock = threading.Lock()
 _loaded: dict[tuple[Any, ...], Callable[..., Any]] = {}
+#: (function, caller's signature) -> (the _loaded table it was found in, the program): :func:`call_signed`'s index
+_signed: dict[tuple[Any, Hashable], tuple[dict[tuple[Any, ...], Callable[..., Any]], Callable[..., Any]]] = {}
 _warned = False
 _registered = threading.Event()
 
@@ -125,10 +127,47 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
     >>> float(_exported.call(f, {"power": 2}, jnp.float32(3.0)))
     9.0
     """
+    compiled = _resolve(fn, static, args, kwargs)
+    if compiled is None:
+        return fn(*args, **static, **kwargs)
+    return compiled(*args, **kwargs)
+
+
+def call_signed(fn: Callable[..., Any], static: dict[str, Any], signature: Hashable, *args: Any, **kwargs: Any
+                ) -> Any:
+    """:func:`call` for a caller that names its arguments' signature itself, for the calls that pay per
+    microsecond (a warm ``cost()`` of a few ops): a warm call is one dictionary lookup, where :func:`call`
+    flattens the arguments, checks each and builds its key from them (about 20 us between the model's programs).
+
+    ``signature``: hashable, and it must determine, with ``fn`` and ``static``, the argument tree and each leaf's
+    shape, dtype and weak type (for example the padded sizes the caller built its arrays for); the arguments must
+    be concrete arrays on one device (never tracers), as the caller knows they are.
+
+    >>> import jax, numpy as np
+    >>> from dfit_nb import _exported
+    >>> f = jax.jit(lambda x, power: x ** power, static_argnames="power")
+    >>> float(_exported.call_signed(f, {"power": 2}, ("one float32",), np.float32(3.0)))
+    9.0
+    """
+    # the program is found by the caller's key, and used while _loaded (this process's programs, one entry each)
+    # is the table it was found in: a test that starts a fresh table makes it load again, as call() would
+    held, compiled = _signed.get((fn, signature), (None, None)) if enabled() else (None, None)
+    if held is not _loaded or compiled is None:
+        compiled = _resolve(fn, static, args, kwargs)
+        if compiled is None:
+            return fn(*args, **static, **kwargs)
+        _signed[(fn, signature)] = (_loaded, compiled)  # one assignment: atomic under the GIL
+    return compiled(*args, **kwargs)
+
+
+def _resolve(fn: Callable[..., Any], static: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+             ) -> Callable[..., Any] | None:
+    """The exported program of ``fn`` for these arguments (loaded, or exported now), or ``None`` where the
+    cache stands aside (the caller makes the plain call)."""
     leaves, tree = jax.tree.flatten((args, kwargs))
     if not enabled() or any(isinstance(x, jax.core.Tracer) or _on_several_devices(x) for x in leaves):
-        return fn(*args, **static, **kwargs)
-    # looked up in this process by a plain tuple (a warm cost() call pays a few microseconds, not the file key's
+        return None
+    # looked up in this process by a plain tuple (a warm call pays a few microseconds, not the file key's
     # hashing); the shape, dtype and weak type of each leaf decide the program, as they do for jax.jit
     local = (fn, tuple(sorted(static.items())), tree, bool(jax.config.jax_enable_x64),
              tuple((type(x), getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "weak_type", None))
@@ -139,10 +178,10 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
         key = _key(fn, static, leaves, tree)
         compiled = _load(key, fn) or _export(fn, static, args, kwargs, key)
         if compiled is None:
-            return fn(*args, **static, **kwargs)
+            return None
         with _lock:
             _loaded[local] = compiled
-    return compiled(*args, **kwargs)
+    return compiled
 
 
 def _on_several_devices(x: Any) -> bool:

@@ -48,8 +48,8 @@ def test_the_compile_bound_programs_get_the_options_and_the_run_bound_ones_do_no
 
 def test_cost_runs_the_default_program_up_to_cost_ops_and_the_loop_emitters_past_it(monkeypatch):
     calls = []
-    real = _exported.call
-    monkeypatch.setattr(_exported, "call", lambda fn, *a, **k: calls.append(fn) or real(fn, *a, **k))
+    real = _exported.call_signed
+    monkeypatch.setattr(_exported, "call_signed", lambda fn, *a, **k: calls.append(fn) or real(fn, *a, **k))
     hw = presets.get("npu_like")
     for n in (1, _cost.COST_OPS, _cost.COST_OPS + 1):
         cost({"m": [64] * n, "k": [32] * n, "n": [16] * n}, hw)

@@ -29,6 +29,7 @@ def cache(tmp_path, monkeypatch):
     folder = tmp_path / _exported.SUBDIR
     monkeypatch.setattr(_exported, "directory", lambda: folder)
     monkeypatch.setattr(_exported, "_loaded", {})
+    monkeypatch.setattr(_exported, "_signed", {})
     monkeypatch.setattr(_replay, "_kept", collections.OrderedDict())
     monkeypatch.setattr(_exported, "_warned", False)
     monkeypatch.delenv(_exported.ENV, raising=False)
@@ -103,6 +104,26 @@ def test_a_new_shape_or_static_argument_is_a_new_program(cache):
     assert float(_exported.call(f, {"power": 3}, np.float32(2.0))) == 8.0
     assert float(_exported.call(f, {"power": 2}, np.float32(2.0))) == 4.0
     assert len(list(cache.glob("*.stablehlo"))) == 4
+
+
+def test_a_signed_call_finds_its_program_by_the_callers_key(cache, monkeypatch):
+    """call_signed (a warm cost()'s path) exports or loads a program as call() does, then finds it by the
+    caller's key alone; a fresh table of programs (a new process) loads it again, and off means the plain call."""
+    x = np.arange(4.0, dtype=np.float32)
+    resolved = []
+    real = _exported._resolve
+    monkeypatch.setattr(_exported, "_resolve", lambda fn, *a: resolved.append(fn) or real(fn, *a))
+    for _ in range(3):
+        assert float(_exported.call_signed(_square_sum, {}, ("4 float32",), x)["s"]) == 14.0
+    assert resolved == [_square_sum] and len(list(cache.glob("*.stablehlo"))) == 1  # looked up once, exported
+    assert float(_exported.call(_square_sum, {}, x)["s"]) == 14.0
+    assert len(_exported._loaded) == 1  # call() finds the same program
+    monkeypatch.setattr(_exported, "_loaded", {})  # a fresh process's table: the program comes from its file
+    assert float(_exported.call_signed(_square_sum, {}, ("4 float32",), x)["s"]) == 14.0
+    assert len(resolved) == 3 and len(_exported._loaded) == 1 and len(list(cache.glob("*.stablehlo"))) == 1
+    monkeypatch.setenv(_exported.ENV, "0")
+    assert float(_exported.call_signed(_square_sum, {}, ("4 float32",), x)["s"]) == 14.0  # the plain call
+    assert len(resolved) == 4 and len(_exported._loaded) == 1
 
 
 def test_the_cache_stands_aside_when_off_or_inside_a_transformation(cache, monkeypatch):

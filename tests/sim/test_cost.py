@@ -356,6 +356,23 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     cost(ops, hw, ["ws", "os"])  # the direct path: no fallback needed
 
 
+def test_datasets_share_no_mutable_state():
+    """The op coordinate's data is built once per op count and shared (xarray never lets it be modified); what a
+    user may change (a variable's attrs, the Dataset's attrs) stays each Dataset's own."""
+    hw = presets.get("tpu_like")
+    ops = {"m": [64, 128, 256], "k": [64, 128, 256], "n": [64, 128, 256]}
+    first, second = cost(ops, hw), cost(ops, hw)
+    first["op"].attrs["units"] = "op"
+    first["cycles"].attrs["note"] = "mine"
+    first.attrs["hardware"] = "changed"
+    assert dict(second["op"].attrs) == {} and "note" not in second["cycles"].attrs
+    assert second.attrs["hardware"] == "tpu_like"
+    with pytest.raises(ValueError):  # the shared coordinate data cannot be changed in place
+        first["op"].values[0] = 7
+    assert cost(ops, hw)["op"].values.tolist() == [0, 1, 2]
+    xr.testing.assert_identical(cost(ops, hw), second)
+
+
 def test_inconsistent_variables_fall_back_to_the_public_constructor_which_refuses_them():
     from dfit_nb.sim._cost import assemble
 
