@@ -147,11 +147,12 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
         grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))  # as cost() pads the grid
         sizes = (int(hw.tile_rows), int(hw.tile_cols), grid.rows, grid.cols, grid.tiles)
         tables, on_device = C.grid_tables(*sizes), C.device_tables(*sizes)
-        keys = tuple(arrays)
+        columns, _ = C.alone_columns(ops)  # what cost()'s program takes (it derives the model's inputs)
+        keys = tuple(columns)
 
         def packed() -> Any:
-            return np.asarray(C._evaluate(np.stack([arrays[k] for k in keys]), keys, field_vector(hw), codes,
-                                          on_device, False))
+            table = np.stack([columns[k] for k in keys])
+            return np.asarray(C._evaluate(C.pack(table, field_vector(hw), codes), keys, 0, on_device, False))
 
         @functools.partial(jax.jit, static_argnames="ideal")
         def stacked(ops: Any, h: Any, df: Any, t: Any, ideal: bool) -> Any:  # before: one input per leaf
@@ -202,24 +203,25 @@ def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, f
     of ``n`` calls, counting only the host work's own time in the ``HOST_AFTER`` rows."""
     outputs = {k: ds[k].values for k in (*C.MODEL_OUTPUTS, "seconds", "energy_j")}
     coord, attrs, count = ds["op"].values, dict(ds.attrs), ds["count"].values
-    arrays, _ = C.alone_arrays(ops)
-    keys = tuple(arrays)
+    columns, _ = C.alone_columns(ops)
+    keys = tuple(columns)
     codes = C.dataflow_codes("ws", 3)[0].astype(np.float64)
     index = C.padded_index(3, C.padded_count(3))
 
     def host() -> Any:
-        C.alone_arrays(ops)
+        C.alone_columns(ops)
         return C.to_dataset(outputs, ("op",), {"op": coord}, attrs, count)
 
     with jax.enable_x64(True):
         grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
         tables = C.device_tables(int(hw.tile_rows), int(hw.tile_cols), grid.rows, grid.cols, grid.tiles)
-        table, fields, df = np.stack([arrays[k] for k in keys])[:, index], field_vector(hw), codes[index]
+        table, fields, df = np.stack([columns[k] for k in keys])[:, index], field_vector(hw), codes[index]
         trivial = jax.jit(lambda t, f, d: t.sum() + f.sum() + d.sum())
         memory = np.zeros(4 * 2**20 // 8)
 
         def program() -> Any:  # cost()'s own compiled program, as cost() calls it
-            return np.asarray(C._evaluate_small(table, keys=keys, fields=fields, df=df, tables=tables, ideal=False))
+            return np.asarray(C._evaluate_small(C.pack(table, fields, df), keys=keys, dataflows=0, tables=tables,
+                                                ideal=False))
 
         def touch() -> None:
             memory.__iadd__(1.0)

@@ -18,7 +18,7 @@ from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
 from .machine import DATAFLOWS
-from .memory import sweep_estimate
+from .memory import available_bytes, sweep_estimate
 
 MEMORY_MODES = ("finite", "ideal")
 
@@ -214,29 +214,49 @@ def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     the table has them (a Trace), else from the GEMM view (``B M K`` and
     ``B K N`` elements, ``B M N`` written).
     """
+    columns, coord = alone_columns(ops)
+    return alone_inputs(columns, np), coord
+
+
+def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """What :func:`alone_inputs` derives the model's inputs from: :func:`ops_arrays`' columns, plus ``lhs_given``
+    and ``rhs_given``, the bytes of an op's first two operands from its ``in_shapes`` (NaN where the table has
+    none: the GEMM view's are used)."""
     table = _table(ops)
     column = _raw_columns(table)
     arrays, coord = _ops_arrays(table, column)
-    m, k, n = arrays["m"], arrays["k"], arrays["n"]
-    b = np.maximum(arrays["batch"], 1.0)
-    unit = np.where(arrays["itemsize"] > 0, arrays["itemsize"], machine.DEFAULT_ITEMSIZE)
+    shapes = column("in_shapes")
+    if shapes is None:
+        arrays["lhs_given"] = arrays["rhs_given"] = np.full(len(coord), np.nan)
+    else:
+        parsed = [operand_bytes(str(t)) for t in np.asarray(shapes)]
+        arrays["lhs_given"] = np.array([o[0] if o else np.nan for o in parsed], dtype=np.float64)
+        arrays["rhs_given"] = np.array([o[1] if len(o) > 1 else np.nan for o in parsed], dtype=np.float64)
+    return arrays, coord
+
+
+def alone_inputs(columns: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
+    """The model's inputs of every op alone (see :func:`alone_arrays`) from :func:`alone_columns`: one formula,
+    run on the host (``xp`` NumPy) or inside :func:`cost`'s compiled program (``jax.numpy``, where a warm call's
+    host work is what it costs). Every step is exact in float64 (products, maxima, selections): both give the
+    same numbers."""
+    m, k, n = columns["m"], columns["k"], columns["n"]
+    b = xp.maximum(columns["batch"], 1.0)
+    unit = xp.where(columns["itemsize"] > 0, columns["itemsize"], machine.DEFAULT_ITEMSIZE)
     gemm = (m > 0) & (k > 0) & (n > 0)
     bm = b * m
-    lhs, rhs = bm * k * unit, b * k * n * unit
-    shapes = column("in_shapes")
-    if shapes is not None:
-        parsed = [operand_bytes(str(t)) for t in np.asarray(shapes)]
-        lhs = np.where([len(o) > 0 for o in parsed], [o[0] if o else 0.0 for o in parsed], lhs)
-        rhs = np.where([len(o) > 1 for o in parsed], [o[1] if len(o) > 1 else 0.0 for o in parsed], rhs)
-    read, written = arrays["elems_in"] * unit, arrays["elems_out"] * unit
-    zeros, ones = np.zeros(len(coord)), np.ones(len(coord))
-    arrays.update(
-        gemm=gemm.astype(np.float64), lhs_bytes=np.where(gemm, lhs, 0.0), rhs_bytes=np.where(gemm, rhs, 0.0),
+    lhs = xp.where(xp.isnan(columns["lhs_given"]), bm * k * unit, columns["lhs_given"])
+    rhs = xp.where(xp.isnan(columns["rhs_given"]), b * k * n * unit, columns["rhs_given"])
+    read, written = columns["elems_in"] * unit, columns["elems_out"] * unit
+    zeros, ones = xp.zeros_like(m), xp.ones_like(m)
+    out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given")}
+    out.update(
+        gemm=gemm.astype(xp.float64), lhs_bytes=xp.where(gemm, lhs, 0.0), rhs_bytes=xp.where(gemm, rhs, 0.0),
         fed0=zeros, fed1=zeros, ext_bytes=read,
-        bytes_written=np.where(gemm & (written <= 0), bm * n * unit, written),
+        bytes_written=xp.where(gemm & (written <= 0), bm * n * unit, written),
         has_consumer=zeros, count=ones, real=ones,
     )
-    return arrays, coord
+    return out
 
 
 def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool = False
@@ -288,18 +308,21 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-@functools.partial(_compile_options.jit, static_argnames=("keys", "ideal"))
-def _evaluate(table: Any, keys: tuple[str, ...], fields: Any, df: Any, tables: tuple[Any, Any], ideal: bool) -> Any:
-    """:func:`alone` for one dataflow per op (``df`` ``(ops,)``) or several (``df`` ``(D, 1)``: vmapped), its
+@functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "ideal"))
+def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, tables: tuple[Any, Any], ideal: bool) -> Any:
+    """:func:`alone` for one dataflow per op (``dataflows`` 0) or several (``dataflows`` of them: vmapped), its
     outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable).
 
-    Its inputs come packed for the same reason: the op table as one ``(len(keys), ops)`` array (row ``i`` is
-    column ``keys[i]``) and the machine as its :func:`~dfit_nb.sim.hardware.field_vector`.
+    Its inputs come packed in one vector for the same reason (:func:`pack`): the op table (row ``i`` of
+    ``(len(keys), ops)`` is column ``keys[i]`` of :func:`alone_columns`, from which the program derives the
+    model's inputs with :func:`alone_inputs`), the machine's :func:`~dfit_nb.sim.hardware.field_vector` and the
+    dataflow codes (one per op, or one per dataflow).
     """
-    ops = {key: table[i] for i, key in enumerate(keys)}
+    table, fields, df = unpack(inputs, len(keys), dataflows)
+    ops = alone_inputs({key: table[i] for i, key in enumerate(keys)}, jnp)
     hw = from_field_vector(fields)
-    if jnp.ndim(df) == 2:
-        out = jax.vmap(lambda d: alone(ops, hw, d[0], tables, ideal))(df)
+    if dataflows:
+        out = jax.vmap(lambda d: alone(ops, hw, d, tables, ideal))(df)
     else:
         out = alone(ops, hw, df, tables, ideal)
     if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
@@ -307,12 +330,26 @@ def _evaluate(table: Any, keys: tuple[str, ...], fields: Any, df: Any, tables: t
     return jnp.stack([jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS])
 
 
+def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> np.ndarray:
+    """:func:`_evaluate`'s one input: the ``(columns, ops)`` table, the field vector and the dataflow codes (``(ops,)``
+    or ``(dataflows,)``), end to end: one host-to-device copy where three took 4 us more."""
+    return np.concatenate([table.reshape(-1), fields, df])
+
+
+def unpack(inputs: Any, columns: int, dataflows: int) -> tuple[Any, Any, Any]:
+    """:func:`pack` undone (shapes are static: ``columns`` rows; ``dataflows`` codes, or 0 for one per op)."""
+    size = inputs.shape[0] - len(FIELDS)
+    ops = size // (columns + 1) if not dataflows else (size - dataflows) // columns
+    table = inputs[: columns * ops].reshape(columns, ops)
+    return table, inputs[columns * ops: columns * ops + len(FIELDS)], inputs[columns * ops + len(FIELDS):]
+
+
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
 #: ``cost()`` of a few ops is a latency figure (issue 17's 0.3 ms), and there the default emitters' program runs
 #: faster (172 against 204 us for 8 ops on 2 cores, best of 8 rounds of 200 calls; 955 against 1,523 us for 128),
 #: while the loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`). The same function:
 #: the same numbers to rounding (``tests/test_compile_options.py``).
-_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "ideal"))
+_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "ideal"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -592,14 +629,18 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     >>> ds["cycles"].values.tolist()
     [[503.0], [631.0]]
     """
-    out, names, coord, codes, fields = model_outputs(ops, hw, dataflow, memory)
+    out, names, coord, _, fields = model_outputs(ops, hw, dataflow, memory)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}
     attrs = {**hardware_attrs(hw, fields), "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
-    shape = (*codes.shape[:1], len(coord)) if names else (len(coord),)
-    values = {k: v if v.shape == shape else np.broadcast_to(v, shape) for k, v in out.items()}
-    return to_dataset(values, dims, coords, attrs, op_counts(ops, len(coord)))
+    return to_dataset(out, dims, coords, attrs, op_counts(ops, len(coord)))  # every output: one row of a block
+
+
+@functools.lru_cache(maxsize=256)
+def _estimated_bytes(ops: int, dataflows: int, rows: int, cols: int) -> float:
+    """The peak bytes of a :func:`cost` call (its :func:`~dfit_nb.sim.memory.sweep_estimate`'s total)."""
+    return sweep_estimate("", 1, dataflows, ops, 0, rows, cols, 1).total
 
 
 def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
@@ -611,12 +652,14 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     hw = _check_scalar_hw(hw)
-    arrays, coord = alone_arrays(ops)
+    arrays, coord = alone_columns(ops)  # the program derives the model's inputs from them (alone_inputs)
     codes, names = dataflow_codes(dataflow, len(coord))
     rows, cols = int(hw.tile_rows), int(hw.tile_cols)
-    sweep_estimate(f"cost of {len(coord)} ops on {hw.name or 'the machine'!r}", 1, len(names or ()) or 1,
-                          len(coord), 0, rows, cols, 1).check(
-        "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
+    sizes = (len(coord), len(names or ()) or 1, rows, cols)
+    if _estimated_bytes(*sizes) > available_bytes():  # the Estimate, which names the sizes, built only to refuse
+        sweep_estimate(f"cost of {len(coord)} ops on {hw.name or 'the machine'!r}", 1, sizes[1], sizes[0], 0,
+                       rows, cols, 1).check(
+            "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
     with jax.enable_x64(True):
         # padded to the grid's bucket, like the replay's: presets and machines whose grids differ share one
         # compiled program (tiles past the grid are never placed on, so no result changes)
@@ -631,16 +674,16 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # np.array and take: 3 us where np.stack and fancy indexing took 8 (a warm call pays per NumPy call)
         table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
         table = table.take(index, axis=1)
-        df = codes.astype(np.float64) if names or n else np.zeros(1)
+        df = codes.astype(np.float64).reshape(-1) if names or n else np.zeros(1)
         df = df if names else df[index]
         fields = field_vector(hw)
         evaluate = _evaluate_small if table.shape[1] <= COST_OPS else _evaluate
-        ideal = memory == "ideal"
-        # the arrays' shapes follow from these (all float64, the tables' from the grid's bucket): a warm call
-        # finds its program by them alone
-        signature = (keys, ideal, table.shape, df.shape, grid)
-        packed = np.asarray(_exported.call_signed(evaluate, {"keys": keys, "ideal": ideal}, signature, table,
-                                                  fields=fields, df=df, tables=tables))[..., :n]
+        static = {"keys": keys, "dataflows": len(names or ()), "ideal": memory == "ideal"}
+        # the input's shape follows from these (float64, the tables' from the grid's bucket): a warm call finds
+        # its program by them alone
+        signature = (keys, static["dataflows"], static["ideal"], table.shape, grid)
+        packed = np.asarray(_exported.call_signed(evaluate, static, signature, pack(table, fields, df),
+                                                  tables=tables))[..., :n]
     return _derive(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz), names, coord, codes, fields
 
 
