@@ -356,6 +356,30 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     cost(ops, hw, ["ws", "os"])  # the direct path: no fallback needed
 
 
+@settings(max_examples=40)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 5000), st.integers(0, 4),
+                          st.sampled_from(["float32", "bfloat16", "int8", "float64"]), st.integers(0, 10**7),
+                          st.integers(0, 10**7), st.sampled_from(["", "float32[64,32] bfloat16[32,16]", "int8[7]"])),
+                min_size=1, max_size=9))
+def test_the_model_inputs_are_the_same_derived_on_the_host_or_in_the_program(rows):
+    """cost()'s program derives the model's inputs from the table's columns (alone_inputs with jax.numpy); the
+    host derives them with NumPy for alone_arrays (the sweep, the predictor): one formula, the same numbers."""
+    import jax.numpy as jnp
+
+    from dfit_nb.sim._cost import alone_columns, alone_inputs
+
+    m, k, n, batch, dtype, read, written, shapes = (list(c) for c in zip(*rows, strict=True))
+    table = {"m": m, "k": k, "n": n, "batch": batch, "dtype": dtype, "bytes_read": read, "bytes_written": written}
+    for with_shapes in (False, True):
+        columns, _ = alone_columns({**table, "in_shapes": shapes} if with_shapes else table)
+        host = alone_inputs(columns, np)
+        with jax.enable_x64(True):
+            program = jax.jit(lambda c: alone_inputs(c, jnp))(columns)
+        assert set(host) == set(program)
+        for key, value in host.items():
+            np.testing.assert_array_equal(np.asarray(program[key]), value, err_msg=key)
+
+
 def test_datasets_share_no_mutable_state():
     """The op coordinate's data is built once per op count and shared (xarray never lets it be modified); what a
     user may change (a variable's attrs, the Dataset's attrs) stays each Dataset's own."""
