@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import functools
 import re
+import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -62,6 +63,10 @@ VARIABLES: dict[str, tuple[str, str]] = {
 
 #: the smallest op count :func:`cost` compiles for (tables are padded to a power of two at least this)
 COST_OPS = 8
+
+#: the most tiles a machine may have for :func:`cost` to price a small table on a grid compiled for this many
+#: tiles rather than the replay's bucket (:func:`cost_grid`)
+SMALL_GRID_TILES = 8
 
 #: the fewest distinct grids, and machines, a batch of machines (:func:`dfit_nb.sim.sweep`) compiles for: both
 #: are padded to a power of two at least these, so small sweeps share one compiled program
@@ -162,11 +167,14 @@ def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndar
                              f"row {i} is {stacked[col, i]:g}")
     out = dict(zip(_NUMERIC, stacked, strict=True))
     dtypes = column("dtype")
-    itemsize = (np.array([_itemsize(d) for d in np.asarray(dtypes)], dtype=np.float64) if dtypes is not None
-                else np.zeros(size))
-    per_elem = np.where(itemsize > 0, itemsize, 4.0)  # bytes columns without a dtype: float32, JAX's default
-    out["elems_in"] = np.ceil(out.pop("bytes_read") / per_elem)
-    out["elems_out"] = np.ceil(out.pop("bytes_written") / per_elem)
+    if dtypes is None:
+        itemsize, per_elem = np.zeros(size), 4.0  # bytes columns without a dtype: float32, JAX's default
+    else:
+        itemsize = np.array([_itemsize(d) for d in np.asarray(dtypes)], dtype=np.float64)
+        per_elem = np.where(itemsize > 0, itemsize, 4.0)
+    for name, elems in (("bytes_read", "elems_in"), ("bytes_written", "elems_out")):
+        values = out.pop(name)
+        out[elems] = np.ceil(values / per_elem) if name in given else values  # no column: zeros, as divided
     out["itemsize"] = itemsize  # 0: unknown, the machine's native word is used
     coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
     return out, coord
@@ -308,40 +316,53 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-@functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "ideal"))
-def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, tables: tuple[Any, Any], ideal: bool) -> Any:
-    """:func:`alone` for one dataflow per op (``dataflows`` 0) or several (``dataflows`` of them: vmapped), its
-    outputs stacked in :data:`MODEL_OUTPUTS` order (one transfer to the host instead of one per variable).
+#: the largest buffer with which XLA's CPU runtime still runs a program's kernels one after another on the
+#: calling thread (its ThunkExecutor's ``execute_sequential_buffer_threshold``): a program with any larger buffer
+#: runs them concurrently on its thread pool, whose hand-offs cost more than a small program's kernels
+SEQUENTIAL_BYTES = 512
 
-    Its inputs come packed in one vector for the same reason (:func:`pack`): the op table (row ``i`` of
-    ``(len(keys), ops)`` is column ``keys[i]`` of :func:`alone_columns`, from which the program derives the
-    model's inputs with :func:`alone_inputs`), the machine's :func:`~dfit_nb.sim.hardware.field_vector` and the
-    dataflow codes (one per op, or one per dataflow).
+
+@functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
+def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: int, tables: tuple[Any, Any],
+              ideal: bool) -> Any:
+    """:func:`alone` for one dataflow per op (``dataflows`` 0) or several (``dataflows`` of them: vmapped), its
+    outputs stacked in :data:`MODEL_OUTPUTS` order in blocks of ``block_rows`` rows (0: one block), one
+    transfer to the host per block instead of one per variable.
+
+    Its inputs come packed for the same reason (:func:`pack`): the op table (row ``i`` of ``(len(keys), ops)`` is
+    column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's inputs with
+    :func:`alone_inputs`) in blocks of rows, then the machine's :func:`~dfit_nb.sim.hardware.field_vector` and
+    the dataflow codes (one per op, or one per dataflow) end to end. For a small table every input and output
+    block, like the tables (int32) and the program's own arrays, fits :data:`SEQUENTIAL_BYTES`, so XLA runs the
+    program on the calling thread: 55 against 112 us for 3 ops on tpu_like (``benchmarks/bench_cost_call.py``).
     """
-    table, fields, df = unpack(inputs, len(keys), dataflows)
+    blocks, rest = inputs
+    table = jnp.concatenate(blocks) if len(blocks) > 1 else blocks[0]  # rows are sliced from the blocks again
     ops = alone_inputs({key: table[i] for i, key in enumerate(keys)}, jnp)
-    hw = from_field_vector(fields)
+    hw = from_field_vector(rest[: len(FIELDS)])
+    df = rest[len(FIELDS):]
     if dataflows:
         out = jax.vmap(lambda d: alone(ops, hw, d, tables, ideal))(df)
     else:
         out = alone(ops, hw, df, tables, ideal)
     if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
         raise AssertionError(f"alone() outputs {sorted(set(out) ^ set(MODEL_OUTPUTS))} differ from MODEL_OUTPUTS")
-    return jnp.stack([jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS])
+    rows = [jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS]
+    per = block_rows or len(rows)
+    return tuple(jnp.stack(rows[i:i + per]) for i in range(0, len(rows), per))
 
 
-def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> np.ndarray:
-    """:func:`_evaluate`'s one input: the ``(columns, ops)`` table, the field vector and the dataflow codes (``(ops,)``
-    or ``(dataflows,)``), end to end: one host-to-device copy where three took 4 us more."""
-    return np.concatenate([table.reshape(-1), fields, df])
+def rows_per_block(row_values: int) -> int:
+    """How many rows of ``row_values`` float64 values a block of :data:`SEQUENTIAL_BYTES` holds (0 where one row
+    is larger: then blocks gain nothing and all rows go in one)."""
+    return SEQUENTIAL_BYTES // (8 * row_values) if 0 < 8 * row_values <= SEQUENTIAL_BYTES else 0
 
 
-def unpack(inputs: Any, columns: int, dataflows: int) -> tuple[Any, Any, Any]:
-    """:func:`pack` undone (shapes are static: ``columns`` rows; ``dataflows`` codes, or 0 for one per op)."""
-    size = inputs.shape[0] - len(FIELDS)
-    ops = size // (columns + 1) if not dataflows else (size - dataflows) // columns
-    table = inputs[: columns * ops].reshape(columns, ops)
-    return table, inputs[columns * ops: columns * ops + len(FIELDS)], inputs[columns * ops + len(FIELDS):]
+def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """:func:`_evaluate`'s inputs: the ``(columns, ops)`` table in blocks of :func:`rows_per_block` rows, and the
+    field vector and the dataflow codes (``(ops,)`` or ``(dataflows,)``) end to end."""
+    per = rows_per_block(table.shape[1]) or len(table)
+    return tuple(table[i:i + per] for i in range(0, len(table), per)), np.concatenate([fields, df])
 
 
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
@@ -349,14 +370,16 @@ def unpack(inputs: Any, columns: int, dataflows: int) -> tuple[Any, Any, Any]:
 #: faster (172 against 204 us for 8 ops on 2 cores, best of 8 rounds of 200 calls; 955 against 1,523 us for 128),
 #: while the loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`). The same function:
 #: the same numbers to rounding (``tests/test_compile_options.py``).
-_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "ideal"))
+_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 
 
 @functools.lru_cache(maxsize=16)
 def device_tables(tile_rows: int, tile_cols: int, rows: int, cols: int, tiles: int) -> tuple[Any, Any]:
-    """:func:`grid_tables` placed on the default device once (float64), for the calls that reuse them."""
-    with jax.enable_x64(True):
-        return jax.device_put(grid_tables(tile_rows, tile_cols, rows, cols, tiles))
+    """:func:`grid_tables` placed on the default device once, for the calls that reuse them: as int32 (counts of
+    tiles, exact), which the programs read as float64, so the 9 x 8 tables of an 8-tile grid fit
+    :data:`SEQUENTIAL_BYTES` (:func:`_evaluate`)."""
+    tables = grid_tables(tile_rows, tile_cols, rows, cols, tiles)
+    return jax.device_put(tuple(t.astype(np.int32) for t in tables))
 
 
 @functools.lru_cache(maxsize=16)
@@ -431,6 +454,43 @@ def _check_scalar_hw(hw: Any) -> Hardware:
     return hw
 
 
+class _Machine(NamedTuple):
+    """What :func:`cost` reads of one checked machine, computed once per machine (:func:`_machine`)."""
+
+    hw: Hardware
+    fields: np.ndarray  # field_vector(hw), read-only
+    attrs: dict[str, Any]  # hardware_attrs(hw): copied into each Dataset's attrs, never changed
+    rows: int
+    cols: int
+
+
+#: the machines :func:`_machine` has read, by ``id``: each entry holds its machine, so the id stays its own
+_machines: dict[int, _Machine] = {}
+_machines_lock = threading.Lock()
+#: how many machines :data:`_machines` keeps (the oldest goes first)
+_MACHINES_KEPT = 16
+
+
+def _machine(hw: Any) -> _Machine:
+    """``hw`` checked (one machine, a Hardware) and read for :func:`cost`: its field vector, its provenance
+    attrs and its grid. A machine whose every field is a Python or NumPy scalar can change no value (a Hardware
+    is frozen), so what was read of it is kept and a warm call asks once per call, not once per field (33 fields
+    read three times cost a warm call of 3 ops about 13 us); a machine holding arrays is read every call."""
+    entry = _machines.get(id(hw))
+    if entry is not None and entry.hw is hw:
+        return entry
+    hw = _check_scalar_hw(hw)
+    fields = field_vector(hw)
+    fields.setflags(write=False)
+    entry = _Machine(hw, fields, hardware_attrs(hw, fields), int(hw.tile_rows), int(hw.tile_cols))
+    if all(isinstance(getattr(hw, name), (int, float, np.generic)) for name in FIELDS):
+        with _machines_lock:
+            if len(_machines) >= _MACHINES_KEPT:
+                _machines.pop(next(iter(_machines)))
+            _machines[id(hw)] = entry
+    return entry
+
+
 def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Mapping[str, Any],
                attrs: Mapping[str, Any], count: np.ndarray) -> xr.Dataset:
     """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
@@ -439,11 +499,15 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     :func:`assemble`.
     """
     dims = tuple(dims)
+    described = _described()
     data: dict[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]] = {
-        name: (dims, np.asarray(arr), _attrs(name)) for name, arr in values.items()}
-    data["count"] = (("op",), np.asarray(count), _attrs("count"))
-    for total, var in TOTALS.items():
-        data[total] = (dims[:-1], (np.asarray(values[var]) * count).sum(axis=-1), _attrs(total))
+        name: (dims, np.asarray(arr), described[name]) for name, arr in values.items()}
+    data["count"] = (("op",), np.asarray(count), described["count"])
+    # the three totals in one product and one sum (each row summed as alone: the same numbers), each a NumPy
+    # array (a NumPy scalar would take xarray's constructor)
+    sums = (np.stack([np.asarray(values[var]) for var in TOTALS.values()]) * count).sum(axis=-1)
+    for total, total_values in zip(TOTALS, sums, strict=True):
+        data[total] = (dims[:-1], np.asarray(total_values), described[total])
     if any(isinstance(v, tuple) and v[0] not in (name, (name,)) for name, v in coords.items()):
         return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))  # a non-dimension coordinate
     index = {name: np.asarray(v[1] if isinstance(v, tuple) else v) for name, v in coords.items()}
@@ -477,6 +541,7 @@ def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[
     sizes: dict[str, int] = {}
     variables: dict[str, Any] = {}
     checked: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()  # most variables share dims and shape
+    direct = _slots_known()
     for name, (dims, arr, var_attrs) in data.items():
         dims = tuple(dims)
         if (dims, arr.shape) not in checked:
@@ -486,7 +551,15 @@ def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[
                 if sizes.setdefault(dim, size) != size:
                     raise ValueError(f"{name}: {dim} has {size} values, not {sizes[dim]}")
             checked.add((dims, arr.shape))
-        variables[name] = _variable(dims, arr, var_attrs)
+        if direct and type(arr) is np.ndarray:
+            # xr.Variable(dims, arr, dict(var_attrs), fastpath=True) with its slots filled directly: the
+            # constructor's checks (dims parsed against the array, the data wrapped) cost about 2 us a variable,
+            # 44 a cost() call, and the shapes are checked above; the fast path would store this array as is
+            var = object.__new__(xr.Variable)
+            var._dims, var._data, var._attrs, var._encoding = dims, arr, dict(var_attrs) or None, None
+            variables[name] = var
+        else:  # anything else than a NumPy array, or an xarray whose Variable has other slots
+            variables[name] = xr.Variable(dims, arr, dict(var_attrs), fastpath=True)
     indexes: dict[str, Any] = {}
     for name, values in index.items():
         if sizes.setdefault(name, len(values)) != len(values):
@@ -537,13 +610,14 @@ def _range_variable(name: str, n: int) -> xr.IndexVariable:
     return var
 
 
-#: the slots of an ``xr.Variable`` that :func:`_variable` fills (every slot it has in the xarray this was written for)
+#: the slots of an ``xr.Variable`` that :func:`_assemble_direct` fills (every slot it has in the xarray this was
+#: written for)
 _VARIABLE_SLOTS = frozenset({"_attrs", "_data", "_dims", "_encoding"})
 
 
 @functools.cache
 def _slots_known() -> bool:
-    """Whether this xarray's ``Variable`` and ``IndexVariable`` have exactly the slots :func:`_variable` and
+    """Whether this xarray's ``Variable`` and ``IndexVariable`` have exactly the slots :func:`_assemble_direct` and
     :func:`_range_variable` fill (and no ``__dict__``)."""
     for kind in (xr.Variable, xr.IndexVariable):
         slots = {s for cls in kind.__mro__ for s in getattr(cls, "__slots__", ())}
@@ -552,27 +626,17 @@ def _slots_known() -> bool:
     return True
 
 
-def _variable(dims: tuple[str, ...], arr: np.ndarray, attrs: dict[str, str]) -> xr.Variable:
-    """``xr.Variable(dims, arr, dict(attrs), fastpath=True)``, its slots filled directly.
-
-    The constructor's checks (dims parsed against the array, the data wrapped) cost about 2 us a variable, 45
-    variables a :func:`cost` call; the caller has checked the shapes and passes a NumPy array, which the fast
-    path would store as is. Anything else than a NumPy array, or an xarray whose ``Variable`` has other slots than
-    these, goes through the constructor.
-    """
-    if type(arr) is not np.ndarray or not _slots_known():
-        return xr.Variable(dims, arr, dict(attrs), fastpath=True)
-    var = object.__new__(xr.Variable)
-    var._dims, var._data, var._attrs, var._encoding = tuple(dims), arr, dict(attrs) or None, None
-    return var
-
-
 @functools.cache
+def _described() -> dict[str, dict[str, str]]:
+    """Every variable's ``units`` and ``description`` (:func:`_attrs`), one dictionary read per variable where a
+    cached call per variable cost a warm ``cost()`` 4 us."""
+    return {name: {"units": units, "description": description} for name, (units, description) in VARIABLES.items()}
+
+
 def _attrs(name: str) -> dict[str, str]:
     """The ``units`` and ``description`` of a variable: built once and shared, so never mutated (every Variable
     built from it copies it)."""
-    units, description = VARIABLES[name]
-    return {"units": units, "description": description}
+    return _described()[name]
 
 
 def op_counts(ops: Any, n_ops: int) -> np.ndarray:
@@ -629,12 +693,40 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     >>> ds["cycles"].values.tolist()
     [[503.0], [631.0]]
     """
-    out, names, coord, _, fields = model_outputs(ops, hw, dataflow, memory)
+    out, names, coord, _, _ = model_outputs(ops, hw, dataflow, memory)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {})}
-    attrs = {**hardware_attrs(hw, fields), "memory": memory,
+    attrs = {**_machine(hw).attrs, "memory": memory,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
     return to_dataset(out, dims, coords, attrs, op_counts(ops, len(coord)))  # every output: one row of a block
+
+
+def cost_grid(tile_rows: int, tile_cols: int, n_ops: int) -> schedule.Grid:
+    """The grid :func:`cost` compiles for: the replay's :func:`~dfit_nb.sim.schedule.bucket`, except that a small
+    table (at most :data:`COST_OPS` ops) on a machine of at most :data:`SMALL_GRID_TILES` tiles runs a program
+    compiled for that many tiles (on the bucket's 8 x 8 sides).
+
+    A warm ``cost()`` of a few ops is a latency figure, and most of its program is the mapping search, which
+    scores every candidate split that can fit the compiled grid: 32 per op for 8 tiles against 116 for the
+    bucket's 64. The candidates it drops need more tiles than such a machine has (the bucket's search scores them
+    ``inf``), so the numbers are the same bit for bit (``tests/sim/test_cost.py``); the price is one more
+    compiled program, shared by every machine of up to 8 tiles (the single-tile presets, ``tpu_like``,
+    ``tpu_v4``) and kept by the persistent caches like the others.
+
+    >>> cost_grid(2, 4, 3), cost_grid(2, 4, 100), cost_grid(4, 5, 3)
+    (Grid(tiles=8, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8))
+    """
+    grid = schedule.bucket(tile_rows, tile_cols)
+    if padded_count(n_ops) <= COST_OPS and tile_rows * tile_cols <= SMALL_GRID_TILES:
+        return schedule.Grid(SMALL_GRID_TILES, grid.rows, grid.cols)
+    return grid
+
+
+@functools.lru_cache(maxsize=64)
+def _grid_and_tables(tile_rows: int, tile_cols: int, n_ops: int) -> tuple[schedule.Grid, tuple[Any, Any]]:
+    """:func:`cost_grid` and its :func:`device_tables`, looked up once per call."""
+    grid = cost_grid(tile_rows, tile_cols, n_ops)
+    return grid, device_tables(tile_rows, tile_cols, grid.rows, grid.cols, grid.tiles)
 
 
 @functools.lru_cache(maxsize=256)
@@ -651,20 +743,19 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
     padded op count and grid bucket serves both (and :func:`dfit_nb.sim.calibration.predict`)."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
-    hw = _check_scalar_hw(hw)
+    read = _machine(hw)
+    hw, rows, cols = read.hw, read.rows, read.cols
     arrays, coord = alone_columns(ops)  # the program derives the model's inputs from them (alone_inputs)
     codes, names = dataflow_codes(dataflow, len(coord))
-    rows, cols = int(hw.tile_rows), int(hw.tile_cols)
     sizes = (len(coord), len(names or ()) or 1, rows, cols)
     if _estimated_bytes(*sizes) > available_bytes():  # the Estimate, which names the sizes, built only to refuse
         sweep_estimate(f"cost of {len(coord)} ops on {hw.name or 'the machine'!r}", 1, sizes[1], sizes[0], 0,
                        rows, cols, 1).check(
             "use a coarser tile grid (tile_rows x tile_cols), or cost fewer ops per call")
     with jax.enable_x64(True):
-        # padded to the grid's bucket, like the replay's: presets and machines whose grids differ share one
-        # compiled program (tiles past the grid are never placed on, so no result changes)
-        grid = schedule.bucket(rows, cols)
-        tables = device_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
+        # padded to the grid's bucket (cost_grid), like the replay's: presets and machines whose grids differ
+        # share one compiled program (tiles past the grid are never placed on, so no result changes)
+        grid, tables = _grid_and_tables(rows, cols, len(coord))
         keys = tuple(arrays)
         # the op count padded to a power of two (at least COST_OPS) by repeating the first op, so tables of
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
@@ -676,15 +767,17 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         table = table.take(index, axis=1)
         df = codes.astype(np.float64).reshape(-1) if names or n else np.zeros(1)
         df = df if names else df[index]
-        fields = field_vector(hw)
+        fields = read.fields
         evaluate = _evaluate_small if table.shape[1] <= COST_OPS else _evaluate
-        static = {"keys": keys, "dataflows": len(names or ()), "ideal": memory == "ideal"}
-        # the input's shape follows from these (float64, the tables' from the grid's bucket): a warm call finds
+        dataflows = len(names or ())
+        static = {"keys": keys, "dataflows": dataflows, "ideal": memory == "ideal",
+                  "block_rows": rows_per_block(table.shape[1] * max(dataflows, 1))}
+        # the inputs' shapes follow from these (float64, the tables' from the grid's bucket): a warm call finds
         # its program by them alone
-        signature = (keys, static["dataflows"], static["ideal"], table.shape, grid)
-        packed = np.asarray(_exported.call_signed(evaluate, static, signature, pack(table, fields, df),
-                                                  tables=tables))[..., :n]
-    return _derive(dict(zip(MODEL_OUTPUTS, packed, strict=True)), hw.clock_ghz), names, coord, codes, fields
+        signature = (keys, dataflows, static["ideal"], table.shape, grid)
+        blocks = _exported.call_signed(evaluate, static, signature, pack(table, fields, df), tables=tables)
+        rows = [row for block in blocks for row in np.asarray(block)[..., :n]]
+    return _derive(dict(zip(MODEL_OUTPUTS, rows, strict=True)), hw.clock_ghz), names, coord, codes, fields
 
 
 def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -378,6 +381,81 @@ def test_the_model_inputs_are_the_same_derived_on_the_host_or_in_the_program(row
         assert set(host) == set(program)
         for key, value in host.items():
             np.testing.assert_array_equal(np.asarray(program[key]), value, err_msg=key)
+
+
+def test_small_tables_on_small_grids_cost_the_same_on_their_own_grid_as_on_the_bucket(monkeypatch):
+    """A table of up to COST_OPS ops on a machine of up to 8 tiles runs a program compiled for 8 tiles (32
+    candidate splits per op where the replay's 8 x 8 bucket scores 116): every grid shape of up to 8 tiles, every
+    dataflow, both memory modes give the bucket's numbers bit for bit."""
+    from dfit_nb.sim import _cost, schedule
+
+    asked = []
+
+    def on_the_bucket(rows, cols, _):
+        asked.append((rows, cols))
+        grid = schedule.bucket(rows, cols)
+        assert grid.tiles == 64
+        return grid, _cost.device_tables(rows, cols, grid.rows, grid.cols, grid.tiles)
+
+    rng = np.random.default_rng(7)
+    grids = [(r, c) for r in range(1, 9) for c in range(1, 9) if r * c <= _cost.SMALL_GRID_TILES]
+    assert len(grids) == 20 and _cost.cost_grid(2, 4, 3).tiles == 8 and _cost.cost_grid(4, 5, 3).tiles == 64
+    for i, (r, c) in enumerate(grids):
+        hw = presets.get("tpu_like").replace(
+            tile_rows=r, tile_cols=c, pe_rows=int(rng.choice([4, 16, 128])), pe_cols=int(rng.choice([4, 16, 128])),
+            sram_input_bytes=int(rng.choice([4096, 65536, 2**21])), dram_bytes_per_cycle=float(rng.choice([8, 512])))
+        n = 1 + i % _cost.COST_OPS
+        ops = {"m": rng.integers(0, 4000, n), "k": rng.integers(0, 4000, n), "n": rng.integers(1, 4000, n),
+               "batch": rng.integers(1, 5, n), "dtype": rng.choice(["int8", "bfloat16", "float32"], n),
+               "bytes_read": rng.integers(0, 10**7, n), "bytes_written": rng.integers(0, 10**7, n)}
+        memory = ("finite", "ideal")[i % 2]
+        dataflow = np.array(["ws", "os", "is"])[(np.arange(n) + i) % 3]  # every dataflow, one program
+        small = cost(ops, hw, dataflow, memory)
+        with monkeypatch.context() as mp:
+            mp.setattr(_cost, "_grid_and_tables", on_the_bucket)
+            bucket = cost(ops, hw, dataflow, memory)
+        assert asked.pop() == (r, c)
+        for name in bucket.data_vars:
+            np.testing.assert_array_equal(small[name].values, bucket[name].values, err_msg=f"{r}x{c} {name}")
+
+
+def test_a_machine_is_read_once_only_when_nothing_in_it_can_change():
+    """cost() keeps what it reads of a machine (field vector, attrs, grid) when every field is a scalar that
+    cannot change in place; a machine holding a NumPy array is read on every call, so changing the array in place
+    changes the next result."""
+    from dfit_nb.sim import _cost
+
+    ops = {"m": [64, 128], "k": [64, 128], "n": [64, 128]}
+    hw = presets.get("tpu_like").replace(dram_bytes_per_cycle=48.0)
+    first = cost(ops, hw)
+    entry = _cost._machines[id(hw)]
+    assert entry.hw is hw and not entry.fields.flags.writeable and entry.attrs["hw_dram_bytes_per_cycle"] == 48.0
+    xr.testing.assert_identical(cost(ops, hw), first)
+    bandwidth = np.array(48.0)
+    held = presets.get("tpu_like").replace(dram_bytes_per_cycle=bandwidth)
+    assert float(cost(ops, held)["dram_cycles"][1]) == float(first["dram_cycles"][1])
+    assert id(held) not in _cost._machines
+    bandwidth[...] = 4.0  # a frozen Hardware still holds a mutable array
+    slower = cost(ops, held)
+    assert float(slower["dram_cycles"][1]) > float(first["dram_cycles"][1])
+    assert slower.attrs["hw_dram_bytes_per_cycle"] == 4.0
+
+
+@pytest.mark.slow  # a fresh process compiles the program
+def test_a_small_tables_program_runs_on_the_calling_thread(tmp_path):
+    """XLA's CPU runtime runs a program's kernels one after another on the calling thread only when none of its
+    buffers is over 512 bytes (dfit_nb.sim._cost.SEQUENTIAL_BYTES), and logs which it chose; cost()'s program for
+    a small table on a small grid is built to be such a program (its inputs and outputs in blocks, the tables as
+    int32), which halves it (benchmarks/bench_cost_call.py). One dataflow per op: a list of them vmaps the search,
+    whose (ops x candidates) arrays are then kept, and that program runs on the pool."""
+    code = ("from dfit_nb.sim import cost, presets\n"
+            "cost({'m': [64, 128, 256], 'k': [64, 128, 256], 'n': [64, 128, 256]}, presets.get('tpu_like'))\n"
+            "cost({'m': [64], 'k': [64], 'n': [64]}, presets.get('scalesim_32'), 'os', memory='ideal')")
+    env = {**os.environ, "TF_CPP_VMODULE": "thunk_executor=2", "TF_CPP_MIN_LOG_LEVEL": "0",
+           "DFIT_NB_COMPILATION_CACHE": str(tmp_path)}  # an empty cache: the programs are compiled, and logged
+    err = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stderr
+    built = [line for line in err.splitlines() if "Constructed ThunkExecutor" in line]
+    assert len(built) == 2 and all("is_sequential=true" in line for line in built), built
 
 
 def test_datasets_share_no_mutable_state():
