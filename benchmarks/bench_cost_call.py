@@ -14,16 +14,22 @@ calls (the minimum is the least disturbed by other work on a shared machine).
 
 Then where a warm call's time goes beyond its parts measured alone: the host work of a call (the op table and the
 Dataset) timed alone back to back, then timed in the same loop but each time right after something else: a
-trivial jitted call, the model's program, or a write over 4 MB of memory (more than a core's L2 cache); and the
-floor: the model's program and the Dataset of its outputs and nothing else (no op table, no checks), what a
-``cost()`` of 3 ops could take on this machine if every other step were free.
+trivial jitted call, the model's program, or a write over 4 MB of memory (more than a core's L2 cache); cost()'s
+own program as cost() calls it (on the grid it compiles for, ``_cost.cost_grid``, its inputs and outputs in
+blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings); and the floor: that
+program and the Dataset of its outputs and nothing else (no op table, no checks), what a ``cost()`` of 3 ops
+could take on this machine if every other step were free.
 
 JAX fixes a process's CPU dispatch when it creates its CPU client, so ``--dispatch both`` (the default) runs the
 whole table twice in two fresh processes, alternating: synchronous dispatch (what ``import dfit_nb`` asks for,
 :mod:`dfit_nb._dispatch`) and JAX's asynchronous default (``DFIT_NB_SYNC_CPU_DISPATCH=0``), and prints them side
 by side with the better of ``--repeats`` processes of each.
 
-Run: ``python benchmarks/bench_cost_call.py [--preset tpu_like --calls 300 --rounds 7 --dispatch both]``.
+``--first``: instead, the first call of each of three presets in a fresh process with an empty compilation cache,
+then in another with that cache (what compiling for the 8-tile grid costs a session).
+
+Run: ``python benchmarks/bench_cost_call.py [--preset tpu_like --calls 300 --rounds 7 --dispatch both]``,
+``python benchmarks/bench_cost_call.py --first``.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,7 +55,7 @@ from dfit_nb.sim import cost, presets, schedule
 from dfit_nb.sim.calibration import predictor, vector_predictor
 from dfit_nb.sim.hardware import field_vector
 
-MODEL = "the model's jitted call, packed inputs and outputs"
+MODEL = "the model's jitted call (8 x 8 bucket), packed inputs and outputs"
 MODEL_BEFORE = "  ... one input per column and field (before)"
 MODEL_BEFORE_THAT = "  ... and one output copy per variable (before that)"
 DATASET, DATASET_BEFORE = "Dataset, direct constructor", "  ... public constructor (before)"
@@ -57,6 +64,7 @@ HOST = "host work of a call (op table, Dataset), back to back"
 HOST_AFTER = {"trivial": "  ... each right after a trivial jitted call",
               "program": "  ... each right after the model's program",
               "touch": "  ... each right after writing 4 MB of memory"}
+OWN = "cost()'s own program, as cost() calls it (its grid, in blocks)"
 FLOOR = "the model's program and its Dataset, nothing else (the floor)"
 
 
@@ -80,7 +88,15 @@ def main() -> None:
     p.add_argument("--dispatch", choices=("both", "sync", "async"), default="both")
     p.add_argument("--repeats", type=int, default=2, help="processes per dispatch mode with --dispatch both")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a child's rows, for --dispatch both
+    p.add_argument("--first", action="store_true", help="time first calls in fresh processes instead (see below)")
+    p.add_argument("--first-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.first_child:
+        first_calls_here()
+        return
+    if a.first:
+        first_calls()
+        return
     if a.dispatch == "both":
         side_by_side(a)
         return
@@ -237,6 +253,7 @@ def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, f
         rows = {HOST: best_us(host, n, rounds)}
         for name, before in befores.items():
             rows[HOST_AFTER[name]] = best_host_us(before, host, n, rounds)
+        rows[OWN] = best_us(program, n, rounds)
         rows[FLOOR] = best_us(floor, n, rounds)
     return rows
 
@@ -256,6 +273,32 @@ def best_host_us(before: Callable[[], Any], host: Callable[[], Any], calls: int,
             total += time.perf_counter() - t
         times.append(total / calls * 1e6)
     return min(times)
+
+
+FIRST_PRESETS = ("tpu_like", "npu_like", "scalesim_32")
+
+
+def first_calls() -> None:
+    """The first ``cost()`` of 3 ops on each of :data:`FIRST_PRESETS`, in that order, in a fresh process with an
+    empty compilation cache, then in a second fresh process with that cache (what a user's next session finds):
+    ``tpu_like`` and ``scalesim_32`` share the 8-tile program, ``npu_like`` (20 tiles) runs the 8 x 8 bucket's."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+        env["DFIT_NB_COMPILATION_CACHE"] = cache
+        for label in ("empty compilation cache", "warm compilation cache"):
+            out = subprocess.run([sys.executable, __file__, "--first-child"], env=env, check=True,
+                                 capture_output=True, text=True).stdout.strip().splitlines()[-1]
+            print(f"first cost() of 3 ops, fresh process, {label}: {out}")
+
+
+def first_calls_here() -> None:
+    ops = {"m": [64, 128, 256], "k": [64, 128, 256], "n": [64, 128, 256]}
+    times = []
+    for name in FIRST_PRESETS:
+        t = time.perf_counter()
+        cost(ops, presets.get(name))
+        times.append(f"{name} {time.perf_counter() - t:.3f} s")
+    print(", then ".join(times))
 
 
 if __name__ == "__main__":
