@@ -16,7 +16,9 @@ Then where a warm call's time goes beyond its parts measured alone: the host wor
 Dataset) timed alone back to back, then timed in the same loop but each time right after something else: a
 trivial jitted call, the model's program, or a write over 4 MB of memory (more than a core's L2 cache); cost()'s
 own program as cost() calls it (on the grid it compiles for, ``_cost.cost_grid``, its inputs and outputs in
-blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings); and the floor: that
+blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings), and the same program
+with float64 grid tables (576 bytes each, past XLA's threshold for running kernels in order on the calling
+thread, ``_cost.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
 program and the Dataset of its outputs and nothing else (no op table, no checks), what a ``cost()`` of 3 ops
 could take on this machine if every other step were free.
 
@@ -65,6 +67,7 @@ HOST_AFTER = {"trivial": "  ... each right after a trivial jitted call",
               "program": "  ... each right after the model's program",
               "touch": "  ... each right after writing 4 MB of memory"}
 OWN = "cost()'s own program, as cost() calls it (its grid, in blocks)"
+OWN_POOL = "  ... with the grid tables as float64 (a buffer past 512 B: on XLA's pool)"
 FLOOR = "the model's program and its Dataset, nothing else (the floor)"
 
 
@@ -254,6 +257,14 @@ def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, f
         for name, before in befores.items():
             rows[HOST_AFTER[name]] = best_host_us(before, host, n, rounds)
         rows[OWN] = best_us(program, n, rounds)
+        wide = jax.device_put(tuple(np.asarray(t, np.float64) for t in tables))  # the same counts, 576 B each
+
+        def pooled() -> Any:
+            blocks = C._evaluate_small(C.pack(table, fields, df), keys=keys, dataflows=0,
+                                       block_rows=C.rows_per_block(len(df)), tables=wide, ideal=False)
+            return [row for block in blocks for row in np.asarray(block)]
+
+        rows[OWN_POOL] = best_us(pooled, n, rounds)
         rows[FLOOR] = best_us(floor, n, rounds)
     return rows
 

@@ -137,7 +137,7 @@ def call_signed(fn: Callable[..., Any], static: dict[str, Any], signature: Hasha
                 ) -> Any:
     """:func:`call` for a caller that names its arguments' signature itself, for the calls that pay per
     microsecond (a warm ``cost()`` of a few ops): a warm call is one dictionary lookup, where :func:`call`
-    flattens the arguments, checks each and builds its key from them (about 20 us between the model's programs).
+    flattens the arguments, checks each and builds its key from them.
 
     ``signature``: hashable, and it must determine, with ``fn`` and ``static``, the argument tree and each leaf's
     shape, dtype and weak type (for example the padded sizes the caller built its arrays for); the arguments must

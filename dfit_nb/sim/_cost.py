@@ -334,7 +334,8 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     :func:`alone_inputs`) in blocks of rows, then the machine's :func:`~dfit_nb.sim.hardware.field_vector` and
     the dataflow codes (one per op, or one per dataflow) end to end. For a small table every input and output
     block, like the tables (int32) and the program's own arrays, fits :data:`SEQUENTIAL_BYTES`, so XLA runs the
-    program on the calling thread: 55 against 112 us for 3 ops on tpu_like (``benchmarks/bench_cost_call.py``).
+    program on the calling thread (``benchmarks/bench_cost_call.py`` times it against the same program with
+    float64 tables, which runs on the pool).
     """
     blocks, rest = inputs
     table = jnp.concatenate(blocks) if len(blocks) > 1 else blocks[0]  # rows are sliced from the blocks again
@@ -474,8 +475,8 @@ _MACHINES_KEPT = 16
 def _machine(hw: Any) -> _Machine:
     """``hw`` checked (one machine, a Hardware) and read for :func:`cost`: its field vector, its provenance
     attrs and its grid. A machine whose every field is a Python or NumPy scalar can change no value (a Hardware
-    is frozen), so what was read of it is kept and a warm call asks once per call, not once per field (33 fields
-    read three times cost a warm call of 3 ops about 13 us); a machine holding arrays is read every call."""
+    is frozen), so what was read of it is kept: a warm call looks it up once instead of reading its 33 fields
+    three times. A machine holding arrays (which can change in place) is read on every call."""
     entry = _machines.get(id(hw))
     if entry is not None and entry.hw is hw:
         return entry
