@@ -1,9 +1,9 @@
 """A warm ``cost()`` call on a small table, and the pure-array entry point of the model, each part side by side.
 
 ``cost()`` on a 3-op table is mostly fixed overhead around one jitted call of the model. This prints, in one run on
-the same machine and table: the whole call; the model's jitted call with its inputs packed in one vector (the op
-table's columns, the machine's field vector, the dataflow codes; the grid tables kept on the device) and its
-outputs copied to the host in one packed array (today), beside the same call with one input per op column and
+the same machine and table: the whole call; the model's jitted call with its inputs packed (the op table's columns
+in row blocks, the machine's field vector and the dataflow codes in one vector; the grid tables kept on the device)
+and its outputs copied to the host in packed blocks (today), beside the same call with one input per op column and
 machine field and the tables sent from the host (before), and with one output copy per variable too (before that);
 the Dataset built through xarray's direct constructor (today) and its public one (before); the machine copied for
 ``jit`` without and with revalidation; and the pure-array entry point (:func:`dfit_nb.sim.calibration.predictor`,
