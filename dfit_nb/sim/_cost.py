@@ -777,8 +777,8 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # its program by them alone
         signature = (keys, dataflows, static["ideal"], table.shape, grid)
         blocks = _exported.call_signed(evaluate, static, signature, pack(table, fields, df), tables=tables)
-        rows = [row for block in blocks for row in np.asarray(block)[..., :n]]
-    return _derive(dict(zip(MODEL_OUTPUTS, rows, strict=True)), hw.clock_ghz), names, coord, codes, fields
+        outputs = [row for block in blocks for row in np.asarray(block)[..., :n]]
+    return _derive(dict(zip(MODEL_OUTPUTS, outputs, strict=True)), hw.clock_ghz), names, coord, codes, fields
 
 
 def finish(out: dict[str, np.ndarray], clock_ghz: Any) -> dict[str, np.ndarray]:
