@@ -227,7 +227,7 @@ def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, f
     columns, _ = C.alone_columns(ops)
     keys = tuple(columns)
     codes = C.dataflow_codes("ws", 3)[0].astype(np.float64)
-    index = C.padded_index(3, C.padded_count(3))
+    index = C._padding(3)  # as cost() pads 3 ops
 
     def host() -> Any:
         C.alone_columns(ops)

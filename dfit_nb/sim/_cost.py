@@ -642,8 +642,7 @@ def _attrs(name: str) -> dict[str, str]:
 
 def op_counts(ops: Any, n_ops: int) -> np.ndarray:
     """Executions per call from the ops table's ``count`` column (1 when it has none)."""
-    table = ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
-    count = _column(table, "count")
+    count = _column(_table(ops), "count")
     return np.ones(n_ops) if count is None else np.asarray(count, dtype=np.float64)
 
 
@@ -741,7 +740,7 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
     """What :func:`cost` computes before it builds its Dataset: ``(outputs, dataflow names or None, op
     coordinate, dataflow codes, the machine's field vector)``, the outputs as NumPy arrays (``(dataflows, ops)``
     for a list of dataflows, else ``(ops,)``), ``seconds`` and ``energy_j`` included. One compiled program per
-    padded op count and grid bucket serves both (and :func:`dfit_nb.sim.calibration.predict`)."""
+    padded op count and grid (:func:`cost_grid`) serves both (and :func:`dfit_nb.sim.calibration.predict`)."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     read = _machine(hw)
