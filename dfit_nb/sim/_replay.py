@@ -37,9 +37,10 @@ from tqdm.auto import tqdm
 from .. import _compile_options, _exported
 from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
-from . import machine, mapping, memory, schedule
+from . import kernels, machine, mapping, memory, schedule
 from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays, padded_count
 from .hardware import EXECUTION_STYLES, Hardware, field_vector
+from .kernels import Kernels
 from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
 from .run import level_totals
 
@@ -66,13 +67,55 @@ class Prepared:
     arrays: dict[str, np.ndarray]  # float64 model inputs
     preds: np.ndarray  # (ops, P) row indices of producers, -1 padding
     pred_bytes: np.ndarray  # (ops, P) bytes each producer passes (program dtype)
+    kernels: Kernels | None = None  # which ops run as one kernel (dfit_nb.sim.kernels)
+
+    @property
+    def fusion(self) -> str:
+        """The fusion mode the kernels were grouped by."""
+        return self.kernels.mode if self.kernels is not None else "none"
 
 
-def prepare(trace: Any) -> Prepared:
-    """The replayable ops of ``trace`` (cached on the trace object)."""
+def prepare(trace: Any, fusion: str | None = None) -> Prepared:
+    """The replayable ops of ``trace`` grouped into kernels by ``fusion`` (:data:`dfit_nb.sim.kernels.FUSION_MODES`;
+    default :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), cached on the trace object per mode."""
+    mode = kernels.check_mode(fusion)
     cached = getattr(trace, "_dfit_replay_prepared", None)
-    if isinstance(cached, Prepared):
-        return cached
+    store = cached if isinstance(cached, dict) else {}
+    if isinstance(store.get(mode), Prepared):
+        return store[mode]
+    base = store.get("")  # the ops before kernels, shared by every mode
+    if not isinstance(base, Prepared):
+        base = _prepare_ops(trace)
+    prepared = with_kernels(base, mode, trace)
+    store.update({"": base, mode: prepared})
+    try:
+        trace._dfit_replay_prepared = store
+    except AttributeError:  # a read-only object: just do not cache
+        pass
+    return prepared
+
+
+def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
+    """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``) added to its arrays."""
+    lowering = getattr(trace, "lowering", None)
+    known = None
+    if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
+        known = lowering["fusion"].values
+    table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
+             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
+    try:
+        k = kernels.group(table, prep.preds, fusion, prep.arrays["bytes_written"], known)
+    except kernels.FusionError as err:
+        raise ReplayError(str(err)) from None
+    arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
+              "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
+              "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64)}
+    return dataclasses.replace(prep, arrays=arrays, kernels=k)
+
+
+def _prepare_ops(trace: Any) -> Prepared:
+    """The replayable ops of ``trace``, before kernels."""
     ops = getattr(trace, "ops", None)
     missing = [k for k in ("container", "live", "in_shapes", "bytes_read") if k not in getattr(ops, "variables", {})]
     if ops is None or "op" not in getattr(ops, "dims", {}) or missing or getattr(trace, "edges", None) is None:
@@ -126,14 +169,9 @@ def prepare(trace: Any) -> Prepared:
     if len(pairs):
         preds[pairs[:, 0], slot] = pairs[:, 1]
         pred_bytes[pairs[:, 0], slot] = pair_bytes
-    prepared = Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
-                        primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
-                        pred_bytes=pred_bytes)
-    try:
-        trace._dfit_replay_prepared = prepared
-    except AttributeError:  # a read-only object: just do not cache
-        pass
-    return prepared
+    return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
+                    primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
+                    pred_bytes=pred_bytes)
 
 
 def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None
@@ -196,6 +234,9 @@ def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], lea
     size, slots = padded_sizes(prep, least)
     arrays = {k: np.concatenate([v, np.zeros(size - n)]) for k, v in prep.arrays.items()}
     arrays["count"][n:] = 1.0
+    if "kernel" in arrays:  # padding ops are kernels of their own (ids past every real one)
+        arrays["kernel"][n:] = np.arange(n, size)
+        arrays["kernel_size"][n:] = 1.0
     arrays["real"] = (np.arange(size) < n).astype(np.float64)
     preds = np.full((size, slots), -1, np.int64)
     preds[:n, :width] = prep.preds
@@ -226,6 +267,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     else:
         alloc = n_tiles + 0.0 * ops["m"]
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
+    m = machine.kernel_overlap(m, ops, hw)  # a fused kernel's vector work under its GEMM's array work
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
@@ -336,6 +378,8 @@ def trace_key(prep: Prepared) -> str:
                 prep.preds):
         h.update(np.ascontiguousarray(arr).tobytes())
     h.update("|".join(str(p) for p in prep.primitive).encode())
+    if prep.fusion != "none":  # the kernels the policy was priced on (keys of unfused selections are unchanged)
+        h.update(prep.fusion.encode())
     return h.hexdigest()[:16]
 
 
@@ -352,7 +396,7 @@ def hardware_key(hw: Hardware) -> str:
 def check_policy_target(policy: Any, trace: Any, hw: Hardware) -> None:
     """A Policy replays only on the trace and machine it was selected on: a clear error otherwise."""
     want_trace, want_hw = getattr(policy, "trace_key", ""), getattr(policy, "hw_key", "")
-    if want_trace and want_trace != trace_key(prepare(trace)):
+    if want_trace and want_trace != trace_key(prepare(trace, getattr(policy, "fusion", None))):
         raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected for another trace: its "
                           "per-op choices would not match these ops; select again with "
                           "dfit_nb.sim.select_dataflows(trace, hw, objective)")
@@ -407,7 +451,7 @@ GRID_ADVICE = ("replay a coarser tile grid (tile_rows x tile_cols: the replay ke
 
 def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
            layouts: Mapping[str, str] | None = None, time_bins: int = 256, inferences: int = 1,
-           measured: bool | None = None) -> Any:
+           measured: bool | None = None, fusion: str | None = None) -> Any:
     """Map and schedule a captured program on ``hw``: the event cube.
 
     Parameters
@@ -439,6 +483,12 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     measured : bool, optional
         Add the trace's measured events (``source="measured"``); default: when
         the trace has measured times (profile or eager mode).
+    fusion : {"rules", "compiler", "none"}, optional
+        Which ops run together as one kernel (intermediates on chip, one launch,
+        vector work beside the array): the machine's fusion rules (the default),
+        the capture's XLA fusion map, or one kernel per primitive
+        (:mod:`dfit_nb.sim.kernels`). A Policy replays with the fusion it was
+        selected with.
 
     Returns
     -------
@@ -469,12 +519,13 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         raise ReplayError(f"time_bins must be a positive integer, got {time_bins!r}")
     if not isinstance(inferences, (int, np.integer)) or inferences < 1:
         raise ReplayError(f"inferences must be a positive integer, got {inferences!r}")
-    prep = prepare(trace)
+    fusion = policy_fusion(dataflow, fusion)
+    prep = prepare(trace, fusion)
     if isinstance(dataflow, str) and dataflow.lower() == "hybrid":
         from .policy import select_dataflows
 
         # the exact selection (energy), replayed and verified against every single style
-        policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False)
+        policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False, fusion=fusion)
         return policy.evaluate(layouts=layouts, time_bins=time_bins, inferences=inferences,
                                measured=measured).runs["hybrid"]
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
@@ -494,6 +545,19 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         GRID_ADVICE + ", fewer time_bins, or replay_batch for per-machine scalars without events")
     return build_run(trace, prep, out, hw, codes, policy_name, execution, time_bins=time_bins,
                      inferences=inferences, measured=measured)
+
+
+def policy_fusion(dataflow: Any, fusion: str | None) -> str:
+    """The fusion a replay of ``dataflow`` runs with: a Policy's own (another one is refused), else ``fusion``."""
+    own = getattr(dataflow, "fusion", None) if getattr(dataflow, "per_op", None) is not None else None
+    mode = kernels.check_mode(fusion)
+    if own is None:
+        return mode
+    if fusion is not None and mode != own:
+        raise ReplayError(f"this Policy was selected with fusion={own!r}: its choices were priced on those kernels; "
+                          f"replay it with fusion={own!r} (or leave fusion out), or select again with "
+                          f"fusion={mode!r}")
+    return own
 
 
 def _run_program(prep: Prepared, hw: Hardware, codes: np.ndarray, pinned: dict[str, np.ndarray], execution: str,
@@ -552,7 +616,8 @@ def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: n
     return {k: v.copy() for k, v in kept.items()}
 
 
-def program_key(trace: Any, hw: Hardware, execution: str | None = None) -> tuple[Any, ...]:
+def program_key(trace: Any, hw: Hardware, execution: str | None = None, fusion: str | None = None
+                ) -> tuple[Any, ...]:
     """What decides which compiled program :func:`replay` runs ``trace`` on ``hw`` with: the grid bucket, the
     execution style and the padded op and producer-slot counts (machines with equal keys share one program).
 
@@ -566,7 +631,7 @@ def program_key(trace: Any, hw: Hardware, execution: str | None = None) -> tuple
     """
     execution = hw.execution if execution is None else execution
     return (schedule.bucket(int(hw.tile_rows), int(hw.tile_cols)), execution,
-            *padded_sizes(prepare(trace), ONE_MACHINE_OPS))
+            *padded_sizes(prepare(trace, fusion), ONE_MACHINE_OPS))
 
 
 def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int = 256) -> None:
@@ -729,7 +794,8 @@ def _batch_block(p: BatchPlan, client_versions: dict[str, str], leaves: dict[str
 
 
 def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
-                 layouts: Mapping[str, str] | None = None, mesh: Mesh | None = None, chunks: int | None = None) -> Any:
+                 layouts: Mapping[str, str] | None = None, mesh: Mesh | None = None, chunks: int | None = None,
+                 fusion: str | None = None) -> Any:
     """Replay ``trace`` on a batch of machines in one vmapped program: per-machine scalars, no events.
 
     ``hw`` is a batched :class:`Hardware` (``Hardware.stack([...])`` or array
@@ -746,6 +812,8 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     NamedSharding(mesh, PartitionSpec("machines")))``; put them under
     ``jax.enable_x64(True)`` to keep float64 fields exact). The batch is padded
     to a multiple of the device count; results equal the unsharded ones.
+
+    ``fusion``: which ops run as one kernel, as in :func:`dfit_nb.replay`.
 
     ``chunks=N``: a lazy Dataset backed by Dask arrays, one task per ``N`` machines (see
     :mod:`dfit_nb.sim.scale`): nothing runs until it is reduced, plotted or saved, on this process' threads or
@@ -775,7 +843,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     from .hardware import FIELDS
 
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
-    prep = prepare(trace)
+    prep = prepare(trace, policy_fusion(dataflow, fusion))
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))
     n_machines = shape[0]
@@ -827,7 +895,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
         attrs_chunks = len(per_task[1])
     data = {k: (("machine",), v, meta[k]) for k, v in out.items()}
     coords = {"machine": np.arange(shape[0]), **{f: ("machine", v) for f, v in leaves.items()}}
-    attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution).items()
+    attrs = {k: v for k, v in provenance(trace, Hardware(), policy_name, execution, prep.fusion).items()
              if not k.startswith("hw_") and k not in ("hardware", "clock_ghz")}
     return xr.Dataset(data, coords=coords, attrs={**attrs, "hardware": hw.name, "machine_chunks": attrs_chunks})
 

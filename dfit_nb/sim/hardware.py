@@ -105,6 +105,13 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
                        "shorter, over its blocks of half the buffers) hidden under neighbouring ops: 1, the "
                        "slowest demand alone sets the time; 0, a lone op pays it (all of the shorter when one block "
                        "holds the op)", "nonneg", 0, 1),
+    "transcendental_cycles": ("cycle", "lane-cycles of the vector unit per transcendental (exp, tanh, rsqrt, erf, "
+                              "log: a polynomial or table evaluation on the lane); 8 unless a preset or a "
+                              "calibration says", "nonneg", 0, 1e6),
+    "vector_overlap": ("1", "share of a fused kernel's vector work (its GEMM's epilogue and prologue: bias, "
+                       "activation, scale, convert) that runs on the vector unit while the PE array works: 1, a "
+                       "vector unit beside the array (a TPU's VPU beside its MXUs); 0, the array's own datapath "
+                       "does it after the GEMM", "nonneg", 0, 1),
     "mac_pj_1": ("pJ", "energy of one MAC on 1-byte words (int8)", "nonneg", 0, math.inf),
     "mac_pj_2": ("pJ", "energy of one MAC on 2-byte words (bf16/fp16)", "nonneg", 0, math.inf),
     "mac_pj_4": ("pJ", "energy of one MAC on 4-byte words (fp32; 8-byte words are charged 4x this)", "nonneg", 0,
@@ -183,6 +190,8 @@ class Hardware:
     short_reduction_cycles: Any = 0.0
     fold_overlap: Any = 0.0
     memory_overlap: Any = 1.0
+    transcendental_cycles: Any = 8.0
+    vector_overlap: Any = 1.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]
     mac_pj_2: Any = MAC_PJ_BY_WORD[2]
     mac_pj_4: Any = MAC_PJ_BY_WORD[4]

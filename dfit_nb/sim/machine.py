@@ -126,8 +126,6 @@ TENSORS = ("activation", "weight", "psum")
 LEVELS = ("sram", "noc", "dram")
 #: Energy levels of :func:`model`.
 ENERGY_LEVELS = ("mac", "rf", "sram", "noc", "dram")
-#: Vector-unit work per transcendental (a documented assumption: a polynomial or table evaluation).
-TRANSCENDENTAL_WORK = 8.0
 #: Bytes per element of an op whose dtype is unknown (JAX's default float32).
 DEFAULT_ITEMSIZE = 4.0
 
@@ -341,22 +339,23 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
     reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
-    work = ops["flops"] + TRANSCENDENTAL_WORK * ops["transcendentals"]
-    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"]), lanes * v)
+    kept = kept_share(ops)  # 0 for an op folded into its kernel's indexing (a reshape, a broadcast)
+    work = vector_work(ops, hw) * kept
+    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"] * kept), lanes * v)
     compute_v = jnp.where(gemm, gemm_v, vector_v)
     macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
 
     # ---- SRAM (bytes, whole op)
     e = gemm_sram_elements(p["mt"], p["kt"], p["nt"], df, r, c)
     per_v = {key: val * p["bt"] * word for key, val in e.items()}
-    sram_in = jnp.where(gemm, per_v["input"] * v, ops["elems_in"] * word)
+    sram_in = jnp.where(gemm, per_v["input"] * v, ops["elems_in"] * kept * word)
     sram_w = jnp.where(gemm, per_v["weight"] * v, 0.0)
-    final_out = jnp.where(gemm, p["rows"] * ops["n"] * word, ops["elems_out"] * word)
+    final_out = jnp.where(gemm, p["rows"] * ops["n"] * word, ops["elems_out"] * kept * word)
     # partial sums (every output write but the final one, every output read) move at the accumulator's width;
     # written so that an accumulator as wide as the word (wide = 1) leaves every figure exactly as it was
     wide = acc / word
     out_w = per_v["output_w"] * v
-    sram_out_w = jnp.where(gemm, out_w + (out_w - final_out) * (wide - 1.0), ops["elems_out"] * word)
+    sram_out_w = jnp.where(gemm, out_w + (out_w - final_out) * (wide - 1.0), ops["elems_out"] * kept * word)
     sram_out_r = jnp.where(gemm, per_v["output_r"] * v * wide, 0.0)
 
     # ---- what each tile is handed (compulsory, with multicast copies) and what does not fit
@@ -404,8 +403,10 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
     # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles;
     # program outputs and results that do not fit are written to DRAM
-    out_onchip = (ops["has_consumer"] > 0) & (
-        ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))
+    fused = fused_in_kernel(ops, hw, scale)
+    out_onchip = ((ops["has_consumer"] > 0) & (
+        ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
+        fused & (ops.get("internal", 0.0) > 0))
     out_dram = jnp.where(out_onchip, 0.0, ops["bytes_written"] * scale)
     spilled = refetch_in + refetch_w + psum_spill
     dram_bytes = ext_in_dram + ext_w_dram + out_dram + spilled
@@ -460,7 +461,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
         "blocks_v": jnp.where(gemm, jnp.maximum((in_piece + w_piece) / (buf_in + buf_w), 1.0),
                               jnp.maximum(ops["elems_in"] * word / v / (0.5 * sram_per_tile(hw)), 1.0)),
         "resident_bytes": resident, "final_out": final_out, "out_onchip": out_onchip * 1.0,
-        "fixed_cycles": fixed_cycles(ops, hw),
+        "fixed_cycles": fixed_cycles(ops, hw, fused),
+        "kernel": ops.get("kernel", 0.0) + 0.0 * gy, "fused": fused * 1.0, "vector_work": work,
         "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
         "sram_writes_output": sram_out_w,
         "dram_reads_input": ext_in_dram + refetch_in, "dram_reads_weight": ext_w_dram + refetch_w,
@@ -486,7 +488,8 @@ def pipeline_demand(ops: dict[str, Any], hw: Hardware) -> tuple[Any, Any]:
     partitions, the result half its output partitions, the other half prefetching)."""
     gemm = ops["gemm"] > 0
     macs = jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"]
-    vector = jnp.maximum(ops["flops"] + TRANSCENDENTAL_WORK * ops["transcendentals"], ops["elems_out"])
+    kept = kept_share(ops)
+    vector = jnp.maximum(vector_work(ops, hw) * kept, ops["elems_out"] * kept)
     work = jnp.where(gemm, macs / (field(hw, "pe_rows") * field(hw, "pe_cols")),
                      vector / field(hw, "vector_lanes")) * ops["count"]
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
@@ -576,11 +579,63 @@ def body_cycles(compute: Any, sram: Any, noc: Any, dram: Any, hw: Hardware, bloc
     return jnp.maximum(on_tile, off_tile) + exposed
 
 
-def fixed_cycles(ops: dict[str, Any], hw: Hardware) -> Any:
-    """The fixed cost of one execution of each op: ``op_overhead_cycles``, plus ``short_reduction_cycles`` for a
-    GEMM whose reduction dimension is its shortest (``K <= min(M, N)``)."""
+def fixed_cycles(ops: dict[str, Any], hw: Hardware, fused: Any = False) -> Any:
+    """The fixed cost of one execution of each op: ``op_overhead_cycles`` once per kernel (paid by the kernel's
+    first op that does work, ``payer``; every op that does work pays it when its kernel runs unfused, ``fused``
+    false; an op folded into a kernel's indexing, ``free``, never does), plus ``short_reduction_cycles`` for a GEMM
+    whose reduction dimension is its shortest (``K <= min(M, N)``). Without kernel columns every op is its own
+    kernel."""
     short = (ops["gemm"] > 0) & (ops["k"] <= jnp.minimum(ops["m"], ops["n"]))
-    return field(hw, "op_overhead_cycles") + jnp.where(short, field(hw, "short_reduction_cycles"), 0.0)
+    pays = jnp.where(fused, ops.get("payer", 1.0) > 0, ops.get("free", 0.0) <= 0)
+    return (jnp.where(pays, field(hw, "op_overhead_cycles"), 0.0)
+            + jnp.where(short, field(hw, "short_reduction_cycles"), 0.0))
+
+
+def kept_share(ops: dict[str, Any]) -> Any:
+    """1 for an op that does its own work; 0 for one folded into its kernel's indexing (``free``: a reshape,
+    broadcast or convert under a fusion mode, see :mod:`dfit_nb.sim.kernels`)."""
+    return jnp.where(ops.get("free", 0.0) > 0, 0.0, 1.0)
+
+
+def vector_work(ops: dict[str, Any], hw: Hardware) -> Any:
+    """Vector-unit work of one execution of a non-GEMM op, in lane-operations: its FLOPs plus
+    ``transcendental_cycles`` lane-cycles per transcendental (exp, tanh, rsqrt, erf, ...: a polynomial or table
+    evaluation on the lane)."""
+    return ops["flops"] + field(hw, "transcendental_cycles") * ops["transcendentals"]
+
+
+def kernel_fits(ops: dict[str, Any], hw: Hardware, scale: Any) -> Any:
+    """Whether each op's kernel keeps its intermediates on chip: its working set (``kernel_ws``, the bytes of every
+    result consumed inside the kernel, in the machine's words) fits the whole chip's SRAM. A kernel that does not
+    runs as unfused ops: the fusion ends where its working set exceeds the SRAM."""
+    return ops.get("kernel_ws", 0.0) * scale <= tiles(hw) * sram_per_tile(hw)
+
+
+def fused_in_kernel(ops: dict[str, Any], hw: Hardware, scale: Any) -> Any:
+    """Whether each op runs fused with others: its kernel holds more than one op and fits (:func:`kernel_fits`)."""
+    return (ops.get("kernel_size", 1.0) > 1) & kernel_fits(ops, hw, scale)
+
+
+def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    """A fused kernel's vector work runs on the vector unit while its GEMM runs on the PE array.
+
+    Per kernel, the array's compute ``A`` (its GEMMs' busy-tile cycles) hides up to ``vector_overlap x min(A, V)``
+    of its vector ops' compute ``V``; each vector op of the kernel keeps ``1 - hidden / V`` of its compute (so a
+    short epilogue, a bias and an activation, costs nothing next to its GEMM, and a long one costs what the array
+    cannot hide). Ops of unfused kernels, and kernels without a GEMM, are unchanged. ``m``: :func:`model`'s outputs
+    for every op of a program (a segment sum over its kernels); returns them with ``compute_v`` adjusted and
+    ``hidden_cycles``, the compute each op hid under its kernel's array (all executions).
+    """
+    n = m["compute_v"].shape[-1]
+    kernel = jnp.clip(jnp.asarray(ops.get("kernel", jnp.arange(n)), jnp.int32), 0, n - 1)
+    fused = m["fused"] > 0
+    gemm = ops["gemm"] > 0
+    body = ceil_div(m["virtual_tiles"], m["tiles"]) * m["compute_v"] * ops["count"] * ops.get("real", 1.0)
+    array = jax.ops.segment_sum(jnp.where(fused & gemm, body, 0.0), kernel, num_segments=n)[kernel]
+    vector = jax.ops.segment_sum(jnp.where(fused & ~gemm, body, 0.0), kernel, num_segments=n)[kernel]
+    hidden = field(hw, "vector_overlap") * jnp.minimum(array, vector)
+    keep = jnp.where(fused & ~gemm & (vector > 0), 1.0 - hidden / jnp.maximum(vector, 1e-300), 1.0)
+    return {**m, "compute_v": m["compute_v"] * keep, "hidden_cycles": body * (1.0 - keep)}
 
 
 def overhead_cycles(busy: Any, fixed: Any) -> Any:

@@ -195,6 +195,7 @@ class Policy:
     tags: dict[str, str] = dataclasses.field(default_factory=dict, compare=False)
     tail: xr.Dataset | None = dataclasses.field(default=None, repr=False, compare=False)
     calibration: Any = dataclasses.field(default=None, repr=False, compare=False)
+    fusion: str = "rules"
 
     def evaluate(self, trace: Any = None, hw: Hardware | None = None, **replay_options: Any) -> Policy:
         """Replay the policy and every single style through :func:`dfit_nb.replay`: the gains with mapping,
@@ -216,6 +217,7 @@ class Policy:
             raise PolicyError(str(err)) from None
 
         styles = [str(c) for c in self.choices["candidate"].values]
+        replay_options = {**replay_options, "fusion": self.fusion}
         runs = {style: replay(trace, hw, style, **replay_options) for style in styles}
         runs["hybrid"] = replay(trace, hw, self, **replay_options)
         energy = np.array([float(runs[k].summary["energy_j"]) for k in runs])
@@ -506,7 +508,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
                      reconfig_pj: float = 0.0, evaluate: bool = True,
                      prepared: Any = None, seed: int | None = None, tags: Mapping[str, Any] | None = None,
-                     calibration: Any = None) -> Policy | xr.Dataset:
+                     calibration: Any = None, fusion: str | None = None) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -539,6 +541,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     calibration : Calibration, optional
         A fitted :class:`~dfit_nb.sim.Calibration`: the memo's decision rule uses its held-out error instead of
         the project's measured figure (:data:`dfit_nb.sim.memo.CALIBRATED_ERROR`).
+    fusion : {"rules", "compiler", "none"}, optional
+        Which ops run as one kernel (:func:`dfit_nb.replay`); the choices are priced on those kernels, a switch
+        falls between kernels, and the policy replays with the same fusion.
 
     Examples
     --------
@@ -552,7 +557,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     cands = _check(objective, candidates, max_switches)
     if not isinstance(hw, Hardware):
         raise PolicyError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
-    prep = prepared if prepared is not None else prepare(trace)
+    prep = prepared if prepared is not None else prepare(trace, fusion)
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
     if gemm.size == 0:
         raise PolicyError("the trace has no GEMM (dot_general / conv) ops: there is no dataflow to choose")
@@ -601,7 +606,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
                                  trace=trace if prepared is None else None, hw=hw,
-                                 tags=build_tags(trace, hw, seed, tags), calibration=calibration)
+                                 tags=build_tags(trace, hw, seed, tags), calibration=calibration,
+                                 fusion=prep.fusion)
     return policy.evaluate() if evaluate and prepared is None else policy
 
 
@@ -663,4 +669,8 @@ def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any
         },
         coords={"candidate": cands}, attrs={"objective": objective},
     )
-    return Policy(name=f"hybrid({objective})", per_op=per_op, choices=choices, totals=totals, objective=objective)
+    used = sorted(set(names[choice].tolist()))
+    # a selection that keeps one style everywhere is that style, not a hybrid
+    name = f"hybrid({objective})" if len(used) > 1 else f"{used[0] if used else 'ws'} ({objective} selection: " \
+        "one style on every GEMM)"
+    return Policy(name=name, per_op=per_op, choices=choices, totals=totals, objective=objective)

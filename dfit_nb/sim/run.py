@@ -84,7 +84,7 @@ def _var(dims: Any, values: Any, units: str, description: str) -> tuple[Any, Any
     return (dims, values, {"units": units, "description": description})
 
 
-def provenance(trace: Any, hw: Hardware, policy: str, execution: str) -> dict[str, Any]:
+def provenance(trace: Any, hw: Hardware, policy: str, execution: str, fusion: str = "") -> dict[str, Any]:
     """What a saved result needs to be reproduced and compared: versions, machine, program, policy."""
     t = getattr(trace, "attrs", {})
     return {
@@ -92,6 +92,7 @@ def provenance(trace: Any, hw: Hardware, policy: str, execution: str) -> dict[st
         "function": str(t.get("function", "")), "arg_shapes": str(t.get("arg_shapes", "")),
         "trace_mode": str(getattr(trace, "mode", "")), "dataflow": policy, "execution": execution,
         "clock_ghz": float(np.asarray(hw.clock_ghz)), **hardware_attrs(hw),
+        "fusion": fusion,
     }
 
 
@@ -192,7 +193,7 @@ def _membership(op_regions: np.ndarray, regions: list[str]) -> np.ndarray:
 def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np.ndarray, policy: str,
               execution: str, *, time_bins: int, inferences: int, measured: bool | None) -> Run:
     """Assemble the :class:`Run` of one replay."""
-    attrs = provenance(trace, hw, policy, execution)
+    attrs = provenance(trace, hw, policy, execution, prep.fusion)
     clock = attrs["clock_ghz"]
     cols = expand_events(prep, out, hw, codes)
     events = events_dataset(cols, clock_ghz=clock, attrs=attrs)
@@ -289,8 +290,32 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
                                  "energy of the dataflow switch, reconfiguration included (in energy_retile_pj)"),
         "evidence": _var(("op", "mechanism"), evidence, "1", "fraction of the op's span each mechanism needs"),
         **_extra_cycles(d, np.zeros(span.shape), np.zeros(span.shape)),
+        **kernel_vars(prep, out, d),
     }
     return xr.Dataset(data, coords={"op": prep.op, "mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def kernel_vars(prep: Any, out: dict[str, np.ndarray], d: tuple[str, ...]) -> dict[str, Any]:
+    """Per op, the kernel it ran in (:mod:`dfit_nb.sim.kernels`) and what the kernel changed for it."""
+    k = getattr(prep, "kernels", None)
+    n = len(prep.op)
+    kernel = k.kernel if k is not None else np.arange(n)
+    names = k.name[kernel] if k is not None else prep.primitive
+    count = prep.arrays["count"]
+    return {
+        "kernel": _var(d, kernel.astype(np.int64), "1", "the kernel the op ran in (numbered in program order; "
+                       "run.kernels)"),
+        "kernel_name": _var(d, np.asarray(names).astype(str), "", "its kernel's name (an XLA fusion's with "
+                            "fusion='compiler'; its ops' primitives otherwise)"),
+        "fused": _var(d, out.get("fused", np.zeros(n)) > 0, "", "the op ran fused with others: its inputs from "
+                      "its kernel's ops stayed on chip, one launch for the kernel"),
+        "free": _var(d, (k.free if k is not None else np.zeros(n, bool)).astype(bool), "",
+                     "folded into its kernel's indexing (a reshape, broadcast or convert): no compute or SRAM work"),
+        "launch_cycles": _var(d, out["fixed_cycles"] * count, "cycle", "fixed cost (launch, the short-reduction "
+                              "step) the op paid, all executions: once per kernel"),
+        "hidden_cycles": _var(d, out.get("hidden_cycles", np.zeros(n)), "cycle",
+                              "vector-unit compute hidden under its kernel's PE-array work, all executions"),
+    }
 
 
 def _extra_cycles(d: tuple[str, ...], precision: np.ndarray, thermal: np.ndarray) -> dict[str, Any]:
@@ -620,7 +645,10 @@ class Run:
         ``joules_per_inference``, ``utilization``, traffic by level, ``bottleneck``.
     ops : xarray.Dataset
         Dim ``op``: the mapping (virtual layout, physical tiles, ``transform``),
-        timing, traffic, energy, ``bottleneck`` and ``evidence``.
+        timing, traffic, energy, ``bottleneck`` and ``evidence``, and the
+        ``kernel`` each op ran in.
+    kernels : xarray.Dataset
+        Dim ``kernel``: the ops rolled up to the kernels the chip ran (a property).
     regions : xarray.Dataset
         Dim ``region`` (inclusive): totals, span, ``bottleneck``, ``evidence``.
     attrs : dict
@@ -631,6 +659,14 @@ class Run:
                  regions: xr.Dataset, attrs: dict[str, Any]) -> None:
         self.events, self.cube, self.summary, self.ops, self.regions = events, cube, summary, ops, regions
         self.attrs = dict(attrs)
+
+    @property
+    def kernels(self) -> xr.Dataset:
+        """The kernels the chip ran (:mod:`dfit_nb.sim.kernels`), dim ``kernel``: member ops, start, end, bytes
+        per level, energy, launch cycles, bottleneck (:func:`dfit_nb.sim.kernel_table.kernels_dataset`)."""
+        from .kernel_table import kernels_dataset
+
+        return kernels_dataset(self.ops)
 
     @property
     def mapping(self) -> xr.Dataset:

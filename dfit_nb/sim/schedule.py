@@ -47,6 +47,8 @@ stream tile to tile; a documented assumption of 8 chunks).
    from the producer's centroid. The busiest link group sets the time:
    ``max link bytes / link bandwidth + hop latency x the longest route``.
    Producers whose results did not fit on chip are read from DRAM instead.
+   A producer in the op's own fused kernel passes its result on chip: no
+   move, no DRAM (:mod:`dfit_nb.sim.kernels`).
    A GEMM whose dataflow differs from the previous GEMM's (program order)
    then pays the dataflow switch the selection prices (``switch_bytes``,
    ``switch_cycles``, ``switch_energy_pj`` from
@@ -216,7 +218,7 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
 #: the model outputs (:func:`dfit_nb.sim.machine.model`) the schedule reads per op, besides ``count``, ``real`` and
 #: the ``switch_*`` prices
 PER_OP = ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
-          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles")
+          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles", "kernel", "fused")
 
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
@@ -245,6 +247,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     dram_bw = machine.field(hw, "dram_bytes_per_cycle")
     latency = machine.field(hw, "dram_latency_cycles")
     out_onchip, layout, gy, gx, n_used = (per_op[k] for k in ("out_onchip", "layout", "gy", "gx", "tiles"))
+    kernel = per_op.get("kernel", jnp.arange(n_ops, dtype=f64))
     # DRAM timeline: bins over a horizon no schedule can pass (every op's work serialized, DRAM at full rate,
     # every NoC byte over one link); the last bin takes what overflows at the full rate
     serial = per_op["count"] * (per_op["compute_v"] * per_op["virtual_tiles"] + per_op["sram_cycles_v"]
@@ -253,7 +256,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
                                 + per_op["fixed_cycles"] * per_op["real"])  # padding: none
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
-    per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")}, **per_op}
+    per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")},
+              "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, **per_op}
     horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
                # the machine's own grid, not the batch's padded one: a machine's bins do not depend on its batch
                + jnp.sum(per_op["real"]) * (latency + hop * (machine.field(hw, "tile_rows")
@@ -310,9 +314,11 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         # ---- retile: producers' results that stayed on chip, laid out differently or elsewhere
         same = ((layout[pi] == op["layout"]) & (gy[pi] == op["gy"]) & (gx[pi] == op["gx"])
                 & (carry["offset"][pi] == offset) & (n_used[pi] == u))
+        # inside a fused kernel an input made by the kernel's own op never leaves the chip nor moves
+        in_kernel = has & (kernel[pi] == op["kernel"]) & (op["fused"] > 0)
         on_chip = has & (out_onchip[pi] > 0) & multi
-        moved = jnp.where(on_chip & ~same, pred_bytes[i], 0.0)  # (P,)
-        from_dram = jnp.where(has & ~(out_onchip[pi] > 0), pred_bytes[i], 0.0)
+        moved = jnp.where(on_chip & ~same & ~in_kernel, pred_bytes[i], 0.0)  # (P,)
+        from_dram = jnp.where(has & ~(out_onchip[pi] > 0) & ~in_kernel, pred_bytes[i], 0.0)
         # producers' tiles: their rows (from the prefix counts) and centroid
         p_off, p_u = jnp.maximum(carry["offset"][pi], 0.0), n_used[pi]
         row_n_p = row_pre[(p_off + p_u).astype(jnp.int32)] - row_pre[p_off.astype(jnp.int32)]

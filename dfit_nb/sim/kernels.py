@@ -1,0 +1,367 @@
+"""Kernels: which ops the chip runs together, as one compiled kernel.
+
+A chip does not run jaxpr primitives one by one: its compiler fuses them into
+kernels. Inside a kernel, intermediates stay on chip (no DRAM round trip, no
+retile between its ops), the kernel pays one fixed launch cost, and its vector
+work (a GEMM's bias, activation, scale) runs on the vector unit while the PE
+array works. :func:`group` decides the kernels of a replayed op table; the one
+machine model (:mod:`dfit_nb.sim.machine`) prices them.
+
+Who decides (``fusion=``)
+-------------------------
+``"rules"`` (the default)
+    A fusion model of a dataflow accelerator's compiler, written after XLA's
+    own fusion passes (``InstructionFusion``: producer into consumer;
+    ``MultiOutputFusion``: a result used inside and outside a fusion is still
+    written once; the fusion kinds ``kLoop``, ``kInput`` (a reduction as root)
+    and ``kOutput`` (a dot with its elementwise consumers) of XLA's HLO), with
+    these rules, applied in program order:
+
+    1. layout and cast ops (:data:`FREE_PRIMITIVES`: reshape, broadcast,
+       squeeze, expand_dims, convert, ...) are free: they become a kernel's
+       indexing and cost no compute or SRAM traffic;
+    2. an elementwise op (or a fusible data movement: transpose, slice,
+       concatenate, pad, select, gather) fuses into the kernel of its producer
+       (a chain of elementwise ops is one kernel);
+    3. a GEMM's elementwise consumers fuse into its kernel (the epilogue:
+       bias, activation, scale, convert), and a GEMM fuses into a kernel of free
+       ops feeding it (the prologue: a convert or broadcast of its operand);
+       a kernel holds at most one GEMM;
+    4. a reduction fuses into the kernel of its elementwise producers and roots
+       it: nothing else joins a kernel after its reduction;
+    5. ops that run a different number of times (a scan body and its caller)
+       never share a kernel, and sort, scatter, control flow and opaque ops are
+       kernels of their own;
+    6. a fusion never creates a cycle between kernels (an op joins a kernel only
+       when none of its other producers depends on that kernel);
+    7. a fusion ends where its working set exceeds the machine's SRAM: a
+       kernel whose intermediates (every result consumed inside it, as if all
+       were live at once: an upper bound) do not fit the whole chip's SRAM runs
+       as unfused ops (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one
+       rule that depends on the machine, so it is applied inside the model.
+
+    Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
+    into its consumer); a kernel of free ops alone is a view (a bitcast) and
+    pays no launch.
+``"compiler"``
+    The capture's own XLA fusion map (``trace.ops["fusion"]``): each op runs in
+    the first executed fusion that holds it; ops XLA folded away (bitcasts,
+    CSE, constants: ``folded_reason``) are free and join their consumer's
+    kernel. The capture backend (this machine's CPU) is not the target chip, so
+    this is how *that* compiler grouped the program.
+``"none"``
+    One kernel per primitive (the model before kernels), kept for comparison.
+
+>>> import numpy as np
+>>> table = {"primitive": np.array(["dot_general", "add", "tanh"]), "op_class": np.array(
+...     ["gemm", "elementwise", "transcendental"]), "count": np.ones(3), "gemm": np.array([1.0, 0, 0])}
+>>> group(table, np.array([[-1], [0], [1]]), "rules").kernel.tolist()
+[0, 0, 0]
+>>> group(table, np.array([[-1], [0], [1]]), "none").kernel.tolist()
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from ..errors import DfitError
+
+#: the ways :func:`group` decides kernels (the first is the default)
+FUSION_MODES = ("rules", "compiler", "none")
+DEFAULT_FUSION = "rules"
+
+#: layout and cast primitives a compiler folds into a kernel's indexing: no compute, no SRAM traffic of their own
+FREE_PRIMITIVES = frozenset({
+    "reshape", "broadcast_in_dim", "squeeze", "expand_dims", "convert_element_type", "stop_gradient",
+    "bitcast_convert_type", "reduce_precision", "copy", "copy_p", "device_put", "sharding_constraint",
+    "optimization_barrier", "pvary", "layout_constraint", "mesh_cast", "reshard", "zeros_like",
+})
+#: data movement a loop fusion can hold (an index computation), priced as vector work
+FUSIBLE_MOVES = frozenset({
+    "transpose", "slice", "dynamic_slice", "concatenate", "pad", "rev", "iota", "select_n", "gather", "split",
+    "clamp", "tile", "stack", "unstack",
+})
+#: op classes that fuse like elementwise ops
+_VECTOR_CLASSES = frozenset({"elementwise", "transcendental"})
+
+# roles of an op in the rules
+FREE, VECTOR, REDUCTION, GEMM, ALONE = range(5)
+
+
+class FusionError(DfitError, ValueError):
+    """A fusion mode is unknown, or the trace cannot be grouped that way."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Kernels:
+    """The kernels of a replayed op table (one row per op, program order).
+
+    ``kernel``: the kernel each op runs in (numbered in program order of their first op); ``name`` per kernel;
+    ``free``: the op is folded into its kernel's indexing (no compute or SRAM traffic); ``payer``: the op that
+    pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
+    in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediate bytes (program
+    bytes, one execution); ``size``: ops in the op's kernel.
+    """
+
+    mode: str
+    kernel: np.ndarray
+    name: np.ndarray
+    free: np.ndarray
+    payer: np.ndarray
+    internal: np.ndarray
+    working_set: np.ndarray
+    size: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Kernels (including views of free ops alone, which launch nothing)."""
+        return len(self.name)
+
+
+def check_mode(fusion: Any) -> str:
+    """``fusion`` as one of :data:`FUSION_MODES`, or a clear error listing them."""
+    if fusion is None:
+        return DEFAULT_FUSION
+    if not isinstance(fusion, str) or fusion.strip().lower() not in FUSION_MODES:
+        raise FusionError(f"fusion={fusion!r} is not a fusion mode; valid: {', '.join(map(repr, FUSION_MODES))} "
+                          f"(the machine's fusion rules, the capture's XLA fusion map, one kernel per primitive)")
+    return fusion.strip().lower()
+
+
+def role(primitive: str, op_class: str, gemm: bool) -> int:
+    """An op's role in the fusion rules (:data:`FREE`, :data:`VECTOR`, :data:`REDUCTION`, :data:`GEMM`,
+    :data:`ALONE`)."""
+    if gemm:
+        return GEMM
+    if primitive in FREE_PRIMITIVES:
+        return FREE
+    if op_class == "reduction":
+        return REDUCTION
+    if op_class in _VECTOR_CLASSES or primitive in FUSIBLE_MOVES:
+        return VECTOR
+    return ALONE
+
+
+def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_written: np.ndarray | None = None,
+          fusions: Any = None) -> Kernels:
+    """The kernels of a replayed op table.
+
+    Parameters
+    ----------
+    table : Mapping or xarray.Dataset
+        Per op (program order): ``primitive``, ``op_class``, ``count``, ``gemm`` (1 for a GEMM), and for
+        ``"compiler"`` ``fusion`` and ``folded_reason`` (the capture's columns).
+    preds : ndarray
+        ``(ops, P)`` producer row indices, -1 padding (:class:`dfit_nb.sim._replay.Prepared`).
+    fusion : {"rules", "compiler", "none"}
+    bytes_written : ndarray, optional
+        Result bytes per op (for the working set); zeros if absent.
+    fusions : Sequence of str, optional
+        The fusion names the capture's lowering records (``trace.lowering["fusion"]``): for ``"compiler"``, an
+        op naming a fusion outside them is refused (a trace and a fusion map that do not belong together).
+    """
+    mode = check_mode(fusion)
+    primitive = np.asarray(table["primitive"]).astype(str)
+    n = len(primitive)
+    preds = np.asarray(preds, np.int64).reshape(n, -1)
+    written = np.zeros(n) if bytes_written is None else np.asarray(bytes_written, np.float64)
+    op_class = np.asarray(table["op_class"]).astype(str) if "op_class" in table else np.full(n, "")
+    gemm = np.asarray(table["gemm"], np.float64) > 0
+    roles = np.array([role(p, c, g) for p, c, g in zip(primitive, op_class, gemm, strict=True)], np.int64)
+    count = np.asarray(table["count"], np.float64)
+    consumers: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        for p in preds[i]:
+            if p >= 0:
+                consumers[int(p)].append(i)
+    if mode == "none":
+        kernel = np.arange(n)
+        free = np.zeros(n, bool)
+    elif mode == "compiler":
+        kernel, free = _compiler(table, preds, consumers, fusions)
+    else:
+        kernel = _rules(roles, preds, consumers, count)
+        free = roles == FREE
+    return _finish(mode, kernel, free, roles, primitive, preds, consumers, written,
+                   table["fusion"] if mode == "compiler" else None)
+
+
+def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray) -> np.ndarray:
+    """Kernel ids by the fusion rules (see the module docstring)."""
+    n = len(roles)
+    parent = list(range(n))  # union-find over ops; a kernel is a root
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    # per kernel root: its members (a bitset), what its members depend on (a bitset of ops, through edges and
+    # through the kernels their producers ran in), whether it holds a GEMM, is closed (a reduction rooted it, or
+    # it runs alone), runs alone, holds only free ops
+    members = [1 << i for i in range(n)]
+    kneed = [0] * n
+    has_gemm = [bool(r == GEMM) for r in roles]
+    closed = [bool(r in (REDUCTION, ALONE)) for r in roles]
+    alone = [bool(r == ALONE) for r in roles]
+    only_free = [bool(r == FREE) for r in roles]
+    # a fused kernel lives in one loop body: its ops run equally often
+    runs = count.tolist()
+
+    def joinable(i: int, k: int, others: list[int], need_i: int) -> bool:
+        r = roles[i]
+        if alone[k] or closed[k] or runs[i] != runs[k]:
+            return False
+        if r == GEMM and (has_gemm[k] or not only_free[k]):
+            return False
+        if r == REDUCTION and has_gemm[k]:
+            return False
+        # no cycle: none of the op's other producers may depend on the kernel
+        return all(not ((kneed[find(p)] | (1 << p)) & members[k]) for p in others)
+
+    def absorb(k: int, q: int) -> None:
+        parent[q] = k
+        members[k] |= members[q]
+        kneed[k] |= kneed[q]
+        has_gemm[k] |= has_gemm[q]
+        closed[k] |= closed[q]
+        only_free[k] &= only_free[q]
+
+    def mergeable(k: int, q: int, i: int, before: int) -> bool:
+        """Another producer's kernel ``q`` fuses into op ``i``'s kernel ``k`` (XLA fuses a producer into its
+        consumer): ``q`` is open, its results feed only itself and ``i``, at most one GEMM between them, and no
+        path runs between the two kernels outside ``i`` (``before``: what ``k`` depended on before ``i`` joined)."""
+        if alone[q] or closed[q] or runs[q] != runs[k] or (has_gemm[q] and has_gemm[k]):
+            return False
+        if roles[i] == GEMM and not only_free[q]:
+            return False
+        if (before & members[q]) or (kneed[q] & (members[k] & ~(1 << i))):
+            return False
+        inside = members[q] | (1 << i)
+        bits = members[q]
+        while bits:
+            m = _first(bits)
+            bits &= bits - 1
+            if any(not (inside >> c) & 1 for c in consumers[m]):
+                return False
+        return True
+
+    for i in range(n):
+        ps = [int(p) for p in preds[i] if p >= 0]
+        need_i = 0
+        for p in ps:
+            need_i |= (1 << p) | kneed[find(p)]
+        kneed[i] = need_i
+        if roles[i] == ALONE or not ps:
+            continue
+        # the producer kernel to join first: one that does work (not a view of free ops alone), a GEMM's (the
+        # epilogue), the latest
+        order = sorted({find(p) for p in ps}, key=lambda k: (only_free[k], not has_gemm[k], -max(
+            p for p in ps if find(p) == k)))
+        for k in order:
+            others = [q for q in ps if find(q) != k]
+            if joinable(i, k, others, need_i):
+                before = kneed[k]
+                absorb(k, i)
+                for q in order:
+                    if q != k and find(q) == q and mergeable(k, q, i, before):
+                        absorb(k, q)
+                break
+    # free ops alone in a kernel, fed by nothing inside the program (a broadcast of a bias, a reshape of a weight),
+    # whose consumers all run in one kernel: folded into that kernel (XLA fuses such a producer into its consumer)
+    for i in range(n):
+        k = find(i)
+        if not only_free[k] or members[k] != 1 << i or (preds[i] >= 0).any() or not consumers[i]:
+            continue
+        targets = {find(c) for c in consumers[i]}
+        if len(targets) == 1:
+            t = targets.pop()
+            if runs[t] == runs[i]:
+                absorb(t, i)
+    return np.array([find(i) for i in range(n)], np.int64)
+
+
+def _first(bits: int) -> int:
+    """The lowest op index in a bitset."""
+    return (bits & -bits).bit_length() - 1
+
+
+def _compiler(table: Any, preds: np.ndarray, consumers: list[list[int]], fusions: Any
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel ids from the capture's fusion map; ops XLA folded away are free and join a consumer's kernel."""
+    if "fusion" not in table:
+        raise FusionError("fusion='compiler' needs the capture's fusion map (trace.ops['fusion']); this op table "
+                          "has none: capture the function again, or use fusion='rules'")
+    names = [str(f).split(";")[0] for f in np.asarray(table["fusion"])]
+    folded = (np.asarray(table["folded_reason"]).astype(str) if "folded_reason" in table
+              else np.full(len(names), ""))
+    n = len(names)
+    if fusions is not None:
+        known = {str(f) for f in np.asarray(fusions)}
+        unknown = sorted({f for f in names if f and f not in known})
+        if unknown:
+            raise FusionError(f"fusion='compiler': {len(unknown)} fusion(s) the ops name are not in the trace's "
+                              f"fusion map ({', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''}): the op "
+                              "table and the lowering do not belong together (a trace saved by another version?); "
+                              "capture the function again, or use fusion='rules'")
+    if n and not any(names):
+        raise FusionError("fusion='compiler': no op of this trace names an XLA fusion (its lowering was not "
+                          "recorded); capture the function again, or use fusion='rules'")
+    by_name: dict[str, int] = {}
+    kernel = np.full(n, -1, np.int64)
+    for i, f in enumerate(names):
+        if f:
+            kernel[i] = by_name.setdefault(f, i)
+    free = (kernel < 0) & (folded != "")
+    # folded ops join the kernel of a consumer (the one XLA absorbed them into), else of a producer; ops XLA ran
+    # outside any fusion, and folded ops with neither, are kernels of their own
+    for i in range(n - 1, -1, -1):
+        if kernel[i] < 0 and free[i]:
+            fused = [kernel[c] for c in consumers[i] if kernel[c] >= 0]
+            if fused:
+                kernel[i] = fused[0]
+    for i in range(n):
+        if kernel[i] < 0 and free[i]:
+            fused = [kernel[p] for p in preds[i] if p >= 0 and kernel[p] >= 0]
+            kernel[i] = fused[0] if fused else i
+        elif kernel[i] < 0:
+            kernel[i] = i
+    return kernel, free
+
+
+def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, roles: np.ndarray, primitive: np.ndarray,
+            preds: np.ndarray, consumers: list[list[int]], written: np.ndarray, fusion_names: Any) -> Kernels:
+    """Number kernels in program order and derive the per-op flags the model reads."""
+    n = len(kernel)
+    _, first, inverse = np.unique(kernel, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    kid = rank[inverse.reshape(-1)] if n else np.zeros(0, np.int64)
+    size = np.bincount(kid, minlength=len(order))[kid] if n else np.zeros(0, np.int64)
+    # the launch is paid by the kernel's first op that does work; a kernel of free ops alone is a view
+    payer = np.zeros(n, bool)
+    seen: set[int] = set()
+    for i in range(n):
+        if not free[i] and kid[i] not in seen:
+            payer[i] = True
+            seen.add(int(kid[i]))
+    internal = np.array([bool(consumers[i]) and all(kid[c] == kid[i] for c in consumers[i]) for i in range(n)])
+    inter = np.where(internal, written, 0.0)
+    ws = np.bincount(kid, weights=inter, minlength=len(order))[kid] if n else np.zeros(0)
+    names = []
+    for k in range(len(order)):
+        ops = np.flatnonzero(kid == k)
+        if fusion_names is not None and str(np.asarray(fusion_names)[ops[0]]):
+            names.append(str(np.asarray(fusion_names)[ops[0]]).split(";")[0])
+            continue
+        work = [str(primitive[i]) for i in ops if not free[i]] or [str(primitive[ops[0]])]
+        names.append(f"k{k} " + "+".join(work[:4]) + (f"+{len(work) - 4} more" if len(work) > 4 else ""))
+    return Kernels(mode=mode, kernel=kid.astype(np.int64), name=np.asarray(names, dtype=object),
+                   free=free.astype(bool), payer=payer, internal=internal, working_set=ws,
+                   size=size.astype(np.int64))
