@@ -187,7 +187,7 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_wri
         kernel = _rules(roles, preds, consumers, count)
         free = roles == FREE
     return _finish(mode, kernel, free, roles, primitive, preds, consumers, written,
-                   table["fusion"] if mode == "compiler" else None)
+                   np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None)
 
 
 def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray) -> np.ndarray:
@@ -357,8 +357,10 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, roles: np.ndarray, 
     names = []
     for k in range(len(order)):
         ops = np.flatnonzero(kid == k)
-        if fusion_names is not None and str(np.asarray(fusion_names)[ops[0]]):
-            names.append(str(np.asarray(fusion_names)[ops[0]]).split(";")[0])
+        named = [str(fusion_names[i]).split(";")[0] for i in ops if str(fusion_names[i])] \
+            if fusion_names is not None else []
+        if named:
+            names.append(named[0])
             continue
         work = [str(primitive[i]) for i in ops if not free[i]] or [str(primitive[ops[0]])]
         names.append(f"k{k} " + "+".join(work[:4]) + (f"+{len(work) - 4} more" if len(work) > 4 else ""))

@@ -1,0 +1,220 @@
+"""Kernels: the grouping (rules, the capture's XLA fusion map, none), and how the one model prices them."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dfit_nb
+from dfit_nb.sim import kernels, presets
+from dfit_nb.sim._replay import ReplayError, prepare
+
+MODES = kernels.FUSION_MODES
+
+
+@pytest.fixture(scope="module")
+def encoder(static_traces):
+    return static_traces["encoder"]
+
+
+@pytest.mark.parametrize("name", ["encoder", "mlp", "cnn", "scan_model"])
+def test_compiler_kernels_are_the_fusions_xla_executed(static_traces, name):
+    """fusion='compiler': ops XLA put in one fusion run in one kernel, named after it; every kernel that launches is
+    an instruction XLA executed."""
+    trace = static_traces[name]
+    prep = prepare(trace, "compiler")
+    k = prep.kernels
+    primary = np.array([str(f).split(";")[0] for f in prep.table["fusion"].values])
+    executed = set(trace.lowering["fusion"].values.astype(str))
+    for f in set(primary) - {""}:
+        assert len(set(k.kernel[primary == f])) == 1, f  # one fusion, one kernel
+        assert f in executed
+        assert k.name[k.kernel[primary == f][0]] == f
+    launching = len(set(k.kernel[k.payer]))
+    assert launching <= len(executed)
+    # what XLA folded away (bitcasts, CSE, constants) does no work
+    folded = (primary == "") & (prep.table["folded_reason"].values.astype(str) != "")
+    assert (k.free == folded).all()
+
+
+@pytest.mark.parametrize("name", ["encoder", "mlp", "cnn", "scan_model"])
+def test_rules_kernels_are_valid_fusions(static_traces, name):
+    """fusion='rules': at most one GEMM per kernel, nothing after a reduction in its kernel, ops of one kernel run
+    equally often, and the kernels form a DAG (no kernel waits on another that waits on it)."""
+    prep = prepare(static_traces[name], "rules")
+    k = prep.kernels
+    gemm = prep.arrays["gemm"] > 0
+    count = prep.arrays["count"]
+    for kid in range(k.count):
+        rows = np.flatnonzero(k.kernel == kid)
+        assert gemm[rows].sum() <= 1
+        assert len(set(count[rows])) == 1
+    # kernel DAG: an edge from producer kernel to consumer kernel never closes a cycle
+    edges = {(int(k.kernel[p]), int(k.kernel[i])) for i in range(len(prep.op)) for p in prep.preds[i]
+             if p >= 0 and k.kernel[p] != k.kernel[i]}
+    order = _topological(k.count, edges)
+    assert order is not None, "the kernels form a cycle"
+
+
+def _topological(n, edges):
+    indeg = [0] * n
+    out = [[] for _ in range(n)]
+    for a, b in edges:
+        out[a].append(b)
+        indeg[b] += 1
+    ready = [i for i in range(n) if indeg[i] == 0]
+    seen = 0
+    while ready:
+        a = ready.pop()
+        seen += 1
+        for b in out[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+    return seen == n or None
+
+
+def test_rules_fuse_about_as_much_as_xla(static_traces):
+    """On the bundled encoder the rules launch about as many kernels as XLA executed fusions on this CPU (its
+    fusion passes differ: a dot is a custom call there), far fewer than one per primitive."""
+    prep = prepare(static_traces["encoder"], "rules")
+    launching = len(set(prep.kernels.kernel[prep.kernels.payer]))
+    xla = static_traces["encoder"].lowering.sizes["fusion"]
+    assert launching < 0.4 * len(prep.op)
+    assert 0.4 * xla <= launching <= 1.25 * xla
+
+
+def test_an_epilogue_fuses_into_its_gemm():
+    t = dfit_nb.capture(lambda a, b, c: jnp.tanh(a @ b + c), jnp.ones((64, 128)), jnp.ones((128, 32)), jnp.ones(32))
+    k = prepare(t, "rules").kernels
+    assert k.count == 1 and k.payer.sum() == 1
+    run = dfit_nb.replay(t, presets.get("tpu_v4"))
+    assert run.kernels.sizes["kernel"] == 1
+    assert float(run.ops["launch_cycles"].sum()) == float(presets.get("tpu_v4").op_overhead_cycles)
+
+
+@pytest.mark.parametrize("preset", ["tpu_v4", "npu_like", "eyeriss_like"])
+def test_conservation_from_ops_to_kernels_to_the_summary(encoder, preset):
+    run = dfit_nb.replay(encoder, presets.get(preset))
+    k = run.kernels
+    assert int(k["n_ops"].sum()) == run.ops.sizes["op"]
+    for var, total in (("macs", "macs"), ("bytes_dram", "dram_bytes"), ("bytes_sram", "sram_bytes")):
+        assert float(k[var].sum()) == pytest.approx(float(run.ops[var].sum()), rel=1e-12)
+        assert float(k[var].sum()) == pytest.approx(float(run.summary[total]), rel=1e-9), var
+    assert float(k["energy_pj"].sum()) * 1e-12 == pytest.approx(float(run.summary["energy_j"]), rel=1e-9)
+    assert float(k["end"].max()) == pytest.approx(float(run.summary["latency_cycles"]), rel=1e-12)
+    assert (k["start"].values <= k["end"].values).all()
+
+
+def test_one_launch_per_kernel(encoder):
+    hw = presets.get("tpu_v4")
+    for mode in MODES:
+        run = dfit_nb.replay(encoder, hw, fusion=mode)
+        prep = prepare(encoder, mode)
+        launching = len(set(prep.kernels.kernel[prep.kernels.payer]))
+        short = float((run.ops["launch_cycles"] > float(hw.op_overhead_cycles)).sum())  # none: no short-K GEMM
+        assert short == 0
+        assert float(run.ops["launch_cycles"].sum()) == launching * float(hw.op_overhead_cycles), mode
+    # fusion saves launches and DRAM round trips, and never adds MACs
+    none, rules = (dfit_nb.replay(encoder, hw, fusion=m) for m in ("none", "rules"))
+    assert float(rules.summary["latency_cycles"]) < float(none.summary["latency_cycles"])
+    assert float(rules.summary["dram_bytes"]) <= float(none.summary["dram_bytes"])
+    assert float(rules.summary["macs"]) == float(none.summary["macs"])
+
+
+@pytest.mark.parametrize("program", ["gemm", "two_gemms"])
+def test_the_three_modes_agree_where_nothing_can_fuse(program):
+    """A lone GEMM, or two GEMMs of independent inputs: no fusion is possible, every mode prices the same."""
+    a, b = jnp.ones((96, 64)), jnp.ones((64, 48))
+    if program == "gemm":
+        t = dfit_nb.capture(lambda x, y: x @ y, a, b)
+    else:
+        t = dfit_nb.capture(lambda x, y, z, w: (x @ y, z @ w), a, b, jnp.ones((32, 48)), jnp.ones((48, 16)))
+    for preset in ("tpu_v4", "npu_like", "cerebras_like"):
+        hw = presets.get(preset)
+        runs = [dfit_nb.replay(t, hw, fusion=m) for m in MODES]
+        for run in runs[1:]:
+            for var in ("latency_cycles", "energy_j", "dram_bytes", "macs"):
+                assert float(run.summary[var]) == float(runs[0].summary[var]), (preset, var)
+
+
+def test_a_vector_op_costs_its_lanes_and_transcendentals():
+    """Hand-computed: tanh of 64 x 96 elements on one tile of 32 lanes: (flops + transcendental_cycles x
+    transcendentals) / lanes cycles of compute."""
+    x = jnp.ones((64, 96))
+    t = dfit_nb.capture(jnp.tanh, x)
+    row = t.ops.isel(op=int(np.flatnonzero(t.ops["primitive"].values == "tanh")[0]))
+    flops, trans, n = float(row["flops"]), float(row["transcendentals"]), 64 * 96
+    for cycles_per in (8.0, 20.0):
+        hw = presets.get("scalesim_32").replace(vector_lanes=32, transcendental_cycles=cycles_per)
+        run = dfit_nb.replay(t, hw)
+        expected = math.ceil(max(flops + cycles_per * trans, n) / 32)
+        assert float(run.ops["compute_cycles"].sel(op=int(row["op"]))) == expected
+
+
+def test_the_epilogue_hides_under_the_array():
+    """A GEMM's bias and activation run on the vector unit while the array works (vector_overlap 1): the kernel
+    takes its GEMM's time; with vector_overlap 0 the epilogue's compute adds to it."""
+    t = dfit_nb.capture(lambda a, b, c: jnp.tanh(a @ b + c), jnp.ones((512, 512)), jnp.ones((512, 512)),
+                        jnp.ones(512))
+    hw = presets.get("scalesim_128").replace(vector_lanes=128)
+    over, serial = (dfit_nb.replay(t, hw.replace(vector_overlap=v)) for v in (1.0, 0.0))
+    vector = float(serial.ops["compute_cycles"].where(serial.ops["layout"] == "vector").sum())
+    assert vector > 0
+    hidden = float(over.ops["hidden_cycles"].sum())
+    array = float(over.ops["compute_cycles"].where(over.ops["layout"] != "vector").sum())
+    assert hidden == pytest.approx(min(array, vector), rel=1e-12)
+    assert float(over.ops["compute_cycles"].where(over.ops["layout"] == "vector").sum()) == pytest.approx(
+        vector - hidden, abs=1e-6)
+    assert float(serial.ops["hidden_cycles"].sum()) == 0.0
+
+
+@pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")
+def test_a_kernel_too_large_for_the_chip_runs_unfused():
+    """Rule 7: a kernel whose intermediates exceed the whole chip's SRAM runs as unfused ops."""
+    t = dfit_nb.capture(lambda x: jnp.exp(jnp.sin(x) * 2.0) + 1.0, jnp.ones((256, 256)))
+    small = presets.get("eyeriss_like")  # 108 KiB: the 256 KiB intermediates do not fit
+    big = presets.get("tpu_v4")
+    assert not bool(dfit_nb.replay(t, small).ops["fused"].any())
+    assert bool(dfit_nb.replay(t, big).ops["fused"].all())
+    none = dfit_nb.replay(t, small, fusion="none")
+    assert float(dfit_nb.replay(t, small).summary["dram_bytes"]) == float(none.summary["dram_bytes"])
+
+
+def test_policy_replays_with_its_fusion(encoder):
+    hw = presets.get("npu_like")
+    policy = dfit_nb.sim.select_dataflows(encoder, hw, "energy", fusion="none")
+    assert policy.fusion == "none"
+    assert policy.runs["hybrid"].attrs["fusion"] == "none"
+    with pytest.raises(ReplayError, match="selected with fusion='none'"):
+        dfit_nb.replay(encoder, hw, policy, fusion="rules")
+
+
+def test_a_single_style_selection_is_named_after_it(encoder):
+    policy = dfit_nb.sim.select_dataflows(encoder, presets.get("npu_like"), "energy", candidates=("os",),
+                                          evaluate=False)
+    assert policy.name.startswith("os ") and "hybrid" not in policy.name
+
+
+@pytest.mark.parametrize("bad", ["xla", "", 3, "Rules!"])
+def test_an_unknown_fusion_mode_is_refused_with_the_valid_ones(encoder, bad):
+    with pytest.raises(kernels.FusionError, match="'rules', 'compiler', 'none'"):
+        dfit_nb.replay(encoder, presets.get("npu_like"), fusion=bad)
+
+
+def test_a_fusion_map_from_another_trace_is_refused(encoder):
+    other = copy.copy(encoder)
+    ops = encoder.ops.copy()
+    fusion = ops["fusion"].values.astype(object).copy()
+    fusion[np.flatnonzero(fusion != "")[0]] = "fusion.from_an_older_file"
+    ops["fusion"] = ("op", fusion)
+    other.ops = ops
+    other.__dict__.pop("_dfit_replay_prepared", None)
+    with pytest.raises(ReplayError, match="fusion.from_an_older_file"):
+        dfit_nb.replay(other, presets.get("npu_like"), fusion="compiler")
+    # the rules do not read the map
+    dfit_nb.replay(other, presets.get("npu_like"), fusion="rules")
