@@ -42,6 +42,8 @@ OP_VARS: dict[str, tuple[str, str]] = {
     "count_source": ("", "exact | measured | hint | assumed: how count was obtained (weakest link on the path)"),
     "trip_count": ("1", "iterations per execution for scan/while ops (while: hint, 1 assumed, or measured)"),
     "live": ("", "False if no later op or output uses the op's result (dead code)"),
+    "program_output": ("", "the op's result is (part of) the captured function's output: it leaves the program "
+                       "(written to memory) whatever else reads it"),
     "fusion": ("", "executed optimized-HLO instruction(s) holding the op, ';'-joined ('' if none)"),
     "folded_reason": ("", "why the op has no HLO instruction ('' if it has one)"),
     "time_s": ("s", "measured time per execution (NaN in static mode)"),
@@ -122,6 +124,7 @@ def ops_dataset(
         "count_source": sources,
         "trip_count": trip,
         "live": [r.id in walk.live for r in recs],
+        "program_output": [r.id in walk.outputs for r in recs],
         "fusion": fusions,
         "folded_reason": reasons,
         "time_s": time_s,
@@ -131,7 +134,7 @@ def ops_dataset(
         if name in _STR_VARS:
             arr = np.empty(len(recs), dtype=object)
             arr[:] = [str(v) for v in values]
-        elif name in ("opaque", "live"):
+        elif name in ("opaque", "live", "program_output"):
             arr = np.asarray(values, dtype=bool)
         elif name in ("trip_count", "time_s"):
             arr = np.asarray(values, dtype=np.float64)

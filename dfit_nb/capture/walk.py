@@ -143,6 +143,7 @@ class Walk:
     # a scan of length 0 or an opaque op): a lower bound of what interpreting the program op by op allocates
     largest: ArrayInfo | None = None
     const_arrays: int = 0  # closed-over constants of one dimension or more, in every jaxpr walked
+    outputs: set[int] = dataclasses.field(default_factory=set)  # leaf ops that may produce the program's outputs
     # two ops XLA merges before counting, counted as it counts them (costs/conventions.py):
     # (kind "clamp" | "pad_into_conv", inner op, outer op, FLOPs per execution this removed from the plain count)
     merged: list[tuple[str, int, int, int]] = dataclasses.field(default_factory=list)
@@ -535,7 +536,7 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
     # a jitted function traces to one jit equation holding everything: no region segment for it
     eqns = closed.jaxpr.eqns
     walker.whole_program_jit = len(eqns) == 1 and internals.CONTAINER_ALIASES.get(eqns[0].primitive.name) == "jit"
-    tagged, _, _, _ = walker.walk(
+    tagged, outs, _, _ = walker.walk(
         closed.jaxpr, [frozenset()] * len(closed.jaxpr.invars),
         region="", parent=-1, context="", branch=-1, depth=0, leaves_in=list(range(len(closed.jaxpr.invars))),
     )
@@ -560,4 +561,5 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
         largest=walker.largest,
         const_arrays=walker.const_arrays,
         merged=walker.merged,
+        outputs=set().union(*outs) if outs else set(),
     )

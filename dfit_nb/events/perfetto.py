@@ -77,7 +77,7 @@ _NULL = _Null()
 
 def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: float, chip: str = "chip",
                 link_load: xr.DataArray | None = None, max_events: int = 1_000_000,
-                aggregate: Literal["auto", "none"] | int = "auto") -> Path:
+                aggregate: Literal["auto", "none"] | int = "auto", kernels: xr.Dataset | None = None) -> Path:
     """Write ``events`` as a Chrome trace-event JSON file that Perfetto (ui.perfetto.dev) opens.
 
     Parameters
@@ -113,6 +113,10 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
         slice runs from its first event's start to its last event's end, cut
         at the next merged slice of its track; its args hold the summed
         ``bytes``, ``macs``, ``energy_pj``, busy time and the count of events.
+    kernels : xarray.Dataset, optional
+        A Run's ``kernels`` (:func:`dfit_nb.sim.kernel_table.kernels_dataset`): one ``kernels`` track in the
+        chip's process, first, with a slice per kernel from its first op's start to its last op's end, named
+        after the kernel, its member ops, region, bytes, energy, launch cycles and bottleneck in ``args``.
 
     Returns
     -------
@@ -168,6 +172,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     elif isinstance(aggregate, bool) or not isinstance(aggregate, int | np.integer) or aggregate < 1:
         raise PerfettoExportError(f"aggregate must be 'auto', 'none' or a number of time bins >= 1, got {aggregate!r}")
     counters = _counter_lines(link_load, clock) if link_load is not None else []
+    kernel_lines = _kernel_lines(kernels, clock) if kernels is not None else []
 
     ev = _Events(ds, clock)
     other: dict[str, Any] = {**_plain_attrs(ds.attrs), "clock_ghz": clock, "chip": chip, "units": _UNITS,
@@ -193,9 +198,44 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
                 PerfettoAggregationWarning, stacklevel=2)
     other["slices"] = len(slices.lines)
     other["counters"] = len(counters)
-    meta = _metadata_lines(slices.threads, chip, clock, has_chip=bool(counters) or slices.has_chip,
+    other["kernels"] = len(kernel_lines)
+    threads = ([(CHIP_PID, KERNEL_TID, "kernels")] if kernel_lines else []) + slices.threads
+    meta = _metadata_lines(threads, chip, clock, has_chip=bool(counters) or bool(kernel_lines) or slices.has_chip,
                            has_host=slices.has_host)
-    return _write(Path(path), [meta, slices.lines, counters], other)
+    return _write(Path(path), [meta, kernel_lines, slices.lines, counters], other)
+
+
+#: the thread of the kernels track (sorts before every tile's)
+KERNEL_TID = _TID_BASE - 1
+
+
+def _kernel_lines(kernels: Any, clock: float) -> list[str]:
+    """One slice per kernel on the kernels track (see :func:`to_perfetto`'s ``kernels``)."""
+    if not isinstance(kernels, xr.Dataset) or "kernel" not in kernels.dims:
+        raise PerfettoExportError(f"kernels must be a Run's kernels Dataset (dim 'kernel'), got "
+                                  f"{type(kernels).__name__}")
+    start = kernels["start"].values.astype(np.float64)
+    end = kernels["end"].values.astype(np.float64)
+    ok = np.isfinite(start) & np.isfinite(end) & (end >= start)
+    extra = [k for k in ("members", "region", "n_ops", "bytes_dram", "energy_pj", "launch_cycles", "bottleneck")
+             if k in kernels]
+    lines = []
+    for i in np.flatnonzero(ok):
+        args = {k: _plain(kernels[k].values[i]) for k in extra}
+        args.update(kernel=int(kernels["kernel"].values[i]), start_cycle=float(start[i]), end_cycle=float(end[i]))
+        lines.append(json.dumps({"ph": "X", "pid": CHIP_PID, "tid": KERNEL_TID, "cat": "kernel",
+                                 "name": str(kernels["name"].values[i]), "ts": round(start[i] / clock) / 1000.0,
+                                 "dur": (round(end[i] / clock) - round(start[i] / clock)) / 1000.0, "args": args},
+                                ensure_ascii=False, separators=(",", ":"), allow_nan=False))
+    return lines
+
+
+def _plain(value: Any) -> Any:
+    """A NumPy scalar as a JSON value (non-finite numbers as strings)."""
+    item = value.item() if hasattr(value, "item") else value
+    if isinstance(item, float) and not np.isfinite(item):
+        return str(item)
+    return item if isinstance(item, (int, float, bool)) else str(item)
 
 
 # ---------------------------------------------------------------------------------------------------- input checks

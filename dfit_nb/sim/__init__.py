@@ -29,6 +29,8 @@ from .calibration import calibrate as calibrate
 from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
+from .kernels import FUSION_MODES as FUSION_MODES
+from .kernels import FusionError as FusionError
 from .machine import DATAFLOWS as DATAFLOWS
 from .pareto import pareto_front as pareto_front
 from .policy import Policy as Policy
@@ -39,11 +41,11 @@ from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("DATAFLOWS", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError", "Hardware",
-           "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning", "ThermalError", "calibrate",
-           "compare",
-           "cost", "load_run", "pareto_front", "presets", "reconcile", "replay", "replay_batch", "select_dataflows",
-           "shape_sensitivity", "sweep", "tail_latency", "thermal", "to_zarr")
+__all__ = ("DATAFLOWS", "FUSION_MODES", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError",
+           "FusionError", "Hardware", "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning",
+           "ThermalError", "calibrate", "compare", "cost", "load_run", "pareto_front", "presets", "reconcile",
+           "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency", "thermal",
+           "to_zarr")
 
 
 def __getattr__(name: str) -> object:

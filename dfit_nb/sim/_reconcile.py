@@ -16,6 +16,12 @@ so the difference per level is exactly what the program context changed:
 * ``retile``: results moved between differently laid-out ops, and dataflow
   switches: a program-only cost.
 
+What fusion saved (:mod:`dfit_nb.sim.kernels`): each op alone is a kernel of
+its own and pays its launch; the replay pays one per kernel
+(``launches_alone`` vs ``launches``, ``launch_cycles_saved``), keeps its
+kernels' intermediates on chip (part of the ``dram`` and ``noc`` differences)
+and hides their vector work under the array (``hidden_cycles``).
+
 Latency: the ops alone, summed, minus the replay's per-op durations is the
 context (moves, on-chip operands, DRAM contention, a repeated op paying its
 latencies once); the durations summed minus the latency is the overlap of
@@ -37,7 +43,8 @@ REASONS = {
     "compute": "the mapping each op gets in context (and, layer-pipelined, the tiles it is granted)",
     "sram": "the mapping each op gets in context",
     "noc": "DRAM traffic delivered over the mesh changes with what stays on chip",
-    "dram": "results producers keep on chip are not written to and re-read from DRAM",
+    "dram": "results producers keep on chip (or inside their fused kernel) are not written to and re-read from "
+            "DRAM",
     "retile": "moves between differently laid-out ops and dataflow switches (program only)",
 }
 
@@ -139,6 +146,10 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     a = np.array([float((lv_alone[k] * count).sum()) * 1e-12 for k in LEVELS])
     r = np.array([float(ops[f"energy_{k}_pj"].sum()) * 1e-12 for k in LEVELS])
     alone_cycles = float((alone["cycles"].values * count).sum())
+    launches_alone = float(count.sum())
+    launches = float((count * (ops["launch_cycles"].values > 0)).sum()) if "launch_cycles" in ops else launches_alone
+    launch_saved = float(np.asarray(hw.op_overhead_cycles)) * (launches_alone - launches)
+    hidden = float(ops["hidden_cycles"].sum()) if "hidden_cycles" in ops else 0.0
     durations = float((ops["end"] - ops["start"]).sum())
     latency = float(run.summary["latency_cycles"])
     d = ("level",)
@@ -159,7 +170,16 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
                 "on-chip operands, DRAM contention, latencies paid once by repeated ops)"}),
             "overlap_cycles": ((), durations - latency, {
                 "units": "cycle", "description": "time ops ran at once (layer-pipelined machines)"}),
+            "launches_alone": ((), launches_alone, {"units": "1", "description": "kernel launches of the ops "
+                                                    "alone (one per op execution)"}),
+            "launches": ((), launches, {"units": "1", "description": "kernel launches the replay paid (one per "
+                                        "kernel execution)"}),
+            "launch_cycles_saved": ((), launch_saved, {"units": "cycle", "description": "fixed cost fusion saved: "
+                                                       "the ops' own launches alone minus the replay's"}),
+            "hidden_cycles": ((), hidden, {"units": "cycle", "description": "vector-unit compute fusion hid under "
+                                           "the PE array (part of context_cycles)"}),
         },
         coords={"level": list(LEVELS)},
-        attrs={"hardware": hw.name, "dataflow": str(run.attrs.get("dataflow", ""))},
+        attrs={"hardware": hw.name, "dataflow": str(run.attrs.get("dataflow", "")),
+               "fusion": str(run.attrs.get("fusion", ""))},
     )

@@ -103,6 +103,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
+             "elems_out": prep.arrays["elems_out"],
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
         k = kernels.group(table, prep.preds, fusion, prep.arrays["bytes_written"], known)
@@ -156,6 +157,9 @@ def _prepare_ops(trace: Any) -> Prepared:
         ext_bytes=np.maximum(table["bytes_read"].values - fed.sum(axis=1), 0.0),
         bytes_written=table["bytes_written"].values.astype(np.float64),
         has_consumer=np.isin(np.arange(n), src).astype(np.float64),
+        # a program output is written out whatever else reads it (traces saved before the column: none known)
+        is_output=(table["program_output"].values.astype(np.float64) if "program_output" in table
+                   else np.zeros(n)),
         count=table["count"].values.astype(np.float64),
     )
     # producers of each op: one row per (consumer, producer), bytes summed over the operands it feeds
@@ -503,8 +507,11 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     >>> run = dfit_nb.replay(t, presets.get("npu_like"), "ws")
     >>> int(run.summary["macs"]) == 64 * 128 * 32
     True
-    >>> sorted(set(run.events["kind"].values.tolist()))
-    ['compute', 'dram', 'noc', 'retile', 'sram']
+    >>> sorted(set(run.events["kind"].values.tolist()))   # tanh runs in the matmul's kernel: nothing to retile
+    ['compute', 'dram', 'noc', 'sram']
+    >>> run.kernels.sizes["kernel"], sorted(set(dfit_nb.replay(t, presets.get("npu_like"), fusion="none").events[
+    ...     "kind"].values.tolist()))
+    (1, ['compute', 'dram', 'noc', 'retile', 'sram'])
     """
     from .run import build_run
 

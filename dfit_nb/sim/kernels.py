@@ -19,7 +19,8 @@ Who decides (``fusion=``)
 
     1. layout and cast ops (:data:`FREE_PRIMITIVES`: reshape, broadcast,
        squeeze, expand_dims, convert, ...) are free: they become a kernel's
-       indexing and cost no compute or SRAM traffic;
+       indexing and cost no compute or SRAM traffic; so are ops of constants
+       alone, which every compiler folds (the capture's ``folded_reason``);
     2. an elementwise op (or a fusible data movement: transpose, slice,
        concatenate, pad, select, gather) fuses into the kernel of its producer
        (a chain of elementwise ops is one kernel);
@@ -29,12 +30,18 @@ Who decides (``fusion=``)
        a kernel holds at most one GEMM;
     4. a reduction fuses into the kernel of its elementwise producers and roots
        it: nothing else joins a kernel after its reduction;
-    5. ops that run a different number of times (a scan body and its caller)
+    5. a kernel is one loop over its iteration space: an op over more elements
+       than the kernel makes (through a broadcast) does not join a kernel holding
+       an expensive op (a transcendental, a GEMM), which it would recompute per
+       element (XLA's check that a fusion would not duplicate expensive work:
+       the ``rsqrt`` of a layer norm stays apart from the normalisation it
+       scales);
+    6. ops that run a different number of times (a scan body and its caller)
        never share a kernel, and sort, scatter, control flow and opaque ops are
        kernels of their own;
-    6. a fusion never creates a cycle between kernels (an op joins a kernel only
+    7. a fusion never creates a cycle between kernels (an op joins a kernel only
        when none of its other producers depends on that kernel);
-    7. a fusion ends where its working set exceeds the machine's SRAM: a
+    8. a fusion ends where its working set exceeds the machine's SRAM: a
        kernel whose intermediates (every result consumed inside it, as if all
        were live at once: an upper bound) do not fit the whole chip's SRAM runs
        as unfused ops (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one
@@ -184,13 +191,19 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_wri
     elif mode == "compiler":
         kernel, free = _compiler(table, preds, consumers, fusions)
     else:
-        kernel = _rules(roles, preds, consumers, count)
+        # what every compiler folds: an op of literals and closed-over constants (the capture's folded_reason)
+        folded = np.asarray(table["folded_reason"]).astype(str) if "folded_reason" in table else np.full(n, "")
+        roles = np.where(np.char.startswith(folded, "constant-folded"), FREE, roles)
+        elems = np.asarray(table["elems_out"], np.float64) if "elems_out" in table else np.ones(n)
+        expensive = np.isin(op_class, ["transcendental"]) | (roles == GEMM)
+        kernel = _rules(roles, preds, consumers, count, elems, expensive)
         free = roles == FREE
     return _finish(mode, kernel, free, roles, primitive, preds, consumers, written,
                    np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None)
 
 
-def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray) -> np.ndarray:
+def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray,
+           elems: np.ndarray, expensive: np.ndarray) -> np.ndarray:
     """Kernel ids by the fusion rules (see the module docstring)."""
     n = len(roles)
     parent = list(range(n))  # union-find over ops; a kernel is a root
@@ -212,6 +225,10 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
     only_free = [bool(r == FREE) for r in roles]
     # a fused kernel lives in one loop body: its ops run equally often
     runs = count.tolist()
+    # a kernel is one loop over its iteration space (the most elements a working op of it makes); an op over
+    # more elements would recompute what an expensive op (a transcendental, a GEMM) made once per element
+    space = [0.0 if r == FREE else float(e) for r, e in zip(roles, elems, strict=True)]
+    costly = [bool(x) for x in expensive]
 
     def joinable(i: int, k: int, others: list[int], need_i: int) -> bool:
         r = roles[i]
@@ -220,6 +237,8 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
         if r == GEMM and (has_gemm[k] or not only_free[k]):
             return False
         if r == REDUCTION and has_gemm[k]:
+            return False
+        if costly[k] and r != FREE and elems[i] > space[k]:
             return False
         # no cycle: none of the op's other producers may depend on the kernel
         return all(not ((kneed[find(p)] | (1 << p)) & members[k]) for p in others)
@@ -231,6 +250,8 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
         has_gemm[k] |= has_gemm[q]
         closed[k] |= closed[q]
         only_free[k] &= only_free[q]
+        space[k] = max(space[k], space[q])
+        costly[k] |= costly[q]
 
     def mergeable(k: int, q: int, i: int, before: int) -> bool:
         """Another producer's kernel ``q`` fuses into op ``i``'s kernel ``k`` (XLA fuses a producer into its
@@ -239,6 +260,8 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
         if alone[q] or closed[q] or runs[q] != runs[k] or (has_gemm[q] and has_gemm[k]):
             return False
         if roles[i] == GEMM and not only_free[q]:
+            return False
+        if costly[q] and space[k] > space[q]:
             return False
         if (before & members[q]) or (kneed[q] & (members[k] & ~(1 << i))):
             return False

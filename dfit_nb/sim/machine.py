@@ -401,13 +401,14 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     ext0, ext1 = 1.0 - ops["fed0"], 1.0 - ops["fed1"]
     ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ops["ext_bytes"] * scale)
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
-    # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles;
-    # program outputs and results that do not fit are written to DRAM
+    # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, or
+    # when they all run in its fused kernel; program outputs and results that do not fit are written to DRAM
     fused = fused_in_kernel(ops, hw, scale)
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
         fused & (ops.get("internal", 0.0) > 0))
-    out_dram = jnp.where(out_onchip, 0.0, ops["bytes_written"] * scale)
+    # a program output leaves the chip whatever else reads it
+    out_dram = jnp.where(out_onchip & (ops.get("is_output", 0.0) <= 0), 0.0, ops["bytes_written"] * scale)
     spilled = refetch_in + refetch_w + psum_spill
     dram_bytes = ext_in_dram + ext_w_dram + out_dram + spilled
     multi = multi_tile(hw)
@@ -622,9 +623,11 @@ def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict
     Per kernel, the array's compute ``A`` (its GEMMs' busy-tile cycles) hides up to ``vector_overlap x min(A, V)``
     of its vector ops' compute ``V``; each vector op of the kernel keeps ``1 - hidden / V`` of its compute (so a
     short epilogue, a bias and an activation, costs nothing next to its GEMM, and a long one costs what the array
-    cannot hide). Ops of unfused kernels, and kernels without a GEMM, are unchanged. ``m``: :func:`model`'s outputs
-    for every op of a program (a segment sum over its kernels); returns them with ``compute_v`` adjusted and
-    ``hidden_cycles``, the compute each op hid under its kernel's array (all executions).
+    cannot hide). Ops of unfused kernels, and kernels without a GEMM, are unchanged. A fused kernel's DRAM
+    transfers stream as one: the latency is waited once, by its first op that moves DRAM bytes
+    (``latency_share`` 1 there, 0 for its other ops). ``m``: :func:`model`'s outputs for every op of a program
+    (segment sums over its kernels); returns them with ``compute_v`` adjusted, ``hidden_cycles`` (the compute each
+    op hid under its kernel's array, all executions) and ``latency_share``.
     """
     n = m["compute_v"].shape[-1]
     kernel = jnp.clip(jnp.asarray(ops.get("kernel", jnp.arange(n)), jnp.int32), 0, n - 1)
@@ -635,7 +638,15 @@ def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict
     vector = jax.ops.segment_sum(jnp.where(fused & ~gemm, body, 0.0), kernel, num_segments=n)[kernel]
     hidden = field(hw, "vector_overlap") * jnp.minimum(array, vector)
     keep = jnp.where(fused & ~gemm & (vector > 0), 1.0 - hidden / jnp.maximum(vector, 1e-300), 1.0)
-    return {**m, "compute_v": m["compute_v"] * keep, "hidden_cycles": body * (1.0 - keep)}
+    # a fused kernel streams its DRAM transfers as one: the DRAM latency is waited once, by its first op (in
+    # program order) with DRAM bytes of its own (a kernel whose ops read only other kernels' spilled results
+    # waits it at its first op)
+    index = jnp.arange(n, dtype=jnp.float64)
+    moves = m["dram_bytes"] > 0
+    first = jax.ops.segment_min(jnp.where(fused & moves, index, jnp.inf), kernel, num_segments=n)[kernel]
+    lead = jax.ops.segment_min(jnp.where(fused, index, jnp.inf), kernel, num_segments=n)[kernel]
+    share = jnp.where(fused & (index != jnp.where(jnp.isfinite(first), first, lead)), 0.0, 1.0)
+    return {**m, "compute_v": m["compute_v"] * keep, "hidden_cycles": body * (1.0 - keep), "latency_share": share}
 
 
 def overhead_cycles(busy: Any, fixed: Any) -> Any:

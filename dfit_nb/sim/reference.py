@@ -40,6 +40,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     for key in ("switch_bytes", "switch_cycles", "switch_energy_pj", "fused"):  # switches, kernels: none by default
         op.setdefault(key, [0.0] * len(preds))
     op.setdefault("kernel", [float(i) for i in range(len(preds))])
+    op.setdefault("latency_share", [1.0] * len(preds))
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
     ys = [int(v) for v in order[0]]
     xs = [int(v) for v in order[1]]
@@ -159,7 +160,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
                     done = max(done, seg + remaining / dram_bw)
                 break
             remaining -= take
-        dram_end = max(done, t1) + latency if dram_bytes > 0 else t1
+        dram_end = max(done, t1) + latency * op["latency_share"][i] if dram_bytes > 0 else t1
         on_tile, off_tile = max(compute, sram), max(noc, dram_end - t1)
         blocks = max(top * op["blocks_v"][i] * count, 1.0)
         body_end = (t1 + max(on_tile, off_tile)

@@ -754,9 +754,11 @@ class Run:
         return save_tree(self.to_datatree(), path)
 
     def to_perfetto(self, path: str | os.PathLike[str], **options: Any) -> Path:
-        """Chrome trace-event JSON for Perfetto UI / chrome://tracing (see :func:`dfit_nb.events.perfetto`)."""
+        """Chrome trace-event JSON for Perfetto UI / chrome://tracing (see :func:`dfit_nb.events.perfetto`), with a
+        ``kernels`` track above the tiles' (:attr:`kernels`)."""
         from ..events.perfetto import to_perfetto
 
+        options.setdefault("kernels", self.kernels)
         return to_perfetto(self.events, path, clock_ghz=self.attrs["clock_ghz"], chip=self.attrs["hardware"],
                            link_load=self.cube["link_load"], **options)
 

@@ -218,7 +218,8 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
 #: the model outputs (:func:`dfit_nb.sim.machine.model`) the schedule reads per op, besides ``count``, ``real`` and
 #: the ``switch_*`` prices
 PER_OP = ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
-          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles", "kernel", "fused")
+          "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles", "kernel", "fused",
+          "latency_share")
 
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
@@ -257,7 +258,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")},
-              "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, **per_op}
+              "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, "latency_share": zeros + 1.0, **per_op}
     horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
                # the machine's own grid, not the batch's padded one: a machine's bins do not depend on its batch
                + jnp.sum(per_op["real"]) * (latency + hop * (machine.field(hw, "tile_rows")
@@ -370,7 +371,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             done, take = dram_timeline(carry["dram_used"], t1, dram_bytes)
         else:  # ops run one at a time, each finishing its transfers: the channel is free at t1
             done, take = t1 + machine.dram_transfer_cycles(dram_bytes, hw), 0.0
-        dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency, t1)
+        # a fused kernel's DRAM transfers are one stream: its first op with DRAM traffic waits the latency
+        dram_end = jnp.where(dram_bytes > 0, jnp.maximum(done, t1) + latency * op["latency_share"], t1)
         body_end = t1 + machine.body_cycles(compute, sram, noc_cycles, dram_end - t1, hw, body["blocks"])
         body_end = body_end + machine.overhead_cycles(body_end - t1, body["fixed"])  # the fixed cost per execution
         if spatial:

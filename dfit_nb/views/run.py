@@ -137,9 +137,9 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     ----------
     run : Run
         A replay (:func:`dfit_nb.replay`).
-    by : {"tile", "region"}
-        Tracks on the y axis.
-    color : {"kind", "region"}
+    by : {"tile", "region", "kernel"}
+        Tracks on the y axis (``"kernel"``: one per kernel the chip ran, ``run.kernels``).
+    color : {"kind", "region", "kernel"}
         What the colour encodes.
     max_rows : int
         Rows the chart may embed.
@@ -167,11 +167,16 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     check_count(max_rows, "max_rows", "timeline")
     check_window(time_window, "timeline")
     check_region(region, "timeline")
-    if by not in ("tile", "region"):
-        raise ValueError(f"by must be 'tile' or 'region', got {by!r}")
-    if color not in ("kind", "region"):
-        raise ValueError(f"color must be 'kind' or 'region', got {color!r}")
+    if by not in ("tile", "region", "kernel"):
+        raise ValueError(f"by must be 'tile', 'region' or 'kernel', got {by!r}")
+    if color not in ("kind", "region", "kernel"):
+        raise ValueError(f"color must be 'kind', 'region' or 'kernel', got {color!r}")
     ev = run.events
+    if "kernel" in (by, color):  # each event labelled with its op's kernel (a run saved before kernels: its op)
+        ops = run.ops
+        names = ops["kernel_name"].values.astype(str) if "kernel_name" in ops else ops["primitive"].values.astype(str)
+        lookup = pd.Series(names, index=ops["op"].values)
+        ev = ev.assign(kernel=("event", lookup.reindex(ev["op"].values).fillna("").values.astype(object)))
     require(ev, ("source", "start_s", "end_s", "tile_y", "tile_x", "op", "region", "kind"), "timeline", "events")
     keep = ev["source"].values == "simulated"
     notes: list[str] = []
@@ -203,7 +208,7 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         if by == "tile":
             labels, track_idx = _tile_tracks(ty, tx, 1)[:2]
         else:
-            labels, track_idx = np.unique(ev["region"].values[sim].astype(str), return_inverse=True)
+            labels, track_idx = np.unique(ev[by].values[sim].astype(str), return_inverse=True)
         df = pd.DataFrame({"g": track_idx.reshape(-1), "c": color_idx, "t0": _round(s_us, 7), "t1": _round(e_us, 7),
                            "op": ev["op"].values[sim]})
         tooltip: list[Any] = ["track:N", f"{color}:N", "op:Q"]
@@ -227,6 +232,9 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     tracks = pd.DataFrame({"g": np.arange(len(labels)), "track": np.asarray(labels, dtype=object)})
     colors = pd.DataFrame({"c": np.arange(len(color_names)), color: color_names.astype(object)})
     order = _track_order(np.asarray(labels), by)
+    if by == "kernel":  # kernels in the order they ran (their first event)
+        first = pd.Series(df["t0"].values).groupby(df["g"].values).min()
+        order = [str(labels[g]) for g in first.sort_values(kind="stable").index]
     # plain drag brushes the window the Explorer links on; the wheel zooms and shift-drag pans the x scale
     zoom = alt.selection_interval(encodings=["x"], bind="scales", zoom="wheel!",
                                   translate="[pointerdown[event.shiftKey], window:pointerup] > window:pointermove!")
@@ -234,7 +242,7 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
     enc: dict[str, Any] = {
         "x": alt.X("t0:Q", title="time (us)"),
         "x2": x2,
-        "y": alt.Y("track:N", sort=order, title="tile (y,x)" if by == "tile" else "region",
+        "y": alt.Y("track:N", sort=order, title="tile (y,x)" if by == "tile" else by,
                    axis=alt.Axis(labelLimit=200)),
         "color": alt.Color(f"{color}:N", title=color, legend=alt.Legend(labelLimit=200)),
         "opacity": opacity,
@@ -289,8 +297,8 @@ def _binned_tracks(ev: xr.Dataset, sim: np.ndarray, s_us: np.ndarray, e_us: np.n
         if p > 1:
             what.append(f"tiles pooled into {p}x{p} blocks")
     else:
-        labels, track_idx = _factorize(ev["region"].values[sim])
-        # tiles each region's events touch (the denominator of its busy fraction)
+        labels, track_idx = _factorize(ev[by].values[sim])
+        # tiles each region's (or kernel's) events touch (the denominator of its busy fraction)
         n_tiles = (int(ty.max()) + 1) * (int(tx.max()) + 1)
         key = track_idx * n_tiles + ty * (int(tx.max()) + 1) + tx
         pairs = _dense(key, len(labels) * n_tiles)[0] if len(labels) * n_tiles <= 1 << 24 else np.unique(key)

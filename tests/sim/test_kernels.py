@@ -175,7 +175,7 @@ def test_the_epilogue_hides_under_the_array():
 
 @pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")
 def test_a_kernel_too_large_for_the_chip_runs_unfused():
-    """Rule 7: a kernel whose intermediates exceed the whole chip's SRAM runs as unfused ops."""
+    """Rule 8: a kernel whose intermediates exceed the whole chip's SRAM runs as unfused ops."""
     t = dfit_nb.capture(lambda x: jnp.exp(jnp.sin(x) * 2.0) + 1.0, jnp.ones((256, 256)))
     small = presets.get("eyeriss_like")  # 108 KiB: the 256 KiB intermediates do not fit
     big = presets.get("tpu_v4")
@@ -214,7 +214,7 @@ def test_a_fusion_map_from_another_trace_is_refused(encoder):
     ops["fusion"] = ("op", fusion)
     other.ops = ops
     other.__dict__.pop("_dfit_replay_prepared", None)
-    with pytest.raises(ReplayError, match="fusion.from_an_older_file"):
+    with pytest.raises(ReplayError, match=r"fusion\.from_an_older_file"):
         dfit_nb.replay(other, presets.get("npu_like"), fusion="compiler")
     # the rules do not read the map
     dfit_nb.replay(other, presets.get("npu_like"), fusion="rules")
