@@ -46,6 +46,8 @@ FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items()
 #: under compute, and the fixed costs per op (every op's, and a GEMM's whose K is its shortest side)
 DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "memory_overlap", "op_overhead_cycles",
                   "short_reduction_cycles")
+#: default fields for program and kernel rows (any op): the GEMM defaults and the vector unit's
+KERNEL_FIELDS = (*DEFAULT_FIELDS, "transcendental_cycles", "vector_overlap")
 #: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
 RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds
@@ -320,8 +322,13 @@ def metrics(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
     if len(y) < 2:
         return {"mape": float(np.mean(np.abs(p - y) / y)) if len(y) else np.nan, "pearson": np.nan,
                 "spearman": np.nan}
-    return {"mape": float(np.mean(np.abs(p - y) / y)), "pearson": float(stats.pearsonr(p, y)[0]),
-            "spearman": float(stats.spearmanr(p, y)[0])}
+    mape = float(np.mean(np.abs(p - y) / y))
+    # a correlation of a (nearly) constant column is undefined: NaN, not SciPy's warning (a family of kernels
+    # the model prices alike, two equal measurements)
+    flat = [np.ptp(v) <= 1e-12 * max(float(np.max(np.abs(v))), 1e-300) for v in (p, y)]
+    if any(flat):
+        return {"mape": mape, "pearson": np.nan, "spearman": np.nan}
+    return {"mape": mape, "pearson": float(stats.pearsonr(p, y)[0]), "spearman": float(stats.spearmanr(p, y)[0])}
 
 
 def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[float, float]] | None
@@ -345,22 +352,32 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
     return out
 
 
-def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELDS, dataflow: Any = "ws", *,
+def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, dataflow: Any = "ws", *,
               fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
-              max_iterations: int = 200) -> Calibration:
-    """Fit ``fields`` of ``hw`` to measured op times by gradient through the one machine model.
+              max_iterations: int = 200, fusion: str | None = None) -> Calibration:
+    """Fit ``fields`` of ``hw`` to measured times of any op by gradient through the one machine model.
 
     Parameters
     ----------
     measured : pandas.DataFrame or Trace
-        Rows of ``m``, ``k``, ``n`` (optional ``batch``, ``dtype``, ``bucket``) and a time in ``time_s``,
-        ``seconds`` or ``time_us``; or a Trace captured in ``profile`` mode on your device (its GEMM ops' measured
-        times per execution).
+        One of:
+
+        * GEMM rows: ``m``, ``k``, ``n`` (optional ``batch``, ``dtype``, ``bucket``) and a time in ``time_s``,
+          ``seconds`` or ``time_us``; each priced alone (:func:`dfit_nb.sim.cost`);
+        * program rows, of any op: a ``trace`` column (Traces) or ``fn`` (JAX functions) with ``args`` (a tuple
+          of their arguments or ``jax.ShapeDtypeStruct``), a time column, optional ``name``, ``family``,
+          ``bucket``; each priced as :func:`dfit_nb.replay` prices the program (its kernels by ``fusion``);
+        * a Trace captured in ``profile`` mode on your device, of any program: each XLA fusion it timed is a
+          row, priced as the replay's kernel of that fusion (``fusion="compiler"``).
+
+        Program and kernel rows report their error per op family (``gemm``, ``reduction``,
+        ``transcendental``, ``elementwise``, ``data_movement``) unless a ``bucket`` column says otherwise.
     hw : Hardware
         The machine to start from (e.g. ``presets.get("tpu_v4")``); its grid and array sizes are kept.
-    fields : sequence of str
+    fields : sequence of str, optional
         Continuous Hardware fields to fit (:data:`FITTABLE`); default :data:`DEFAULT_FIELDS` (clock, DRAM
-        bandwidth and latency, memory overlap, per-op overhead).
+        bandwidth and latency, memory overlap, per-op overhead) for GEMM rows, and
+        :data:`KERNEL_FIELDS` (those and the vector unit's) for program and kernel rows.
     dataflow : str or sequence of str
         The dataflow the measured ops are modelled with; several (``("ws", "is")``): per op the fastest of them,
         as a compiler that picks which operand stays in the array (on a TPU, by transposing the product).
@@ -372,6 +389,8 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
         ``{field: (low, high)}``; default a factor 20 around the start (``(0, 1e5)`` for a zero start).
     max_iterations : int
         BFGS iterations at most.
+    fusion : {"rules", "compiler", "none"}, optional
+        How program rows group their ops into kernels (:func:`dfit_nb.replay`'s ``fusion``).
 
     Returns
     -------
@@ -392,8 +411,62 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
     ...                                                                  bucket="pooled")) < 0.01
     (0.8, True)
     """
-    table = measured_table(measured)
-    fields = tuple(fields)
+    kernel_rows = _kernel_rows(measured, fusion)
+    table = measured_table(measured) if kernel_rows is None else kernel_rows.table
+    fields = tuple((DEFAULT_FIELDS if kernel_rows is None else KERNEL_FIELDS) if fields is None else fields)
+    _check_fields(fields)
+    if not 0 < fit_fraction < 1:
+        raise CalibrationError(f"fit_fraction must be between 0 and 1, got {fit_fraction!r}")
+    if not isinstance(hw, Hardware) or hw.batch_shape != ():
+        raise CalibrationError("hw must be one dfit_nb.sim.Hardware (e.g. presets.get('tpu_v4'))")
+    buckets = _buckets(table) if kernel_rows is None else (
+        table["bucket"].astype(str).to_numpy() if "bucket" in table else table["family"].astype(str).to_numpy())
+    fit = stratified_split(buckets, fit_fraction, seed)
+    if fit.sum() < len(fields):
+        raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {len(fields)} field(s): give at "
+                               f"least {len(fields)} rows to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
+    box = _bounds(hw, fields, bounds)
+    if kernel_rows is None:
+        f = predictor(table, hw, dataflow)
+
+        def seconds_of(h: Hardware) -> Any:
+            return f(h)["seconds"]
+
+        def predicted(h: Hardware) -> np.ndarray:
+            return predict(table, h, dataflow)["seconds"]
+    else:
+        from .kernel_predictor import kernel_predictor
+
+        seconds_of = kernel_predictor(kernel_rows, hw, dataflow)
+
+        def predicted(h: Hardware) -> np.ndarray:
+            with jax.enable_x64(True):
+                return np.asarray(jax.jit(seconds_of)(for_jit(h)))
+    y = np.log(table["time_s"].to_numpy(np.float64))
+    fitted_hw, converged, final, status = _fit(seconds_of, y, fit, hw, fields, box, max_iterations)
+    pred = predicted(fitted_hw)
+    base_pred = predicted(hw)
+    if not converged:
+        warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
+                      f"{status}); last mean squared log error {final:.4g} "
+                      f"(MAPE on fitted rows {np.mean(np.abs(pred[fit] - np.exp(y[fit])) / np.exp(y[fit])):.1%}): "
+                      "the machine returned is the last iterate (calibration.converged is False)",
+                      CalibrationWarning, stacklevel=2)
+    rows = xr.Dataset(
+        {"m": ("row", table["m"].to_numpy()), "k": ("row", table["k"].to_numpy()), "n": ("row", table["n"].to_numpy()),
+         "batch": ("row", np.broadcast_to(table["batch"].to_numpy(), len(table)).copy()),
+         "measured_s": ("row", np.exp(y), {"units": "s"}), "predicted_s": ("row", pred, {"units": "s"}),
+         "base_predicted_s": ("row", base_pred, {"units": "s"}), "fitted": ("row", fit),
+         "bucket": ("row", buckets.astype(object)),
+         **({} if kernel_rows is None else {"name": ("row", table["name"].astype(str).to_numpy().astype(object)),
+                                            "family": ("row", table["family"].astype(str).to_numpy().astype(object))})},
+        coords={"row": np.arange(len(table))})
+    return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
+                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed)
+
+
+def _check_fields(fields: tuple[str, ...]) -> None:
+    """Fields a calibration can fit, or a clear error naming the ones it cannot."""
     unknown = [f for f in fields if f not in FIELDS]
     if unknown:
         raise CalibrationError(f"Hardware has no field(s) {unknown}; fittable: {', '.join(FITTABLE)}")
@@ -408,18 +481,31 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
                                f"fittable: {', '.join(FITTABLE)}")
     if not fields or len(set(fields)) != len(fields):
         raise CalibrationError(f"fields must name one or more distinct Hardware fields, got {list(fields)}")
-    if not 0 < fit_fraction < 1:
-        raise CalibrationError(f"fit_fraction must be between 0 and 1, got {fit_fraction!r}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise CalibrationError("hw must be one dfit_nb.sim.Hardware (e.g. presets.get('tpu_v4'))")
-    buckets = _buckets(table)
-    fit = stratified_split(buckets, fit_fraction, seed)
-    if fit.sum() < len(fields):
-        raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {len(fields)} field(s): give at "
-                               f"least {len(fields)} rows to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
-    box = _bounds(hw, fields, bounds)
-    f = predictor(table, hw, dataflow)
-    y = np.log(table["time_s"].to_numpy(np.float64))
+
+
+def _kernel_rows(measured: Any, fusion: str | None) -> Any:
+    """Program or kernel rows (:mod:`dfit_nb.sim.kernel_predictor`) when ``measured`` holds them, else None."""
+    from .kernel_predictor import KernelRowError, fusion_rows, program_rows
+
+    try:
+        if isinstance(getattr(measured, "ops", None), xr.Dataset):
+            return fusion_rows(measured)
+        if isinstance(measured, pd.DataFrame) and ("trace" in measured.columns or "fn" in measured.columns):
+            time_col = next((c for c in TIME_COLUMNS if c in measured.columns), None)
+            if time_col is None:
+                raise CalibrationError(f"measured lacks a time column; program rows need one of "
+                                       f"{', '.join(TIME_COLUMNS)}")
+            return program_rows(measured, time_col, TIME_COLUMNS[time_col], fusion)
+    except KernelRowError as err:
+        raise CalibrationError(str(err)) from err.__cause__
+    return None
+
+
+def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, hw: Hardware,
+         fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int
+         ) -> tuple[Hardware, bool, float, int]:
+    """BFGS on the mean squared log error of ``seconds_of`` against ``exp(y)`` over the ``fit`` rows, each field
+    mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status)``."""
     base_hw = for_jit(hw)
     lo = np.array([box[k][0] for k in fields])
     hi = np.array([box[k][1] for k in fields])
@@ -434,7 +520,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
         return dataclasses.replace(base_hw, **{k: values[i] for i, k in enumerate(fields)})
 
     def loss(z: Any) -> Any:
-        pred = f(machine_of(z))["seconds"]
+        pred = seconds_of(machine_of(z))
         r = jnp.log(jnp.maximum(pred, 1e-30)) - y
         return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
 
@@ -461,23 +547,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] = DEFAULT_FIELD
         converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
         values = lo + (hi - lo) / (1.0 + np.exp(-z))
         fitted_hw = hw.replace(name=f"{hw.name} (calibrated)", **{k: float(values[i]) for i, k in enumerate(fields)})
-    pred = predict(table, fitted_hw, dataflow)["seconds"]
-    base_pred = predict(table, hw, dataflow)["seconds"]
-    if not converged:
-        warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
-                      f"{int(result.status)}); last mean squared log error {final:.4g} "
-                      f"(MAPE on fitted rows {np.mean(np.abs(pred[fit] - np.exp(y[fit])) / np.exp(y[fit])):.1%}): "
-                      "the machine returned is the last iterate (calibration.converged is False)",
-                      CalibrationWarning, stacklevel=2)
-    rows = xr.Dataset(
-        {"m": ("row", table["m"].to_numpy()), "k": ("row", table["k"].to_numpy()), "n": ("row", table["n"].to_numpy()),
-         "batch": ("row", np.broadcast_to(table["batch"].to_numpy(), len(table)).copy()),
-         "measured_s": ("row", np.exp(y), {"units": "s"}), "predicted_s": ("row", pred, {"units": "s"}),
-         "base_predicted_s": ("row", base_pred, {"units": "s"}), "fitted": ("row", fit),
-         "bucket": ("row", buckets.astype(object))},
-        coords={"row": np.arange(len(table))})
-    return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
-                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed)
+    return fitted_hw, converged, final, int(result.status)
 
 
 def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
@@ -500,5 +570,5 @@ def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
                       coords={"machine": list(machines), "split": list(splits), "bucket": buckets})
 
 
-__all__ = ("DEFAULT_FIELDS", "FITTABLE", "Calibration", "CalibrationError", "CalibrationWarning", "calibrate", "load",
-           "predict", "predictor", "vector_predictor")
+__all__ = ("DEFAULT_FIELDS", "FITTABLE", "KERNEL_FIELDS", "Calibration", "CalibrationError", "CalibrationWarning",
+           "calibrate", "load", "predict", "predictor", "vector_predictor")

@@ -25,6 +25,7 @@ from dfit_nb.sim.calibration import (
     stratified_split,
     vector_predictor,
 )
+from dfit_nb.sim.kernel_predictor import FAMILIES
 from dfit_nb.sim.memo import CALIBRATED_ERROR
 from tests.shared import programs
 
@@ -234,23 +235,81 @@ def test_calibration_on_real_measurements_meets_its_held_out_targets(tpu_v4_rows
         assert float(held["mape"].sel(bucket=bucket)) < peer, bucket
 
 
+@pytest.mark.slow
 def test_calibrate_on_a_profile_mode_trace_of_this_machine():
-    """Anyone calibrates on their own device: a profile-mode capture here times each GEMM on the host CPU."""
+    """Anyone calibrates on their own device: a profile-mode capture here times each XLA fusion on the host CPU,
+    and each is a row priced as the replay's kernel of that fusion, whatever op it runs."""
     import dfit_nb
 
-    def layers(a, b, c, d):
-        return (jnp.tanh(a @ b) @ c @ d).sum()
-
-    args = [jnp.ones((256, 512)), jnp.ones((512, 384)), jnp.ones((384, 640)), jnp.ones((640, 128))]
-    trace = dfit_nb.capture(layers, *args, mode="profile", profile_rounds=2, profile_calls=5)
+    fn, args = dfit_nb.examples.get("mlp").build()
+    trace = dfit_nb.capture(fn, *args, mode="profile", profile_rounds=2, profile_calls=5)
     hw = presets.get("scalesim_128").replace(word_bytes=4)
-    cal = calibrate(trace, hw, ["clock_ghz"], fit_fraction=0.5)
-    assert cal.rows.sizes["row"] == 3 and int(cal.rows["fitted"].sum()) >= 1
+    cal = calibrate(trace, hw, ["clock_ghz", "op_overhead_cycles"], fit_fraction=0.5)
+    timed = int(np.isfinite(trace.lowering["time_s"].values.astype(float)).sum())
+    assert 2 <= cal.rows.sizes["row"] <= timed and int(cal.rows["fitted"].sum()) >= 2
+    assert set(cal.rows["name"].values) <= set(trace.lowering["fusion"].values)
+    assert set(cal.rows["family"].values) <= set(FAMILIES)
     measured = cal.rows["measured_s"].values
     assert (measured > 0).all() and np.isfinite(cal.rows["predicted_s"].values).all()
     fitted = cal.rows["fitted"].values
-    # one field fitted on the fitted rows: they are matched better than by the machine as given
+    # fitted on the fitted rows: they are matched better than by the machine as given
     err = lambda var: np.mean(np.abs(np.log(cal.rows[var].values[fitted] / measured[fitted])))
     assert err("predicted_s") <= err("base_predicted_s")
-    with pytest.raises(CalibrationError, match="no GEMM op with a measured time"):
-        calibrate(dfit_nb.capture(layers, *args), hw)
+    with pytest.raises(CalibrationError, match="no measured fusion times"):
+        calibrate(dfit_nb.capture(fn, *args), hw)
+
+
+def _vector_programs():
+    """Softmax, layer norm, GELU and a matmul at a few sizes: programs of every op family."""
+    import jax
+
+    fns = []
+    for n in (256, 1024, 4096):
+        x = jax.ShapeDtypeStruct((n, 512), jnp.float32)
+        fns.append(("softmax", lambda x: jax.nn.softmax(x, axis=-1), (x,)))
+        fns.append(("gelu", jax.nn.gelu, (x,)))
+        fns.append(("layer norm", lambda x: (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(
+            x.var(-1, keepdims=True) + 1e-5), (x,)))
+        fns.append(("matmul", lambda x, w: x @ w, (x, jax.ShapeDtypeStruct((512, 256), jnp.float32))))
+    return fns
+
+
+def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs():
+    """Program rows of any op (a JAX function and its measured seconds): a known machine is recovered through
+    the replay of each program, and the error is reported per op family."""
+    import dfit_nb
+
+    fns = _vector_programs()
+    hw = presets.get("tpu_v4")
+    truth = hw.replace(dram_bytes_per_cycle=700.0, op_overhead_cycles=800.0)
+    traces = [dfit_nb.capture(f, *a) for _, f, a in fns]
+    rows = pd.DataFrame({"name": [n for n, _, _ in fns], "fn": [f for _, f, _ in fns],
+                         "args": [a for _, _, a in fns],
+                         "time_s": [float(dfit_nb.replay(t, truth).summary["latency_s"]) for t in traces]})
+    cal = calibrate(rows, hw, ["dram_bytes_per_cycle", "op_overhead_cycles"])
+    assert set(cal.rows["family"].values) == {"gemm", "reduction", "transcendental"}
+    held = cal.metrics.sel(split="held_out", machine="fitted")
+    assert float(held["mape"].sel(bucket="pooled")) < 0.02
+    assert float(cal.metrics["mape"].sel(split="held_out", machine="base", bucket="pooled")) > 0.05
+    assert float(cal.hw.dram_bytes_per_cycle) == pytest.approx(700.0, rel=0.05)
+    # a Trace column does the same without capturing again
+    again = calibrate(rows.drop(columns=["fn", "args"]).assign(trace=traces), hw,
+                      ["dram_bytes_per_cycle", "op_overhead_cycles"])
+    np.testing.assert_allclose(again.rows["predicted_s"].values, cal.rows["predicted_s"].values, rtol=1e-9)
+
+
+def test_bad_program_rows_are_named_by_row():
+    import jax
+
+    x = jax.ShapeDtypeStruct((8, 8), jnp.float32)
+    good = {"name": "ok", "fn": jnp.tanh, "args": (x,), "time_s": 1e-6}
+    hw = presets.get("tpu_v4")
+    for bad, message in (
+        ({"name": "broken", "fn": lambda x: x.no_such_method(), "args": (x,), "time_s": 1e-6},
+         r"row 1 \(broken\): its function could not be captured"),
+        ({"name": "zero", "fn": jnp.tanh, "args": (x,), "time_s": 0.0}, r"row 1 \(zero\).*finite and > 0"),
+        ({"name": "nan", "fn": jnp.tanh, "args": (x,), "time_s": float("nan")}, r"row 1 \(nan\).*finite"),
+        ({"name": "text", "fn": "tanh", "args": (x,), "time_s": 1e-6}, r"row 1 \(text\): needs a callable"),
+    ):
+        with pytest.raises(CalibrationError, match=message):
+            calibrate(pd.DataFrame([good, bad, good]), hw, ["clock_ghz"])

@@ -1,0 +1,222 @@
+"""Measured programs and kernels as calibration rows, and their replayed times as a function of the machine.
+
+:func:`dfit_nb.sim.calibrate` fits a machine to measured times by gradient through the one model. For GEMM rows
+(``m, k, n``) that model is each op alone (:func:`dfit_nb.sim.calibration.predictor`). For anything else, a
+row is a *program* (a JAX function or a Trace, timed whole) or one *kernel* of a program (an XLA fusion a
+profile-mode capture timed), and its predicted time is what :func:`dfit_nb.replay` gives it: the program's
+latency, or the kernel's span (its first op's start to its last op's end), with the same mapping search,
+kernels, schedule and fixed costs. :func:`kernel_rows` builds the rows, :func:`kernel_predictor` the pure
+function ``Hardware -> seconds per row`` that ``jax.grad`` goes through (one vmapped replay program per padded
+op count; the grid is fixed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from . import schedule
+from ._replay import BATCH_OPS, Prepared, padded, pinned_layouts, prepare, program
+from .hardware import Hardware
+from .kernels import check_mode
+
+#: op families a kernel row is reported by (:func:`family`)
+FAMILIES = ("gemm", "reduction", "transcendental", "elementwise", "data_movement", "other")
+
+
+class KernelRowError(ValueError):
+    """A measured program or kernel cannot be made a calibration row (the message names the row)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRows:
+    """Measured programs or kernels: per row, the prepared program it belongs to, the ops it covers and its time.
+
+    ``table`` (one row per measurement): ``name``, ``family``, ``m``, ``k``, ``n``, ``batch`` (the row's largest
+    GEMM, 0 without one), ``time_s`` and, when the caller gave one, ``bucket``.
+    """
+
+    preps: tuple[Prepared, ...]
+    prep_of: np.ndarray  # (rows,) index into preps
+    masks: tuple[np.ndarray, ...]  # per row: which of its prep's ops it covers
+    table: pd.DataFrame
+    whole: bool  # rows are whole programs (their latency) rather than kernels (their ops' busy time)
+
+
+def family(prep: Prepared, ops: np.ndarray) -> str:
+    """The op family of a group of ops (a kernel or a program): ``gemm`` if a GEMM runs in it, else a reduction,
+    a transcendental, elementwise work, data movement alone, or ``other``."""
+    if not ops.size:
+        return "other"
+    classes = set(prep.table["op_class"].values[ops].astype(str)) if "op_class" in prep.table else set()
+    if (prep.arrays["gemm"][ops] > 0).any() or "conv" in classes:
+        return "gemm"
+    for name in ("reduction", "transcendental", "elementwise", "data_movement"):
+        if name in classes:
+            return name
+    return "other"
+
+
+def _gemm_dims(prep: Prepared, ops: np.ndarray) -> tuple[float, float, float, float]:
+    macs = np.maximum(prep.arrays["batch"][ops], 1) * prep.arrays["m"][ops] * prep.arrays["k"][ops] \
+        * prep.arrays["n"][ops] * (prep.arrays["gemm"][ops] > 0)
+    if not ops.size or macs.max() <= 0:
+        return 0.0, 0.0, 0.0, 0.0
+    i = ops[int(np.argmax(macs))]
+    return (float(prep.arrays["m"][i]), float(prep.arrays["k"][i]), float(prep.arrays["n"][i]),
+            float(max(prep.arrays["batch"][i], 1)))
+
+
+def _program_row(prep: Prepared, name: str, seconds: float, fam: str | None) -> dict[str, Any]:
+    every = np.arange(len(prep.op))
+    m, k, n, b = _gemm_dims(prep, every)
+    return {"name": name, "family": fam or family(prep, every), "m": m, "k": k, "n": n, "batch": b,
+            "time_s": seconds}
+
+
+def _seconds(value: Any, where: str) -> float:
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise KernelRowError(f"{where}: the measured time must be a number of seconds, got {value!r}") from None
+    if not np.isfinite(t) or t <= 0:
+        raise KernelRowError(f"{where}: the measured time must be finite and > 0 seconds, got {t:g}")
+    return t
+
+
+def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str | None) -> KernelRows:
+    """Rows of whole programs: a DataFrame with a ``trace`` column (Traces), or ``fn`` (JAX functions) and
+    ``args`` (a tuple of their arguments, arrays or ``jax.ShapeDtypeStruct``), and a time column; optional
+    ``name``, ``family`` and ``bucket``. Each function is captured (static mode); a row whose function cannot be
+    captured, or whose time is not positive and finite, is refused by row number."""
+    from .. import capture
+
+    mode = check_mode(fusion)
+    preps, rows, masks = [], [], []
+    for i, rec in enumerate(frame.to_dict("records")):
+        where = f"row {i}" + (f" ({rec['name']})" if rec.get("name") is not None else "")
+        seconds = _seconds(rec[time_col], where) * scale
+        trace = rec.get("trace")
+        if trace is None:
+            fn, args = rec.get("fn"), rec.get("args", ())
+            if not callable(fn):
+                raise KernelRowError(f"{where}: needs a callable in 'fn' (or a Trace in 'trace'), got "
+                                     f"{type(fn).__name__}")
+            args = args if isinstance(args, (tuple, list)) else (args,)
+            try:
+                trace = capture(fn, *args)
+            except Exception as err:
+                raise KernelRowError(f"{where}: its function could not be captured: {type(err).__name__}: "
+                                     f"{err}") from err
+        try:
+            prep = prepare(trace, mode)
+        except Exception as err:
+            raise KernelRowError(f"{where}: {err}") from err
+        preps.append(prep)
+        masks.append(np.ones(len(prep.op), bool))
+        name = str(rec.get("name") or getattr(trace, "attrs", {}).get("function", f"row {i}"))
+        row = _program_row(prep, name, seconds, None if pd.isna(rec.get("family", np.nan)) else str(rec["family"]))
+        if "bucket" in rec and not pd.isna(rec["bucket"]):
+            row["bucket"] = str(rec["bucket"])
+        rows.append(row)
+    return KernelRows(tuple(preps), np.arange(len(preps)), tuple(masks), pd.DataFrame(rows), whole=True)
+
+
+def fusion_rows(trace: Any) -> KernelRows:
+    """Rows of a profile-mode Trace's executed fusions: each fusion XLA timed, as the kernel of the replay that
+    holds its ops (``fusion="compiler"``: the kernels are the capture's fusions), with its measured time per
+    call over its executions per call. Fusions without a replayed op (a copy XLA inserted, a loop's control)
+    are skipped: they are no op of the program."""
+    low = getattr(trace, "lowering", None)
+    if low is None or "time_s" not in low or not np.isfinite(low["time_s"].values.astype(float)).any():
+        raise KernelRowError("the trace has no measured fusion times: capture it with mode='profile' on the device "
+                             "to calibrate on")
+    prep = prepare(trace, "compiler")
+    k = prep.kernels
+    by_name = {str(k.name[i]): i for i in range(k.count)}
+    rows, masks = [], []
+    execs = low["executions"].values.astype(float) if "executions" in low else np.ones(low.sizes["fusion"])
+    for name, t, e in zip(low["fusion"].values.astype(str), low["time_s"].values.astype(float), execs,
+                          strict=True):
+        kid = by_name.get(name)
+        if kid is None or not np.isfinite(t) or t <= 0:
+            continue
+        ops = np.flatnonzero(k.kernel == kid)
+        # the profile's time is per call, every execution included, as the replay's ops (count executions)
+        m, kk, n, b = _gemm_dims(prep, ops)
+        rows.append({"name": name, "family": family(prep, ops), "m": m, "k": kk, "n": n, "batch": b,
+                     "time_s": t, "executions": e})
+        mask = np.zeros(len(prep.op), bool)
+        mask[ops] = True
+        masks.append(mask)
+    if not rows:
+        raise KernelRowError("no executed fusion of the trace holds a replayed op with a measured time")
+    return KernelRows((prep,), np.zeros(len(rows), np.int64), tuple(masks), pd.DataFrame(rows), whole=False)
+
+
+def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Callable[[Hardware], Any]:
+    """A pure function ``Hardware -> seconds per row`` (the replay's time of each row's ops), for ``jax.grad``.
+
+    A program row's time is its replayed latency; a kernel row's, the busy time of its ops (the sum of their
+    durations: on a time-multiplexed machine they run one at a time, between other kernels' ops).
+
+    Programs are padded as :func:`dfit_nb.sim.replay_batch` pads them and those of one padded size replayed in
+    one vmapped program; the grid of ``hw`` is fixed. Call the function under ``jax.enable_x64(True)``.
+    """
+    if not isinstance(dataflow, str):
+        raise KernelRowError("program and kernel rows are replayed with one dataflow (a name), got "
+                             f"{dataflow!r}")
+    grid = schedule.bucket(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)))
+    tables = schedule.grid_tables(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)), grid)
+    spatial = hw.execution == "spatial"
+    groups: dict[tuple[int, int], list[int]] = {}
+    padded_inputs = []
+    for j, prep in enumerate(rows.preps):
+        codes = np.full(len(prep.op), float(("ws", "os", "is").index(dataflow)))
+        arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, None), BATCH_OPS)
+        padded_inputs.append((arrays, preds, pred_bytes, codes_p, pin))
+        groups.setdefault(preds.shape, []).append(j)
+    stacked = []
+    for members in groups.values():
+        parts = [padded_inputs[j] for j in members]
+        stacked.append((members, jax.tree.map(lambda *xs: np.stack(xs), *parts)))
+    # per row: its prep's group and position, and its mask over the padded ops
+    where = {j: (g, p) for g, (members, _) in enumerate(stacked) for p, j in enumerate(members)}
+    row_masks = []
+    for r, j in enumerate(rows.prep_of):
+        size = padded_inputs[j][1].shape[0]
+        mask = np.zeros(size, bool)
+        mask[: len(rows.masks[r])] = rows.masks[r]
+        row_masks.append(mask)
+
+    def seconds(h: Hardware) -> Any:
+        ends = []
+        for _, (arrays, preds, pred_bytes, codes, pin) in stacked:
+            def one(a: Any, p: Any, pb: Any, c: Any, pn: Any) -> Any:
+                out = program.__wrapped__(a, p, pb, tables, h, c, pn, grid, spatial)
+                return out["start"], out["end"]
+
+            ends.append(jax.vmap(one)(arrays, preds, pred_bytes, codes, pin))
+        cycles = []
+        for r, j in enumerate(rows.prep_of):
+            g, p = where[int(j)]
+            start, end = ends[g][0][p], ends[g][1][p]
+            mask = jnp.asarray(row_masks[r])
+            if rows.whole:
+                cycles.append(jnp.max(jnp.where(mask, end, 0.0)))
+            else:
+                cycles.append(jnp.sum(jnp.where(mask, end - start, 0.0)))
+        return jnp.stack(cycles) / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
+
+    return seconds
+
+
+def describe(rows: KernelRows) -> Sequence[str]:
+    """One line per row (its name, family and measured time), for error messages and reports."""
+    return [f"{r['name']} ({r['family']}, {r['time_s'] * 1e6:.4g} us)" for r in rows.table.to_dict("records")]
