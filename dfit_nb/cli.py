@@ -518,14 +518,16 @@ def _report(args: argparse.Namespace) -> int:
 
 def replay_table(results: Sequence[Any], dataflow: str) -> str:
     """The program replayed on each preset: latency, energy, utilisation, bottleneck."""
-    lines = [f"the whole program replayed on each preset ({dataflow}; mapped, scheduled, ops overlapping where "
-             "the machine allows):",
-             f"{'preset':16s} {'execution':9s} {'latency us':>11s} {'mJ':>9s} {'mJ/inf':>9s} {'util':>6s} "
-             f"{'DRAM MB':>8s} {'events':>8s}  bottleneck"]
+    fusion = next((str(r.run.attrs.get("fusion", "")) for r in results), "")
+    lines = [f"the whole program replayed on each preset ({dataflow}; its ops grouped into the kernels a compiler "
+             f"runs, fusion={fusion!r}; mapped, scheduled, ops overlapping where the machine allows):",
+             f"{'preset':16s} {'execution':9s} {'kernels':>7s} {'latency us':>11s} {'mJ':>9s} {'mJ/inf':>9s} "
+             f"{'util':>6s} {'DRAM MB':>8s} {'events':>8s}  bottleneck"]
     for r in results:
         s = r.run.summary
         spill = " (spills: data exceed on-chip SRAM)" if r.spills else ""
-        lines.append(f"{r.name:16s} {r.run.attrs['execution']:9s} {float(s['latency_s']) * 1e6:11.2f} "
+        kernels = len(set(r.run.ops["kernel"].values.tolist())) if "kernel" in r.run.ops else r.run.ops.sizes["op"]
+        lines.append(f"{r.name:16s} {r.run.attrs['execution']:9s} {kernels:7d} {float(s['latency_s']) * 1e6:11.2f} "
                      f"{float(s['energy_j']) * 1e3:9.4f} {float(s['joules_per_inference']) * 1e3:9.4f} "
                      f"{float(s['utilization']):6.1%} {float(s['dram_bytes']) / 1e6:8.3f} {int(s['n_events']):8d}  "
                      f"{s['bottleneck'].item()}{spill}")
@@ -548,8 +550,9 @@ def reconcile_table(trace: Any, results: Sequence[Any], alone: dict[str, Any] | 
                      f"{float(rc['replayed_energy_j']) * 1e3:10.4f} "
                      + " ".join(f"{float(v) * 1e3:+10.4f}" for v in rc["difference_j"].values)
                      + f" {float(rc['overlap_cycles']) / clock:10.2f}")
-    lines.append("  d dram: results kept on chip for their consumers; d noc: DRAM deliveries over the mesh; "
-                 "d compute / d sram: the mapping in context; d retile: moves between layouts and dataflow switches")
+    lines.append("  d dram: results kept on chip for their consumers (or inside their kernel); d noc: DRAM deliveries "
+                 "over the mesh; d compute / d sram: the mapping in context and the kernels' free reshapes; d retile: "
+                 "moves between layouts and dataflow switches")
     return "\n".join(lines)
 
 

@@ -131,8 +131,9 @@ def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str |
 def fusion_rows(trace: Any) -> KernelRows:
     """Rows of a profile-mode Trace's executed fusions: each fusion XLA timed, as the kernel of the replay that
     holds its ops (``fusion="compiler"``: the kernels are the capture's fusions), with its measured time per
-    call over its executions per call. Fusions without a replayed op (a copy XLA inserted, a loop's control)
-    are skipped: they are no op of the program."""
+    call. Fusions that hold no replayed op of their own are skipped: a copy XLA inserted, a loop's control, or a
+    fusion whose ops XLA also computed in another (an op runs in the replay once, in the first fusion that holds
+    it, as ``fusion="compiler"`` groups it)."""
     low = getattr(trace, "lowering", None)
     if low is None or "time_s" not in low or not np.isfinite(low["time_s"].values.astype(float)).any():
         raise KernelRowError("the trace has no measured fusion times: capture it with mode='profile' on the device "

@@ -42,8 +42,8 @@ count is that product minus one. An array that double-buffers its stationary
 operand (``fold_overlap`` 1, a TPU MXU) hides each fold's fill under the previous
 fold's stream: it pays the fill once per GEMM (see :func:`fold_cycles`). A K split (``mk``) reduces its partial sums on
 the vector units (a ``log2(gx)``-deep tree). Non-GEMM work is ``flops`` plus
-``TRANSCENDENTAL_WORK`` per transcendental (a documented assumption: a
-polynomial or table evaluation) over ``vector_lanes`` lanes per tile.
+``transcendental_cycles`` lane-cycles per transcendental (a polynomial or table
+evaluation; 8 by default) over ``vector_lanes`` lanes per tile.
 
 **SRAM traffic** (elements) per GEMM piece: each fold reads its operands once.
 
@@ -99,6 +99,17 @@ the SRAM ports' ``(R + 2C)`` words per cycle: wider sums take more of them.
 **Energy** (pJ): MACs x the MAC energy of the op's word (``mac_pj_1/2/4``; an
 8-byte MAC is charged 4x the 4-byte one); register file 3 words per MAC; SRAM
 bytes read and written; NoC byte-hops; DRAM bytes.
+
+**Kernels** (:mod:`dfit_nb.sim.kernels`). Ops run in the kernels a compiler
+fuses them into; the grouping reaches the model as per-op columns (``kernel``,
+``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``; absent, every
+op is its own kernel, as :func:`dfit_nb.sim.cost` prices ops alone). A kernel
+pays ``op_overhead_cycles`` once (:func:`fixed_cycles`), an op folded into its
+indexing does no compute or SRAM work (:func:`kept_share`), a result read only
+inside its fused kernel stays on chip, and the kernel's vector work hides under
+its GEMM's array work by ``vector_overlap`` while its DRAM latency is waited once
+(:func:`kernel_overlap`); a kernel whose intermediates exceed the chip's SRAM
+runs unfused (:func:`kernel_fits`). A program output is always written to DRAM.
 
 **Dataflow switch** (:func:`switch_cost`): changing the stationary operand
 re-lays out the next GEMM's input in SRAM (read and written back), and on a

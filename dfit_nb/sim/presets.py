@@ -145,14 +145,16 @@ register(
 )
 register(
     Hardware(name="eyeriss_like", pe_rows=12, pe_cols=14, sram_input_bytes=54 * KB, sram_weight_bytes=27 * KB,
-             sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, dram_bytes_per_cycle=4.0,
+             sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, vector_overlap=0.0, dram_bytes_per_cycle=4.0,
              dram_latency_cycles=100.0, clock_ghz=0.2, thermal_resistance_k_per_w=30.0,
              heat_capacity_j_per_k=0.1, ambient_c=25.0, thermal_limit_c=85.0),
     approximates="Eyeriss v1: a 12x14 PE array with a 108 KB global buffer, 16-bit fixed point, 200 MHz",
     sources="Public: Chen et al., 'Eyeriss', ISSCC 2016 / JSSC 2017 (168 PEs in 12x14, 108 KB global buffer, "
             "16-bit, 100-250 MHz); the buffer split and DRAM bandwidth (64-bit at ~200 MHz, ~4 B/cycle "
-            "effective) are assumptions. Thermal (assumption): a 12.25 mm^2 test chip in a package with no heat "
-            "sink on a lab bench: 30 K/W, in the 20-40 K/W still-air range JEDEC-style packages of that size "
+            "effective) are assumptions. Eyeriss has no vector unit beside its PE array (its ReLU sits in the PEs' "
+            "output path; pooling and the rest run off chip): non-GEMM work here runs on 4 lanes after the GEMM, "
+            "never under it (vector_overlap = 0). Thermal (assumption): a 12.25 mm^2 test chip in a package with no "
+            "heat sink on a lab bench: 30 K/W, in the 20-40 K/W still-air range JEDEC-style packages of that size "
             "report; 25 degC room; ~0.1 J/K with the package.",
 )
 register(
@@ -174,7 +176,11 @@ register(
             "(Norrie et al., 'The Design Process for Google's Training Chips: TPUv2 and TPUv3', IEEE Micro 2021) "
             "-> accumulator_bytes = 4: partial sums kept between K folds are 4-byte words. Assumptions: a lone op "
             "pays its double-buffering fill and drain, nothing before or after it to hide them under "
-            "(memory_overlap = 0), the vector lanes per MXU tile (the TensorCore's 8 x 128 VPU shared by 4 MXUs), "
+            "(memory_overlap = 0), the vector lanes per MXU tile (the TensorCore's VPU, 8 sublanes x 128 lanes "
+            "(Norrie et al. 2021), shared by its 4 MXUs: 256), a kernel's vector work beside the MXUs "
+            "(vector_overlap = 1: the VPU and the MXUs take slots of the same VLIW bundle, Norrie et al. 2021), "
+            "8 lane-cycles per transcendental (transcendental_cycles: no public figure for the TPU's unary "
+            "pipeline; dfit_nb.sim.calibrate fits it on measured kernels), "
             "the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
             "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op); "
             "short_reduction_cycles = 0 (no public figure: the measurements show a step for matmuls whose K is "
