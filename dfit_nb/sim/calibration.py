@@ -47,7 +47,7 @@ FITTABLE = tuple(f for f, (_, _, kind, _, _) in FIELDS.items()
 DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "memory_overlap", "op_overhead_cycles",
                   "short_reduction_cycles")
 #: default fields for program and kernel rows (any op): the GEMM defaults and the vector unit's
-KERNEL_FIELDS = (*DEFAULT_FIELDS, "transcendental_cycles", "vector_overlap")
+KERNEL_FIELDS = (*DEFAULT_FIELDS, "vector_rate", "transcendental_cycles", "vector_overlap")
 #: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
 RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds

@@ -105,6 +105,11 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
                        "shorter, over its blocks of half the buffers) hidden under neighbouring ops: 1, the "
                        "slowest demand alone sets the time; 0, a lone op pays it (all of the shorter when one block "
                        "holds the op)", "nonneg", 0, 1),
+    "vector_rate": ("1/cycle", "vector operations each lane issues per cycle (elementwise throughput = lanes x "
+                    "rate; a rate, so a calibration can fit it where the lane count is a whole number)", "positive",
+                    1e-3, 1e3),
+    "vector_sram_words": ("1", "words per lane per cycle between the vector unit and its tile's SRAM (3: two "
+                          "operands read and a result written each cycle)", "positive", 1e-3, 1e3),
     "transcendental_cycles": ("cycle", "lane-cycles of the vector unit per transcendental (exp, tanh, rsqrt, erf, "
                               "log: a polynomial or table evaluation on the lane); 8 unless a preset or a "
                               "calibration says", "nonneg", 0, 1e6),
@@ -190,6 +195,8 @@ class Hardware:
     short_reduction_cycles: Any = 0.0
     fold_overlap: Any = 0.0
     memory_overlap: Any = 1.0
+    vector_rate: Any = 1.0
+    vector_sram_words: Any = 3.0
     transcendental_cycles: Any = 8.0
     vector_overlap: Any = 1.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]

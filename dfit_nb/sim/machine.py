@@ -43,7 +43,8 @@ operand (``fold_overlap`` 1, a TPU MXU) hides each fold's fill under the previou
 fold's stream: it pays the fill once per GEMM (see :func:`fold_cycles`). A K split (``mk``) reduces its partial sums on
 the vector units (a ``log2(gx)``-deep tree). Non-GEMM work is ``flops`` plus
 ``transcendental_cycles`` lane-cycles per transcendental (a polynomial or table
-evaluation; 8 by default) over ``vector_lanes`` lanes per tile.
+evaluation; 8 by default) over ``vector_lanes`` lanes per tile, each issuing
+``vector_rate`` operations per cycle (1 by default).
 
 **SRAM traffic** (elements) per GEMM piece: each fold reads its operands once.
 
@@ -75,8 +76,8 @@ output partitions of its tiles, else it is written to DRAM.
 delivery and DRAM overlap; the op takes the slowest of
 
 * compute: the busiest tile's virtual tiles x cycles each;
-* SRAM ports: bytes / ``(R + 2C) x word`` per tile (``3 x lanes x word`` on the
-  vector unit);
+* SRAM ports: bytes / ``(R + 2C) x word`` per tile (``vector_sram_words x lanes x
+  word`` on the vector unit);
 * NoC: the busiest west-edge row link's bytes / ``noc_link_bytes_per_cycle``
   plus ``noc_hop_cycles`` x the farthest column;
 * DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once;
@@ -169,10 +170,10 @@ def sram_per_tile(hw: Hardware) -> Any:
 
 
 def sram_port_bytes_per_cycle(hw: Hardware, word: Any, gemm: Any) -> Any:
-    """One tile's SRAM port bandwidth: R inputs + C weights + C outputs per cycle on the PE array, two reads
-    and a write per lane on the vector unit."""
+    """One tile's SRAM port bandwidth: R inputs + C weights + C outputs per cycle on the PE array,
+    ``vector_sram_words`` per lane on the vector unit (3: two reads and a write)."""
     r, c, lanes = field(hw, "pe_rows"), field(hw, "pe_cols"), field(hw, "vector_lanes")
-    return jnp.where(gemm, (r + 2.0 * c) * word, 3.0 * lanes * word)
+    return jnp.where(gemm, (r + 2.0 * c) * word, field(hw, "vector_sram_words") * lanes * word)
 
 
 def roofs(hw: Hardware) -> dict[str, Any]:
@@ -352,7 +353,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     gemm_v = p["bt"] * one + reduce_cycles
     kept = kept_share(ops)  # 0 for an op folded into its kernel's indexing (a reshape, a broadcast)
     work = vector_work(ops, hw) * kept
-    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"] * kept), lanes * v)
+    # whole lane-steps, each issuing vector_rate operations per lane (a rate, so that a fit can move it)
+    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"] * kept), lanes * v) / field(hw, "vector_rate")
     compute_v = jnp.where(gemm, gemm_v, vector_v)
     macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
 
