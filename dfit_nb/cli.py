@@ -50,6 +50,7 @@ from .capture import MODES, capture
 from .errors import DfitError, SaveError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
+from .sim.kernels import DEFAULT_FUSION, FUSION_MODES
 from .sim.policy import OBJECTIVES
 
 #: ``--args`` dtype spellings -> NumPy/JAX dtype names
@@ -104,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                         "for the first with more than one tile")
     r.add_argument("--dataflow", default="ws", choices=list(REPLAY_DATAFLOWS),
                    help="dataflow of the replay table, event cubes and Perfetto traces (default ws)")
+    r.add_argument("--fusion", default=DEFAULT_FUSION, choices=list(FUSION_MODES),
+                   help="which ops run as one kernel: the machine's fusion rules (default), the capture's XLA "
+                        "fusions, or one kernel per primitive")
     r.add_argument("--objective", default="energy", choices=list(OBJECTIVES),
                    help="what the hybrid policy minimises (default energy)")
     r.add_argument("-o", "--output-dir", default="dfit_report", metavar="DIR",
@@ -500,7 +504,7 @@ def _report(args: argparse.Namespace) -> int:
         pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names})
         # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
         report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
-                              charts=args.charts, progress=not args.no_progress)
+                              charts=args.charts, progress=not args.no_progress, fusion=args.fusion)
         alone = pending.result()
     results = report.results
     print(cost_table(alone))

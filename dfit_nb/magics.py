@@ -61,6 +61,7 @@ from .sim._compare import CompareError
 from .sim._compare import compare as compare_runs
 from .sim._replay import replay
 from .sim.hardware import Hardware
+from .sim.kernels import FUSION_MODES
 from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.run import Run
 from .views import compare as compare_chart
@@ -329,6 +330,9 @@ class DfitMagics(Magics):
                    "(default ws; hybrid when only --objective is given).")
     @argument("--objective", choices=OBJECTIVES, default=None,
               help="What the hybrid selection minimises (default energy); only with --dataflow hybrid.")
+    @argument("--fusion", choices=FUSION_MODES, default=None,
+              help="Which ops run as one kernel: rules (the machine's fusion rules; default), compiler (the "
+                   "capture's XLA fusions) or none (one kernel per primitive).")
     @argument("--mode", choices=MODES, default="static",
               help="Capture mode: static (nothing runs; default), profile or eager (measured times).")
     @argument("-o", "--output", metavar="NAME", default=None,
@@ -390,10 +394,10 @@ class DfitMagics(Magics):
             policy = None
             if dataflow == "hybrid":
                 # the verified hybrid: replayed against every single style, falling back when it does not beat them
-                policy = select_dataflows(trace, hw, objective)
+                policy = select_dataflows(trace, hw, objective, fusion=args.fusion)
                 run = policy.runs["hybrid"]
             else:
-                run = replay(trace, hw, dataflow)
+                run = replay(trace, hw, dataflow, fusion=args.fusion)
             explorer = None
             if not args.no_explorer:
                 explorer = Explorer(trace, hw, dataflow=dataflow, objective=objective)

@@ -181,7 +181,7 @@ def _machines(hw: Any) -> list[Hardware]:
 def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "energy",
             progress: bool = True, *, seed: int | None = None, tags: dict[str, Any] | None = None,
             batch_variance: dict[str, Any] | None = None,
-            on_result: Callable[[PresetResult], Any] | None = None) -> list[PresetResult]:
+            on_result: Callable[[PresetResult], Any] | None = None, fusion: str | None = None) -> list[PresetResult]:
     """Replay ``trace`` on each machine under ``dataflow`` and select (and evaluate) a hybrid policy there.
 
     The policy's evaluation replays every single style, so for ``dataflow`` in ``ws`` / ``os`` / ``is`` the
@@ -191,6 +191,7 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
     :meth:`~dfit_nb.sim.Policy.with_batch_variance` (``make_args``, ``base``, optionally ``batch_sizes`` and
     ``axis``), gives each policy's memo its p50/p95/p99 latency under batch variance. ``on_result`` is called
     with each machine's result as soon as it is ready (:func:`write_report` starts writing its files there).
+    ``fusion``: how the replays group ops into kernels (:func:`dfit_nb.replay`; default the machine's rules).
 
     >>> import jax.numpy as jnp, dfit_nb
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
@@ -213,7 +214,7 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
             if i + 1 < len(machines):
                 warmed.append(ahead.submit(_warm, trace, machines[i + 1]))
             concurrent.futures.wait([warmed[i]])  # its run kept before the pricing asks for the same run
-            out.append(_analyse_one(trace, h, dataflow, objective, seed, tags, batch_variance))
+            out.append(_analyse_one(trace, h, dataflow, objective, seed, tags, batch_variance, fusion))
             if on_result is not None:
                 on_result(out[-1])
     finally:
@@ -230,14 +231,15 @@ def _warm(trace: Any, hw: Hardware) -> None:
 
 
 def _analyse_one(trace: Any, h: Hardware, dataflow: Any, objective: str, seed: int | None,
-                 tags: dict[str, Any] | None, batch_variance: dict[str, Any] | None) -> PresetResult:
+                 tags: dict[str, Any] | None, batch_variance: dict[str, Any] | None,
+                 fusion: str | None = None) -> PresetResult:
     """One machine's replay and policy (see :func:`analyse`)."""
     t0 = time.perf_counter()
     note = ""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpillWarning)
         try:
-            policy = select_dataflows(trace, h, objective, seed=seed, tags=tags)
+            policy = select_dataflows(trace, h, objective, seed=seed, tags=tags, fusion=fusion)
             if batch_variance is not None:
                 policy = policy.with_batch_variance(**batch_variance)
         except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report
@@ -245,7 +247,7 @@ def _analyse_one(trace: Any, h: Hardware, dataflow: Any, objective: str, seed: i
         if policy is not None and isinstance(dataflow, str) and dataflow in policy.runs:
             run = policy.runs[dataflow]
         else:
-            run = replay(trace, h, dataflow)
+            run = replay(trace, h, dataflow, fusion=fusion)
     spills = any(issubclass(w.category, SpillWarning) for w in caught)
     for w in caught:  # anything else goes on to the caller's filters
         if not issubclass(w.category, SpillWarning):
@@ -680,7 +682,8 @@ def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
 def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "dfit_report", *,
                  dataflow: Any = "ws", objective: str = "energy", charts: str = "auto", progress: bool = True,
                  results: Sequence[PresetResult] | None = None, seed: int | None = None,
-                 tags: dict[str, Any] | None = None, batch_variance: dict[str, Any] | None = None) -> Report:
+                 tags: dict[str, Any] | None = None, batch_variance: dict[str, Any] | None = None,
+                 fusion: str | None = None) -> Report:
     """Replay ``trace`` on hardware presets, select a hybrid policy per preset, and write an offline report.
 
     Parameters
@@ -761,7 +764,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
 
         if results is None:
             results = analyse(trace, machines, dataflow, objective, progress, seed=seed, tags=tags,
-                              batch_variance=batch_variance, on_result=write)
+                              batch_variance=batch_variance, on_result=write, fusion=fusion)
         else:
             for r in results:
                 write(r)

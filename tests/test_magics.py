@@ -108,6 +108,15 @@ def test_hw_may_name_a_hardware_in_the_namespace(shell):
     assert float(shell.user_ns["on_mine"].attrs["hw_dram_bytes_per_cycle"]) == 600.0
 
 
+def test_fusion_chooses_the_kernels(shell):
+    with capture_output():
+        shell.run_line_magic("dfit", "--fusion none --no-explorer -o unfused f(a, b)")
+        shell.run_line_magic("dfit", "--no-explorer -o fused f(a, b)")
+    unfused, fused = shell.user_ns["unfused"], shell.user_ns["fused"]
+    assert unfused.attrs["fusion"] == "none" and fused.attrs["fusion"] == "rules"
+    assert unfused.kernels.sizes["kernel"] == unfused.ops.sizes["op"] >= fused.kernels.sizes["kernel"]
+
+
 def test_dfit_options_and_expression_keep_their_text(shell):
     """EXPR is taken verbatim after the options: quotes, spaces and keywords survive; ``--x=v`` and ``-oNAME`` work."""
     shell.user_ns["args"] = {"a": shell.user_ns["a"], "b": shell.user_ns["b"]}
@@ -183,6 +192,7 @@ def test_compare_shows_the_comparison_and_its_chart(shell, runs):
     ("dfit", "--dataflow xx -o bad f(a, b)", ["'xx'", "--dataflow"]),
     ("dfit", "--mode fast -o bad f(a, b)", ["'fast'", "--mode"]),
     ("dfit", "--objective cheap -o bad f(a, b)", ["'cheap'"]),
+    ("dfit", "--fusion xla -o bad f(a, b)", ["'xla'", "--fusion"]),
     ("dfit", "--dataflow ws --objective edp -o bad f(a, b)", ["--objective", "hybrid"]),
     ("dfit", "--bogus f(a, b)", ["'--bogus'"]),
     ("dfit", "-o 1bad f(a, b)", ["'1bad'"]),
