@@ -40,8 +40,9 @@ from .hardware import Hardware
 
 LEVELS = KINDS  # the kinds a replay charges energy to (compute, sram, noc, dram, retile)
 REASONS = {
-    "compute": "the mapping each op gets in context (and, layer-pipelined, the tiles it is granted)",
-    "sram": "the mapping each op gets in context",
+    "compute": "the mapping each op gets in context (and, layer-pipelined, the tiles it is granted); the layout ops "
+               "a kernel folds away",
+    "sram": "the mapping each op gets in context; the layout ops a kernel folds away move nothing",
     "noc": "DRAM traffic delivered over the mesh changes with what stays on chip",
     "dram": "results producers keep on chip (or inside their fused kernel) are not written to and re-read from "
             "DRAM",
