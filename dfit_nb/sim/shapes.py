@@ -32,7 +32,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from ._replay import Prepared, prepare, summarize
+from ._replay import Prepared, prepare, summarize, with_kernels
 from .hardware import Hardware
 from .machine import DATAFLOWS
 
@@ -110,7 +110,10 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
         # dims and counts are whole numbers (at least 1 where they were)
         a[f] = np.where(prep.arrays[f] > 0, np.maximum(np.round(v), 1.0), 0.0) if f in (*DIMS, "count") else v
     a["elems_in"], a["elems_out"] = np.ceil(a["elems_in"]), np.ceil(a["elems_out"])
-    return dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
+    out = dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
+    # the kernels of the rescaled program, grouped again (a kernel's working set, and what the rules fuse through
+    # a broadcast, follow the sizes)
+    return with_kernels(out, prep.fusion) if prep.kernels is not None else out
 
 
 def _codes(names: np.ndarray) -> np.ndarray:

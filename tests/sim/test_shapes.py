@@ -42,7 +42,10 @@ def test_rescaling_matches_a_fresh_capture(encoder_trace, exps, sizes):
     np.testing.assert_allclose(s.arrays["flops"], fresh.arrays["flops"], rtol=0.05)  # sums of two degrees
     hw = presets.get("tpu_like")
     codes = np.zeros(len(s.op))
-    assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=3e-4)
+    # the fitted exponents miss a few operand sizes by an element or two per row (a broadcast bias: 16,385 elements
+    # against 16,448 at seq 128), which moves the replayed latency by up to 4e-4 of it (the kernels' shorter
+    # latency makes the same absolute miss a larger share than it was with one kernel per primitive, 3e-4)
+    assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=5e-4)
 
 
 def test_weights_do_not_scale_and_attention_scores_grow_with_the_square_of_the_sequence(exps, encoder_trace):
