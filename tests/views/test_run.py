@@ -45,9 +45,10 @@ def encoder_trace(static_traces):
 
 @pytest.fixture(scope="module")
 def large_run():
-    """The 4-layer encoder time-multiplexed on the 64 x 64 grid: about a million events."""
+    """The 4-layer encoder time-multiplexed on the 64 x 64 grid, one kernel per primitive (kernels fold reshapes and
+    broadcasts away, leaving some 400,000 events): about a million events."""
     fn, args = dfit_nb.examples.get("encoder").build(layers=4)
-    return dfit_nb.replay(dfit_nb.capture(fn, *args), presets.get("cerebras_like"), execution="time")
+    return dfit_nb.replay(dfit_nb.capture(fn, *args), presets.get("cerebras_like"), execution="time", fusion="none")
 
 
 @pytest.mark.parametrize("preset", PRESETS)
