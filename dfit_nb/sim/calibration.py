@@ -546,6 +546,10 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         # is piecewise, e.g. the mapping search switching layouts); 1: out of iterations; 5: not finite
         converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
         values = lo + (hi - lo) / (1.0 + np.exp(-z))
+        if not np.isfinite(values).all():
+            bad = [k for k, v in zip(fields, values, strict=True) if not np.isfinite(v)]
+            raise CalibrationError(f"the fit of {list(fields)} diverged (no finite value for {bad}; loss {final:g}): "
+                                   "fit fewer fields, or give them bounds=")
         fitted_hw = hw.replace(name=f"{hw.name} (calibrated)", **{k: float(values[i]) for i, k in enumerate(fields)})
     return fitted_hw, converged, final, int(result.status)
 

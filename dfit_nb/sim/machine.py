@@ -650,7 +650,9 @@ def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict
     array = jax.ops.segment_sum(jnp.where(fused & gemm, body, 0.0), kernel, num_segments=n)[kernel]
     vector = jax.ops.segment_sum(jnp.where(fused & ~gemm, body, 0.0), kernel, num_segments=n)[kernel]
     hidden = field(hw, "vector_overlap") * jnp.minimum(array, vector)
-    keep = jnp.where(fused & ~gemm & (vector > 0), 1.0 - hidden / jnp.maximum(vector, 1e-300), 1.0)
+    has = fused & ~gemm & (vector > 0)
+    # the divisor is 1 where no vector work is (not a tiny floor): its gradient is then finite, not NaN under where
+    keep = jnp.where(has, 1.0 - hidden / jnp.where(has, vector, 1.0), 1.0)
     # a fused kernel streams its DRAM transfers as one: the DRAM latency is waited once, by its first op (in
     # program order) with DRAM bytes of its own (a kernel whose ops read only other kernels' spilled results
     # waits it at its first op)

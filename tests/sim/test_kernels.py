@@ -218,3 +218,25 @@ def test_a_fusion_map_from_another_trace_is_refused(encoder):
         dfit_nb.replay(other, presets.get("npu_like"), fusion="compiler")
     # the rules do not read the map
     dfit_nb.replay(other, presets.get("npu_like"), fusion="rules")
+
+
+def test_gradients_through_a_kernel_without_vector_work_are_finite():
+    """A kernel with no vector work to hide (a scale by a folded constant) passes finite gradients to every field
+    (a floor divisor there once gave NaN under jnp.where, and a calibration of vector_rate failed)."""
+    import jax
+    import pandas as pd
+
+    from dfit_nb.sim._cost import for_jit
+    from dfit_nb.sim.kernel_predictor import kernel_predictor, program_rows
+
+    rows = program_rows(pd.DataFrame({"fn": [lambda x: x / jnp.sqrt(16.0), jnp.tanh],
+                                      "args": [(jnp.ones((64, 64)),)] * 2, "time_s": [1e-6, 1e-6]}),
+                        "time_s", 1.0, None)
+    hw = presets.get("tpu_v4")
+    f = kernel_predictor(rows, hw)
+    with jax.enable_x64(True):
+        h = jax.tree.map(lambda x: jnp.asarray(x, float), for_jit(hw))
+        g = jax.jit(jax.grad(lambda h: f(h).sum()))(h)
+    assert all(np.isfinite(float(getattr(g, k))) for k in ("vector_rate", "clock_ghz", "vector_overlap",
+                                                           "op_overhead_cycles", "dram_bytes_per_cycle"))
+    assert float(g.vector_rate) < 0  # a faster vector unit, less time
