@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -92,6 +94,21 @@ def test_a_replay_populates_the_cache_and_the_next_process_loads_it(tmp_path):
     broken = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})
     assert broken["latency"] == cold["latency"] and not broken["events"].get("cache_hits")
     assert "Error reading persistent compilation cache entry" in broken["stderr"]
+
+
+@pytest.mark.slow  # two fresh processes
+def test_a_program_has_the_same_key_in_every_workers_folder(tmp_path):
+    """The test runs' xdist workers compile into folders of their own, and a run's start links each folder's
+    entries into the others (the repository's conftest.py). That helps only where a program's key does not depend
+    on the folder, and JAX's does by default: it puts the path of an XLA cache of its own (GPU autotuning results,
+    inside the compilation cache) in every key, unless ``jax_persistent_cache_enable_xla_caches`` is ``none``, as
+    that conftest.py sets it for test runs. Then what one folder compiled, the other loads."""
+    env = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "none"}
+    _child(tmp_path, env={_compile_cache.ENV: str(tmp_path / "gw0"), **env})
+    written = _entries(tmp_path / "gw0")
+    shutil.copytree(tmp_path / "gw0", tmp_path / "gw1")
+    other = _child(tmp_path, env={_compile_cache.ENV: str(tmp_path / "gw1"), **env})
+    assert other["events"].get("cache_hits", 0) >= len(written) and _entries(tmp_path / "gw1") == written
 
 
 @pytest.mark.slow  # a fresh Python process importing JAX
@@ -230,13 +247,54 @@ def _repository_conftest():
     return module
 
 
+def _this_runs_folder(conftest) -> Path:
+    """This process's compilation cache as the repository's conftest.py chose it: ``.cache/jax-tests``, or an
+    xdist worker's folder in it (``gw0``, or ``gw0-2`` while another run's gw0 holds that); skips where the
+    run's cache was chosen by DFIT_NB_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR."""
+    here = Path(os.environ.get("DFIT_NB_COMPILATION_CACHE", "."))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    ours = (here.parent == conftest.CACHE and re.fullmatch(rf"{re.escape(worker)}(-\d+)?", here.name)) if worker \
+        else here == conftest.CACHE
+    if "JAX_COMPILATION_CACHE_DIR" in os.environ or not ours:
+        pytest.skip("this run's cache was chosen by DFIT_NB_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR")
+    return here
+
+
 def test_the_test_runs_cache_is_this_checkouts_and_keeps_every_program():
     conftest = _repository_conftest()
     assert conftest.CACHE == Path(__file__).resolve().parents[1] / ".cache" / "jax-tests"
-    if "DFIT_NB_COMPILATION_CACHE" not in os.environ or os.environ["DFIT_NB_COMPILATION_CACHE"] != str(conftest.CACHE):
-        pytest.skip("this run's cache was chosen by DFIT_NB_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR")
+    here = _this_runs_folder(conftest)
     assert os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
-    assert _compile_cache.state().directory == str(conftest.CACHE)
+    assert os.environ["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] == "none"  # no folder in the programs' keys
+    assert _compile_cache.state().directory == str(here)
+
+
+def test_an_xdist_worker_compiles_into_a_folder_of_its_own():
+    """JAX writes a cache entry in place (no temporary and rename), so a worker could read an entry the other
+    was still writing (a truncated stream, an error under ``filterwarnings = error``): each worker has its own
+    folder, named after it, which JAX (and the exported programs' sub-folder) use."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        pytest.skip("not an xdist worker")
+    import jax
+
+    here = _this_runs_folder(_repository_conftest())
+    assert here.name.split("-")[0] == os.environ["PYTEST_XDIST_WORKER"]
+    assert jax.config.jax_compilation_cache_dir == _compile_cache.state().directory == str(here)
+
+
+def test_each_worker_holds_its_own_folder_while_it_lives(tmp_path):
+    """Workers gw0 and gw1 get different folders; a second run's gw0, while the first's is alive, a third; once
+    the first has exited (its descriptor closed), its folder is free again."""
+    conftest = _repository_conftest()
+    try:
+        assert conftest._own_folder(tmp_path, "gw0") == tmp_path / "gw0"
+        assert conftest._own_folder(tmp_path, "gw1") == tmp_path / "gw1"
+        assert conftest._own_folder(tmp_path, "gw0") == tmp_path / "gw0-2"  # gw0 is held
+        os.close(conftest._held.pop(0))  # the first gw0 exits
+        assert conftest._own_folder(tmp_path, "gw0") == tmp_path / "gw0"
+    finally:
+        for fd in conftest._held:
+            os.close(fd)
 
 
 def test_the_test_runs_cache_drops_its_oldest_files_past_its_cap(tmp_path):
@@ -250,3 +308,51 @@ def test_the_test_runs_cache_drops_its_oldest_files_past_its_cap(tmp_path):
     assert len(list(tmp_path.rglob("entry*"))) == 10
     prune(tmp_path, 500)  # past it: the oldest go until half the cap is left
     assert sorted(p.name for p in tmp_path.rglob("entry*")) == ["entry8", "entry9"]
+
+
+def test_the_cap_counts_an_entry_linked_into_several_folders_once(tmp_path):
+    prune = _repository_conftest()._prune
+    for i, folder in enumerate(("gw0", "gw1", "gw2")):
+        (tmp_path / folder).mkdir()
+        if i:
+            os.link(tmp_path / "gw0" / "entry", tmp_path / folder / "entry")
+        else:
+            (tmp_path / "gw0" / "entry").write_bytes(b"x" * 100)
+    prune(tmp_path, 100)  # 100 bytes on disk, under three names: at the cap, nothing goes
+    assert len(list(tmp_path.rglob("entry"))) == 3
+    prune(tmp_path, 99)  # past it: every name goes, for the bytes are freed with the last one
+    assert not list(tmp_path.rglob("entry"))
+
+
+def test_a_run_gives_every_free_folder_the_entries_the_others_have(tmp_path):
+    """At a run's start every worker's folder, and the folder a run without workers uses, gets the entries the
+    others have, as hard links (one file on disk); a folder another live run's worker holds neither gives nor
+    takes, and temporaries (names starting with a dot) stay where they are."""
+    conftest = _repository_conftest()
+    (tmp_path / "gw0" / "dfit_nb_exported").mkdir(parents=True)
+    (tmp_path / "gw1").mkdir()
+    (tmp_path / "gw0" / "a-cache").write_bytes(b"a")
+    (tmp_path / "gw0" / "dfit_nb_exported" / "p.stablehlo").write_bytes(b"p")
+    (tmp_path / "gw1" / "b-cache").write_bytes(b"b")
+    (tmp_path / "gw1" / ".p-1234").write_bytes(b"")
+    (tmp_path / "c-cache").write_bytes(b"c")  # a run without workers compiled this one
+    try:
+        busy = conftest._own_folder(tmp_path, "gw2")  # another run's worker, alive
+        (busy / "d-cache").write_bytes(b"d")
+        assert conftest._share(tmp_path)  # the top level holds every entry now
+        everything = ["a-cache", "b-cache", "c-cache", "dfit_nb_exported/p.stablehlo"]
+        for folder in (tmp_path, tmp_path / "gw0", tmp_path / "gw1"):
+            entries = sorted(str(p.relative_to(folder)) for p in folder.rglob("[!.]*") if p.is_file()
+                             and not conftest.WORKER_FOLDER.fullmatch(p.relative_to(folder).parts[0]))
+            assert entries == everything, folder
+            assert (folder / "a-cache").samefile(tmp_path / "gw0" / "a-cache")
+        assert sorted(p.name for p in busy.iterdir()) == ["d-cache"]
+        assert not (tmp_path / "gw0" / ".p-1234").exists()
+        assert conftest._lock(tmp_path) is None  # held by this run (it may compile there) until it exits
+        assert not conftest._share(tmp_path)  # so another run's start leaves it be (and sizes the whole tree)
+        fd = conftest._lock(tmp_path / "gw0")  # free again for this run's worker
+        assert fd is not None
+        os.close(fd)
+    finally:
+        for fd in conftest._held:
+            os.close(fd)
