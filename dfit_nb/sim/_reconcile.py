@@ -89,6 +89,23 @@ def _own_dataflows(alone: xr.Dataset, trace: Any, hw: Hardware, names: np.ndarra
     return alone.sel(op=ids).isel(dataflow=which)
 
 
+def _launch_cycles_alone(trace: Any, hw: Hardware, ops: xr.Dataset) -> float:
+    """Σ over the run's ops of the fixed cost each pays alone (every op its own kernel), all executions: the
+    model's :func:`~dfit_nb.sim.machine.fixed_cycles` of the unfused op table."""
+    import jax
+    import jax.numpy as jnp
+
+    from ._cost import for_jit
+    from ._replay import prepare
+    from .machine import fixed_cycles
+
+    prep = prepare(trace, "none")
+    with jax.enable_x64(True):
+        fixed = np.asarray(fixed_cycles({k: jnp.asarray(v) for k, v in prep.arrays.items()}, for_jit(hw)))
+    # the run's ops are the trace's replayed ops whatever the fusion: the same rows
+    return float((fixed * prep.arrays["count"])[np.isin(prep.op, ops["op"].values)].sum())
+
+
 def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = None) -> xr.Dataset:
     """Σ of per-op costs alone vs the replayed ``run``, by energy level, with the reason for each difference.
 
@@ -149,7 +166,8 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     alone_cycles = float((alone["cycles"].values * count).sum())
     launches_alone = float(count.sum())
     launches = float((count * (ops["launch_cycles"].values > 0)).sum()) if "launch_cycles" in ops else launches_alone
-    launch_saved = float(np.asarray(hw.op_overhead_cycles)) * (launches_alone - launches)
+    launch_saved = _launch_cycles_alone(trace, hw, ops) - float(ops["launch_cycles"].sum()) \
+        if "launch_cycles" in ops else 0.0
     hidden = float(ops["hidden_cycles"].sum()) if "hidden_cycles" in ops else 0.0
     durations = float((ops["end"] - ops["start"]).sum())
     latency = float(run.summary["latency_cycles"])

@@ -438,10 +438,11 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         from .kernel_predictor import kernel_predictor
 
         seconds_of = kernel_predictor(kernel_rows, hw, dataflow)
+        compiled = jax.jit(seconds_of)  # one compile for the base and the fitted machine
 
         def predicted(h: Hardware) -> np.ndarray:
             with jax.enable_x64(True):
-                return np.asarray(jax.jit(seconds_of)(for_jit(h)))
+                return np.asarray(compiled(for_jit(h)))
     y = np.log(table["time_s"].to_numpy(np.float64))
     fitted_hw, converged, final, status = _fit(seconds_of, y, fit, hw, fields, box, max_iterations)
     pred = predicted(fitted_hw)

@@ -13,7 +13,7 @@ op count; the grid is fixed).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -142,9 +142,7 @@ def fusion_rows(trace: Any) -> KernelRows:
     k = prep.kernels
     by_name = {str(k.name[i]): i for i in range(k.count)}
     rows, masks = [], []
-    execs = low["executions"].values.astype(float) if "executions" in low else np.ones(low.sizes["fusion"])
-    for name, t, e in zip(low["fusion"].values.astype(str), low["time_s"].values.astype(float), execs,
-                          strict=True):
+    for name, t in zip(low["fusion"].values.astype(str), low["time_s"].values.astype(float), strict=True):
         kid = by_name.get(name)
         if kid is None or not np.isfinite(t) or t <= 0:
             continue
@@ -152,7 +150,7 @@ def fusion_rows(trace: Any) -> KernelRows:
         # the profile's time is per call, every execution included, as the replay's ops (count executions)
         m, kk, n, b = _gemm_dims(prep, ops)
         rows.append({"name": name, "family": family(prep, ops), "m": m, "k": kk, "n": n, "batch": b,
-                     "time_s": t, "executions": e})
+                     "time_s": t})
         mask = np.zeros(len(prep.op), bool)
         mask[ops] = True
         masks.append(mask)
@@ -216,8 +214,3 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Ca
         return jnp.stack(cycles) / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
 
     return seconds
-
-
-def describe(rows: KernelRows) -> Sequence[str]:
-    """One line per row (its name, family and measured time), for error messages and reports."""
-    return [f"{r['name']} ({r['family']}, {r['time_s'] * 1e6:.4g} us)" for r in rows.table.to_dict("records")]

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from .kernels import members
+
 #: per-op variables summed into each kernel -> (units, description)
 SUMS = {
     "macs": ("MAC", "multiply-accumulates of its ops, all executions"),
@@ -47,11 +49,10 @@ def kernels_dataset(ops: xr.Dataset) -> xr.Dataset:
     op_ids = ops["op"].values
     primitive = ops["primitive"].values.astype(str)
     free = ops["free"].values.astype(bool) if "free" in ops else np.zeros(n, bool)
-    members = []
-    for k in range(size):
-        rows = np.flatnonzero(inv == k)
+    listed = []
+    for rows in members(inv, size):
         work = [primitive[i] for i in rows if not free[i]] or [primitive[rows[0]]]
-        members.append("+".join(work) + " (ops " + ", ".join(str(op_ids[i]) for i in rows) + ")")
+        listed.append("+".join(work) + " (ops " + ", ".join(str(op_ids[i]) for i in rows) + ")")
     start = np.full(size, np.inf)
     np.minimum.at(start, inv, ops["start"].values.astype(np.float64))
     end = np.zeros(size)
@@ -60,7 +61,7 @@ def kernels_dataset(ops: xr.Dataset) -> xr.Dataset:
     data: dict[str, Any] = {
         "name": (d, (ops["kernel_name"].values[first] if "kernel_name" in ops else primitive[first]).astype(str),
                  {"units": "", "description": "the kernel's name (an XLA fusion's, or its ops' primitives)"}),
-        "members": (d, np.asarray(members, dtype=str), {"units": "", "description": "its ops' primitives (free "
+        "members": (d, np.asarray(listed, dtype=str), {"units": "", "description": "its ops' primitives (free "
                                                         "reshapes and broadcasts left out) and op ids"}),
         "n_ops": (d, n_ops, {"units": "1", "description": "ops in the kernel"}),
         "region": (d, _common_regions(ops["region"].values.astype(str), inv, size),

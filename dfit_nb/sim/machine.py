@@ -476,7 +476,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
                               jnp.maximum(ops["elems_in"] * word / v / (0.5 * sram_per_tile(hw)), 1.0)),
         "resident_bytes": resident, "final_out": final_out, "out_onchip": out_onchip * 1.0,
         "fixed_cycles": fixed_cycles(ops, hw, fused),
-        "kernel": ops.get("kernel", 0.0) + 0.0 * gy, "fused": fused * 1.0, "vector_work": work,
+        "kernel": ops.get("kernel", 0.0) + 0.0 * gy, "fused": fused * 1.0,
         "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
         "sram_writes_output": sram_out_w,
         "dram_reads_input": ext_in_dram + refetch_in, "dram_reads_weight": ext_w_dram + refetch_w,
@@ -646,12 +646,13 @@ def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict
     kernel = jnp.clip(jnp.asarray(ops.get("kernel", jnp.arange(n)), jnp.int32), 0, n - 1)
     fused = m["fused"] > 0
     gemm = ops["gemm"] > 0
-    body = ceil_div(m["virtual_tiles"], m["tiles"]) * m["compute_v"] * ops["count"] * ops.get("real", 1.0)
+    body = body_demands(m, ops["count"], 0.0, hw)["compute"] * ops.get("real", 1.0)  # the busiest tile's compute
     array = jax.ops.segment_sum(jnp.where(fused & gemm, body, 0.0), kernel, num_segments=n)[kernel]
     vector = jax.ops.segment_sum(jnp.where(fused & ~gemm, body, 0.0), kernel, num_segments=n)[kernel]
     hidden = field(hw, "vector_overlap") * jnp.minimum(array, vector)
     has = fused & ~gemm & (vector > 0)
-    # the divisor is 1 where no vector work is (not a tiny floor): its gradient is then finite, not NaN under where
+    # the divisor is 1 where there is no vector work, so the untaken branch has a finite gradient (jnp.where
+    # multiplies an infinite one by zero into NaN)
     keep = jnp.where(has, 1.0 - hidden / jnp.where(has, vector, 1.0), 1.0)
     # a fused kernel streams its DRAM transfers as one: the DRAM latency is waited once, by its first op (in
     # program order) with DRAM bytes of its own (a kernel whose ops read only other kernels' spilled results

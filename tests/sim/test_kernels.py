@@ -119,6 +119,10 @@ def test_one_launch_per_kernel(encoder):
         short = float((run.ops["launch_cycles"] > float(hw.op_overhead_cycles)).sum())  # none: no short-K GEMM
         assert short == 0
         assert float(run.ops["launch_cycles"].sum()) == launching * float(hw.op_overhead_cycles), mode
+    # reconcile names what the launches saved, from the model's own fixed cost alone and in the replay
+    rc = dfit_nb.sim.reconcile(encoder, hw, dfit_nb.replay(encoder, hw))
+    assert float(rc["launch_cycles_saved"]) == (float(rc["launches_alone"]) - float(rc["launches"])) * float(
+        hw.op_overhead_cycles) > 0
     # fusion saves launches and DRAM round trips, and never adds MACs
     none, rules = (dfit_nb.replay(encoder, hw, fusion=m) for m in ("none", "rules"))
     assert float(rules.summary["latency_cycles"]) < float(none.summary["latency_cycles"])
@@ -221,8 +225,8 @@ def test_a_fusion_map_from_another_trace_is_refused(encoder):
 
 
 def test_gradients_through_a_kernel_without_vector_work_are_finite():
-    """A kernel with no vector work to hide (a scale by a folded constant) passes finite gradients to every field
-    (a floor divisor there once gave NaN under jnp.where, and a calibration of vector_rate failed)."""
+    """A kernel with no vector work to hide (a scale by a folded constant) passes finite gradients to every field,
+    so a calibration can fit vector_rate on such programs."""
     import jax
     import pandas as pd
 

@@ -43,8 +43,7 @@ def test_rescaling_matches_a_fresh_capture(encoder_trace, exps, sizes):
     hw = presets.get("tpu_like")
     codes = np.zeros(len(s.op))
     # the fitted exponents miss a few operand sizes by an element or two per row (a broadcast bias: 16,385 elements
-    # against 16,448 at seq 128), which moves the replayed latency by up to 4e-4 of it (the kernels' shorter
-    # latency makes the same absolute miss a larger share than it was with one kernel per primitive, 3e-4)
+    # against 16,448 at seq 128), which moves the replayed latency by up to 4e-4 of it
     assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=5e-4)
 
 
