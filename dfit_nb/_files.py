@@ -230,15 +230,91 @@ def _special_directory(path: Path) -> str:
     if path.name in ("", ".", ".."):
         return "the current or a parent directory"
     resolved = path.resolve()
-    if resolved == Path(resolved.anchor):
-        return "the root of the file system"
-    with contextlib.suppress(RuntimeError, KeyError):  # no home directory known
-        if resolved == Path.home().resolve():
-            return "the home directory"
+    shared = root_or_home(resolved)
+    if shared:
+        return shared
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
         return "the working directory or one of its parents"
     return ""
+
+
+def root_or_home(path: str | os.PathLike[str]) -> str:
+    """What makes ``path`` a folder no dfit_nb output goes into, whoever runs it (root included): "the root of the
+    file system", "the home directory" or "a folder above the home directory"; "" for any other path.
+
+    Checked for saves and for the CLI's ``-o`` folder: a report there would scatter its files among the user's
+    own, and root may write anywhere, so permissions would not stop it.
+    """
+    resolved = Path(path).resolve()
+    if resolved == Path(resolved.anchor):
+        return "the root of the file system"
+    with contextlib.suppress(RuntimeError, KeyError):  # no home directory known
+        home = Path.home().resolve()
+        if resolved == home:
+            return "the home directory"
+        if resolved in home.parents:
+            return "a folder above the home directory"
+    return ""
+
+
+#: the marks dfit_nb writes into the first bytes of its text files (a report page, a playbook): a file with one is
+#: dfit_nb's to replace, as a netCDF file or Zarr store with :data:`FORMAT_ATTR` is
+HTML_MARK = "<meta name='generator' content='dfit_nb'>"
+MARKDOWN_MARK = "<!-- generator: dfit_nb -->"
+#: the same files as dfit_nb wrote them before the marks: the report page's and the playbook's first bytes
+_LEGACY_TEXT = (
+    re.compile(r"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dfit_nb report: "),
+    re.compile(r"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Dataflow policy playbook: [^<]*</title>"
+               r"<style>body\{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1\.45\}"),
+    re.compile(r"# Dataflow policy playbook: [^\n]*\n\nObjective: "),
+)
+#: how much of a text file's head holds its mark; how much of a Perfetto trace's tail holds its ``otherData``
+_HEAD_BYTES, _TAIL_BYTES = 4096, 2**20
+
+
+def written_by_dfit(path: str | os.PathLike[str]) -> bool:
+    """Whether the file or Zarr store at ``path`` is one dfit_nb wrote, and so one it may replace.
+
+    A netCDF file or Zarr store: its root marker attribute (:data:`FORMAT_ATTR` and older). A report page or
+    playbook: :data:`HTML_MARK` or :data:`MARKDOWN_MARK` in its first 4 KiB (or the first bytes dfit_nb wrote before
+    the marks). A Perfetto trace (``.json``): dfit_nb's ``{"traceEvents":[`` opening and a ``dfit_nb_version`` in
+    the ``otherData`` at its end. Anything else, a FIFO or device (never opened), or a file that cannot be read:
+    False. Reads at most 4 KiB and 1 MiB of the file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _markers(path) is not None
+    if not path.is_file():  # a FIFO or a device: opening it could block or consume it
+        return False
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_HEAD_BYTES)
+            if head.startswith(b"\x89HDF"):
+                return _markers(path) is not None
+            if head.startswith(b'{"traceEvents":['):
+                f.seek(max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES))
+                return _perfetto_is_ours(f.read())
+    except OSError:
+        return False
+    text = head.decode("utf-8", "replace")
+    return HTML_MARK in text or MARKDOWN_MARK in text or any(p.match(text) for p in _LEGACY_TEXT)
+
+
+def _perfetto_is_ours(tail: bytes) -> bool:
+    """Whether a Perfetto trace's last bytes end with an ``otherData`` that names dfit_nb's version (written last
+    by :func:`dfit_nb.events.perfetto.to_perfetto`)."""
+    at = tail.rfind(b'"otherData":')
+    if at < 0:
+        return False
+    rest = tail[at + len(b'"otherData":'):].rstrip()
+    if not rest.endswith(b"}"):
+        return False
+    try:
+        other = json.loads(rest[:-1])  # without the closing brace of the whole object
+    except ValueError:
+        return False
+    return isinstance(other, dict) and "dfit_nb_version" in other
 
 
 def _markers(path: Path) -> dict[str, Any] | None:

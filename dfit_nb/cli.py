@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import examples
-from ._files import _check_target
+from ._files import _check_target, root_or_home, written_by_dfit
 from .capture import MODES, capture
 from .errors import DfitError, SaveError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
@@ -335,14 +335,22 @@ def _kind(path: Path) -> str:
 
 def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> Path:
     """Refuse an ``-o`` folder the report could not be written to, before any work: a file there, a folder that
-    is not writable or cannot be created, or report files that would replace what dfit_nb did not write.
+    is not writable or cannot be created, the root of the file system or the home directory (for root too), or
+    a file of a name the report writes (``report.html``, ``<preset>.nc``, ``<preset>.perfetto.json``,
+    ``playbook_<preset>.md`` / ``.html``) that dfit_nb did not write.
 
-    Nothing is created or written; returns the folder's path. Raises :class:`UsageError` naming the path.
+    dfit_nb's own files carry its mark (:func:`dfit_nb._files.written_by_dfit`): those are replaced, as a save
+    replaces its own. Nothing is created or written; returns the folder's path. Raises :class:`UsageError` naming
+    the path and, for files in the way, every one of them.
     """
-    from .report import _file_stems
+    from .report import report_file_names
 
     folder = Path(out_dir)
     label = f"-o {str(out_dir)!r}"
+    shared = root_or_home(folder)
+    if shared:  # permissions do not stop root, and a report there would mix its files with the user's own
+        raise UsageError(f"{label} is {shared}; give the report a folder of its own, e.g. "
+                         f"{Path(out_dir) / 'dfit_report'} (created if missing)")
     if os.path.lexists(folder) and not folder.is_dir():
         raise UsageError(f"{label} is a {_kind(folder)}, not a folder; give a folder for the report (created if "
                          "missing)")
@@ -359,19 +367,21 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
         return folder
     if not _writable(folder):
         raise UsageError(f"{label} is not writable; give a folder you can write to")
-    stems = list(_file_stems(names).values())
-    for stem in stems:
-        try:  # the event cubes go through the save guard: the same refusal now that would come after the work
-            _check_target(folder / f"{stem}.nc", zarr=False)
-        except SaveError as err:
-            raise UsageError(f"{label}: {err}; or choose another -o folder") from None
-    files = ["report.html", *(f"{stem}.perfetto.json" for stem in stems),
-             *(f"playbook_{stem}{ext}" for stem in stems for ext in (".md", ".html"))]
-    for name in files:
+    foreign = []
+    for name in report_file_names(names):
         path = folder / name
-        if os.path.lexists(path) and not path.is_file():
+        if not os.path.lexists(path):
+            continue
+        if not path.is_file():
             raise UsageError(f"{label}: {path} is a {_kind(path)}, where the report writes a file; move it away or "
                              "choose another -o folder")
+        if not written_by_dfit(path):
+            foreign.append(path)
+    if foreign:
+        listed = ", ".join(str(p) for p in foreign)
+        raise UsageError(f"{label} holds {len(foreign)} file(s) that dfit_nb did not write (no dfit_nb mark in "
+                         f"them) where the report writes its own: {listed}; choose another -o folder, or move or "
+                         "delete them and run again")
     return folder
 
 

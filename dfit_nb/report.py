@@ -48,6 +48,7 @@ import html
 import json
 import os
 import re
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -58,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from . import views
+from ._files import HTML_MARK, MARKDOWN_MARK
 from .errors import DfitError, DfitWarning
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
@@ -507,6 +509,23 @@ def _file_stems(names: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _stem_files(stem: str) -> dict[str, str]:
+    """What the report writes for one machine of file stem ``stem`` -> the file's name (the one list the writer
+    and the CLI's check of its ``-o`` folder share)."""
+    return {"event cube": f"{stem}.nc", "Perfetto": f"{stem}.perfetto.json", "playbook": f"playbook_{stem}.md",
+            "playbook (HTML)": f"playbook_{stem}.html"}
+
+
+def report_file_names(names: Sequence[str]) -> list[str]:
+    """Every file name :func:`write_report` may write into its folder for the machines ``names``: ``report.html``
+    and each machine's event cube, Perfetto trace and playbooks.
+
+    >>> report_file_names(["npu_like"])
+    ['report.html', 'npu_like.nc', 'npu_like.perfetto.json', 'playbook_npu_like.md', 'playbook_npu_like.html']
+    """
+    return ["report.html", *(name for stem in _file_stems(names).values() for name in _stem_files(stem).values())]
+
+
 def _inside(folder: Path, name: str) -> Path:
     """``folder / name``, refused if it would resolve outside ``folder`` (file_stem makes that impossible; this
     keeps it so if the stem rules ever change)."""
@@ -657,7 +676,7 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
     body = "".join(f"<h2 id='{k}'>{_e(h)}</h2>{content}" for k, h, content in sections)
     script = (f"<script type='module'>{_bundle()}</script><script type='module'>{_EMBED}</script>"
               if mode == "interactive" and any(isinstance(s, dict) for _, _, s in specs) else "")
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{HTML_MARK}<title>{_e(title)}</title>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_STYLE}</style></head>"
             f"<body><header><h1>{_e(title)}</h1><p>{_e(trace.mode)} capture replayed on {_e(presets_text)} · "
             f"generated {when}</p></header><main><nav>{nav}</nav>{body}</main>{script}</body></html>\n")
@@ -669,14 +688,32 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
 def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
     """One machine's files in ``folder``: its event cube (netCDF), Perfetto trace and, with a policy, its playbook
     (Markdown and HTML); what each is -> its path."""
-    out = {"event cube": r.run.save(_inside(folder, f"{stem}.nc")),
-           "Perfetto": r.run.to_perfetto(_inside(folder, f"{stem}.perfetto.json"))}
+    names = _stem_files(stem)
+    out = {"event cube": r.run.save(_inside(folder, names["event cube"])),
+           "Perfetto": r.run.to_perfetto(_inside(folder, names["Perfetto"]))}
     if r.policy is not None:
-        out["playbook"] = _inside(folder, f"playbook_{stem}.md")
-        out["playbook"].write_text(r.policy.report("markdown"), encoding="utf-8")
-        out["playbook (HTML)"] = _inside(folder, f"playbook_{stem}.html")
-        out["playbook (HTML)"].write_text(r.policy.report("html"), encoding="utf-8")
+        # the Markdown carries dfit_nb's mark (an HTML comment, hidden when rendered) so that a later report may
+        # replace it; the HTML playbook has its generator meta already
+        out["playbook"] = _write_text(_inside(folder, names["playbook"]),
+                                      f"{MARKDOWN_MARK}\n{r.policy.report('markdown')}")
+        out["playbook (HTML)"] = _write_text(_inside(folder, names["playbook (HTML)"]), r.policy.report("html"))
     return out
+
+
+def _write_text(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary of a name unique to this call, renamed in once complete: a
+    reader never sees half a file, and two writers (threads or processes) never share a temporary."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide the report from the other users who can read the folder
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "dfit_report", *,
@@ -792,10 +829,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     t0 = time.perf_counter()
     df = summary_frame(results)
     page = _page(trace, results, df, specs, mode, names)
-    path = folder / "report.html"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
+    path = _write_text(folder / "report.html", page)
     seconds["html"] = time.perf_counter() - t0
     return Report(directory=folder, html=path, runs=runs, perfetto=perfetto, playbooks=playbooks,
                   playbooks_html=playbooks_html, results=results, summary=df, charts=mode,

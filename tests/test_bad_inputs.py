@@ -563,6 +563,66 @@ def test_cli_output_dir_holding_what_dfit_nb_did_not_write_is_refused_first(caps
     assert not tracer_module["marker"].exists()
 
 
+@pytest.mark.parametrize("names", [("report.html",), ("playbook_npu_like.md",), ("npu_like.perfetto.json",),
+                                   ("playbook_npu_like.html",), ("report.html", "npu_like.perfetto.json")])
+def test_cli_output_dir_holding_a_users_report_file_is_refused_naming_every_one(capsys, tracer_module, names):
+    # issue 42, item 1: the page, the playbooks and the Perfetto trace were replaced without a word (only the .nc
+    # was checked); each is the user's until it carries dfit_nb's mark
+    out_dir = tracer_module["dir"] / "out"
+    out_dir.mkdir()
+    for name in names:
+        (out_dir / name).write_text("mine")
+    (out_dir / "notes.txt").write_text("mine")  # a name the report does not write: not in the way
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", str(out_dir))
+    assert code == 2
+    line = one_error_line(err)
+    assert all(str(out_dir / name) in line for name in names) and "notes.txt" not in line
+    assert "did not write" in line and "another -o folder" in line and "delete" in line
+    assert not tracer_module["marker"].exists()  # refused before the capture
+    assert all((out_dir / name).read_text() == "mine" for name in names)
+
+
+def test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised(capsys, tracer_module):
+    from dfit_nb._files import written_by_dfit
+
+    out_dir = tracer_module["dir"] / "out"
+    for _ in range(2):  # the second run replaces the first one's files: each carries dfit_nb's mark
+        code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                            "--hw", "npu_like", "-o", str(out_dir))
+        assert code == 0, err
+    files = sorted(out_dir.iterdir())
+    assert [p.name for p in files] == ["npu_like.nc", "npu_like.perfetto.json", "playbook_npu_like.html",
+                                       "playbook_npu_like.md", "report.html"]
+    assert all(written_by_dfit(p) for p in files)
+    # files dfit_nb wrote before the marks (their first bytes) are its own too; look-alikes without them are not
+    legacy = {"report.html": "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dfit_nb report: f",
+              "playbook_npu_like.md": "# Dataflow policy playbook: f on npu_like\n\nObjective: energy.",
+              "npu_like.perfetto.json": '{"traceEvents":[\n],\n"otherData":{"dfit_nb_version": "0.1"}}\n'}
+    for name, text in legacy.items():
+        (out_dir / name).write_text(text)
+        assert written_by_dfit(out_dir / name), name
+    for text in ("<!DOCTYPE html><html><title>dfit_nb report: f", "# Dataflow policy playbook: mine",
+                 '{"traceEvents":[],"otherData":{"version": "0.1"}}', '{"traceEvents":[] "otherData":{'):
+        (out_dir / "x").write_text(text)
+        assert not written_by_dfit(out_dir / "x"), text
+
+
+@pytest.mark.parametrize("where", ["root", "home"])
+def test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root(capsys, tracer_module, monkeypatch, where):
+    home = tracer_module["dir"] / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))  # Path.home() reads it: a home of the test's own, writable by anyone
+    target = "/" if where == "root" else str(home)
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", target)
+    assert code == 2
+    line = one_error_line(err)
+    said = "the root of the file system" if where == "root" else "the home directory"
+    assert f"-o {target!r} is {said}" in line and "a folder of its own" in line
+    assert not tracer_module["marker"].exists() and list(home.iterdir()) == []
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder: nothing to refuse")
 @pytest.mark.parametrize("below", ["", "new/sub"])
 def test_cli_output_dir_that_cannot_be_written_is_refused_before_any_capture(capsys, tracer_module, below):

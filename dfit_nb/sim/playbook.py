@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .._files import HTML_MARK
 from ..errors import DfitError
 from ._compare import compare
 from .memo import OWNERS, SIGNS, calibrated_error, decide, hypotheses, missing_evidence
@@ -361,5 +362,6 @@ def _html(blocks: list[tuple[str, Any]]) -> str:
                              "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
                          + "</tbody></table>")
     title = html.escape(blocks[0][1]) if blocks else "playbook"
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title><style>{style}</style>"
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{HTML_MARK}<title>{title}</title>"
+            f"<style>{style}</style>"
             f"</head><body>{''.join(parts)}</body></html>\n")
