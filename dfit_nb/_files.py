@@ -7,10 +7,14 @@ What a save promises (``docs/architecture.md``, "What save promises"):
 - It replaces only a file or Zarr store that dfit_nb wrote, recognised by a root attribute (:data:`FORMAT_ATTR`,
   or ``dfit_nb_version`` / ``dfit_calibration`` in files from before the format version); anything else at the
   path, and ``.``, ``..``, ``/``, the home and working directories, are refused with :class:`SaveRefusedError`.
-- It is atomic: the new result is written beside the path (``<name>.dfit-tmp-<pid>``) and renamed in once
-  complete. A Zarr store (a directory, which cannot be renamed over) is swapped in three renames: the old store
-  aside (``<name>.dfit-old-<pid>``), the new one in, then the old one deleted. A process killed at any moment
-  leaves either a loadable result at the path or the old store aside, which the next load or save restores.
+- It is atomic: the new result is written beside the path (``<name>.dfit-tmp-<pid>-<n>``, ``n`` counting this
+  process's saves, so no two calls share a name) and renamed in once complete. A Zarr store (a directory, which
+  cannot be renamed over) is swapped in three renames: the old store aside (``<name>.dfit-old-<pid>-<n>``), the
+  new one in, then the old one deleted. A process killed at any moment leaves either a loadable result at the
+  path or the old store aside, which the next load or save restores.
+- Threads: saves and loads of one path are serialised in the process (a lock per path), so the last save wins
+  whole and a load never sees a swap half done; every netCDF/HDF5 call holds one process-wide lock
+  (:data:`HDF5_LOCK`), since the netCDF-C and HDF5 libraries are not thread-safe.
 - Leftovers of a killed save (temporaries and asides whose process is gone) are removed by the next save to
   the same path. A failed write (a full disk) removes its temporary, leaves the old result unchanged and raises
   :class:`SaveError` naming the path.
@@ -22,13 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import os
 import re
 import shutil
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +66,17 @@ HOOK_ENV = "DFIT_NB_SAVE_TEST_HOOK"
 #: netCDF4/HDF5 format, so files h5netcdf wrote (dfit_nb before 2026-12) load unchanged.
 NETCDF_ENGINE = "netcdf4"
 _TMP, _OLD = "dfit-tmp", "dfit-old"
+#: Held around every call into the netCDF-C or HDF5 libraries (xarray's netCDF4 engine, h5py), from any thread.
+#: Neither library is thread-safe as built in the wheels: two threads saving or loading netCDF files, even
+#: different ones, crashed the process (SIGSEGV or SIGABRT inside netCDF-C; plain xarray does the same). h5py
+#: serialises its own calls but not against netCDF4's, which share the one HDF5 library, so it is held for h5py's
+#: reads too. Re-entrant: a load reads the markers (h5py) and then the file (netCDF4) under one hold.
+HDF5_LOCK = threading.RLock()
+#: per path (its resolved folder and its name): the lock its saves and loads hold, and how many calls want it
+_PATH_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
+_PATH_LOCKS_GUARD = threading.Lock()
+#: numbers this process's temporaries: with the pid, a name no other call (thread or process) uses
+_CALLS = itertools.count()
 
 
 def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
@@ -88,32 +105,34 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     """
     path = Path(path)
     zarr = path.suffix == ".zarr"
-    _check_target(path, zarr)
-    _clean_leftovers(path)
     stamped = tree.copy(deep=False)  # shares the arrays; only the root attrs differ
     stamped.attrs = {**tree.attrs, FORMAT_ATTR: FORMAT_VERSION}
-    existed = os.path.lexists(path)
-    tmp = _sibling(path, _TMP, os.getpid())
-    _remove(tmp)  # one of our naming with our pid is from a killed process that had this pid before us
-    try:
-        if zarr:
-            _write_zarr(stamped.map_over_datasets(text_as_objects), tmp)
-            _test_hook("written")
-            _swap_in(tmp, path)
-        else:
-            _write_netcdf(stamped, tmp)
-            _test_hook("written")
-            os.replace(tmp, path)  # atomic on one file system: readers see the old file or the new one
-    except SaveError:
-        raise
-    except OSError as err:
-        before = "the previous save there is unchanged" if existed else "nothing was saved there"
-        failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was removed)")
-        failed.errno = err.errno
-        raise failed from err
-    finally:
-        with contextlib.suppress(OSError):  # never mask the error that brought us here
-            _remove(tmp)
+    # Another thread's save of this path waits, then replaces this one whole. The target is checked inside: a
+    # store another thread has moved aside for a moment must not read as a foreign one.
+    with _path_lock(path):
+        _check_target(path, zarr)
+        _clean_leftovers(path)
+        existed = os.path.lexists(path)
+        tmp = _sibling(path, _TMP)
+        try:
+            if zarr:
+                _write_zarr(stamped.map_over_datasets(text_as_objects), tmp)
+                _test_hook("written")
+                _swap_in(tmp, path)
+            else:
+                _write_netcdf(stamped, tmp)
+                _test_hook("written")
+                os.replace(tmp, path)  # atomic on one file system: readers see the old file or the new one
+        except SaveError:
+            raise
+        except OSError as err:
+            before = "the previous save there is unchanged" if existed else "nothing was saved there"
+            failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was removed)")
+            failed.errno = err.errno
+            raise failed from err
+        finally:
+            with contextlib.suppress(OSError):  # never mask the error that brought us here
+                _remove(tmp)
     return path
 
 
@@ -166,31 +185,63 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         The file is not a dfit_nb ``what``.
     """
     path = Path(path)
-    if not os.path.lexists(path):
-        _recover(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no {what} at {path}")
-    # the version is checked before xarray opens the file: a newer format may fail there with a misleading error
-    markers = _markers(path)
-    if markers is not None:
-        _check_format(path, markers, what)
-    try:
-        if path.suffix == ".zarr":
-            opened = xr.open_datatree(path, engine="zarr", consolidated=False)
-        else:
-            opened = xr.open_datatree(path, engine=NETCDF_ENGINE)
+    with _path_lock(path):  # a save of this path on another thread finishes first: no swap is seen half done
+        if not os.path.lexists(path):
+            _recover(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no {what} at {path}")
+        # the version is checked before xarray opens the file: a newer format may fail there misleadingly
+        markers = _markers(path)
+        if markers is not None:
+            _check_format(path, markers, what)
         try:
-            tree = opened.load()
-        finally:
-            opened.close()  # in memory now: an open handle would keep a replaced file's space and lock it for h5py
-    except Exception as err:
-        raise DfitError(f"{path} is not a dfit_nb {what} file: {err}") from err
+            if path.suffix == ".zarr":
+                opened = xr.open_datatree(path, engine="zarr", consolidated=False)
+                tree = _load_closed(opened)
+            else:
+                with HDF5_LOCK:
+                    tree = _load_closed(xr.open_datatree(path, engine=NETCDF_ENGINE))
+        except Exception as err:
+            raise DfitError(f"{path} is not a dfit_nb {what} file: {err}") from err
     missing = [p for p in parts if p not in tree.children]
     if missing:
         hints = [f" ({hint})" for group, hint in (foreign or {}).items() if group in tree.children]
         raise DfitError(f"{path} is not a dfit_nb {what}: groups {missing} are missing{''.join(hints)}")
     tree.attrs.pop(FORMAT_ATTR, None)  # a property of the file, not of the trace or run
     return tree
+
+
+def _load_closed(opened: xr.DataTree) -> xr.DataTree:
+    """``opened`` loaded into memory, then closed: an open handle would keep a replaced file's space and lock it."""
+    try:
+        return opened.load()
+    finally:
+        opened.close()
+
+
+@contextlib.contextmanager
+def _path_lock(path: Path) -> Iterator[None]:
+    """Hold the lock of ``path``: saves and loads of one path (written any way: relative, through a linked folder)
+    run one at a time in this process. Other processes are kept apart by the temporaries' pids instead.
+
+    The key is the resolved folder and the name, not the resolved path: a save replaces a link at the path,
+    it does not write through it. A lock lives while a call wants it, so the table does not grow with paths.
+    """
+    key = os.path.join(os.path.realpath(path.parent), path.name)
+    with _PATH_LOCKS_GUARD:
+        lock, users = _PATH_LOCKS.get(key, (None, 0))
+        lock = lock or threading.Lock()
+        _PATH_LOCKS[key] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _PATH_LOCKS_GUARD:
+            lock, users = _PATH_LOCKS[key]
+            if users == 1:
+                del _PATH_LOCKS[key]
+            else:
+                _PATH_LOCKS[key] = (lock, users - 1)
 
 
 # ---------------------------------------------------------------------------------------------- the target
@@ -231,12 +282,15 @@ def _special_directory(path: Path) -> str:
         return "the current or a parent directory"
     resolved = path.resolve()
     shared = root_or_home(resolved)
-    if shared:
+    if shared and shared != _ABOVE_HOME:
         return shared
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents:
         return "the working directory or one of its parents"
-    return ""
+    return shared
+
+
+_ABOVE_HOME = "a folder above the home directory"
 
 
 def root_or_home(path: str | os.PathLike[str]) -> str:
@@ -254,7 +308,7 @@ def root_or_home(path: str | os.PathLike[str]) -> str:
         if resolved == home:
             return "the home directory"
         if resolved in home.parents:
-            return "a folder above the home directory"
+            return _ABOVE_HOME
     return ""
 
 
@@ -336,7 +390,7 @@ def _markers(path: Path) -> dict[str, Any] | None:
             return None
         import h5py
 
-        with h5py.File(path, "r") as f:
+        with HDF5_LOCK, h5py.File(path, "r") as f:
             found = {k: f.attrs[k] for k in _MARKERS if k in f.attrs}
         return found or None
     except Exception:  # unreadable or not HDF5/Zarr: not ours
@@ -371,7 +425,8 @@ def _write_netcdf(tree: xr.DataTree, tmp: Path) -> None:
     into a lost session. Python's writes fail with an ``OSError`` instead. The price is one copy of the file in
     memory.
     """
-    data = tree.to_netcdf(None, engine=NETCDF_ENGINE)
+    with HDF5_LOCK:
+        data = tree.to_netcdf(None, engine=NETCDF_ENGINE)
     half = len(data) // 2
     with open(tmp, "xb") as f:  # "x": never write through a file we did not just create
         f.write(data[:half])
@@ -426,8 +481,7 @@ def _swap_in(tmp: Path, path: Path) -> None:
     A directory cannot be renamed over another, so the swap is three steps; at every moment the old store is
     at ``path`` or aside (restored by :func:`_recover`), or the new one is at ``path``.
     """
-    old = _sibling(path, _OLD, os.getpid())
-    _remove(old)
+    old = _sibling(path, _OLD)
     had_old = os.path.lexists(path)
     if had_old:
         os.rename(path, old)
@@ -445,17 +499,19 @@ def _swap_in(tmp: Path, path: Path) -> None:
 # ---------------------------------------------------------------------------------------------- leftovers
 
 
-def _sibling(path: Path, kind: str, pid: int) -> Path:
-    """The temporary (``kind`` "dfit-tmp") or aside ("dfit-old") of a save of ``path`` by process ``pid``."""
-    return path.with_name(f"{path.name}.{kind}-{pid}")
+def _sibling(path: Path, kind: str) -> Path:
+    """A new temporary (``kind`` "dfit-tmp") or aside ("dfit-old") name for a save of ``path``, used by no other
+    call: ``<name>.<kind>-<pid>-<n>``, ``n`` counting this process's calls (threads share the count)."""
+    return path.with_name(f"{path.name}.{kind}-{os.getpid()}-{next(_CALLS)}")
 
 
 def _leftovers(path: Path) -> list[tuple[str, int, Path]]:
     """(kind, pid, path) of every temporary or aside of our naming beside ``path``, newest first.
 
-    Also the temporaries of dfit_nb before the format version (``.<name>.tmp-<pid>``).
+    Also the names of older dfit_nb: ``<name>.<kind>-<pid>`` (one per process) and, before the format version,
+    ``.<name>.tmp-<pid>``.
     """
-    ours = re.compile(rf"{re.escape(path.name)}\.({_TMP}|{_OLD})-(\d+)")
+    ours = re.compile(rf"{re.escape(path.name)}\.({_TMP}|{_OLD})-(\d+)(?:-\d+)?")
     legacy = re.compile(rf"\.{re.escape(path.name)}\.tmp-(\d+)")
     found = []
     with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
@@ -477,8 +533,8 @@ def _mtime(path: Path) -> float:
 def _alive(pid: int) -> bool:
     """Whether another process ``pid`` runs (its save may be in progress: leave its files alone).
 
-    Our own pid counts as gone: this process is not saving to the path (concurrent saves of one path from one
-    process are not supported), so a leftover with our pid is from a killed process that had it before.
+    Our own pid counts as gone: the caller holds the path's lock, so no thread of this process is saving to the
+    path, and a leftover with our pid is from a killed process that had it before (or a removal that failed).
     """
     if pid <= 0 or pid == os.getpid():  # pid 0 would signal our own process group
         return False
