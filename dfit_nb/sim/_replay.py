@@ -106,7 +106,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
              "elems_out": prep.arrays["elems_out"],
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
-        k = kernels.group(table, prep.preds, fusion, prep.arrays["bytes_written"], known)
+        k = kernels.group(table, prep.preds, fusion, known)
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),

@@ -41,11 +41,15 @@ Who decides (``fusion=``)
        kernels of their own;
     7. a fusion never creates a cycle between kernels (an op joins a kernel only
        when none of its other producers depends on that kernel);
-    8. a fusion ends where its working set exceeds the machine's SRAM: a
-       kernel whose intermediates (every result consumed inside it, as if all
-       were live at once: an upper bound) do not fit the whole chip's SRAM runs
-       as unfused ops (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one
-       rule that depends on the machine, so it is applied inside the model.
+    8. a fusion ends where its working set exceeds the machine's SRAM. The
+       kernels these rules make stream: a block of the iteration space goes
+       through every op of the kernel and is done (a reduction roots its
+       kernel, so no value is needed after its block), so the working set is
+       one block, double-buffered, of every intermediate (every result
+       consumed inside the kernel), not the tensors. A kernel whose block does
+       not fit a tile's SRAM runs as unfused ops
+       (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one rule that
+       depends on the machine, so it is applied inside the model.
 
     Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
     into its consumer); a kernel of free ops alone is a view (a bitcast) and
@@ -110,8 +114,9 @@ class Kernels:
     ``kernel``: the kernel each op runs in (numbered in program order of their first op); ``name`` per kernel;
     ``free``: the op is folded into its kernel's indexing (no compute or SRAM traffic); ``payer``: the op that
     pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
-    in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediate bytes (program
-    bytes, one execution); ``size``: ops in the op's kernel.
+    in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediates (results
+    consumed only inside it, not views): the values a streamed element carries through the kernel; ``size``: ops in
+    the op's kernel.
     """
 
     mode: str
@@ -153,8 +158,7 @@ def role(primitive: str, op_class: str, gemm: bool) -> int:
     return ALONE
 
 
-def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_written: np.ndarray | None = None,
-          fusions: Any = None) -> Kernels:
+def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: Any = None) -> Kernels:
     """The kernels of a replayed op table.
 
     Parameters
@@ -165,8 +169,6 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_wri
     preds : ndarray
         ``(ops, P)`` producer row indices, -1 padding (:class:`dfit_nb.sim._replay.Prepared`).
     fusion : {"rules", "compiler", "none"}
-    bytes_written : ndarray, optional
-        Result bytes per op (for the working set); zeros if absent.
     fusions : Sequence of str, optional
         The fusion names the capture's lowering records (``trace.lowering["fusion"]``): for ``"compiler"``, an
         op naming a fusion outside them is refused (a trace and a fusion map that do not belong together).
@@ -175,7 +177,6 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_wri
     primitive = np.asarray(table["primitive"]).astype(str)
     n = len(primitive)
     preds = np.asarray(preds, np.int64).reshape(n, -1)
-    written = np.zeros(n) if bytes_written is None else np.asarray(bytes_written, np.float64)
     op_class = np.asarray(table["op_class"]).astype(str) if "op_class" in table else np.full(n, "")
     gemm = np.asarray(table["gemm"], np.float64) > 0
     roles = np.array([role(p, c, g) for p, c, g in zip(primitive, op_class, gemm, strict=True)], np.int64)
@@ -198,7 +199,7 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, bytes_wri
         expensive = np.isin(op_class, ["transcendental"]) | (roles == GEMM)
         kernel = _rules(roles, preds, consumers, count, elems, expensive)
         free = roles == FREE
-    return _finish(mode, kernel, free, primitive, consumers, written,
+    return _finish(mode, kernel, free, primitive, consumers,
                    np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None)
 
 
@@ -369,7 +370,7 @@ def members(kernel: np.ndarray, count: int) -> list[np.ndarray]:
 
 
 def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarray, consumers: list[list[int]],
-            written: np.ndarray, fusion_names: Any) -> Kernels:
+            fusion_names: Any) -> Kernels:
     """Number kernels in program order and derive the per-op flags the model reads."""
     n = len(kernel)
     _, first, inverse = np.unique(kernel, return_index=True, return_inverse=True)
@@ -386,7 +387,8 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarr
             payer[i] = True
             seen.add(int(kid[i]))
     internal = np.array([bool(consumers[i]) and all(kid[c] == kid[i] for c in consumers[i]) for i in range(n)])
-    inter = np.where(internal, written, 0.0)
+    # the values each streamed element carries inside the kernel: its intermediates that are not views
+    inter = (internal & ~free).astype(np.float64)
     ws = np.bincount(kid, weights=inter, minlength=len(order))[kid] if n else np.zeros(0)
     names = []
     for k, ops in enumerate(members(kid, len(order))):

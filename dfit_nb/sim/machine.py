@@ -109,8 +109,8 @@ pays ``op_overhead_cycles`` once (:func:`fixed_cycles`), an op folded into its
 indexing does no compute or SRAM work (:func:`kept_share`), a result read only
 inside its fused kernel stays on chip, and the kernel's vector work hides under
 its GEMM's array work by ``vector_overlap`` while its DRAM latency is waited once
-(:func:`kernel_overlap`); a kernel whose intermediates exceed the chip's SRAM
-runs unfused (:func:`kernel_fits`). A program output is always written to DRAM.
+(:func:`kernel_overlap`); a kernel whose streamed block of intermediates exceeds
+a tile's SRAM runs unfused (:func:`kernel_fits`). A program output is always written to DRAM.
 
 **Dataflow switch** (:func:`switch_cost`): changing the stationary operand
 re-lays out the next GEMM's input in SRAM (read and written back), and on a
@@ -416,7 +416,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
     # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, or
     # when they all run in its fused kernel; program outputs and results that do not fit are written to DRAM
-    fused = fused_in_kernel(ops, hw, scale)
+    fused = fused_in_kernel(ops, hw)
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
         fused & (ops.get("internal", 0.0) > 0))
@@ -618,16 +618,24 @@ def vector_work(ops: dict[str, Any], hw: Hardware) -> Any:
     return ops["flops"] + field(hw, "transcendental_cycles") * ops["transcendentals"]
 
 
-def kernel_fits(ops: dict[str, Any], hw: Hardware, scale: Any) -> Any:
-    """Whether each op's kernel keeps its intermediates on chip: its working set (``kernel_ws``, the bytes of every
-    result consumed inside the kernel, in the machine's words) fits the whole chip's SRAM. A kernel that does not
-    runs as unfused ops: the fusion ends where its working set exceeds the SRAM."""
-    return ops.get("kernel_ws", 0.0) * scale <= tiles(hw) * sram_per_tile(hw)
+def kernel_fits(ops: dict[str, Any], hw: Hardware) -> Any:
+    """Whether each op's kernel keeps its intermediates on chip.
+
+    A fused kernel streams its iteration space through a tile in blocks: the array's output tile (``R x C``
+    elements) or a step of the vector unit (``vector_lanes``), whichever is larger, double-buffered. Its working
+    set is a block of each of its intermediates (``kernel_ws``: the results consumed only inside the kernel, one
+    machine word per element each), and it must fit one tile's SRAM; a kernel that does not runs as unfused ops
+    (the fusion ends where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules
+    make needs a value after the block that made it (a reduction roots its kernel), so the tensors' size does not
+    matter, only how many intermediates each element carries.
+    """
+    block = jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols"))
+    return 2.0 * block * ops.get("kernel_ws", 0.0) * field(hw, "word_bytes") <= sram_per_tile(hw)
 
 
-def fused_in_kernel(ops: dict[str, Any], hw: Hardware, scale: Any) -> Any:
+def fused_in_kernel(ops: dict[str, Any], hw: Hardware) -> Any:
     """Whether each op runs fused with others: its kernel holds more than one op and fits (:func:`kernel_fits`)."""
-    return (ops.get("kernel_size", 1.0) > 1) & kernel_fits(ops, hw, scale)
+    return (ops.get("kernel_size", 1.0) > 1) & kernel_fits(ops, hw)
 
 
 def kernel_overlap(m: dict[str, Any], ops: dict[str, Any], hw: Hardware) -> dict[str, Any]:

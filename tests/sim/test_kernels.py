@@ -178,15 +178,26 @@ def test_the_epilogue_hides_under_the_array():
 
 
 @pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")
-def test_a_kernel_too_large_for_the_chip_runs_unfused():
-    """Rule 8: a kernel whose intermediates exceed the whole chip's SRAM runs as unfused ops."""
-    t = dfit_nb.capture(lambda x: jnp.exp(jnp.sin(x) * 2.0) + 1.0, jnp.ones((256, 256)))
-    small = presets.get("eyeriss_like")  # 108 KiB: the 256 KiB intermediates do not fit
-    big = presets.get("tpu_v4")
-    assert not bool(dfit_nb.replay(t, small).ops["fused"].any())
-    assert bool(dfit_nb.replay(t, big).ops["fused"].all())
-    none = dfit_nb.replay(t, small, fusion="none")
-    assert float(dfit_nb.replay(t, small).summary["dram_bytes"]) == float(none.summary["dram_bytes"])
+def test_a_kernel_whose_block_does_not_fit_a_tile_runs_unfused():
+    """Rule 8: a fused kernel streams blocks of max(lanes, R x C) elements, double-buffered, through every op; a
+    machine whose tile SRAM cannot hold a block of every intermediate runs the kernel as unfused ops. The size of
+    the tensors does not matter, only the intermediates each element carries."""
+    f = lambda x: jnp.exp(jnp.sin(x) * 2.0) + 1.0
+    small = dfit_nb.capture(f, jnp.ones((64, 64)))
+    large = dfit_nb.capture(f, jnp.ones((2048, 2048)))  # 16 MiB per intermediate, more than eyeriss_like holds
+    block = 32 * 32
+    prep = prepare(small, "rules")
+    assert float(prep.arrays["kernel_ws"].max()) == 3  # the sin, mul and exp results stay inside
+    base = presets.get("scalesim_32").replace(vector_lanes=32, word_bytes=4)
+    need = 2 * block * 3 * 4
+    third = int(need // 3)
+    tight = base.replace(sram_input_bytes=third - 64, sram_weight_bytes=third - 64, sram_output_bytes=third - 64)
+    roomy = base.replace(sram_input_bytes=third + 64, sram_weight_bytes=third + 64, sram_output_bytes=third + 64)
+    assert not bool(dfit_nb.replay(small, tight).ops["fused"].any())
+    assert bool(dfit_nb.replay(small, roomy).ops["fused"].all())
+    assert bool(dfit_nb.replay(large, presets.get("eyeriss_like")).ops["fused"].all())
+    none = dfit_nb.replay(small, tight, fusion="none")
+    assert float(dfit_nb.replay(small, tight).summary["dram_bytes"]) == float(none.summary["dram_bytes"])
 
 
 def test_policy_replays_with_its_fusion(encoder):
