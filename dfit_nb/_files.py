@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -41,7 +42,7 @@ from typing import Any
 import xarray as xr
 
 from ._version import __version__
-from .errors import DfitError, FormatVersionError, SaveError, SaveRefusedError
+from .errors import DfitError, FormatVersionError, LoadRefusedError, SaveError, SaveRefusedError
 
 #: the format of the files this version writes, ``"MAJOR.MINOR"``: a new minor only adds what older readers
 #: ignore; a new major is refused by older readers
@@ -179,6 +180,8 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     ------
     FileNotFoundError
         Nothing at ``path``.
+    LoadRefusedError
+        ``path`` is a FIFO, a socket or a device (:func:`special_file`); it is not opened.
     FormatVersionError
         The file was written by a newer major format than :data:`READS_MAJOR`.
     DfitError
@@ -190,6 +193,11 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
             _recover(path)
         if not path.exists():
             raise FileNotFoundError(f"no {what} at {path}")
+        special = special_file(path)
+        if special:  # before any open: opening a FIFO blocks until a writer comes, and Ctrl-C cannot stop it
+            raise LoadRefusedError(f"refusing to load {path}: it is {special}, not a file; reading it could block "
+                                   f"or consume another program's data; give the path of a saved dfit_nb {what} "
+                                   "(a netCDF file or a .zarr folder)")
         # the version is checked before xarray opens the file: a newer format may fail there misleadingly
         markers = _markers(path)
         if markers is not None:
@@ -265,7 +273,11 @@ def _check_target(path: Path, zarr: bool) -> None:
         raise failed
     if not os.path.lexists(path):
         return
-    kind = "directory" if path.is_dir() else "file" if path.is_file() else "special file or broken link"
+    special = special_file(path)
+    if special:  # the same check a load makes: never opened, so a FIFO cannot block the save
+        raise SaveRefusedError(f"refusing to replace {path}: it is {special}, not a file dfit_nb wrote; give a new "
+                               "path or the path of a previous dfit_nb save")
+    kind = "directory" if path.is_dir() else "file" if path.is_file() else "broken link"
     if _markers(path) is None:
         hint = valid if kind == "directory" else "give a new path or the path of a previous dfit_nb save"
         raise SaveRefusedError(f"refusing to replace {path}: it is a {kind} that dfit_nb did not write (no dfit_nb "
@@ -369,6 +381,25 @@ def _perfetto_is_ours(tail: bytes) -> bool:
     except ValueError:
         return False
     return isinstance(other, dict) and "dfit_nb_version" in other
+
+
+def special_file(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is when it is neither a regular file nor a folder: "a FIFO (named pipe)", "a socket", "a
+    character device" or "a block device" (through links); "" otherwise, and when nothing is there.
+
+    Saves and loads refuse these before opening them (:func:`save_tree`, :func:`open_tree`): opening a FIFO
+    blocks until another program opens it, uninterruptibly, and reading a device or socket consumes its data.
+    Only ``stat`` is called.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # nothing there, a broken link, a NUL in the name
+        return ""
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return ""
 
 
 def _markers(path: Path) -> dict[str, Any] | None:

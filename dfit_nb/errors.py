@@ -23,6 +23,11 @@ class SaveRefusedError(SaveError):
     directory such as ``.``, ``..``, ``/`` or the home directory), so replacing it could destroy a user's files."""
 
 
+class LoadRefusedError(DfitError, OSError):
+    """The load was refused before opening anything: the path is not a regular file or folder (a FIFO, a socket, a
+    device), whose reading could block forever or consume what another program writes to it."""
+
+
 class FormatVersionError(DfitError):
     """The file was written by a newer major version of dfit_nb's file format than this version reads."""
 

@@ -3,12 +3,14 @@ loadable result or the old one recoverable), cleans its own leftovers, survives 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -111,6 +113,63 @@ def test_a_file_dfit_nb_did_not_write_is_refused_and_kept(trace, run, tmp_path, 
             obj.save(target)
     assert target.read_bytes() == before
     assert _names(tmp_path) == ["data.nc"]
+
+
+def _not_a_file(kind: str, folder: Path, stack: contextlib.ExitStack) -> Path:
+    """A FIFO, a listening Unix socket or a character device (``/dev/null``, through a link) in ``folder``."""
+    path = folder / f"thing.{'zarr' if kind == 'socket' else 'nc'}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        server = stack.enter_context(socket.socket(socket.AF_UNIX))
+        server.bind(str(path))
+        server.listen()
+    else:
+        path.symlink_to("/dev/null")
+    return path
+
+
+def _without_hanging(call):
+    """Start ``call()`` on a thread and wait up to 20 s; returns (what it raised or None, the thread). A thread still
+    alive is blocked (opening a FIFO): the caller opens the FIFO's other end to let it go."""
+    box: dict[str, BaseException] = {}
+
+    def target():
+        try:
+            call()
+        except BaseException as err:  # collected for the assertion
+            box["err"] = err
+
+    t = threading.Thread(target=target, daemon=True)
+    t.start()
+    t.join(20)
+    return box.get("err"), t
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("kind", ["fifo", "socket", "device"])
+def test_files_that_are_not_files_are_refused_by_load_and_save_unopened(trace, tmp_path, kind):
+    """Issue 42, item 4: load_trace on a FIFO blocked forever (Ctrl-C did not stop it). Loads now make the check
+    saves make (``_files.special_file``), before opening anything."""
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.sim import calibration
+
+    said = {"fifo": "a FIFO (named pipe)", "socket": "a socket", "device": "a character device"}[kind]
+    with contextlib.ExitStack() as stack:
+        path = _not_a_file(kind, tmp_path, stack)
+        for load in (dfit_nb.load_trace, dfit_nb.load_run, calibration.load):
+            err, thread = _without_hanging(lambda load=load: load(path))
+            if thread.is_alive():  # blocked in open(): a writer lets it go, then the test fails
+                with open(path, "wb") as w:  # the FIFO's write end
+                    w.write(b"x")
+                thread.join(20)
+                pytest.fail(f"{load.__name__} opened {path}, a {kind}, and blocked")
+            assert isinstance(err, LoadRefusedError) and isinstance(err, OSError), err
+            assert f"refusing to load {path}: it is {said}, not a file" in str(err)
+        err, thread = _without_hanging(lambda: trace.save(path))
+        assert not thread.is_alive()
+        assert isinstance(err, SaveRefusedError) and f"refusing to replace {path}: it is {said}" in str(err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written beside it either
 
 
 @pytest.mark.parametrize("kind", ["plain_folder", "foreign_zarr", "empty_folder"])
