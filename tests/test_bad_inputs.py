@@ -775,3 +775,116 @@ def test_capture_refuses_arrays_that_cannot_be_built(fn, args, kwargs, tokens):
     assert isinstance(info.value, DfitError) and "\n" not in str(info.value)
     for token in tokens:
         assert token in str(info.value), (token, str(info.value))
+
+
+def _nested_scans(inner: int, middle: int, outer: int):
+    """``tanh(h @ w)`` in three nested scans: the matmul runs ``inner x middle x outer`` times per call."""
+    def fn(x, w):
+        def body(h, _):
+            return jnp.tanh(h @ w), None
+
+        def mid(h, _):
+            return jax.lax.scan(body, h, None, length=inner)[0], None
+
+        def out(h, _):
+            return jax.lax.scan(mid, h, None, length=middle)[0], None
+
+        return jax.lax.scan(out, x, None, length=outer)[0]
+    return fn
+
+
+@pytest.mark.parametrize(("lengths", "tokens"), [
+    # the count itself past int64 (it wrapped to a negative count, then a bare OverflowError in the region table)
+    ((2**30, 2**30, 2**20), ("op 3 (dot_general", "1.20893e+24 times per call", "64-bit", "scans shorter")),
+    # a count that fits, times FLOPs per execution that do not
+    ((2**30, 2**20, 1), ("op 3 (dot_general", "2**69 FLOPs per call", "524,288 per execution",
+                         "1.1259e+15 executions", "scans shorter")),
+])
+def test_capture_refuses_counts_that_nested_scans_push_past_64_bits(lengths, tokens):
+    # issue 42, item 6: static capture only counts, so these capture in no time; the refusal names the op
+    with pytest.raises(dfit_nb.errors.CaptureError) as info:
+        dfit_nb.capture(_nested_scans(*lengths), jnp.ones((64, 64)), jnp.ones((64, 64)), mode="static")
+    assert "cannot capture fn" in str(info.value)
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+
+
+# ------------------------------------------------------------------------------------------------ issue 42, item 6
+
+_GEMMS = {"m": [512, 256, 128, 64], "k": [512, 256, 128, 64], "n": [512, 256, 128, 64],
+          "dtype": ["float32", "bfloat16", "float16", "float32"]}
+
+
+@pytest.mark.parametrize(("column", "values", "tokens"), [
+    ("dtype", ["float32", "float33", "float16", "float32"],
+     ("ops column 'dtype' row 1", "'float33'", "not a dtype", "bfloat16", "float32", "int8")),
+    ("dtype", ["float32", "bfloat16", "object", "str"], ("row 2", "'object'")),
+    ("m", ["512", "4096x", "128", "64"], ("ops column 'm'", "numeric", "row 1", "'4096x'")),
+    ("k", [512, 256, None, 64], ("ops column 'k'", "row 2 is nan")),  # pandas reads a gap as NaN
+])
+def test_cost_refuses_an_unknown_dtype_or_text_in_a_number_naming_column_and_row(column, values, tokens):
+    # float33 was costed as the machine's word; "4096x" read from a CSV failed inside NumPy, unnamed
+    import pandas as pd
+
+    from dfit_nb.sim._cost import CostInputError
+
+    table = pd.DataFrame({**_GEMMS, column: values})
+    with pytest.raises(CostInputError) as info:
+        cost(table, presets.get("npu_like"))
+    assert isinstance(info.value, ValueError)
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+
+
+def test_cost_keeps_the_dtypes_a_capture_writes():
+    # "" (no array output), PRNG keys, float0 and ml_dtypes' narrow types are a trace's own: costed as before
+    table = {"m": [0] * 6 + [64], "k": [0] * 6 + [64], "n": [0] * 6 + [64],
+             "dtype": ["", "key<fry>", "float0", "int4", "float8_e4m3fn", "bool", "bfloat16"]}
+    out = cost(table, presets.get("npu_like"))
+    assert np.isfinite(out["cycles"].values).all()
+
+
+@pytest.mark.parametrize(("column", "value", "tokens"), [
+    ("m", 0, ("measured 'm'", "whole numbers >= 1", "row 2 is 0")),
+    ("k", -64, ("measured 'k'", "row 2 is -64")),
+    ("n", np.inf, ("measured 'n'", "row 2 is inf")),
+    ("batch", 1.5, ("measured 'batch'", "row 2 is 1.5")),
+    ("m", "4096x", ("measured 'm'", "numeric", "row 2 is '4096x'")),
+    ("time_s", "fast", ("measured 'time_s'", "numeric", "row 2 is 'fast'")),
+    ("time_s", 0.0, ("measured 'time_s'", "finite and > 0", "row 2 is 0")),
+    ("time_us", np.nan, ("measured 'time_us'", "row 2 is nan")),
+    ("dtype", "float33", ("measured 'dtype' row 2", "'float33'", "not a dtype", "bfloat16")),
+])
+def test_calibrate_refuses_a_bad_row_naming_column_and_row(column, value, tokens):
+    # m = 0 was accepted and moved the held-out error; "4096x" gave "TypeError: can't multiply sequence"
+    import pandas as pd
+
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    rows = pd.DataFrame({"m": [64, 128, 256, 512] * 2, "k": [64, 128, 256, 512] * 2, "n": [64] * 8,
+                         "batch": [1] * 8, "dtype": ["float32"] * 8,
+                         ("time_us" if column == "time_us" else "time_s"): [1e-5, 2e-5, 4e-5, 8e-5] * 2})
+    rows[column] = rows[column].astype(object)
+    rows.loc[2, column] = value
+    with pytest.raises(CalibrationError) as info:
+        calibrate(rows, presets.get("npu_like"))
+    assert isinstance(info.value, ValueError)
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+
+
+@pytest.mark.parametrize("field", ["pe_rows", "clock_ghz"])
+def test_an_empty_hardware_field_is_refused_naming_it(trace, field):
+    # Hardware(pe_rows=np.array([])) then replay_batch gave a bare IndexError
+    from dfit_nb.sim import replay_batch
+    from dfit_nb.sim._replay import ReplayError
+
+    with pytest.raises(HardwareError, match=rf"Hardware\.{field} is an empty array \(shape \(0,\)\)"):
+        Hardware(**{field: np.array([])})
+    with pytest.raises(HardwareError, match=rf"Hardware\.{field} is an empty array"):
+        presets.get("npu_like").replace(**{field: np.array([])})
+    # a batch emptied by jax.tree.map skips the constructor: replay_batch names what is empty
+    batch = Hardware.stack([presets.get("npu_like")] * 2)
+    empty = jax.tree.map(lambda x: np.asarray(x)[:0], batch)
+    with pytest.raises(ReplayError, match=rf"batch of no machines: .*Hardware\.{field}"):
+        replay_batch(trace, empty)

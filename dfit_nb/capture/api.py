@@ -129,26 +129,35 @@ def _check_representable(walk: Walk, name: str) -> None:
     )
 
 
-def _check_countable(walk: Walk, name: str) -> None:
+def _check_countable(walk: Walk, name: str, count: np.ndarray | None = None) -> None:
     """Refuse a program whose FLOP or byte counts do not fit the tables' 64-bit integers: an op of arrays XLA
     represents can still read and write more than 2**63 bytes (the lowering table sums them per fusion) or do
-    2**64 FLOPs, which would fail deep in NumPy."""
+    2**64 FLOPs, which would fail deep in NumPy.
+
+    ``count``: executions per call of each op (scan trip counts multiply). Without it (before the counts are
+    known) the counts per execution are checked; with it, the counts per call, which nested scans can push past
+    64 bits from ops that are small on their own (a bare ``OverflowError`` in the region table before).
+    """
     if not walk.records:
         return
     counts = {"FLOPs": lambda c: c.flops, "transcendentals": lambda c: c.transcendentals,
               "bytes read and written": lambda c: c.bytes_read + c.bytes_written}
+    times = [1.0] * len(walk.records) if count is None else [float(c) for c in count]
     for what, of in counts.items():
-        values = [(of(r.cost), r) for r in walk.records]
-        total = sum(v for v, _ in values)
+        # Python ints per execution, times a float count: exact below 2**53, and never wraps around
+        values = [(of(r.cost) * t, of(r.cost), t, r) for r, t in zip(walk.records, times, strict=True)]
+        total = sum(v for v, *_ in values)
         if total <= COUNT_MAX:
             continue
-        value, r = max(values, key=lambda vr: vr[0])
+        value, each, t, r = max(values, key=lambda v: v[0])
         op = (f"op {r.id} ({r.primitive}, region {r.region or '<root>'!r}, {r.in_shapes or 'no inputs'} -> "
               f"{r.out_shapes})")
-        scope = (f"{op} has {_number(value)} {what} per execution" if value > COUNT_MAX else
-                 f"its ops have {_number(total)} {what} per call (the most: {op}, {_number(value)})")
+        per = "per execution" if count is None else f"per call ({_number(each)} per execution x {t:.6g} executions)"
+        scope = (f"{op} has {_number(value)} {what} {per}" if value > COUNT_MAX else
+                 f"its ops have {_number(total)} {what} per call (the most: {op}, {_number(value)} {per})")
+        fix = "make the arrays smaller" if count is None else "make the arrays smaller or the scans shorter"
         raise CaptureError(f"cannot capture {name}: {scope}, more than dfit_nb's 64-bit counts hold (at most "
-                           f"{_number(COUNT_MAX)}); make the arrays smaller")
+                           f"{_number(COUNT_MAX)}); {fix}")
 
 
 def _compiled_bytes(compiled: Any) -> int | None:
@@ -518,10 +527,14 @@ def capture(
         m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
         control.update_from_eager(m)
 
-    count, sources = counts_mod.assign_counts(
-        walk.records, trips=control.trips, trip_sources=control.trip_sources, branch_fractions=control.fracs,
-        branch_source=control.branch_source,
-    )
+    try:
+        count, sources = counts_mod.assign_counts(
+            walk.records, trips=control.trips, trip_sources=control.trip_sources, branch_fractions=control.fracs,
+            branch_source=control.branch_source,
+        )
+    except CaptureError as err:  # a count past 64 bits: named with the function
+        raise CaptureError(f"cannot capture {name}: {err}") from None
+    _check_countable(walk, name, count)  # per call now: nested scans multiply counts past 64 bits
     time_s = np.full(len(walk.records), np.nan)
     if m is not None:
         time_s = np.where(count > 0, m.op_time_per_call / np.maximum(count, 1), np.nan)

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import CaptureError
 from .walk import OpRecord
 
 SOURCES = ("exact", "measured", "hint", "assumed")
@@ -114,4 +115,10 @@ def assign_counts(
             src = branch_source
         counts[r.id] = counts[p.id] * mult
         rank[r.id] = max(rank[p.id], SOURCES.index(src))
+    over = np.flatnonzero(counts >= 2.0**63)  # the int64 cast below would wrap these to negative counts
+    if over.size:
+        r = records[int(over[0])]
+        raise CaptureError(f"op {r.id} ({r.primitive}, region {r.region or '<root>'!r}) runs {counts[r.id]:.6g} "
+                           f"times per call (the trip counts of the scans around it multiply), more than dfit_nb's "
+                           f"64-bit counts hold (at most 2**63 - 1); make the scans shorter")
     return np.rint(counts).astype(np.int64), np.asarray(SOURCES, dtype=object)[rank]

@@ -119,6 +119,75 @@ def _itemsize(dtype: Any) -> float:
             return 0.0
 
 
+#: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
+#: JAX's non-array dtypes (``float0``, tokens, PRNG keys such as ``key<fry>``); the model uses the machine's word
+_NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
+#: the dtypes named when one is refused
+KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
+                "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
+                "complex64, complex128, or '' for an op without an array output")
+
+
+@functools.lru_cache(maxsize=256)
+def _known_itemsize(name: str) -> float | None:
+    """Bytes per element of the dtype named ``name``; 0 for a non-array dtype (:data:`_NON_ARRAY_DTYPE`); None
+    when it names none: an unknown name (``float33``), or a NumPy type that is not numbers (object, text,
+    dates)."""
+    if _NON_ARRAY_DTYPE.fullmatch(name):
+        return 0.0
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        dtype = None
+    if dtype is not None and dtype.kind in "biufc":
+        return float(dtype.itemsize)
+    import ml_dtypes  # bfloat16, int4, float8 kinds (NumPy kind "V"): ml_dtypes' types, a JAX dependency
+
+    kind = getattr(ml_dtypes, name, None)
+    if not isinstance(kind, type) or name.startswith("_"):
+        return None
+    try:
+        dtype = np.dtype(kind)
+    except TypeError:
+        return None
+    return float(dtype.itemsize) if dtype.kind == "V" and dtype.itemsize > 0 else None
+
+
+def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
+                    error: type[DfitError] = CostInputError) -> np.ndarray:
+    """Bytes per element of each dtype name in ``dtypes`` (0: an op without an array output, see
+    :data:`_NON_ARRAY_DTYPE`), float64.
+
+    Raises ``error`` naming ``label``, the first row of an unknown name, the name and :data:`KNOWN_DTYPES`: an
+    unknown dtype was costed as the machine's word before, silently (``float33`` as 8 bytes).
+    """
+    names, inverse = np.unique(np.asarray(dtypes).astype(str).reshape(-1), return_inverse=True)
+    sizes = np.empty(len(names))
+    for j, name in enumerate(names):
+        size = _known_itemsize(str(name))
+        if size is None:
+            row = int(np.flatnonzero(inverse.reshape(-1) == j)[0])
+            raise error(f"{label} row {row} is {str(name)!r}, which is not a dtype dfit_nb knows; known: "
+                        f"{KNOWN_DTYPES}")
+        sizes[j] = size
+    return sizes[inverse.reshape(-1)]
+
+
+def numeric(values: Any, label: str, error: type[DfitError] = CostInputError) -> np.ndarray:
+    """``values`` as a flat float64 array; refused with ``error`` naming ``label``, the row and the value when one
+    is not a number (a CSV's ``4096x`` read as text; NumPy reads ``"4096"`` as 4096, as pandas does)."""
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        flat = np.asarray(values, dtype=object).reshape(-1)
+        for i, value in enumerate(flat):
+            try:
+                float(value)
+            except (TypeError, ValueError):
+                raise error(f"{label} must be numeric; row {i} is {value!r}") from err
+        raise error(f"{label} must be numeric, got {np.asarray(values).dtype}") from err
+
+
 #: the numeric columns of an ops table, in the order they are checked
 _NUMERIC = ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written")
 
@@ -143,12 +212,8 @@ def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndar
                              "(and optionally batch, dtype, flops, transcendentals, bytes_read, bytes_written)")
     given: dict[str, np.ndarray] = {}
     for name, col in raw.items():
-        if col is None:
-            continue
-        try:
-            given[name] = np.asarray(col, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as err:
-            raise CostInputError(f"ops column {name!r} must be numeric, got {np.asarray(col).dtype}") from err
+        if col is not None:
+            given[name] = numeric(col, f"ops column {name!r}")
     size = len(given["m"])
     if any(len(v) != size for v in given.values()):
         lengths = {name: len(given[name]) if name in given else size for name in _NUMERIC}
@@ -170,7 +235,9 @@ def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndar
     if dtypes is None:
         itemsize, per_elem = np.zeros(size), 4.0  # bytes columns without a dtype: float32, JAX's default
     else:
-        itemsize = np.array([_itemsize(d) for d in np.asarray(dtypes)], dtype=np.float64)
+        itemsize = dtype_itemsizes(dtypes)
+        if len(itemsize) != size:
+            raise CostInputError(f"ops columns must have one value per op; 'dtype' has {len(itemsize)}, m {size}")
         per_elem = np.where(itemsize > 0, itemsize, 4.0)
     for name, elems in (("bytes_read", "elems_in"), ("bytes_written", "elems_out")):
         values = out.pop(name)

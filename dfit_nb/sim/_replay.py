@@ -844,11 +844,15 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     shape = hw.batch_shape
     if len(shape) != 1:
         raise ReplayError(f"replay_batch() takes a 1-D batch of machines (Hardware.stack); got batch shape {shape}")
+    from .hardware import FIELDS
+
+    if shape[0] == 0:  # a batch rebuilt without the constructor's checks (jax.tree.map): name what is empty
+        empty = [f"Hardware.{f}" for f in FIELDS if np.size(getattr(hw, f)) == 0]
+        raise ReplayError(f"replay_batch() got a batch of no machines: {', '.join(empty)} empty; give one value "
+                          "per machine (Hardware.stack)")
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
-    from .hardware import FIELDS
-
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
     prep = prepare(trace, policy_fusion(dataflow, fusion))
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))

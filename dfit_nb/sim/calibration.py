@@ -34,7 +34,7 @@ import xarray as xr
 
 from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
-from ._cost import alone, alone_arrays, dataflow_codes, for_jit, grid_tables, model_outputs
+from ._cost import alone, alone_arrays, dataflow_codes, dtype_itemsizes, for_jit, grid_tables, model_outputs, numeric
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
@@ -273,16 +273,27 @@ def measured_table(measured: Any) -> pd.DataFrame:
     if missing or time_col is None:
         raise CalibrationError(f"measured lacks {missing + ([] if time_col else ['a time column'])}; it needs m, k, "
                                f"n and one of {', '.join(TIME_COLUMNS)} (optional: batch, dtype, bucket)")
-    t = pd.to_numeric(measured[time_col], errors="coerce").to_numpy(np.float64) * TIME_COLUMNS[time_col]
+    # every row checked by column before any work: a row of m = 0, a time of 0 or "4096x" read from a CSV would
+    # otherwise be fitted (moving the held-out error) or fail deep inside with a TypeError
+    t = numeric(measured[time_col], f"measured {time_col!r}", CalibrationError) * TIME_COLUMNS[time_col]
     bad = ~np.isfinite(t) | (t <= 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise CalibrationError(f"measured {time_col!r} must be finite and > 0; row {i} is "
                                f"{float(t[i] / TIME_COLUMNS[time_col]):g}")
-    out = pd.DataFrame({"m": measured["m"].to_numpy(), "k": measured["k"].to_numpy(), "n": measured["n"].to_numpy(),
-                        "batch": measured["batch"].to_numpy() if "batch" in measured else 1,
-                        "dtype": measured["dtype"].astype(str).to_numpy() if "dtype" in measured else "float32",
-                        "time_s": t})
+    sizes = {c: numeric(measured[c], f"measured {c!r}", CalibrationError)
+             for c in ("m", "k", "n", "batch") if c in measured}
+    for c, v in sizes.items():
+        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise CalibrationError(f"measured {c!r} must hold whole numbers >= 1 (a GEMM's sizes); row {i} is "
+                                   f"{v[i]:g}")
+    dtype = measured["dtype"].astype(str).to_numpy() if "dtype" in measured else "float32"
+    if "dtype" in measured:
+        dtype_itemsizes(dtype, "measured 'dtype'", CalibrationError)
+    out = pd.DataFrame({"m": sizes["m"], "k": sizes["k"], "n": sizes["n"], "batch": sizes.get("batch", 1.0),
+                        "dtype": dtype, "time_s": t})
     if "bucket" in measured:
         out["bucket"] = measured["bucket"].astype(str).to_numpy()
     return out

@@ -365,6 +365,9 @@ def _numbers(field: str, value: Any) -> np.ndarray:
 
 def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
     arr = _numbers(field, value)
+    if arr.size == 0:  # every range check below holds vacuously, and a batch of no machines fails later, unnamed
+        raise HardwareError(f"Hardware.{field} is an empty array (shape {arr.shape}): no machine; give a number, "
+                            "or one value per machine of a batch")
 
     def shown(mask: np.ndarray) -> str:
         if arr.ndim == 0:
