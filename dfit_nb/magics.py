@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import builtins
 import contextlib
 import inspect
 import keyword
@@ -49,7 +50,7 @@ from typing import Any
 
 import pandas as pd
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
@@ -243,9 +244,32 @@ def _parse(magic_func: Any, argstring: str, magic: str) -> argparse.Namespace:
         raise UsageError(f"{magic}: {err}") from None
 
 
-def _check_output_name(name: str | None, magic: str) -> None:
-    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+#: the longest line a magic reads: a call names its arguments, it does not spell them out
+MAX_LINE = 10_000
+
+
+def _check_line(line: str, magic: str) -> None:
+    """Refuse an over-long line at once, naming its length and start (a 150 kB line took IPython's variable
+    expansion 181 s before dfit_nb saw it; the expansion is off now, and no call needs such a line)."""
+    if len(line) > MAX_LINE:
+        raise UsageError(f"{magic}: the line is {len(line):,} characters long, more than {MAX_LINE:,} (it starts "
+                         f"{line[:60]!r}); assign the arguments to names first and pass the names, e.g. "
+                         "x = ...; %dfit f(x)")
+
+
+def _check_output_name(name: str | None, magic: str, hidden: Mapping[str, Any] | None = None) -> None:
+    """Refuse an ``-o`` name the store would break: not an identifier, a keyword, a builtin (``-o __builtins__``
+    replaced the user's builtins; ``-o print`` would shadow ``print``), a dunder, or a name IPython keeps in the
+    namespace for itself (``hidden``: ``In``, ``Out``, ``get_ipython``, ``_``, ...)."""
+    if name is None:
+        return
+    if not name.isidentifier() or keyword.iskeyword(name):
         raise UsageError(f"{magic}: -o {name!r} is not a valid Python name")
+    if hasattr(builtins, name) or (name.startswith("__") and name.endswith("__")) or name in (hidden or {}):
+        what = ("a Python builtin" if hasattr(builtins, name) else "a special (dunder) name"
+                if name.startswith("__") and name.endswith("__") else "a name IPython uses")
+        raise UsageError(f"{magic}: -o {name!r} is {what}: storing a result there would replace it; choose "
+                         "another name, e.g. -o run")
 
 
 @contextlib.contextmanager
@@ -341,6 +365,7 @@ class DfitMagics(Magics):
     @argument("expr", nargs="*", metavar="EXPR",
               help="%%dfit: the call to capture, e.g. encoder(params, x). %%%%dfit: none (the cell's last line).")
     @line_cell_magic
+    @no_var_expand  # the line is code: IPython's {expr} and $name expansion would run it before dfit_nb parses it
     def dfit(self, line: str, cell: str | None = None) -> None:
         """Capture a JAX call, replay it on a dataflow accelerator, show the summary and the Explorer.
 
@@ -371,9 +396,10 @@ class DfitMagics(Magics):
             fn(params, x)
         """
         magic = "%dfit" if cell is None else "%%dfit"
+        _check_line(line, magic)
         options, expr = _split_options(self.dfit.parser, line, magic)
         args = _parse(self.dfit, options, magic)
-        _check_output_name(args.output, magic)
+        _check_output_name(args.output, magic, self.shell.user_ns_hidden)
         dataflow, objective = self._dataflow(args, magic)
         hw = self._hardware(args.hw, magic)
         if cell is None:
@@ -474,6 +500,7 @@ class DfitMagics(Magics):
     @argument("a", metavar="A", help="Name of run A in the namespace (e.g. from %%dfit -o A).")
     @argument("b", metavar="B", help="Name of run B.")
     @line_magic
+    @no_var_expand  # names, not text to expand: {expr} would run code
     def dfit_compare(self, line: str) -> None:
         """A/B of two runs stored in the namespace: ``dfit_nb.sim.compare(A, B)`` and its chart.
 
@@ -490,7 +517,7 @@ class DfitMagics(Magics):
             %dfit_compare ws_run os_run
         """
         args = _parse(self.dfit_compare, line, "%dfit_compare")
-        _check_output_name(args.output, "%dfit_compare")
+        _check_output_name(args.output, "%dfit_compare", self.shell.user_ns_hidden)
         run_a, run_b = (self._stored_run(name) for name in (args.a, args.b))
         try:
             ab = compare_runs(run_a, run_b, force=args.force)

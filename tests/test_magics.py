@@ -196,6 +196,13 @@ def test_compare_shows_the_comparison_and_its_chart(shell, runs):
     ("dfit", "--dataflow ws --objective edp -o bad f(a, b)", ["--objective", "hybrid"]),
     ("dfit", "--bogus f(a, b)", ["'--bogus'"]),
     ("dfit", "-o 1bad f(a, b)", ["'1bad'"]),
+    # issue 42, item 7: -o onto a builtin, a dunder or IPython's own names replaced them
+    ("dfit", "-o __builtins__ f(a, b)", ["-o '__builtins__'", "special (dunder) name"]),
+    ("dfit", "-o print f(a, b)", ["-o 'print'", "a Python builtin", "another name"]),
+    ("dfit", "-o len f(a, b)", ["-o 'len'", "a Python builtin"]),
+    ("dfit", "-o Out f(a, b)", ["-o 'Out'", "a name IPython uses"]),
+    ("dfit", "-o class f(a, b)", ["'class'", "not a valid Python name"]),
+    ("dfit_compare", "-o print r_ws r_os", ["-o 'print'", "a Python builtin"]),
     ("dfit", "--no-explorer", ["missing EXPR"]),
     ("dfit", "", ["missing EXPR"]),
     ("dfit", "--hw", ["--hw", "expected one argument"]),
@@ -215,6 +222,36 @@ def test_bad_input_raises_usage_error_naming_it_and_changes_nothing(shell, runs,
         assert token in str(err.value), (token, str(err.value))
     assert _state(shell) == before
     assert "bad" not in shell.user_ns and "bad_trace" not in shell.user_ns
+
+
+def test_dfit_does_not_expand_variables_in_its_line(shell):
+    """Issue 42, item 7: IPython ran ``{expr}`` and expanded ``$name`` in the line before dfit_nb parsed it (code
+    run by a line that was to be parsed; 181 s on a 150 kB line). ``%dfit`` is ``no_var_expand`` now: the braces
+    reach dfit_nb as typed and are refused as not a call, and nothing in them runs."""
+    assert getattr(magics.DfitMagics.dfit, "_ipython_magic_no_var_expand", False)
+    assert getattr(magics.DfitMagics.dfit_compare, "_ipython_magic_no_var_expand", False)
+    shell.user_ns["ran"], shell.user_ns["name"] = [], "expanded"
+    before = _state(shell)
+    for option in ("{ran.append(1)or(name)}", "$name"):  # expanded, each would store the run as 'expanded'
+        with capture_output(), pytest.raises(UsageError) as err:
+            shell.run_line_magic("dfit", f"--no-explorer -o {option} f(a, b)")
+        assert f"-o {option!r} is not a valid Python name" in str(err.value)
+    assert shell.user_ns["ran"] == [] and _state(shell) == before and "expanded" not in shell.user_ns
+    del shell.user_ns["ran"], shell.user_ns["name"]
+
+
+def test_an_over_long_line_is_refused_at_once(shell):
+    import time
+
+    before = _state(shell)
+    line = "--no-explorer -o bad f(a, b" + ", a" * 50_000 + ")"  # 150 kB, as in the audit
+    t0 = time.perf_counter()
+    with capture_output(), pytest.raises(UsageError) as err:
+        shell.run_line_magic("dfit", line)
+    assert time.perf_counter() - t0 < 1.0
+    assert f"{len(line):,} characters long" in str(err.value) and "more than 10,000" in str(err.value)
+    assert "'--no-explorer -o bad f(a, b, a, a" in str(err.value)  # its start, to find it by
+    assert _state(shell) == before and "bad" not in shell.user_ns
 
 
 def test_compare_of_different_programs_is_a_usage_error(shell, runs):
