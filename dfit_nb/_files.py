@@ -128,7 +128,15 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
             raise
         except OSError as err:
             before = "the previous save there is unchanged" if existed else "nothing was saved there"
-            failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was removed)")
+            if err.errno == errno.ENAMETOOLONG:  # the temporary's name, not the user's, was too long: say so
+                extra = len(os.fsencode(tmp.name)) - len(os.fsencode(path.name))
+                failed = SaveError(f"could not save {path}: its name is {len(os.fsencode(path.name))} bytes, and "
+                                   f"a save writes its temporary beside it under the name plus {extra} bytes "
+                                   f"(.{_TMP}-<pid>-<n>), which is too long for this file system; give a name "
+                                   f"{extra} bytes shorter than its limit (usually 255 bytes) ({before})")
+            else:
+                failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was "
+                                   "removed)")
             failed.errno = err.errno
             raise failed from err
         finally:

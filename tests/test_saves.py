@@ -443,6 +443,19 @@ def test_loads_of_a_zarr_path_never_see_a_swap_half_done(run, tmp_path):
     assert _names(tmp_path) == ["run.zarr"] and dfit_nb.load_run(path).attrs["tag"].endswith(".3")
 
 
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_name_too_long_for_its_temporary_names_the_users_path(trace, tmp_path, suffix):
+    # issue 42, item 6: a 253-byte name fit the file system, its temporary did not: the OSError named the hidden
+    # temporary only
+    path = tmp_path / ("a" * (253 - len(suffix)) + suffix)
+    with pytest.raises(SaveError) as info:
+        trace.save(path)
+    message = str(info.value)
+    assert info.value.errno == errno.ENAMETOOLONG and isinstance(info.value, OSError)
+    assert message.startswith(f"could not save {path}: its name is 253 bytes") and "too long" in message
+    assert not re.search(r"dfit-tmp-\d", message) and _names(tmp_path) == []
+
+
 def test_a_failed_netcdf_write_keeps_the_old_file_and_removes_the_temporary(trace, tmp_path, monkeypatch):
     path = _tagged(trace, "old").save(tmp_path / "t.nc")
     before = path.read_bytes()
