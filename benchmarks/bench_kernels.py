@@ -67,11 +67,13 @@ import contextlib
 import io
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pandas as pd
 from jax import ad_checkpoint
 
 import dfit_nb
@@ -253,7 +255,32 @@ def measure(name: str, fn: Any, args: tuple[Any, ...]) -> tuple[dict[str, dict[s
           f"{'met' if 1 / 1.25 <= ratio <= 1.25 else 'NOT met'}; at most 1.25x: "
           f"{'met' if ratio <= 1.25 else 'NOT met'}); launch share {d['share']:.1%} (<= 15%: "
           f"{'met' if d['share'] <= 0.15 else 'NOT met'})")
+    # the same kernels as XLA:CPU would launch them: its dots are custom calls, each launched apart from its
+    # epilogue fusion, so a rule kernel of a GEMM with vector work of its own is two launches there
+    prep = prepare(trace, DEFAULT)
+    k = prep.kernels
+    gemm_kernels = np.unique(k.kernel[prep.arrays["gemm"] > 0])
+    with_epilogue = sum(1 for g in gemm_kernels if ((k.kernel == g) & ~k.free & (prep.arrays["gemm"] <= 0)).any())
+    cpu_like = d["kernels"] + with_epilogue
+    print(f"the {DEFAULT} kernels counted as XLA:CPU launches them (each of the {with_epilogue} GEMM kernels with an "
+          f"epilogue as two: a dot custom call, then its fusion): {cpu_like}, {cpu_like / xla:.2f}x XLA's {xla}")
+    floor = tpu_v4_floor_us()
+    if floor is not None:
+        fixed = d["kernels"] * floor
+        print(f"measured floor: the fastest of the TPU v4 matmul fusions in ../shared/data/tpu_v4_matmul takes "
+              f"{floor:.2f} us; {d['kernels']} kernels x {floor:.2f} us = {fixed:.1f} us, "
+              f"{fixed / d['us']:.0%} of the replayed {d['us']:.1f} us")
     return rows, runs
+
+
+def tpu_v4_floor_us() -> float | None:
+    """The fastest measured TPU v4 fusion (a matmul of at most 128 per side, mean time over its samples), in us:
+    what one kernel costs on that chip however little it does. None where the shared data folder is absent."""
+    folder = Path(__file__).resolve().parents[2] / "shared" / "data" / "tpu_v4_matmul"
+    files = sorted(folder.glob("fusion_statistics_report_with_scale_sim_*.csv"))
+    if not files:
+        return None
+    return float(min(pd.read_csv(f)["fusion_avg"].min() for f in files))
 
 
 def decoder(name: str, *, layers: int, d_model: int, heads: int, vocab: int, seq: int, batch: int) -> None:

@@ -41,10 +41,11 @@ stationary operand is loaded first); like SCALE-Sim's "Total Cycles", a GEMM's
 count is that product minus one. An array that double-buffers its stationary
 operand (``fold_overlap`` 1, a TPU MXU) hides each fold's fill under the previous
 fold's stream: it pays the fill once per GEMM (see :func:`fold_cycles`). A K split (``mk``) reduces its partial sums on
-the vector units (a ``log2(gx)``-deep tree). Non-GEMM work is ``flops`` plus
-``transcendental_cycles`` lane-cycles per transcendental (a polynomial or table
-evaluation; 8 by default) over ``vector_lanes`` lanes per tile, each issuing
-``vector_rate`` operations per cycle (1 by default).
+the vector units (a ``log2(gx)``-deep tree). Non-GEMM work runs on ``vector_lanes``
+lanes per tile: whole lane-steps of its ``flops`` (at least one per element), then
+whole lane-steps of its transcendentals of ``transcendental_cycles`` each (a
+polynomial or table evaluation; 8 by default), each lane issuing ``vector_rate``
+operations per cycle (1 by default).
 
 **SRAM traffic** (elements) per GEMM piece: each fold reads its operands once.
 
@@ -352,9 +353,13 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
     kept = kept_share(ops)  # 0 for an op folded into its kernel's indexing (a reshape, a broadcast)
-    work = vector_work(ops, hw) * kept
-    # whole lane-steps, each issuing vector_rate operations per lane (a rate, so that a fit can move it)
-    vector_v = ceil_div(jnp.maximum(work, ops["elems_out"] * kept), lanes * v) / field(hw, "vector_rate")
+    work = vector_work(ops, hw) * kept  # lane-operations: the register-file traffic of a vector op
+    # whole lane-steps of arithmetic, each issuing vector_rate operations per lane (a rate, so that a fit can
+    # move it), then whole lane-steps of transcendentals of transcendental_cycles each: a factor outside the
+    # ceiling, so that a fit can move it too (inside, its gradient would be zero)
+    steps = ceil_div(jnp.maximum(ops["flops"], ops["elems_out"]) * kept, lanes * v) + field(
+        hw, "transcendental_cycles") * ceil_div(ops["transcendentals"] * kept, lanes * v)
+    vector_v = steps / field(hw, "vector_rate")
     compute_v = jnp.where(gemm, gemm_v, vector_v)
     macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
 

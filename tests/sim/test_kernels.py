@@ -147,17 +147,18 @@ def test_the_three_modes_agree_where_nothing_can_fuse(program):
 
 
 def test_a_vector_op_costs_its_lanes_and_transcendentals():
-    """Hand-computed: tanh of 64 x 96 elements on one tile of 32 lanes: (flops + transcendental_cycles x
-    transcendentals) / lanes cycles of compute."""
+    """Hand-computed: tanh of 64 x 96 elements on one tile of 32 lanes: whole lane-steps of its flops (at least
+    one per element), then of its transcendentals, transcendental_cycles each; vector_rate divides both."""
     x = jnp.ones((64, 96))
     t = dfit_nb.capture(jnp.tanh, x)
     row = t.ops.isel(op=int(np.flatnonzero(t.ops["primitive"].values == "tanh")[0]))
     flops, trans, n = float(row["flops"]), float(row["transcendentals"]), 64 * 96
     for cycles_per in (8.0, 20.0):
         hw = presets.get("scalesim_32").replace(vector_lanes=32, transcendental_cycles=cycles_per)
-        run = dfit_nb.replay(t, hw)
-        expected = math.ceil(max(flops + cycles_per * trans, n) / 32)
-        assert float(run.ops["compute_cycles"].sel(op=int(row["op"]))) == expected
+        for rate in (1.0, 2.0):
+            run = dfit_nb.replay(t, hw.replace(vector_rate=rate))
+            expected = (math.ceil(max(flops, n) / 32) + cycles_per * math.ceil(trans / 32)) / rate
+            assert float(run.ops["compute_cycles"].sel(op=int(row["op"]))) == pytest.approx(expected, rel=1e-12)
 
 
 def test_the_epilogue_hides_under_the_array():
@@ -255,3 +256,4 @@ def test_gradients_through_a_kernel_without_vector_work_are_finite():
     assert all(np.isfinite(float(getattr(g, k))) for k in ("vector_rate", "clock_ghz", "vector_overlap",
                                                            "op_overhead_cycles", "dram_bytes_per_cycle"))
     assert float(g.vector_rate) < 0  # a faster vector unit, less time
+    assert float(g.transcendental_cycles) > 0  # a slower tanh, more time: a field a calibration can move
