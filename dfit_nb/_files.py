@@ -335,7 +335,9 @@ def root_or_home(path: str | os.PathLike[str]) -> str:
 #: the marks dfit_nb writes into the first bytes of its text files (a report page, a playbook): a file with one is
 #: dfit_nb's to replace, as a netCDF file or Zarr store with :data:`FORMAT_ATTR` is
 HTML_MARK = "<meta name='generator' content='dfit_nb'>"
-MARKDOWN_MARK = "<!-- generator: dfit_nb -->"
+#: (the Markdown one is a link reference definition, the usual Markdown comment: never rendered, and no raw HTML
+#: in a playbook whose every other "<" is escaped)
+MARKDOWN_MARK = "[//]: # (generator: dfit_nb)"
 #: the same files as dfit_nb wrote them before the marks: the report page's and the playbook's first bytes
 _LEGACY_TEXT = (
     re.compile(r"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>dfit_nb report: "),

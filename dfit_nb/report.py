@@ -692,10 +692,10 @@ def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
     out = {"event cube": r.run.save(_inside(folder, names["event cube"])),
            "Perfetto": r.run.to_perfetto(_inside(folder, names["Perfetto"]))}
     if r.policy is not None:
-        # the Markdown carries dfit_nb's mark (an HTML comment, hidden when rendered) so that a later report may
+        # the Markdown carries dfit_nb's mark (a Markdown comment, hidden when rendered) so that a later report may
         # replace it; the HTML playbook has its generator meta already
         out["playbook"] = _write_text(_inside(folder, names["playbook"]),
-                                      f"{MARKDOWN_MARK}\n{r.policy.report('markdown')}")
+                                      f"{MARKDOWN_MARK}\n\n{r.policy.report('markdown')}")
         out["playbook (HTML)"] = _write_text(_inside(folder, names["playbook (HTML)"]), r.policy.report("html"))
     return out
 
