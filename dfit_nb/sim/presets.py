@@ -189,3 +189,27 @@ register(
             "dfit_nb.sim.calibrate. Thermal (assumption): liquid-cooled, as Google's TPU v3 and v4 boards are: a "
             "cold plate of ~0.1 K/W from junction to 35 degC coolant; 3 J/K (die and lid share, as tpu_like).",
 )
+register(
+    Hardware(name="tpu_v6e", tile_rows=1, tile_cols=2, pe_rows=256, pe_cols=256, sram_input_bytes=24 * MB,
+             sram_weight_bytes=24 * MB, sram_output_bytes=16 * MB, word_bytes=2, accumulator_bytes=4,
+             vector_lanes=512,
+             noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=467.7, dram_latency_cycles=1750.0,
+             clock_ghz=3.502, op_overhead_cycles=1750.0, fold_overlap=1.0, memory_overlap=0.0,
+             thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
+    approximates="one Google Cloud TPU v6e (Trillium) chip as XLA runs a program on it: one TensorCore with 2 MXUs "
+                 "of 256x256 bf16 MACs, time-multiplexed, with a fixed cost per kernel",
+    sources="Public: Cloud TPU v6e documentation (docs.cloud.google.com/tpu/docs/v6e): one TensorCore per chip, "
+            "two 256x256 MXUs, a VPU of 128 lanes x 8 sublanes, 918 TFLOP/s bf16, 32 GB HBM at 1,638 GB/s; JAX's "
+            "Pallas TPU table (jax/_src/pallas/mosaic/tpu_info.py, jax 0.10.2): 2 MXUs of 256 columns, 128 MiB "
+            "VMEM per core. Derived: the clock that makes 2 x 256 x 256 MACs reach 918 TFLOP/s, 918e12 / (2 x 2 x "
+            "65,536) = 3.502 GHz (Google publishes no clock; PyTorchSim models the chip at the same 3.502 GHz), "
+            "so 1,638 GB/s -> 467.7 B/cycle; 64 MiB of VMEM per MXU tile, split 24/24/16 MiB input/weight/output "
+            "(an assumption, tpu_v4's 3:3:2); 512 vector lanes per MXU tile (the VPU's 1,024 shared by its 2 "
+            "MXUs). Assumptions as tpu_v4: the MXU double-buffers its weights (fold_overlap = 1) and accumulates "
+            "in fp32 (accumulator_bytes = 4), a lone op pays its fill and drain (memory_overlap = 0), the VPU "
+            "issues beside the MXUs (vector_overlap = 1), 8 lane-cycles per transcendental, the link between the "
+            "two MXU tiles; tpu_v4's ~0.48 us of HBM latency and of launch per kernel, at this clock 1,750 "
+            "cycles each. Measured against 454 TPU v6e GEMMs and 89 fused FFN programs in "
+            "benchmarks/bench_tpu_v6e.py; calibrate it with dfit_nb.sim.calibrate. Thermal (assumption): "
+            "air-cooled like tpu_like, 0.29 K/W to 35 degC inlet air, 3 J/K.",
+)
