@@ -307,7 +307,8 @@ def test_capture_refuses_profile_settings_that_time_nothing(options, error, toke
 
 # ------------------------------------------------------------------------------------------------ item 7: names
 
-_HOSTILE = ("<!--<script>", "p|q\nr &amp; <img src=x onerror=alert(1)>", "![img](x.png) [link](javascript:x)")
+# no newline: control characters in names are refused at capture (issue 42, item 5; tested below)
+_HOSTILE = ("<!--<script>", "p|q r &amp; <img src=x onerror=alert(1)>", "![img](x.png) [link](javascript:x)")
 
 
 def _hostile(x, w1, w2, w3):
@@ -326,7 +327,7 @@ def hostile_trace():
 
 @pytest.fixture(scope="module")
 def hostile_report(hostile_trace, tmp_path_factory):
-    """A report on a machine named ``../x`` of a program whose regions hold HTML, a pipe and a newline."""
+    """A report on a machine named ``../x`` of a program whose regions hold HTML, a pipe and Markdown."""
     from dfit_nb.report import write_report
 
     root = tmp_path_factory.mktemp("hostile")
@@ -888,3 +889,67 @@ def test_an_empty_hardware_field_is_refused_naming_it(trace, field):
     empty = jax.tree.map(lambda x: np.asarray(x)[:0], batch)
     with pytest.raises(ReplayError, match=rf"batch of no machines: .*Hardware\.{field}"):
         replay_batch(trace, empty)
+
+
+# ------------------------------------------------------------------------------------------------ issue 42, item 5
+
+
+def _scoped(name: str):
+    """``tanh(x)`` in the named scope ``name``, then ``x * 2`` in ``"ok"``."""
+    def fn(x):
+        with jax.named_scope(name):
+            y = jnp.tanh(x)
+        with jax.named_scope("ok"):
+            return y * 2
+    return fn
+
+
+@pytest.mark.parametrize(("name", "code"), [
+    ("a\x00b", "U+0000"),  # netCDF dropped the NUL: "a\x00b" and "ab" merged into one region on a round trip
+    ("attn\u2028", "U+2028"),  # ended a line inside the report's JavaScript: two charts failed
+    ("attn\u2029x", "U+2029"),
+    ("la\tyer", "U+0009"),
+    ("\x1b[31mred", "U+001B"),
+    ("two\nlines", "U+000A"),
+    ("del\x7f", "U+007F"),
+    ("c1\x85", "U+0085"),
+])
+def test_capture_refuses_a_control_character_in_a_named_scope_showing_the_name(name, code):
+    with pytest.raises(dfit_nb.errors.CaptureError) as info:
+        dfit_nb.capture(_scoped(name), jnp.ones(3), mode="static")
+    message = str(info.value)
+    assert repr(name) in message and code in message and "Cc, Zl, Zp" in message, message
+    assert "cannot capture 'fn'" in message
+    assert all(c not in message for c in name if not c.isprintable() and c != " ")  # shown escaped, not raw
+
+
+def test_capture_refuses_a_control_character_in_a_function_name_or_a_parameter_key():
+    def inner(x):
+        return x + 1
+
+    inner.__name__ = "in\u2028ner"
+    with pytest.raises(dfit_nb.errors.CaptureError, match=r"the function name 'in\\u2028ner'.*U\+2028"):
+        dfit_nb.capture(inner, jnp.ones(3), mode="static")
+    # a nested jit's function name is a segment of the region path
+    with pytest.raises(dfit_nb.errors.CaptureError, match=r"cannot capture 'outer'.*'jit\(in\\u2028ner\)'"):
+        def outer(x):
+            return jax.jit(inner)(x) * 2
+        dfit_nb.capture(outer, jnp.ones(3), mode="static")
+    # a parameter key names a region too (regions from parameters)
+    with pytest.raises(dfit_nb.errors.CaptureError, match=r"its region 'la\\x00yer'.*U\+0000"):
+        dfit_nb.capture(lambda p, x: x @ p["la\x00yer"]["w"], {"la\x00yer": {"w": jnp.ones((3, 3))}}, jnp.ones(3),
+                        mode="static")
+    # refused under every regions= mode: the scope path reaches the lowered program's metadata in each
+    for regions in ("both", "params", "scopes"):
+        with pytest.raises(dfit_nb.errors.CaptureError, match=r"'a\\x00b'"):
+            dfit_nb.capture(_scoped("a\x00b"), jnp.ones(3), mode="static", regions=regions)
+
+
+def test_ordinary_unicode_names_are_kept_through_a_netcdf_round_trip(tmp_path):
+    name = "attention/é/注意 q·k"
+    trace = dfit_nb.capture(_scoped(name), jnp.ones(3), mode="static")
+    regions = set(trace.ops["region"].values.tolist())
+    assert name in regions and "ok" in regions
+    trace.save(tmp_path / "t.nc")
+    loaded = dfit_nb.load_trace(tmp_path / "t.nc")
+    assert loaded.ops["region"].values.tolist() == trace.ops["region"].values.tolist()

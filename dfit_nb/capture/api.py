@@ -391,7 +391,9 @@ def capture(
         (2**63 bytes or more: its compiler would abort the process), or FLOP or byte counts beyond 64 bits; or,
         in a runtime mode, refused before running, a program that must allocate more than the device has free
         (eager: the largest output of an op that always runs; both: the compiled program's outputs and
-        temporaries), with the advice to use ``mode="static"``.
+        temporaries), with the advice to use ``mode="static"``. Also a region or op name (a named scope, a
+        function name, a parameter key, a primitive) holding a control character (Unicode categories Cc, Zl,
+        Zp: NUL, tab, newline, U+2028, U+2029, ...), shown with ``repr``.
 
     Examples
     --------
@@ -476,6 +478,7 @@ def capture(
         return fn(*a, **k)
 
     name = _fn_name(fn)
+    regions_mod.check_name(name, "the function name", name)
     try:
         closed = jax.make_jaxpr(flat_fn)(*dyn)
     except Exception as err:
@@ -491,6 +494,8 @@ def capture(
             f"argument (capture(model.apply, variables, x), not capture(lambda x: model.apply(variables, x), x)), "
             f"or name them with param_args=.", regions_mod.ParameterRegionWarning, stacklevel=2)
     regions_mod.assign_regions(walk.records, walk.edges, dyn_params, regions)
+    # before anything is stored or lowered: a NUL or U+2028 in a name is lost or breaks a chart later (issue 42)
+    regions_mod.check_names(walk.records, name)
     # before lowering: XLA's compiler aborts the process on an array it cannot represent; our counts are int64
     _check_representable(walk, name)
     _check_countable(walk, name)

@@ -50,16 +50,22 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
-from collections.abc import Sequence
+import unicodedata
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
 
-from ..errors import DfitWarning
+from ..errors import CaptureError, DfitWarning
 from .walk import OpRecord
 
 REGION_MODES = ("both", "params", "scopes")
 DIRECTIONS = ("forward", "backward", "optimizer")
+#: Unicode categories refused in region and op names: control characters (NUL, tab, newline, escape, ...), line
+#: and paragraph separators (U+2028, U+2029). netCDF drops a NUL (two regions merged on a round trip) and a
+#: U+2028 ends a line inside the report's JavaScript; refusing them at capture keeps every format and chart safe
+#: without escaping in each one.
+REFUSED_CATEGORIES = ("Cc", "Zl", "Zp")
 
 #: JAX's name-stack wrappers of transformations: ``jvp(CNN)``, ``transpose(jvp(CNN))``, ``vmap(conv0)``
 _WRAPPER = re.compile(r"^(jvp|transpose|vmap|pmap|xmap|batched)\((.*)\)$")
@@ -87,6 +93,56 @@ class Param:
     region: str  # the layer it names ('' for state that names none, such as optax's step count)
     path: str  # its full key path, for messages
     optimizer: bool
+
+
+def refused_characters(name: str) -> list[str]:
+    """The characters of ``name`` that region and op names may not hold (``REFUSED_CATEGORIES``), in order, once.
+
+    >>> refused_characters("attention/\\u00e9"), refused_characters("a\\x00b\\u2028\\x00")
+    ([], ['\\x00', '\\u2028'])
+    """
+    return list(dict.fromkeys(c for c in name if unicodedata.category(c) in REFUSED_CATEGORIES))
+
+
+def check_name(name: str, what: str, function: str) -> None:
+    """Refuse a name holding a character of ``REFUSED_CATEGORIES``, naming it and the characters.
+
+    Parameters
+    ----------
+    name
+        The name to check (a region path, a named scope path, a function or primitive name).
+    what
+        What the name is, for the message: ``"the function name"``, ``"op 3 ('tanh'): its region"``, ...
+    function
+        The captured function's name, for the message (already checked, or the name itself).
+
+    Raises
+    ------
+    CaptureError
+        ``name`` holds a control character (Unicode category Cc, Zl or Zp); the message shows the name with
+        ``repr``, so the character is visible, and each refused character with its code point.
+    """
+    bad = refused_characters(name)
+    if not bad:
+        return
+    chars = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad)
+    raise CaptureError(
+        f"cannot capture {function!r}: {what} {name!r} holds {chars}; region and op names (named scopes, "
+        f"function names, parameter keys) may not hold control characters, line or paragraph separators "
+        f"(Unicode categories Cc, Zl, Zp: NUL, tab, newline, escape, U+2028, U+2029, ...), which files drop "
+        f"or merge and charts cannot show. Rename it without them.")
+
+
+def check_names(records: Iterable[Any], function: str) -> None:
+    """Refuse, by :func:`check_name`, any op whose name-stack path, region or primitive holds a refused character.
+
+    The path as walked is checked too, not only the region kept: JAX writes it into the lowered program's
+    metadata, which a trace keeps, and a name should not be accepted under one ``regions=`` mode and refused
+    under another.
+    """
+    for r in records:
+        for what, name in (("region", r.region), ("named scope path", r.scope), ("primitive", r.primitive)):
+            check_name(name, f"op {r.id} ({r.primitive!r}): its {what}", function)
 
 
 def _key_str(k: Any) -> str:
