@@ -14,7 +14,7 @@ question for a measured power trace, not an answer.
 >>> from dfit_nb.sim import presets
 >>> presets.names()
 ('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like',
- 'tpu_v4')
+ 'tpu_v4', 'tpu_v6e')
 >>> presets.get("scalesim_32").pe_rows
 32
 """
