@@ -3,6 +3,11 @@
 The 12-layer encoder (seq 128, d_model 256) time-multiplexed on ``cerebras_like``'s 4096 tiles: every op
 spreads over up to the whole grid, so the run holds millions of (op, tile, kind) events. Peak memory is the
 process's maximum resident set (``resource.getrusage``), printed after each stage.
+
+The checksums a save records and a load checks (issue 42, item 3: a CRC32 of every variable's values) are timed
+on their own over the run's tree, once before the saves (what a save adds) and once over each tree loaded back (what
+a load adds), and printed as a share of that save's and that load's time: timed apart rather than as a save with
+and one without, whose difference a busy machine's noise would swamp.
 Run: ``python benchmarks/bench_large_run.py [--layers 12] [--out /tmp]``.
 """
 
@@ -16,13 +21,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import xarray as xr
+
 import dfit_nb
-from dfit_nb import examples
+from dfit_nb import _files, examples
 from dfit_nb.sim import presets
 
 
 def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def checksum_s(tree: xr.DataTree) -> float:
+    """Seconds to checksum every variable of ``tree`` as a save does (a load checks the same values again)."""
+    t0 = time.perf_counter()
+    for _, _, var in _files._own_variables(tree):
+        _files.checksum(var.values)
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -38,6 +53,7 @@ def main() -> None:
     n = int(run.summary["n_events"])
     print(f"replay: {n:,} events in {time.perf_counter() - t0:.1f} s (compile included); "
           f"events Dataset {run.events.nbytes / 2**20:,.0f} MiB; peak RSS {peak_mib():,.0f} MiB")
+    summing = checksum_s(run.to_datatree())
     for suffix in (".zarr", ".nc"):
         path = out / f"big{suffix}"
         t0 = time.perf_counter()
@@ -49,8 +65,11 @@ def main() -> None:
         loaded = time.perf_counter() - t0
         same = all(getattr(back, part).identical(getattr(run, part))
                    for part in ("events", "cube", "summary", "ops", "regions"))
+        checking = checksum_s(back.to_datatree())
         print(f"{suffix}: saved in {saved:.1f} s ({size / 2**20:,.0f} MiB), reopened in {loaded:.1f} s, "
-              f"identical={same}; peak RSS {peak_mib():,.0f} MiB")
+              f"identical={same}; peak RSS {peak_mib():,.0f} MiB; checksums {summing:.2f} s "
+              f"({summing / saved:.1%} of the save), checked in {checking:.2f} s ({checking / loaded:.1%} of the "
+              "load)")
         del back
     t0 = time.perf_counter()
     path = run.to_perfetto(out / "big.json")

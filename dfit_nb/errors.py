@@ -28,6 +28,12 @@ class LoadRefusedError(DfitError, OSError):
     device), whose reading could block forever or consume what another program writes to it."""
 
 
+class IntegrityError(DfitError):
+    """A saved file's values differ from the checksums saved with them (a damaged disk, copy or download, a deleted
+    Zarr chunk): the load was refused rather than return wrong values. The message names the file and the
+    variable."""
+
+
 class FormatVersionError(DfitError):
     """The file was written by a newer major version of dfit_nb's file format than this version reads."""
 

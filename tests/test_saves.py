@@ -1,5 +1,6 @@
 """What save promises (issue 14): it replaces only what dfit_nb wrote, atomically (a kill at any moment leaves a
-loadable result or the old one recoverable), cleans its own leftovers, survives a full disk, and versions files."""
+loadable result or the old one recoverable), cleans its own leftovers, survives a full disk, versions files, and
+refuses damaged ones by their checksums (issue 42, item 3)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ from pathlib import Path
 
 import h5py
 import jax.numpy as jnp
+import numpy as np
 import pytest
 import xarray as xr
 
 import dfit_nb
 from dfit_nb import _files
 from dfit_nb.cli import main
-from dfit_nb.errors import DfitError, FormatVersionError, SaveError, SaveRefusedError
+from dfit_nb.errors import DfitError, FormatVersionError, IntegrityError, SaveError, SaveRefusedError
 
 # ------------------------------------------------------------------------------------------------ fixtures
 
@@ -590,3 +592,137 @@ def test_files_from_before_the_format_version_still_load(trace, run, tmp_path, s
         _write_unversioned(obj, path)
         assert _files.FORMAT_ATTR not in _root_attrs(path)
         assert _attrs(_load(path)) == _attrs(obj)
+
+
+# ------------------------------------------------------------------------------------------------ 4. integrity
+
+
+def _variables(path: Path) -> dict[str, dict]:
+    """Every stored variable's attributes, by its path inside the file or store (``ops/flops``)."""
+    found: dict[str, dict] = {}
+    if path.is_dir():
+        for meta in path.rglob("zarr.json"):
+            doc = json.loads(meta.read_text())
+            if doc.get("node_type") == "array":
+                found[str(meta.parent.relative_to(path))] = doc.get("attributes", {})
+        return found
+
+    def visit(name: str, obj) -> None:  # returns None: a value would stop the visit
+        attrs = {k: v.decode() if isinstance(v, bytes) else v for k, v in obj.attrs.items()}
+        if isinstance(obj, h5py.Dataset) and "not a netCDF variable" not in str(attrs.get("NAME", "")):
+            found[name] = attrs  # (a dimension without a coordinate is a dataset in HDF5, not a variable)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return found
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_every_variable_is_saved_with_a_checksum_and_loading_hides_them(trace, run, tmp_path, suffix):
+    for obj, name in ((trace, "t"), (run, "run")):
+        path = obj.save(tmp_path / f"{name}{suffix}")
+        stored = _variables(path)
+        assert len(stored) > 10 and all(re.fullmatch(r"crc32:[0-9a-f]{8}", str(a[_files.CHECKSUM_ATTR]))
+                                        for a in stored.values()), stored
+        assert _root_attrs(path)[_files.CHECKSUM_ATTR] == "crc32"
+        back = _load(path)
+        parts = ("ops", "edges", "regions", "lowering") if name == "t" else ("events", "cube", "summary", "ops",
+                                                                               "regions")
+        for part in parts:  # the loaded object and the saved one (unchanged by the save) hold no checksum
+            assert getattr(back, part).identical(getattr(obj, part)), part
+            for ds in (getattr(back, part), getattr(obj, part)):
+                assert not any(_files.CHECKSUM_ATTR in v.attrs for v in ds.variables.values()), part
+        assert _files.CHECKSUM_ATTR not in back.attrs and _attrs(back) == _attrs(obj)
+
+
+def test_a_value_changed_in_a_netcdf_file_is_refused_naming_the_file_and_the_variable(trace, tmp_path):
+    path = trace.save(tmp_path / "t.nc")
+    with h5py.File(path, "r+") as f:  # a valid file with one wrong value: what a flipped data byte makes
+        f["ops/flops"][0] += 1
+    with pytest.raises(IntegrityError) as info:
+        dfit_nb.load_trace(path)
+    message = str(info.value)
+    assert isinstance(info.value, DfitError)
+    for token in (str(path), "variable 'flops' of group '/ops'", "reads back with checksum crc32:", "saved with"):
+        assert token in message, (token, message)
+
+
+def test_a_deleted_or_swapped_zarr_chunk_is_refused_naming_the_variable(trace, tmp_path):
+    path = trace.save(tmp_path / "t.zarr")
+    chunk = path / "ops" / "flops" / "c" / "0"
+    saved = chunk.read_bytes()
+    chunk.unlink()  # Zarr reads a missing chunk back as fill values (zeros), with no error
+    with pytest.raises(IntegrityError, match=rf"{re.escape(str(path))}: its variable 'flops' of group '/ops'"):
+        dfit_nb.load_trace(path)
+    # another array's chunk in its place: valid, decodable, wrong
+    assert int(trace.ops["m"][0]) != int(trace.ops["flops"][0])
+    chunk.write_bytes((path / "ops" / "m" / "c" / "0").read_bytes())
+    with pytest.raises(IntegrityError, match=r"variable 'flops' of group '/ops'"):
+        dfit_nb.load_trace(path)
+    chunk.write_bytes(saved)
+    assert dfit_nb.load_trace(path).ops.identical(trace.ops)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_a_lost_checksum_or_an_unknown_kind_is_refused(trace, tmp_path, suffix):
+    path = trace.save(tmp_path / f"t{suffix}")
+    if path.is_dir():
+        meta = path / "ops" / "count" / "zarr.json"
+        doc = json.loads(meta.read_text())
+        del doc["attributes"][_files.CHECKSUM_ATTR]
+        meta.write_text(json.dumps(doc))
+    else:
+        with h5py.File(path, "r+") as f:
+            del f["ops/count"].attrs[_files.CHECKSUM_ATTR]
+    with pytest.raises(IntegrityError, match=rf"{re.escape(str(path))}: its variable 'count' of group '/ops' has "
+                                             r"no checksum"):
+        dfit_nb.load_trace(path)
+    path = trace.save(tmp_path / f"u{suffix}")
+    if path.is_dir():
+        meta = json.loads((path / "zarr.json").read_text())
+        meta["attributes"][_files.CHECKSUM_ATTR] = "sha3"
+        (path / "zarr.json").write_text(json.dumps(meta))
+    else:
+        with h5py.File(path, "r+") as f:
+            f.attrs[_files.CHECKSUM_ATTR] = "sha3"
+    with pytest.raises(IntegrityError, match=r"checksums of kind 'sha3'.*upgrade dfit_nb"):
+        dfit_nb.load_trace(path)
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_files_saved_before_the_checksums_load_unchecked(trace, run, tmp_path, suffix):
+    for obj, name in ((trace, "t"), (run, "run")):
+        path = tmp_path / f"{name}{suffix}"
+        _write_unversioned(obj, path)
+        assert not any(_files.CHECKSUM_ATTR in a for a in _variables(path).values())
+        assert _attrs(_load(path)) == _attrs(obj)
+
+
+def test_single_byte_flips_in_a_netcdf_file_never_load_wrong_values(trace, tmp_path):
+    # the audit: 9 of 30 single-byte flips in a .nc file loaded with wrong values and no error
+    data = trace.save(tmp_path / "t.nc").read_bytes()
+    outcomes = []
+    for i in range(30):
+        flipped = bytearray(data)
+        flipped[int((i + 0.5) * len(data) / 30)] ^= 0xFF
+        path = tmp_path / f"flip{i}.nc"
+        path.write_bytes(bytes(flipped))
+        try:
+            back = dfit_nb.load_trace(path)
+        except DfitError:
+            outcomes.append("refused")
+            continue
+        same = all(getattr(back, p).identical(getattr(trace, p)) for p in ("ops", "edges", "regions", "lowering"))
+        outcomes.append("same" if same and _attrs(back) == _attrs(trace) else f"silent at byte {i}")
+    assert not [o for o in outcomes if o.startswith("silent")], outcomes
+
+
+def test_checksums_tell_text_by_its_strings_not_its_dtype():
+    text = ["ab", "c", "", "é注"]
+    same = {_files.checksum(np.array(text)), _files.checksum(np.array(text, dtype=object)),
+            _files.checksum(np.array(text, dtype=np.dtypes.StringDType()))}
+    assert len(same) == 1
+    # the lengths keep the joining unambiguous; the shape is part of it
+    assert _files.checksum(np.array(["a", "bc", "", "é注"], dtype=object)) not in same
+    assert _files.checksum(np.array(text).reshape(2, 2)) not in same
+    assert _files.checksum(np.zeros(4)) != _files.checksum(np.zeros((2, 2)))
