@@ -140,9 +140,12 @@ def check_names(records: Iterable[Any], function: str) -> None:
     metadata, which a trace keeps, and a name should not be accepted under one ``regions=`` mode and refused
     under another.
     """
+    seen: set[str] = set()  # a program's ops share a few hundred names: each distinct one is read once
     for r in records:
         for what, name in (("region", r.region), ("named scope path", r.scope), ("primitive", r.primitive)):
-            check_name(name, f"op {r.id} ({r.primitive!r}): its {what}", function)
+            if name not in seen:
+                check_name(name, f"op {r.id} ({r.primitive!r}): its {what}", function)
+                seen.add(name)
 
 
 def _key_str(k: Any) -> str:

@@ -107,16 +107,8 @@ def _column(table: Any, name: str) -> np.ndarray | None:
 
 
 def _itemsize(dtype: Any) -> float:
-    """Bytes per element of ``dtype`` (0 when it is not a known array dtype)."""
-    try:
-        return float(np.dtype(str(dtype)).itemsize)
-    except TypeError:
-        import ml_dtypes  # bfloat16, float8 kinds: registered with NumPy by ml_dtypes (a JAX dependency)
-
-        try:
-            return float(np.dtype(getattr(ml_dtypes, str(dtype))).itemsize)
-        except (AttributeError, TypeError):
-            return 0.0
+    """Bytes per element of ``dtype`` (0 when it is not a known array dtype: :func:`_known_itemsize`, lenient)."""
+    return _known_itemsize(str(dtype)) or 0.0
 
 
 #: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
