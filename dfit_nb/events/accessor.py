@@ -28,7 +28,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from .binning import busy_fraction, time_edges
-from .schema import EVENT_VARS, KINDS, SOURCES, EventSchemaError, events_dataset
+from .schema import EVENT_VARS, KINDS, OPTIONAL_VARS, SOURCES, EventSchemaError, events_dataset
 
 __all__ = ["EventQueryError", "EventsAccessor", "demo_events"]
 
@@ -61,6 +61,7 @@ def demo_events() -> xr.Dataset:
         "bytes": [0.0, 0.0, 64.0, 0.0],
         "macs": [100.0, 200.0, 0.0, 50.0],
         "energy_pj": [10.0, 20.0, 30.0, 5.0],
+        "kernel": [0, 0, 0, 1],
     }, clock_ghz=1.0)
 
 
@@ -185,7 +186,7 @@ this one has no 'op', 'region', ... variable(s)
     # ---- helpers ------------------------------------------------------------------
     def _events(self) -> xr.Dataset:
         ds = self._obj
-        missing = [name for name in EVENT_VARS if name not in ds.variables]
+        missing = [name for name in EVENT_VARS if name not in ds.variables and name not in OPTIONAL_VARS]
         if missing:
             raise EventSchemaError("ds.dfit needs an events Dataset (see dfit_nb.events.schema); this one has no "
                                    + ", ".join(repr(m) for m in missing) + " variable(s)")
@@ -376,6 +377,54 @@ this one has no 'op', 'region', ... variable(s)
             {v: (("kind",), s, a) for v, (s, a) in sums.items()},
             coords={"kind": ("kind", np.array(KINDS), {"units": "", "description": "kind of work"})},
         )
+
+    def by_kernel(self, var: str | Sequence[str] = DEFAULT_VARS, unit: str = "cycle") -> xr.Dataset:
+        """Sum per-event variables per kernel the chip ran (``run.kernels``), with each kernel's span.
+
+        Parameters
+        ----------
+        var : str or sequence of str
+            As in :meth:`by_region`.
+        unit : {"cycle", "s"}
+            Unit of ``duration`` and of the span.
+
+        Returns
+        -------
+        xarray.Dataset
+            Dim ``kernel`` (the kernel ids the events carry, ascending; events without one, ``-1`` such as
+            measured ones, are left out), one variable per ``var``, plus ``start`` and ``end`` (its first
+            event's start and its last event's end) and ``n_ops`` (distinct ops among its events).
+
+        Examples
+        --------
+        >>> k = demo_events().dfit.by_kernel(var="macs")
+        >>> k["macs"].to_series().to_dict(), k["end"].values.tolist(), k["n_ops"].values.tolist()
+        ({0: 300.0, 1: 50.0}, [30.0, 35.0], [2, 1])
+        """
+        ds = self._events()
+        if "kernel" not in ds.variables:
+            raise EventSchemaError("these events carry no 'kernel' variable (saved before kernels were "
+                                   "recorded); replay the trace again, or group by op with select()")
+        _check_unit(unit)
+        kernel = ds["kernel"].values.astype(np.int64)
+        on = kernel >= 0
+        ids, codes = np.unique(kernel[on], return_inverse=True)
+        codes = codes.reshape(-1)
+        sums = self._sums(codes, ids.size, var, unit, mask=on)
+        a, b = ("start", "end") if unit == "cycle" else ("start_s", "end_s")
+        start = np.full(ids.size, np.inf)
+        np.minimum.at(start, codes, ds[a].values[on].astype(np.float64))
+        end = np.full(ids.size, -np.inf)
+        np.maximum.at(end, codes, ds[b].values[on].astype(np.float64))
+        pairs = np.unique(np.stack([codes, ds["op"].values[on].astype(np.int64)]), axis=1)
+        n_ops = np.bincount(pairs[0], minlength=ids.size)
+        span = {"units": unit, "description": f"its first event's start ({unit})"}
+        data = {v: (("kernel",), s, at) for v, (s, at) in sums.items()}
+        data.update(start=(("kernel",), start, span),
+                    end=(("kernel",), end, {"units": unit, "description": f"its last event's end ({unit})"}),
+                    n_ops=(("kernel",), n_ops, {"units": "1", "description": "distinct ops among its events"}))
+        return xr.Dataset(data, coords={"kernel": ("kernel", ids, {
+            "units": "1", "description": "kernel id (run.kernels)"})})
 
     # ---- subsets ------------------------------------------------------------------
     def window(self, t0: float, t1: float, unit: str = "cycle") -> xr.Dataset:

@@ -48,7 +48,11 @@ EVENT_VARS: dict[str, tuple[Any, str, str, Any]] = {
     "energy_pj": (np.float64, "pJ", "energy spent by the event", 0.0),
     "dataflow": ("str", "", "ws | os | is (the op's dataflow), '' for measured or non-GEMM events", ""),
     "source": ("str", "", "simulated | measured", "simulated"),
+    "kernel": (np.int64, "1", "the kernel the event's op ran in (run.kernels; -1: not known, as for a measured "
+               "event or events saved before kernels)", -1),
 }
+#: variables an events Dataset may lack (saved before they existed): readers treat them as their default
+OPTIONAL_VARS = frozenset({"kernel"})
 
 
 class EventSchemaError(DfitError, ValueError):
@@ -107,12 +111,12 @@ def _strings(arr: np.ndarray) -> np.ndarray:
 
 def check(ds: xr.Dataset) -> None:
     """Raise :class:`EventSchemaError` naming the first problem of an events Dataset."""
-    missing = [name for name in EVENT_VARS if name not in ds.variables]
+    missing = [name for name in EVENT_VARS if name not in ds.variables and name not in OPTIONAL_VARS]
     if missing:
         raise EventSchemaError(f"events Dataset lacks variable(s) {', '.join(map(repr, missing))} "
                                f"(see dfit_nb.events.schema.EVENT_VARS)")
     for name in EVENT_VARS:
-        if ds[name].dims != ("event",):
+        if name in ds.variables and ds[name].dims != ("event",):
             raise EventSchemaError(f"events variable {name!r} has dims {ds[name].dims}, expected ('event',)")
     for name, valid in (("kind", KINDS), ("source", SOURCES)):
         values = ds[name].values

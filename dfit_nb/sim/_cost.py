@@ -264,13 +264,20 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
 _SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
 
 
+def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
+    ``float32[2,3] int32[]``).
+
+    >>> operand_dims("float32[2,3] int32[]")
+    [('float32', (2, 3)), ('int32', ())]
+    """
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip())) for dtype, dims in _SHAPE.findall(shapes)]
+
+
 def operand_bytes(in_shapes: str) -> list[float]:
     """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    out = []
-    for dtype, dims in _SHAPE.findall(in_shapes):
-        size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
-        out.append(size * (_itemsize(dtype) or machine.DEFAULT_ITEMSIZE))
-    return out
+    return [float(np.prod(dims or [1])) * (_itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
+            for dtype, dims in operand_dims(in_shapes)]
 
 
 def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:

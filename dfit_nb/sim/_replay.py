@@ -97,21 +97,23 @@ def prepare(trace: Any, fusion: str | None = None) -> Prepared:
 
 def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
-    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``) added to its arrays."""
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``) added to its arrays."""
     lowering = getattr(trace, "lowering", None)
     known = None
     if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
              "elems_out": prep.arrays["elems_out"],
-             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
+             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason", "in_shapes", "out_shapes")
+                if c in prep.table}}
     try:
         k = kernels.group(table, prep.preds, fusion, known)
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
-              "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64)}
+              "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
+              "kernel_row": k.row.astype(np.float64)}
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
 
 

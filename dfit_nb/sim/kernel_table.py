@@ -86,6 +86,41 @@ def kernels_dataset(ops: xr.Dataset) -> xr.Dataset:
     return xr.Dataset(data, coords={"kernel": ids}, attrs=dict(ops.attrs))
 
 
+def running_kernel(times: np.ndarray, kernel: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The kernel running at each of ``times``: of the kernels whose span (their ops' first start to last end)
+    covers the time, the one that started last; ``-1`` where none runs.
+
+    ``kernel``, ``start``, ``end``: per op, its kernel id and its interval. Kernels that overlap in time (ops on
+    different tiles) are resolved to the latest started, the one a timeline shows on top.
+
+    >>> running_kernel(np.array([1.0, 5.0, 9.0]), np.array([0, 0, 1]), np.array([0.0, 2.0, 4.0]),
+    ...                np.array([2.0, 3.0, 6.0])).tolist()
+    [0, 1, -1]
+    """
+    times = np.asarray(times, np.float64)
+    if not len(kernel):
+        return np.full(times.shape, -1, np.int64)
+    ids, inv = np.unique(np.asarray(kernel, np.int64), return_inverse=True)
+    inv = inv.reshape(-1)
+    first = np.full(ids.size, np.inf)
+    np.minimum.at(first, inv, np.asarray(start, np.float64))
+    last = np.full(ids.size, -np.inf)
+    np.maximum.at(last, inv, np.asarray(end, np.float64))
+    order = np.argsort(first, kind="stable")
+    first, last, ids = first[order], last[order], ids[order]
+    # the latest-started kernel at or before each time; where it has ended, the one reaching furthest of those
+    # before it (a running maximum of the ends), if that one still runs
+    at = np.searchsorted(first, times, side="right") - 1
+    reach = np.maximum.accumulate(last)
+    # where a kernel's end is the running maximum, it is the furthest-reaching so far
+    furthest = np.maximum.accumulate(np.where(last >= reach, np.arange(ids.size), 0))
+    valid = at >= 0
+    i = np.where(valid, at, 0)
+    own = valid & (last[i] > times)
+    other = valid & ~own & (reach[i] > times)
+    return np.where(own, ids[i], np.where(other, ids[furthest[i]], -1)).astype(np.int64)
+
+
 def _common_regions(regions: np.ndarray, inv: np.ndarray, size: int) -> np.ndarray:
     """Per kernel, the deepest region path every one of its ops lies in."""
     out = [""] * size

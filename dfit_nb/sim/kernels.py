@@ -29,7 +29,8 @@ Who decides (``fusion=``)
        ops feeding it (the prologue: a convert or broadcast of its operand);
        a kernel holds at most one GEMM;
     4. a reduction fuses into the kernel of its elementwise producers and roots
-       it: nothing else joins a kernel after its reduction;
+       it: nothing else joins a kernel after its reduction, unless it reduces
+       rows (rule 9);
     5. a kernel is one loop over its iteration space: an op over more elements
        than the kernel makes (through a broadcast) does not join a kernel holding
        an expensive op (a transcendental, a GEMM), which it would recompute per
@@ -44,12 +45,21 @@ Who decides (``fusion=``)
     8. a fusion ends where its working set exceeds the machine's SRAM. The
        kernels these rules make stream: a block of the iteration space goes
        through every op of the kernel and is done (a reduction roots its
-       kernel, so no value is needed after its block), so the working set is
-       one block, double-buffered, of every intermediate (every result
-       consumed inside the kernel), not the tensors. A kernel whose block does
-       not fit a tile's SRAM runs as unfused ops
-       (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one rule that
-       depends on the machine, so it is applied inside the model.
+       kernel, so no value is needed after its block; a row kernel's block is
+       its rows, rule 9), so the working set is one block, double-buffered, of
+       every intermediate (every result consumed inside the kernel), not the
+       tensors. A kernel whose block does not fit a tile's SRAM runs as unfused
+       ops (:func:`dfit_nb.sim.machine.kernel_fits`). This is the one rule that
+       depends on the machine, so it is applied inside the model;
+    9. a reduction over its operand's last axis (a row: the max and the sum of
+       a softmax, the mean and variance of a layer norm) does not root its
+       kernel: its consumers, which use the reduced value across the row it
+       came from, join it, and the kernel keeps that row on chip instead of
+       writing and reading it back (the normalisation "diamond": XLA's GPU
+       ``SoftmaxRewriterTriton`` pass turns it into one fusion, and a GPU
+       library's softmax and layer norm are one kernel each). The kernel's
+       block is then at least one row (``row``), so a row too long for a tile
+       runs unfused (rule 8).
 
     Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
     into its consumer); a kernel of free ops alone is a view (a bitcast) and
@@ -116,7 +126,8 @@ class Kernels:
     pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
     in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediates (results
     consumed only inside it, not views): the values a streamed element carries through the kernel; ``size``: ops in
-    the op's kernel.
+    the op's kernel; ``row``: per op, the longest row its kernel keeps on chip (elements; rule 9), 0 for a kernel
+    that streams.
     """
 
     mode: str
@@ -127,6 +138,7 @@ class Kernels:
     internal: np.ndarray
     working_set: np.ndarray
     size: np.ndarray
+    row: np.ndarray
 
     @property
     def count(self) -> int:
@@ -197,14 +209,40 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
         roles = np.where(np.char.startswith(folded, "constant-folded"), FREE, roles)
         elems = np.asarray(table["elems_out"], np.float64) if "elems_out" in table else np.ones(n)
         expensive = np.isin(op_class, ["transcendental"]) | (roles == GEMM)
-        kernel = _rules(roles, preds, consumers, count, elems, expensive)
+        rows = reduced_rows(table, roles == REDUCTION)
+        kernel = _rules(roles, preds, consumers, count, elems, expensive, rows)
         free = roles == FREE
     return _finish(mode, kernel, free, primitive, consumers,
-                   np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None)
+                   np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None,
+                   rows if mode == "rules" else np.zeros(n))
+
+
+def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
+    """Per op, the length of the rows it reduces when it reduces its first operand over its last axis (its
+    ``out_shapes`` is its first input's shape without the last dimension), else 0 (no shapes recorded, another
+    axis, or a row of one element). ``among``: a mask of the ops to read (the reductions; default all).
+
+    >>> import numpy as np
+    >>> reduced_rows({"in_shapes": np.array(["float32[8,128]", "float32[8,128]", "float32[8]"]),
+    ...               "out_shapes": np.array(["float32[8]", "float32[128]", "float32[]"])}).tolist()
+    [128.0, 0.0, 8.0]
+    """
+    from ._cost import operand_dims
+
+    n = len(np.asarray(table["primitive"])) if "primitive" in table else len(np.asarray(table["in_shapes"]))
+    if "in_shapes" not in table or "out_shapes" not in table:
+        return np.zeros(n)
+    out = np.zeros(n)
+    ins_all, outs_all = np.asarray(table["in_shapes"]), np.asarray(table["out_shapes"])
+    for i in np.flatnonzero(np.ones(n, bool) if among is None else np.asarray(among, bool)):
+        a, b = operand_dims(str(ins_all[i])), operand_dims(str(outs_all[i]))
+        if a and b and len(a[0][1]) >= 1 and b[0][1] == a[0][1][:-1] and a[0][1][-1] > 1:
+            out[i] = float(a[0][1][-1])
+    return out
 
 
 def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray,
-           elems: np.ndarray, expensive: np.ndarray) -> np.ndarray:
+           elems: np.ndarray, expensive: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Kernel ids by the fusion rules (see the module docstring)."""
     n = len(roles)
     parent = list(range(n))  # union-find over ops; a kernel is a root
@@ -221,7 +259,8 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
     members = [1 << i for i in range(n)]
     kneed = [0] * n
     has_gemm = [bool(r == GEMM) for r in roles]
-    closed = [bool(r in (REDUCTION, ALONE)) for r in roles]
+    # a reduction roots its kernel, except one over rows, whose kernel keeps the row on chip (rule 9)
+    closed = [bool(r == ALONE or (r == REDUCTION and not row > 0)) for r, row in zip(roles, rows, strict=True)]
     alone = [bool(r == ALONE) for r in roles]
     only_free = [bool(r == FREE) for r in roles]
     # a fused kernel lives in one loop body: its ops run equally often
@@ -370,7 +409,7 @@ def members(kernel: np.ndarray, count: int) -> list[np.ndarray]:
 
 
 def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarray, consumers: list[list[int]],
-            fusion_names: Any) -> Kernels:
+            fusion_names: Any, rows: np.ndarray) -> Kernels:
     """Number kernels in program order and derive the per-op flags the model reads."""
     n = len(kernel)
     _, first, inverse = np.unique(kernel, return_index=True, return_inverse=True)
@@ -390,6 +429,10 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarr
     # the values each streamed element carries inside the kernel: its intermediates that are not views
     inter = (internal & ~free).astype(np.float64)
     ws = np.bincount(kid, weights=inter, minlength=len(order))[kid] if n else np.zeros(0)
+    # a kernel keeps a row on chip when a row reduction's result is used inside it (rule 9)
+    kept = np.array([rows[i] if any(kid[c] == kid[i] for c in consumers[i]) else 0.0 for i in range(n)])
+    row = np.zeros(len(order))
+    np.maximum.at(row, kid, kept)
     names = []
     for k, ops in enumerate(members(kid, len(order))):
         named = [str(fusion_names[i]).split(";")[0] for i in ops if str(fusion_names[i])] \
@@ -401,4 +444,4 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarr
         names.append(f"k{k} " + "+".join(work[:4]) + (f"+{len(work) - 4} more" if len(work) > 4 else ""))
     return Kernels(mode=mode, kernel=kid.astype(np.int64), name=np.asarray(names, dtype=object),
                    free=free.astype(bool), payer=payer, internal=internal, working_set=ws,
-                   size=size.astype(np.int64))
+                   size=size.astype(np.int64), row=row[kid] if n else np.zeros(0))

@@ -65,6 +65,7 @@ from ..events import binning
 from ..events.schema import KINDS, events_dataset
 from ._cost import hardware_attrs
 from .hardware import Hardware
+from .kernel_table import running_kernel
 from .machine import DATAFLOWS
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
@@ -145,8 +146,9 @@ def expand_events(prep: Any, out: dict[str, np.ndarray], hw: Hardware, codes: np
     joined = {k: v[order] for k, v in joined.items()}
     row = joined.pop("row")
     kind_names = np.asarray(list(kinds), dtype=object)
+    kernel = op_kernels(prep)
     return {**joined, "op": prep.op[row], "region": prep.region.astype(object)[row],
-            "kind": kind_names[joined["kind"]], "dataflow": df_names[row]}
+            "kind": kind_names[joined["kind"]], "dataflow": df_names[row], "kernel": kernel[row]}
 
 
 def level_totals(out: dict[str, Any], count: Any, xp: Any = np) -> dict[str, Any]:
@@ -295,11 +297,17 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
     return xr.Dataset(data, coords={"op": prep.op, "mechanism": list(MECHANISMS)}, attrs=attrs)
 
 
+def op_kernels(prep: Any) -> np.ndarray:
+    """Per op of a prepared table, the kernel it runs in (:mod:`dfit_nb.sim.kernels`; without kernels, its own)."""
+    k = getattr(prep, "kernels", None)
+    return k.kernel if k is not None else np.arange(len(prep.op))
+
+
 def kernel_vars(prep: Any, out: dict[str, np.ndarray], d: tuple[str, ...]) -> dict[str, Any]:
     """Per op, the kernel it ran in (:mod:`dfit_nb.sim.kernels`) and what the kernel changed for it."""
     k = getattr(prep, "kernels", None)
     n = len(prep.op)
-    kernel = k.kernel if k is not None else np.arange(n)
+    kernel = op_kernels(prep)
     names = k.name[kernel] if k is not None else prep.primitive
     count = prep.arrays["count"]
     return {
@@ -497,7 +505,8 @@ def link_names(tile_rows: int, tile_cols: int) -> list[str]:
 
 def cube_dataset(prep: Any, out: dict[str, np.ndarray], ops: xr.Dataset, events: xr.Dataset, hw: Hardware,
                  regions: xr.Dataset, time_bins: int, attrs: dict[str, Any]) -> xr.Dataset:
-    """Busy fraction, SRAM occupancy, NoC link load and power over time; the traffic mix by region."""
+    """Busy fraction, SRAM occupancy, NoC link load, power and the running kernel over time; the traffic mix by
+    region."""
     tr, tc = int(hw.tile_rows), int(hw.tile_cols)
     sim = events["source"].values == "simulated"
     latency = float(np.max(out["end"])) if len(out["end"]) else 0.0
@@ -538,7 +547,10 @@ def cube_dataset(prep: Any, out: dict[str, np.ndarray], ops: xr.Dataset, events:
     mat = _membership(prep.region, names).astype(np.float64)
     traffic = np.einsum("ro,tlo->rtl", mat, mix)
     t = ("time",)
+    running = running_kernel(0.5 * (edges[:-1] + edges[1:]), op_kernels(prep), out["start"], out["end"])
     data = {
+        "kernel": _var(t, running, "1", "the kernel running at the bin's middle (run.kernels; the latest started "
+                       "where kernels overlap, -1 where none runs)"),
         "busy": _var(("time", "tile_y", "tile_x"), _grid(busy, tr, tc), "1",
                      "fraction of the bin each tile's PE array (or vector unit) computes"),
         "sram_occupancy": _var(("time", "tile_y", "tile_x"), _grid(occ, tr, tc), "1",

@@ -109,6 +109,32 @@ def test_by_kind_lists_every_kind(events):
 
 
 @pytest.mark.parametrize("unit", ["cycle", "s"])
+def test_by_kernel_matches_numpy_and_leaves_out_events_without_one(events, unit):
+    rng = np.random.default_rng(1)
+    kernel = rng.integers(-1, 6, events.sizes["event"])  # -1: no kernel (a measured event)
+    ev = events.assign(kernel=("event", kernel))
+    out = ev.dfit.by_kernel(var=["duration", "bytes"], unit=unit)
+    assert out["kernel"].values.tolist() == sorted(set(kernel.tolist()) - {-1})
+    a, b = ("start", "end") if unit == "cycle" else ("start_s", "end_s")
+    for k in out["kernel"].values:
+        m = kernel == k
+        assert out["bytes"].sel(kernel=k) == pytest.approx(ev["bytes"].values[m].sum())
+        assert out["duration"].sel(kernel=k) == pytest.approx((ev[b].values - ev[a].values)[m].sum())
+        assert out["start"].sel(kernel=k) == ev[a].values[m].min()
+        assert out["end"].sel(kernel=k) == ev[b].values[m].max()
+        assert out["n_ops"].sel(kernel=k) == len(set(ev["op"].values[m].tolist()))
+
+
+def test_events_saved_before_kernels_still_read_but_cannot_group_by_kernel(events):
+    old = events.drop_vars("kernel")
+    assert old.dfit.by_kind(var="bytes")["bytes"].sum() == pytest.approx(events["bytes"].values.sum())
+    with pytest.raises(EventSchemaError, match="no 'kernel' variable"):
+        old.dfit.by_kernel()
+    assert events_dataset({"op": [0], "kind": ["compute"], "start": [0.0], "end": [1.0]},
+                          clock_ghz=1.0)["kernel"].values.tolist() == [-1]
+
+
+@pytest.mark.parametrize("unit", ["cycle", "s"])
 def test_windows_that_tile_the_timeline_conserve_everything(events, unit):
     scale = 1.0 if unit == "cycle" else 1 / 2e9
     cuts = np.array([0.0, 137.0, 500.0, 501.0, 900.0, 1300.0]) * scale
