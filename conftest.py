@@ -1,15 +1,18 @@
 """Every pytest run (the tests, the docstring examples, the notebooks) compiles into this checkout's own JAX cache.
 
-JAX's persistent compilation cache (``import dfit_nb`` switches it on) points at ``.cache/jax-tests`` in this
-checkout (git ignores it), set here, at the repository root, before anything imports dfit_nb: no test run writes
-to the user's ``~/.cache/dfit_nb/jax``, a clean clone (CI) starts cold, and a contributor's next run loads what
-the last one compiled. The variables are inherited: the CLI subprocesses and the notebooks' kernels share the
-cache with the test process that started them.
+JAX's persistent compilation cache (``dfit_nb.setup()`` switches it on: :func:`pytest_configure` calls it in every
+test process, as the CLI, the magics and the notebooks do in theirs) points at ``.cache/jax-tests`` in this
+checkout (git ignores it), set here, at the repository root, before ``setup()`` runs: no test run writes to the
+user's ``~/.cache/dfit_nb/jax``, a clean clone (CI) starts cold, and a contributor's next run loads what the last
+one compiled. The variables are inherited: the CLI subprocesses and the notebooks' kernels share the cache with
+the test process that started them.
 
 Each pytest-xdist worker compiles into a folder of its own, ``.cache/jax-tests/gw0``, ``gw1`` (a run without
 workers: ``.cache/jax-tests`` itself). JAX writes an entry in place, not through a temporary file and a rename, so
 with one folder a worker could read an entry the other was still writing, as one did on a fresh clone
-(``zlib.error: incomplete or truncated stream``, an error under ``filterwarnings = error``). A worker that inherits
+(``zlib.error: incomplete or truncated stream``, an error under ``filterwarnings = error``). ``setup()`` now
+gives JAX's cache atomic writes (``dfit_nb/_compile_cache.py``), which alone prevents that; the folders stay
+apart too (the inner loop measured faster so, see below). A worker that inherits
 the controller's folder takes its own (:func:`_own_folder`), locked while it lives (a second run in this checkout
 meanwhile takes ``gw0-2``); what the worker starts inherits it. Before the workers start, each folder no live
 process holds gets the others' entries as hard links (:func:`_share`), so a module that lands on the other worker
@@ -203,11 +206,14 @@ if sys.dont_write_bytecode:  # see the module docstring
 
 
 def pytest_configure(config):
-    """The process that sees every test report (the xdist controller, or a run without workers) records what each
-    test took and, under ``--dist loadscope``, hands the modules out longest first by the last run's figures
-    (``tests/longest_first.py``)."""
+    """``dfit_nb.setup()`` in every test process (the cache chosen above, synchronous CPU dispatch, the deferred
+    IRI parser), before any test computes. The process that sees every test report (the xdist controller, or a run
+    without workers) records what each test took and, under ``--dist loadscope``, hands the modules out longest
+    first by the last run's figures (``tests/longest_first.py``)."""
+    import dfit_nb
     from tests.longest_first import register
 
+    dfit_nb.setup()
     register(config)
 
 

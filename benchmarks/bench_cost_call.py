@@ -94,6 +94,9 @@ def main() -> None:
     p.add_argument("--first", action="store_true", help="time first calls in fresh processes instead (see below)")
     p.add_argument("--first-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
+    import dfit_nb
+
+    dfit_nb.setup()  # the compilation cache (DFIT_NB_COMPILATION_CACHE) and dispatch (DFIT_NB_SYNC_CPU_DISPATCH)
     if a.first_child:
         first_calls_here()
         return

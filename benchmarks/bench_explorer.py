@@ -30,6 +30,7 @@ from dfit_nb.widgets import Explorer
 
 
 def main() -> None:
+    dfit_nb.setup()  # the compilation cache a user's kernel has (DFIT_NB_COMPILATION_CACHE), as the tutorials do
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--preset", default="npu_like")

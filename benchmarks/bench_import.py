@@ -12,8 +12,8 @@ environments are built once under a temporary folder and deleted), the releases 
 ``--repeats`` processes each, and their ratios to the first.
 
 Where ``rfc3987_syntax`` is installed (JupyterLab brings it in), it then prints ``import dfit_nb.report`` (Altair,
-hence jsonschema) with dfit_nb's deferred import of that module (:mod:`dfit_nb._deferred_iri`, the default) beside
-``DFIT_NB_DEFER_IRI=0`` (jsonschema imports it, building its parsers), alternating fresh processes.
+hence jsonschema) after ``dfit_nb.setup()``, with its deferred import of that module (:mod:`dfit_nb._deferred_iri`)
+beside ``DFIT_NB_DEFER_IRI=0`` (jsonschema imports it, building its parsers), alternating fresh processes.
 
 Run: ``python benchmarks/bench_import.py [--repeats 5] [--versions 0.6.0 0.7.0]``
 (``--versions`` with nothing after it skips the side-by-side).
@@ -34,11 +34,14 @@ from pathlib import Path
 import numpy as np
 
 TIMER = "import time, numpy; t = time.perf_counter(); import {mod}; print(time.perf_counter() - t)"
+#: ``import dfit_nb.report`` after ``dfit_nb.setup()`` (which defers rfc3987_syntax unless DFIT_NB_DEFER_IRI=0)
+SETUP_TIMER = ("import time, numpy; t = time.perf_counter(); import dfit_nb; dfit_nb.setup(); import {mod}; "
+               "print(time.perf_counter() - t)")
 
 
-def import_seconds(python: str, mod: str, **env: str) -> float:
+def import_seconds(python: str, mod: str, timer: str = TIMER, **env: str) -> float:
     """Seconds to import ``mod`` after numpy in a fresh ``python`` process (``env``: added to its environment)."""
-    out = subprocess.run([python, "-c", TIMER.format(mod=mod)], capture_output=True, text=True, check=True,
+    out = subprocess.run([python, "-c", timer.format(mod=mod)], capture_output=True, text=True, check=True,
                          env={**os.environ, **env})
     return float(out.stdout.strip().splitlines()[-1])
 
@@ -90,7 +93,8 @@ def deferred_iri(repeats: int) -> None:
     times: dict[str, list[float]] = {"1": [], "0": []}
     for _ in range(repeats):
         for switch in times:
-            times[switch].append(import_seconds(sys.executable, "dfit_nb.report", DFIT_NB_DEFER_IRI=switch))
+            times[switch].append(import_seconds(sys.executable, "dfit_nb.report", SETUP_TIMER,
+                                                DFIT_NB_DEFER_IRI=switch, DFIT_NB_COMPILATION_CACHE="0"))
     on, off = statistics.median(times["1"]), statistics.median(times["0"])
     print(f"import dfit_nb.report (Altair, jsonschema), alternating, best / median of {repeats}")
     print(f"  rfc3987_syntax deferred (today)        {min(times['1']):6.3f} / {on:6.3f} s")

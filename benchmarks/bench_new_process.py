@@ -30,6 +30,7 @@ CHILD = r"""
 import json, time, warnings
 import numpy as np
 import dfit_nb
+dfit_nb.setup()  # the compilation cache (DFIT_NB_COMPILATION_CACHE) and dispatch, as a user's kernel has them
 from dfit_nb import examples
 from dfit_nb.sim import Hardware, presets, replay_batch, select_dataflows, sweep
 

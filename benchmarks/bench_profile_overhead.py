@@ -26,6 +26,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3, help="independent captures; the median is reported")
     a = p.parse_args()
+    dfit_nb.setup()  # synchronous CPU dispatch unless DFIT_NB_SYNC_CPU_DISPATCH=0, as the CLI and the tutorials run
     sizes = {
         "default": {},
         "large": dict(layers=a.layers, batch=a.batch, seq=a.seq, d_model=a.d_model, heads=4, d_ff=4 * a.d_model),

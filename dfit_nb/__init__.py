@@ -3,6 +3,7 @@
 Quick start::
 
     import dfit_nb
+    dfit_nb.setup()        # optional, process-wide: JAX's compilation cache and CPU dispatch for speed
     fn, args = dfit_nb.examples.get("encoder").build()
     trace = dfit_nb.capture(fn, *args)          # jaxpr + regions + lowering
     print(trace.region_table())
@@ -12,17 +13,7 @@ Quick start::
 
 from ._version import __version__ as __version__
 from . import errors as errors
-from . import _compile_cache, _deferred_iri, _dispatch
-
-# JAX's persistent compilation cache (~/.cache/dfit_nb/jax; DFIT_NB_COMPILATION_CACHE=0 or a path), set before
-# anything compiles; a directory it cannot write warns once and leaves JAX without one (see _compile_cache)
-_compile_cache.configure()
-# JAX's CPU programs run on the calling thread, for dfit_nb's many small programs (DFIT_NB_SYNC_CPU_DISPATCH=0 leaves
-# JAX's asynchronous default); only before the process's first computation (see _dispatch)
-_dispatch.configure()
-# rfc3987_syntax (1.1-1.5 s of parser building, imported by jsonschema, which Altair imports, where JupyterLab is
-# installed) is imported at its first IRI check instead; DFIT_NB_DEFER_IRI=0 leaves it (see _deferred_iri)
-_deferred_iri.defer()
+from ._setup import setup as setup
 
 from . import examples as examples
 from . import events as events
@@ -38,7 +29,7 @@ from .sim.run import Run as Run
 from .sim.run import load_run as load_run
 
 __all__ = ("PrecisionStudy", "Run", "Trace", "__version__", "capture", "errors", "events", "examples", "load_run",
-           "load_trace", "precision", "precision_verdict", "replay", "sim")
+           "load_trace", "precision", "precision_verdict", "replay", "setup", "sim")
 
 
 #: submodules imported on first use (PEP 562): ``import dfit_nb`` stays free of Altair and ipywidgets
@@ -59,10 +50,13 @@ def __dir__() -> list[str]:
 
 
 def load_ipython_extension(ipython: object) -> None:
-    """``%load_ext dfit_nb``: register ``%dfit``, ``%%dfit``, ``%dfit_presets`` and ``%dfit_compare``.
+    """``%load_ext dfit_nb``: :func:`setup`, then register ``%dfit``, ``%%dfit``, ``%dfit_presets`` and
+    ``%dfit_compare``.
 
-    The magics (and the UI libraries they need) are imported here, not by ``import dfit_nb``.
+    The magics (and the UI libraries they need) are imported here, not by ``import dfit_nb``, and after
+    :func:`setup`, which must precede Altair's import to defer ``rfc3987_syntax``.
     """
+    setup()
     from .magics import load_ipython_extension as load
 
     load(ipython)

@@ -1,16 +1,18 @@
-"""rfc3987_syntax is imported at the first IRI check, not when jsonschema is (set at ``import dfit_nb``).
+"""rfc3987_syntax is imported at the first IRI check, not when jsonschema is (set by :func:`dfit_nb.setup`).
 
 Altair imports jsonschema, and jsonschema imports every format-checking library it finds. Where JupyterLab is
 installed (jupyter-events asks for ``jsonschema[format-nongpl]``), that includes ``rfc3987_syntax``, which builds
 some forty Earley parsers when it is imported: 1.1-1.5 s on 2 cores, paid by every process that draws a chart (the
 CLI's report, each notebook kernel, each test process), for a check ("iri", "iri-reference") that no Vega-Lite
-schema and nothing in dfit_nb uses. ``import dfit_nb`` puts a stand-in for the module in ``sys.modules`` that holds
-what jsonschema takes from it (``is_valid_syntax``) as a function that imports the real module at its first call
-and hands it on; any other use of the stand-in (an attribute, a submodule, ``from rfc3987_syntax import ...``)
-imports the real module there and then, and the stand-in leaves ``sys.modules``. Every validation gives the real
-module's answer (``tests/test_deferred_iri.py`` compares them); only the second it costs moves to the first IRI
-checked, if one ever is. ``python benchmarks/bench_import.py`` prints ``import dfit_nb.report`` with and without
-(1.81 s against 3.28 s, median of 5 fresh processes each, alternating).
+schema and nothing in dfit_nb uses. :func:`defer`, which ``dfit_nb.setup()`` calls (``import dfit_nb`` does not),
+puts a stand-in for the module in ``sys.modules`` that holds what jsonschema takes from it (``is_valid_syntax``) as
+a function that imports the real module at its first call and hands it on; any other use of the stand-in (an
+attribute, a submodule, ``from rfc3987_syntax import ...``) imports the real module there and then, and the
+stand-in leaves ``sys.modules``. Every validation gives the real module's answer (``tests/test_deferred_iri.py``
+compares them); only the second it costs moves to the first IRI checked, if one ever is. ``python
+benchmarks/bench_import.py`` prints ``import dfit_nb.report`` with and without (1.81 s against 3.28 s, median of 5
+fresh processes each, alternating). It helps only before jsonschema is imported: the CLI and the IPython
+extension call ``setup()`` before they import Altair.
 
 Left alone: a process where the module is already imported, where it (or lark, which it needs) is not installed,
 and ``DFIT_NB_DEFER_IRI=0`` (or ``off``, ``false``, ``no``).
@@ -79,7 +81,8 @@ def defer() -> bool:
 
     >>> import sys
     >>> from dfit_nb import _deferred_iri
-    >>> _deferred_iri.defer()  # at most once: import dfit_nb has asked already
+    >>> _ = _deferred_iri.defer()  # puts the stand-in there, unless it is there already
+    >>> _deferred_iri.defer()  # at most once: the module (or its stand-in) is in sys.modules by now
     False
     >>> sys.modules.get("rfc3987_syntax") is None or callable(sys.modules["rfc3987_syntax"].is_valid_syntax)
     True

@@ -1,19 +1,20 @@
 """Traced programs kept on disk beside JAX's compilation cache, so a fresh process skips tracing them too.
 
-JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`) saves the XLA compile, but every fresh process
-(a second ``dfit-nb report``, a new kernel, each pytest-xdist worker) still traces and lowers each program in
-Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm first call; 0.6-0.9 s for a
-sweep's, ``replay_batch``'s or a batch selection's program (``benchmarks/bench_new_process.py``), which go through
-here too when they run on one device. :func:`call` runs a jitted function through :mod:`jax.export` instead: the
-first time a (function, argument shapes, static arguments) combination is seen, the function is exported (traced
-once, as a plain call would) and the serialized StableHLO is written to ``<compilation cache>/dfit_nb_exported/``;
-later processes deserialize it (about 10 ms) and call it, and XLA's compile of it is then a hit in JAX's cache.
+JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`, switched on by ``dfit_nb.setup()``) saves the
+XLA compile, but every fresh process (a second ``dfit-nb report``, a new kernel, each pytest-xdist worker) still
+traces and lowers each program in Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm
+first call; 0.6-0.9 s for a sweep's, ``replay_batch``'s or a batch selection's program
+(``benchmarks/bench_new_process.py``), which go through here too when they run on one device. :func:`call` runs a
+jitted function through :mod:`jax.export` instead: the first time a (function, argument shapes, static arguments)
+combination is seen, the function is exported (traced once, as a plain call would) and the serialized StableHLO is
+written to ``<compilation cache>/dfit_nb_exported/``; later processes deserialize it (about 10 ms) and call it,
+and XLA's compile of it is then a hit in JAX's cache.
 The numbers are the same program's (``tests/test_exported.py`` checks them equal to a plain call's).
 
-When it stands aside (the plain jitted call runs): no persistent compilation cache is configured (then there is
-nowhere to keep the files), ``DFIT_NB_EXPORTED=0``, an argument is a tracer (a call inside ``jit`` / ``vmap`` /
-``grad``) or is placed on several devices (a sharded sweep or batch: an exported program is for one device), or
-exporting fails. A file that cannot be read or deserialized is ignored with a
+When it stands aside (the plain jitted call runs): ``dfit_nb.setup()`` has not configured a persistent compilation
+cache (then there is nowhere to keep the files), ``DFIT_NB_EXPORTED=0``, an argument is a tracer (a call inside
+``jit`` / ``vmap`` / ``grad``) or is placed on several devices (a sharded sweep or batch: an exported program is
+for one device), or exporting fails. A file that cannot be read or deserialized is ignored with a
 :class:`~dfit_nb.errors.CompilationCacheWarning` (once per process) and replaced; one that cannot be written
 leaves the program in memory for this process only.
 

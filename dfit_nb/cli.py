@@ -46,6 +46,7 @@ from typing import Any
 
 from . import examples
 from ._files import _check_target, root_or_home, written_by_dfit
+from ._setup import setup
 from .capture import MODES, capture
 from .errors import DfitError, SaveError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
@@ -415,6 +416,8 @@ def check_save_path(save: str | os.PathLike[str], out_dir: Path | None) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code (2 for bad input, with a one-line message naming it).
 
+    Once the arguments parse, it calls :func:`dfit_nb.setup` (the process-wide settings for speed).
+
     User errors (a :class:`~dfit_nb.errors.DfitError`, a bad argument, an ``OSError`` on a path) are reported as
     ``dfit-nb: error: ...`` on stderr, never as a traceback; anything else is a dfit_nb bug and keeps its
     traceback, as does a bundled example that fails to capture.
@@ -423,6 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2, message already printed)
         return int(exit_.code or 0)
+    setup()  # JAX's compilation cache and CPU dispatch for this process, before anything computes (dfit_nb.setup)
     try:
         return _report(args)
     except (DfitError, OSError) as err:

@@ -563,7 +563,11 @@ def compare_table(ab: Any) -> pd.DataFrame:
 
 # ---- the extension --------------------------------------------------------------------------------------------
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics on ``ipython`` and make offline chart rendering the default (``%load_ext dfit_nb``)."""
+    """Register the magics on ``ipython`` and make offline chart rendering the default (``%load_ext dfit_nb``,
+    which calls :func:`dfit_nb.setup` first; so does ``%load_ext dfit_nb.magics``)."""
+    from ._setup import setup
+
+    setup()
     enable_offline()
     ipython.register_magics(DfitMagics)
 

@@ -1,13 +1,14 @@
 """The test run's first plugin: ``-p tests.early_plugin`` in pyproject's ``addopts`` loads it before the plugins
-that installed packages declare, and it defers ``rfc3987_syntax`` there, as ``import dfit_nb`` does elsewhere.
+that installed packages declare, and it defers ``rfc3987_syntax`` there, as ``dfit_nb.setup()`` does elsewhere.
 
 nbval's plugin imports nbformat, which imports jsonschema, which imports ``rfc3987_syntax``: 0.9 s of parser
 building in the xdist controller and again in each worker, before any conftest runs, for an IRI check that the
-stand-in still answers with the real module, importing it then (:mod:`dfit_nb._deferred_iri`). ``dfit_nb`` itself must
-not be imported yet (the root ``conftest.py`` points its compilation cache at this checkout first), so the deferral
-module is loaded from its file under its own name, ``dfit_nb._deferred_iri``; ``import dfit_nb`` later finds it in
-``sys.modules`` and uses that one module (its ``defer()`` then has nothing left to do). pyproject's ``pythonpath``
-puts the repository root on ``sys.path`` before ``-p`` plugins load, so plain ``pytest`` finds this module too.
+stand-in still answers with the real module, importing it then (:mod:`dfit_nb._deferred_iri`). ``dfit_nb`` itself
+is not imported yet (it imports JAX, and the root ``conftest.py`` sets the compilation cache's variables first), so
+the deferral module is loaded from its file under its own name, ``dfit_nb._deferred_iri``; ``import dfit_nb`` later
+finds it in ``sys.modules`` and uses that one module (``dfit_nb.setup()``, called by the root ``conftest.py``, then
+finds the stand-in in place and reports it as deferred already). pyproject's ``pythonpath`` puts the repository
+root on ``sys.path`` before ``-p`` plugins load, so plain ``pytest`` finds this module too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache as ``import dfit_nb`` sets it up (``dfit_nb/_compile_cache.py``).
+"""JAX's persistent compilation cache as ``dfit_nb.setup()`` sets it up (``dfit_nb/_compile_cache.py``).
 
 JAX reads its cache settings once per process, at the first compile, so every case runs in a fresh subprocess
 with its own environment; traces are one small matmul. Only the first test replays (dfit_nb's own threshold
@@ -21,7 +21,8 @@ import pytest
 from dfit_nb import _compile_cache
 from dfit_nb.errors import CompilationCacheWarning, DfitWarning
 
-#: the child: import dfit_nb (recording warnings), capture a tiny matmul, compile one more jitted function,
+#: the child: import dfit_nb and call setup() (recording warnings), capture a tiny matmul, compile one more jitted
+#: function,
 #: optionally replay it; print what dfit_nb decided, what JAX uses and the persistent-cache events as JSON
 CHILD = textwrap.dedent("""
     import json, sys, warnings
@@ -31,10 +32,11 @@ CHILD = textwrap.dedent("""
     events = {}
     monitoring.register_event_listener(lambda name, **kw: events.__setitem__(name, events.get(name, 0) + 1))
     if len(sys.argv) > 2:
-        jax.config.update("jax_compilation_cache_dir", sys.argv[2])   # the user's own setting, before dfit_nb
+        jax.config.update("jax_compilation_cache_dir", sys.argv[2])   # the user's own setting, before setup()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import dfit_nb
+        dfit_nb.setup()
     f32 = jnp.float32
     trace = dfit_nb.capture(lambda x, w: jnp.tanh(x @ w), jax.ShapeDtypeStruct((8, 16), f32),
                             jax.ShapeDtypeStruct((16, 8), f32))
@@ -43,7 +45,9 @@ CHILD = textwrap.dedent("""
     if sys.argv[1] == "replay":
         latency = float(dfit_nb.replay(trace, dfit_nb.sim.presets.get("scalesim_32"), "ws").summary["latency_cycles"])
     state = dfit_nb._compile_cache.state()
+    from jax._src import compilation_cache
     print(json.dumps({
+        "cache_type": type(compilation_cache._cache).__name__,
         "source": state.source, "directory": state.directory, "reason": state.reason,
         "jax_dir": jax.config.jax_compilation_cache_dir,
         "min_time": jax.config.jax_persistent_cache_min_compile_time_secs,
@@ -79,6 +83,7 @@ def test_a_replay_populates_the_cache_and_the_next_process_loads_it(tmp_path):
     cold = _child(tmp_path, "replay", {_compile_cache.ENV: str(cache)})
     assert (cold["source"], cold["directory"], cold["jax_dir"]) == ("env", str(cache), str(cache))
     assert cold["min_time"] == _compile_cache.MIN_COMPILE_TIME_S and not cold["warnings"]
+    assert cold["cache_type"] == "AtomicFileCache" and not list(cache.glob(".*"))  # renamed into place, no temporary
     written = _entries(cache)
     assert any(name.startswith("jit_") for name in written), sorted(cache.iterdir())  # the replay program
     assert cold["events"].get("cache_misses", 0) >= 1 and not cold["events"].get("cache_hits")
@@ -180,8 +185,9 @@ def test_an_unwritable_directory_warns_once_and_continues_without_a_cache(tmp_pa
 
 
 def test_the_test_suite_never_writes_to_the_real_cache():
-    """The repository's conftest.py points the cache at a directory of its own (unless one was chosen explicitly),
-    so that this process, its subprocesses and the notebooks' kernels share it and leave ``~/.cache`` alone."""
+    """The repository's conftest.py points the cache at a directory of its own (unless one was chosen explicitly)
+    and calls ``dfit_nb.setup()``, so that this process, its subprocesses and the notebooks' kernels share it and
+    leave ``~/.cache`` alone."""
     state = _compile_cache.state()
     assert state is not None and state.source in ("env", "jax", "off")
     if state.directory is not None:

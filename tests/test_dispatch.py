@@ -1,4 +1,4 @@
-"""JAX's CPU dispatch as ``import dfit_nb`` sets it (``dfit_nb/_dispatch.py``).
+"""JAX's CPU dispatch as ``dfit_nb.setup()`` sets it, and ``import dfit_nb`` leaves it (``dfit_nb/_dispatch.py``).
 
 JAX fixes the CPU client's dispatch when it creates the client, so every case runs in a fresh subprocess. What
 is checked is the client's behaviour, not only the option: a synchronous client returns a program's result
@@ -18,8 +18,8 @@ import pytest
 
 from dfit_nb import _dispatch
 
-#: the child: optionally compute before importing dfit_nb, then time a long matmul's call and report whether its
-#: result was ready when the call returned
+#: the child: optionally compute before dfit_nb.setup() (or never call it), then time a long matmul's call and
+#: report whether its result was ready when the call returned
 CHILD = textwrap.dedent("""
     import json, sys
     import jax, jax.numpy as jnp
@@ -27,6 +27,8 @@ CHILD = textwrap.dedent("""
         jnp.zeros(1).block_until_ready()  # the CPU client exists before dfit_nb is imported
     import dfit_nb
     from dfit_nb import _dispatch
+    if sys.argv[1] != "import-only":
+        dfit_nb.setup()
     f = jax.jit(lambda a: (a @ a @ a @ a).sum())
     a = jnp.ones((1500, 1500))
     f(a).block_until_ready()  # compiled
@@ -47,19 +49,25 @@ def _child(mode: str, **env: str) -> dict:
 
 
 @pytest.mark.slow  # a fresh Python process importing JAX
-def test_import_makes_cpu_programs_run_on_the_calling_thread():
-    got = _child("import-first")
+def test_setup_makes_cpu_programs_run_on_the_calling_thread():
+    got = _child("setup-first")
     assert got == {"option_sync": True, "ready": [True, True, True]}
+
+
+@pytest.mark.slow  # a fresh Python process importing JAX
+def test_import_alone_leaves_jax_asynchronous():
+    got = _child("import-only")
+    assert got["option_sync"] is False and not all(got["ready"])
 
 
 @pytest.mark.slow  # a fresh Python process importing JAX each
 @pytest.mark.parametrize("value", ["0", "off"])
 def test_the_variable_leaves_jax_asynchronous(value):
-    got = _child("import-first", **{_dispatch.ENV: value})
+    got = _child("setup-first", **{_dispatch.ENV: value})
     assert got["option_sync"] is False and not all(got["ready"])  # a ~0.1 s matmul: some call returned early
 
 
 @pytest.mark.slow  # a fresh Python process importing JAX
-def test_a_client_created_before_the_import_is_left_as_it_is():
+def test_a_client_created_before_setup_is_left_as_it_is():
     got = _child("compute-first")
     assert got["option_sync"] is False and not all(got["ready"])

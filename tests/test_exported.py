@@ -174,6 +174,7 @@ def test_a_fresh_process_loads_the_program_instead_of_tracing_it(tmp_path):
     script = textwrap.dedent("""
         import jax, dfit_nb
         from dfit_nb.sim import presets
+        dfit_nb.setup()  # the compilation cache, and beside it the exported programs
         calls = []
         original = jax.export.export
         jax.export.export = lambda *a, **k: (calls.append(1), original(*a, **k))[1]

@@ -448,7 +448,7 @@ def test_a_small_tables_program_runs_on_the_calling_thread(tmp_path):
     a small table on a small grid is built to be such a program (its inputs and outputs in blocks, the tables as
     int32), which halves it (benchmarks/bench_cost_call.py). One dataflow per op: a list of them vmaps the search,
     whose (ops x candidates) arrays are then kept, and that program runs on the pool."""
-    code = ("from dfit_nb.sim import cost, presets\n"
+    code = ("import dfit_nb\ndfit_nb.setup()\nfrom dfit_nb.sim import cost, presets\n"
             "cost({'m': [64, 128, 256], 'k': [64, 128, 256], 'n': [64, 128, 256]}, presets.get('tpu_like'))\n"
             "cost({'m': [64], 'k': [64], 'n': [64]}, presets.get('scalesim_32'), 'os', memory='ideal')")
     env = {**os.environ, "TF_CPP_VMODULE": "thunk_executor=2", "TF_CPP_MIN_LOG_LEVEL": "0",
