@@ -4,10 +4,10 @@ The 12-layer encoder (seq 128, d_model 256) time-multiplexed on ``cerebras_like`
 spreads over up to the whole grid, so the run holds millions of (op, tile, kind) events. Peak memory is the
 process's maximum resident set (``resource.getrusage``), printed after each stage.
 
-The checksums a save records and a load checks (issue 42, item 3: a CRC32 of every variable's values) are timed
-on their own over the run's tree, once before the saves (what a save adds) and once over each tree loaded back (what
-a load adds), and printed as a share of that save's and that load's time: timed apart rather than as a save with
-and one without, whose difference a busy machine's noise would swamp.
+The checksums a save records and a load checks (issue 42: a CRC32 of every variable's values, and of every
+attribute's value) are timed on their own over the run's tree, once before the saves (what a save adds) and once
+over each tree loaded back (what a load adds), and printed as a share of that save's and that load's time: timed
+apart rather than as a save with and one without, whose difference a busy machine's noise would swamp.
 Run: ``python benchmarks/bench_large_run.py [--layers 12] [--out /tmp]``.
 """
 
@@ -33,10 +33,13 @@ def peak_mib() -> float:
 
 
 def checksum_s(tree: xr.DataTree) -> float:
-    """Seconds to checksum every variable of ``tree`` as a save does (a load checks the same values again)."""
+    """Seconds to checksum every variable and every attribute of ``tree`` as a save does (a load checks the same
+    values again)."""
     t0 = time.perf_counter()
     for _, _, var in _files._own_variables(tree):
         _files.checksum(var.values)
+    for node in tree.subtree:
+        _files.attrs_checksums(node.attrs)
     return time.perf_counter() - t0
 
 

@@ -20,9 +20,11 @@ What a save promises (``docs/architecture.md``, "What save promises"):
   :class:`SaveError` naming the path.
 - Every save records :data:`FORMAT_VERSION`; a load refuses a newer major format with
   :class:`FormatVersionError` and loads files without a version (older dfit_nb) as before.
-- Integrity: every variable is saved with a CRC32 of its values (:data:`CHECKSUM_ATTR`), checked on load; a
-  changed value (a flipped byte, a deleted Zarr chunk read back as fill values) is refused with
-  :class:`IntegrityError` naming the file and the variable. Files saved before the checksums load unchecked.
+- Integrity: every variable is saved with a CRC32 of its values (:data:`CHECKSUM_ATTR`), and every attribute of
+  every group with a CRC32 of its value (:data:`ATTRS_CHECKSUM_ATTR`), checked on load; a changed value (a
+  flipped byte, a deleted Zarr chunk read back as fill values, an edited attribute) is refused with
+  :class:`IntegrityError` naming the file and the variable or attribute. Files saved before the checksums load
+  unchecked (format 1.0 files: their attributes).
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from .errors import DfitError, FormatVersionError, IntegrityError, LoadRefusedEr
 
 #: the format of the files this version writes, ``"MAJOR.MINOR"``: a new minor only adds what older readers
 #: ignore; a new major is refused by older readers
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"  # 1.1: the attributes' checksums (:data:`ATTRS_CHECKSUM_ATTR`)
 #: the root attribute holding :data:`FORMAT_VERSION`; also the marker of a file or store dfit_nb wrote
 FORMAT_ATTR = "dfit_nb_format"
 #: the newest major format this version reads
@@ -64,6 +66,12 @@ _MARKERS = (FORMAT_ATTR, "dfit_nb_version", "dfit_calibration")
 #: attribute naming the checksum kind, which says that every variable of the file has one (both removed on load)
 CHECKSUM_ATTR = "dfit_checksum"
 _CHECKSUM_KIND = "crc32"
+#: the root attribute holding the checksum of every attribute of every group (:func:`attrs_checksums`), as JSON:
+#: ``{"<group path>": {"<attribute>": "crc32:<8 hex digits>"}}``; required from format 1.1 on
+ATTRS_CHECKSUM_ATTR = "dfit_attrs_checksum"
+#: root attributes of the file rather than of the result, checked on their own (the format, the checksum kind)
+#: and so not covered by :data:`ATTRS_CHECKSUM_ATTR`: a newer minor format may be written into them
+_FILE_ATTRS = frozenset((FORMAT_ATTR, CHECKSUM_ATTR, ATTRS_CHECKSUM_ATTR))
 
 #: Test hook (for crash-safety tests only): ``DFIT_NB_SAVE_TEST_HOOK=<point>`` stops a save at ``point``: it
 #: prints ``dfit_nb save hook: <point>`` to stderr and sleeps (up to 120 s), so a test can kill the process
@@ -120,6 +128,8 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     stamped.attrs = {**tree.attrs, FORMAT_ATTR: FORMAT_VERSION, CHECKSUM_ATTR: _CHECKSUM_KIND}
     for _, _, var in _own_variables(stamped):
         var.attrs[CHECKSUM_ATTR] = checksum(var.values)
+    stamped.attrs[ATTRS_CHECKSUM_ATTR] = json.dumps(
+        {node.path: attrs_checksums(node.attrs) for node in stamped.subtree}, separators=(",", ":"), sort_keys=True)
     # Another thread's save of this path waits, then replaces this one whole. The target is checked inside: a
     # store another thread has moved aside for a moment must not read as a foreign one.
     with _path_lock(path):
@@ -147,14 +157,39 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
                                    f"(.{_TMP}-<pid>-<n>), which is too long for this file system; give a name "
                                    f"{extra} bytes shorter than its limit (usually 255 bytes) ({before})")
             else:
-                failed = SaveError(f"could not save {path}: {err} ({before}; the temporary {tmp.name} was "
-                                   "removed)")
+                failed = SaveError(f"could not save {path}: {os_reason(err)} ({before}; the temporary {tmp.name} "
+                                   f"was removed); {what_to_do(err, path.parent)}")
             failed.errno = err.errno
             raise failed from err
         finally:
             with contextlib.suppress(OSError):  # never mask the error that brought us here
                 _remove(tmp)
     return path
+
+
+def os_reason(err: OSError) -> str:
+    """``err`` as ``[Errno N] reason``, without the file name it carries: that name is often a temporary or a file
+    inside a store, where the message should name the path the user gave (the caller names it)."""
+    if err.errno is None:
+        return str(err.args[0] if len(err.args) == 1 else err) or type(err).__name__
+    return f"[Errno {err.errno}] {err.strerror or os.strerror(err.errno)}"
+
+
+def what_to_do(err: OSError, folder: Path) -> str:
+    """What a user can do about a failed write into ``folder``, by the cause's ``errno``."""
+    code = err.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return f"free space on the disk holding {folder} (or your quota there), or save to another disk"
+    if code in (errno.EACCES, errno.EPERM):
+        return f"the folder {folder} is not writable by this user: save into a folder you can write to"
+    if code == errno.EROFS:
+        return f"{folder} is on a read-only file system: save into a writable folder"
+    if code == errno.EFBIG:
+        return "the file is larger than this file system or a limit (ulimit -f) allows: save to another disk"
+    if code in (errno.ENOTDIR, errno.ENOENT):
+        return (f"{folder} is not a folder that exists (it was moved or removed during the save): give a path in "
+                "an existing folder")
+    return f"check the disk and the folder {folder}, then save again"
 
 
 def text_as_objects(ds: xr.Dataset) -> xr.Dataset:
@@ -205,8 +240,8 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     FormatVersionError
         The file was written by a newer major format than :data:`READS_MAJOR`.
     IntegrityError
-        A variable's values differ from the checksum saved with them, or lack one in a file whose variables all
-        have one (:func:`verify_checksums`).
+        A variable's values or an attribute differ from the checksum saved with them, or lack one in a file whose
+        variables or attributes all have one (:func:`verify_checksums`).
     DfitError
         The file is not a dfit_nb ``what``.
     """
@@ -296,6 +331,65 @@ def checksum(values: np.ndarray) -> str:
     return f"{_CHECKSUM_KIND}:{crc:08x}"
 
 
+def attr_checksum(value: Any) -> str:
+    """The checksum a save records for one attribute's value: ``"crc32:<8 hex digits>"`` of its canonical form.
+
+    The canonical form is what both formats read back alike: netCDF returns a one-element list as a scalar, lists
+    as NumPy arrays and numbers as NumPy scalars; Zarr returns JSON lists and Python numbers. So a value is
+    flattened, then written as JSON tagged by kind: whole numbers (and bools) as integers, other real numbers as
+    floats (a float32 as the float64 it widens to), text as strings (bytes decoded as UTF-8, NUL characters left
+    out: netCDF drops them from attributes); anything else (a dict, which only Zarr stores) as sorted JSON.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> attr_checksum([5]) == attr_checksum(np.int64(5)) == attr_checksum(5), attr_checksum(5) == attr_checksum(5.0)
+    (True, False)
+    >>> attr_checksum(["a"]) == attr_checksum("a") != attr_checksum("b")
+    True
+    """
+    return f"{_CHECKSUM_KIND}:{zlib.crc32(_canonical(value).encode('utf-8', 'surrogatepass')):08x}"
+
+
+def _canonical(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(["d", _plain(value)], sort_keys=True, separators=(",", ":"), default=repr)
+    try:
+        a = np.asarray(value)
+    except Exception:  # ragged or odd objects: their text
+        return json.dumps(["r", repr(value)])
+    flat = a.reshape(-1).tolist()
+    kind = a.dtype.kind
+    if kind == "O" and all(isinstance(x, (str, bytes)) for x in flat):
+        kind = "U"
+    if kind in "US":
+        text = [(x.decode("utf-8", "surrogateescape") if isinstance(x, bytes) else str(x)).replace("\x00", "")
+                for x in flat]
+        return json.dumps(["s", text], separators=(",", ":"))
+    if kind in "biu":
+        return json.dumps(["i", [int(x) for x in flat]], separators=(",", ":"))
+    if kind == "f":
+        return json.dumps(["f", [float(x) for x in flat]], separators=(",", ":"))
+    return json.dumps(["o", _plain(value)], sort_keys=True, separators=(",", ":"), default=repr)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with NumPy scalars and arrays, tuples and dicts' keys as JSON has them (Zarr's attributes)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _plain(value.tolist())
+    return value
+
+
+def attrs_checksums(attrs: Mapping[Any, Any]) -> dict[str, str]:
+    """Attribute name -> :func:`attr_checksum` of its value, for every attribute but the file's own
+    (:data:`_FILE_ATTRS`)."""
+    return {str(k): attr_checksum(v) for k, v in attrs.items() if k not in _FILE_ATTRS}
+
+
 def _own_variables(tree: xr.DataTree) -> Iterator[tuple[xr.DataTree, str, xr.Variable]]:
     """(node, name, variable) of every variable each node of ``tree`` holds itself (not inherited coordinates:
     a file stores each once, in its own group)."""
@@ -324,6 +418,9 @@ def verify_checksums(tree: xr.DataTree, path: str | os.PathLike[str], what: str)
                              f"know (it writes {_CHECKSUM_KIND!r}); upgrade dfit_nb to load this {what}")
     damaged = ("the file changed after dfit_nb saved it (a damaged disk, copy or download, an edited or deleted "
                "chunk); save it again, or load a good copy")
+    saved_attrs = tree.attrs.pop(ATTRS_CHECKSUM_ATTR, None)
+    if saved_attrs is not None or _format_minor(tree.attrs.get(FORMAT_ATTR)) >= (1, 1):
+        verify_attrs([(node.path, node.attrs) for node in tree.subtree], saved_attrs, path, what)
     for node, name, var in _own_variables(tree):
         saved = var.attrs.pop(CHECKSUM_ATTR, None)
         where = f"variable {name!r} of group {node.path!r}" if node.path != "/" else f"variable {name!r}"
@@ -338,6 +435,60 @@ def verify_checksums(tree: xr.DataTree, path: str | os.PathLike[str], what: str)
         if found != saved:
             raise IntegrityError(f"refusing to load {path}: its {where} reads back with checksum {found}, but was "
                                  f"saved with {saved!r}; {damaged}")
+
+
+def verify_attrs(groups: Sequence[tuple[str, Mapping[Any, Any]]], saved: Any, path: str | os.PathLike[str],
+                 what: str, refusing: str = "refusing to load") -> None:
+    """Check the attributes of each ``(group path, attrs)`` against ``saved``, the JSON of
+    :data:`ATTRS_CHECKSUM_ATTR` (None when the file has none, though its format says every file has).
+
+    Raises
+    ------
+    IntegrityError
+        An attribute's value differs from its checksum, an attribute saved is missing or one is there that was not
+        saved, a group has no checksums, or ``saved`` is missing or unreadable. The message, starting with
+        ``refusing`` and ``path``, names the attribute and its group.
+    """
+    damaged = ("it changed after dfit_nb wrote it (a damaged disk, copy or download, an edited attribute); "
+               "write it again, or use a good copy")
+    if isinstance(saved, bytes):
+        saved = saved.decode("utf-8", "replace")
+    try:
+        doc = json.loads(saved) if saved is not None else None
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        state = "has no checksums of its attributes" if saved is None else "has unreadable checksums of its attributes"
+        raise IntegrityError(f"{refusing} {path}: it {state} ({ATTRS_CHECKSUM_ATTR!r}), which every {what} of "
+                             f"its format was saved with; {damaged}")
+    for group, attrs in groups:
+        where = f" of group {group!r}" if group != "/" else ""
+        sums = doc.get(group)
+        if not isinstance(sums, dict):
+            raise IntegrityError(f"{refusing} {path}: its group {group!r} has no checksums of its attributes; "
+                                 f"{damaged}")
+        found = attrs_checksums(attrs)
+        for name in sorted(set(sums) | set(found)):
+            if name not in found:
+                raise IntegrityError(f"{refusing} {path}: its attribute {name!r}{where}, saved with it, is "
+                                     f"missing; {damaged}")
+            if name not in sums:
+                raise IntegrityError(f"{refusing} {path}: its attribute {name!r}{where} was not saved with it "
+                                     f"(added after the save); {damaged}")
+            if found[name] != sums[name]:
+                raise IntegrityError(f"{refusing} {path}: its attribute {name!r}{where} reads back with "
+                                     f"checksum {found[name]}, but was saved with {sums[name]!r}; {damaged}")
+
+
+def _format_minor(version: Any) -> tuple[int, int]:
+    """``"MAJOR.MINOR"`` as two numbers; (0, 0) for no version or an unreadable one (refused elsewhere)."""
+    if isinstance(version, bytes):
+        version = version.decode("utf-8", "replace")
+    try:
+        major, _, minor = str(version).partition(".")
+        return int(major), int(minor or 0)
+    except ValueError:
+        return 0, 0
 
 
 def _load_closed(opened: xr.DataTree) -> xr.DataTree:
@@ -387,10 +538,17 @@ def _check_target(path: Path, zarr: bool) -> None:
     parent = path.parent
     if not parent.is_dir():
         # named here: otherwise the error names the temporary file inside the missing directory
-        missing = not os.path.lexists(parent)
-        failed = SaveError(f"cannot save to {path}: the directory {parent} does not exist" if missing
-                           else f"cannot save to {path}: {parent} is not a directory")
-        failed.errno = errno.ENOENT if missing else errno.ENOTDIR
+        existing = parent
+        while not os.path.lexists(existing) and existing.parent != existing:
+            existing = existing.parent
+        if existing.is_dir():
+            failed = SaveError(f"cannot save to {path}: the directory {parent} does not exist; create it first, or "
+                               "give a path in a folder that exists")
+            failed.errno = errno.ENOENT
+        else:  # a file where a folder of the path should be: name it, not the missing folder below it
+            failed = SaveError(f"cannot save to {path}: {existing} is not a directory (it is a file), so nothing can "
+                               "be saved under it; give a path in a folder that exists")
+            failed.errno = errno.ENOTDIR
         raise failed
     if not os.path.lexists(path):
         return

@@ -59,8 +59,8 @@ import numpy as np
 import pandas as pd
 
 from . import views
-from ._files import HTML_MARK, MARKDOWN_MARK
-from .errors import DfitError, DfitWarning
+from ._files import HTML_MARK, MARKDOWN_MARK, written_by_dfit
+from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
 from .sim.hardware import Hardware
@@ -526,6 +526,34 @@ def report_file_names(names: Sequence[str]) -> list[str]:
     return ["report.html", *(name for stem in _file_stems(names).values() for name in _stem_files(stem).values())]
 
 
+def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) -> None:
+    """Refuse, before any work, a report folder holding a file of a name the report writes for the machines of file
+    stems ``stems`` (``report.html`` and each machine's files) that dfit_nb did not write, or anything that is not a
+    file there: the same check the CLI makes of its ``-o`` folder (:func:`dfit_nb._files.written_by_dfit`). A
+    previous report's files carry dfit_nb's mark and are replaced.
+
+    Raises
+    ------
+    SaveRefusedError
+        Naming every such file, and how to proceed; nothing is written.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    names = ["report.html", *(name for stem in stems for name in _stem_files(stem).values())]
+    foreign = []
+    for name in names:
+        path = folder / name
+        if os.path.lexists(path) and (not path.is_file() or not written_by_dfit(path)):
+            foreign.append(path)
+    if foreign:
+        listed = ", ".join(str(p) for p in foreign)
+        raise SaveRefusedError(f"refusing to write the report into {folder}: it holds {len(foreign)} file(s) that "
+                               f"dfit_nb did not write (no dfit_nb mark in them) where the report writes its own: "
+                               f"{listed}; move or delete them, or give another out_dir (a previous report's "
+                               "files are replaced)")
+
+
 def _inside(folder: Path, name: str) -> Path:
     """``folder / name``, refused if it would resolve outside ``folder`` (file_stem makes that impossible; this
     keeps it so if the stem rules ever change)."""
@@ -731,7 +759,8 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
         Preset names (:func:`dfit_nb.sim.presets.names`) or machines; default every preset. The charts are
         drawn for the first with more than one tile (:func:`featured`), else the first.
     out_dir : str or path-like
-        Folder to write into (created; files of the same names are replaced).
+        Folder to write into (created if missing). Files of the names the report writes are replaced only if
+        dfit_nb wrote them (a previous report); any other file of those names is refused before any work.
     dataflow : {"ws", "os", "is", "hybrid"} or Policy
         The dataflow of the replays in the summary table, the event cubes and the Perfetto traces.
     objective : {"energy", "latency", "edp"}
@@ -759,6 +788,9 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     ------
     ReportError
         An unknown preset, chart mode or objective.
+    SaveRefusedError
+        ``out_dir`` holds a file of a name the report writes that dfit_nb did not write, or a folder or other
+        non-file there (:func:`check_report_folder`); raised before any replay, nothing is written.
 
     Examples
     --------
@@ -786,6 +818,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     machines = _machines(hw) if results is None else []
     # file names come from machine names, which are a user's strings: sanitised and made unique first
     stems = _file_stems([h.name for h in machines] if results is None else [r.name for r in results])
+    check_report_folder(folder, list(stems.values()))  # before any work: never replace what the user wrote
     files: dict[str, dict[str, Any]] = {}
     # Each machine's files (event cube, Perfetto trace, playbooks) are written on a second thread as soon as its
     # result is ready, while the next machine replays and the charts are drawn here: netCDF's writes and the

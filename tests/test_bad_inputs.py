@@ -5,6 +5,7 @@ conserved costs (hypothesis)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -21,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dfit_nb
-from dfit_nb import views
-from dfit_nb.errors import DfitError
-from dfit_nb.sim import Hardware, HardwareError, PolicyError, SpillWarning, cost, presets, select_dataflows
+from dfit_nb import _files, views
+from dfit_nb.errors import DfitError, IntegrityError, SaveError, SaveRefusedError
+from dfit_nb.sim import Hardware, HardwareError, PolicyError, SpillWarning, cost, presets, scale, select_dataflows
 from dfit_nb.sim.machine import ENERGY_LEVELS
 from dfit_nb.views import ViewInputError
 
@@ -953,3 +954,256 @@ def test_ordinary_unicode_names_are_kept_through_a_netcdf_round_trip(tmp_path):
     trace.save(tmp_path / "t.nc")
     loaded = dfit_nb.load_trace(tmp_path / "t.nc")
     assert loaded.ops["region"].values.tolist() == trace.ops["region"].values.tolist()
+
+
+# ------------------------------------------------------------------------------------------------ issue 42, leftovers
+# Every save entry point (Trace/Run saves to .nc and .zarr, the sweep's to_zarr) names the path the user gave and
+# what to do, and leaves nothing under that name, when the path cannot be written; damaged attributes and sweep
+# stores are refused; write_report from Python refuses files dfit_nb did not write.
+
+_ENTRY_POINTS = ["trace.nc", "trace.zarr", "run.nc", "run.zarr", "sweep.zarr"]
+
+
+@pytest.fixture(scope="module")
+def lazy_sweep():
+    """Two machines, one per chunk: a lazy sweep for ``scale.to_zarr``."""
+    return dfit_nb.sim.sweep({"m": [64, 8], "k": [64, 8], "n": [64, 8]}, presets.get("scalesim_32"), ["os"],
+                             chunks=1, per_op=False, dram_bw=[4.0, 8.0])
+
+
+def _save(entry: str, path: Path, trace, run, lazy_sweep):
+    if entry.startswith("sweep"):
+        return scale.to_zarr(lazy_sweep, path, progress=False)
+    return (trace if entry.startswith("trace") else run).save(path)
+
+
+def _tree(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _fail_writes(monkeypatch, entry: str, code: int) -> None:
+    """Make the low-level writes of ``entry`` fail with ``code`` (no full disk or read-only folder can be made
+    here, and root writes anywhere), naming the file they write, as the OS would: a temporary inside a store."""
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(args[0]) if args else None)
+
+    if entry.startswith("sweep"):
+        import zarr.storage._local
+
+        monkeypatch.setattr(zarr.storage._local, "_put", fail)
+    elif entry.endswith(".zarr"):
+        monkeypatch.setattr(_files, "_write_file", fail)
+    else:
+        monkeypatch.setattr(_files, "open", fail, raising=False)  # the temporary's open, in _write_netcdf
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS)
+def test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing(entry, tmp_path, trace, run,
+                                                                               lazy_sweep):
+    (tmp_path / "notes").write_text("mine")
+    path = tmp_path / "notes" / "out" / entry
+    with pytest.raises(SaveError) as info:
+        _save(entry, path, trace, run, lazy_sweep)
+    message = str(info.value)
+    assert str(path) in message and "notes is " in message and "not a" in message, message
+    assert _tree(tmp_path) == ["notes"] and (tmp_path / "notes").read_text() == "mine"
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS)
+def test_a_save_into_a_users_folder_is_refused_naming_it_not_an_empty_name(entry, tmp_path, trace, run,
+                                                                             lazy_sweep):
+    # the sweep's to_zarr said "Cannot create '' with mode 'w-'" (zarr's words, no path)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "mine.txt").write_text("mine")
+    with pytest.raises(SaveRefusedError) as info:
+        _save(entry, folder, trace, run, lazy_sweep)
+    message = str(info.value)
+    assert str(folder) in message and "Cannot create ''" not in message, message
+    assert str(folder / ("sweep.zarr" if entry.startswith("sweep") else "result.nc")) in message  # what to give
+    assert _tree(tmp_path) == ["results", "results/mine.txt"]
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS)
+@pytest.mark.parametrize(("code", "advice"), [(errno.ENOSPC, "free space on the disk holding"),
+                                              (errno.EACCES, "is not writable by this user"),
+                                              (errno.EROFS, "read-only file system")])
+def test_a_failed_write_names_the_users_path_and_what_to_do_and_leaves_nothing(entry, code, advice, tmp_path,
+                                                                                 monkeypatch, trace, run,
+                                                                                 lazy_sweep):
+    path = tmp_path / entry
+    _fail_writes(monkeypatch, entry, code)
+    with pytest.raises(SaveError) as info:
+        _save(entry, path, trace, run, lazy_sweep)
+    message = str(info.value)
+    assert info.value.errno == code and isinstance(info.value, OSError)
+    assert re.match(rf"(could not save {re.escape(str(path))}|could not write a sweep to "
+                    rf"{re.escape(repr(str(path)))}): \[Errno {code}\] {re.escape(os.strerror(code))} \(nothing "
+                    r"was (saved|written) there", message), message
+    assert advice in message and str(tmp_path) in message.split(";")[-1], message
+    assert _tree(tmp_path) == []  # no store, no temporary under the user's name or beside it
+
+
+def test_a_sweep_whose_disk_fills_half_way_keeps_its_chunks_and_says_how_to_resume(tmp_path, monkeypatch,
+                                                                                  lazy_sweep):
+    import dask
+    import zarr.storage._local
+
+    path = tmp_path / "sweep.zarr"
+    put = zarr.storage._local._put
+
+    flagged = []
+
+    def full_after_first_chunk(file, value, *args, **kwargs):
+        # the store is created, one chunk is written and flagged; then every write into the store fails
+        if flagged and path in file.parents:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(file))
+        written = put(file, value, *args, **kwargs)
+        if file.parent.name == scale.DONE and path in file.parents:
+            flagged.append(file.name)
+        return written
+
+    monkeypatch.setattr(zarr.storage._local, "_put", full_after_first_chunk)
+    with dask.config.set(scheduler="synchronous"), pytest.raises(SaveError) as info:
+        scale.to_zarr(lazy_sweep, path, progress=False)
+    message = str(info.value)
+    assert info.value.errno == errno.ENOSPC
+    assert message.startswith(f"could not write the sweep to {str(path)!r}: [Errno {errno.ENOSPC}] "), message
+    assert "1 of 2 chunks are on disk and kept" in message and "call to_zarr() again" in message, message
+    assert _tree(tmp_path)[0] == "sweep.zarr" and not any("dfit-tmp" in p for p in _tree(tmp_path))
+    monkeypatch.setattr(zarr.storage._local, "_put", put)
+    assert scale.to_zarr(lazy_sweep, path, progress=False) == 1  # the rest, once
+    assert scale.open_sweep(path)["total_cycles"].values.tolist() == lazy_sweep["total_cycles"].values.tolist()
+
+
+def _set_attr(path: Path, group: str, name: str, value) -> None:
+    """Write (``value`` not None) or delete one attribute of ``group`` ("/" the root) in a saved file or store."""
+    if path.is_dir():
+        meta = path / group.strip("/") / "zarr.json" if group != "/" else path / "zarr.json"
+        doc = json.loads(meta.read_text())
+        if value is None:
+            del doc["attributes"][name]
+        else:
+            doc["attributes"][name] = value
+        meta.write_text(json.dumps(doc))
+        return
+    import h5py
+
+    with h5py.File(path, "r+") as f:
+        node = f[group] if group != "/" else f
+        if value is None:
+            del node.attrs[name]
+        else:
+            node.attrs[name] = value
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+@pytest.mark.parametrize(("kind", "group", "name", "value", "tokens"), [
+    ("run", "/", "hardware", "tpu_v9", ("attribute 'hardware'", "reads back with checksum")),
+    ("run", "/events", "clock_ghz", 2.0, ("attribute 'clock_ghz' of group '/events'", "reads back")),
+    ("trace", "/lowering", "xla_flops", 1.0, ("attribute 'xla_flops' of group '/lowering'", "reads back")),
+    ("trace", "/", "planted", "x", ("attribute 'planted'", "was not saved with it")),
+    ("trace", "/", "function", None, ("attribute 'function'", "saved with it, is missing")),
+    ("run", "/", _files.ATTRS_CHECKSUM_ATTR, None, ("has no checksums of its attributes",)),
+    ("run", "/", _files.ATTRS_CHECKSUM_ATTR, "{not json", ("unreadable checksums of its attributes",)),
+])
+def test_a_changed_attribute_is_refused_naming_the_file_and_the_attribute(kind, group, name, value, tokens, suffix,
+                                                                          tmp_path, trace, run):
+    path = (trace if kind == "trace" else run).save(tmp_path / f"{kind}{suffix}")
+    _set_attr(path, group, name, value)
+    with pytest.raises(IntegrityError) as info:
+        (dfit_nb.load_trace if kind == "trace" else dfit_nb.load_run)(path)
+    message = str(info.value)
+    assert message.startswith(f"refusing to load {path}: ") and all(t in message for t in tokens), message
+
+
+@pytest.mark.parametrize("suffix", [".nc", ".zarr"])
+def test_files_from_before_the_attribute_checksums_still_load(suffix, tmp_path, run):
+    # a format 1.0 file (variables checksummed, attributes not): what dfit_nb wrote before; an edit there loads
+    path = run.save(tmp_path / f"run{suffix}")
+    _set_attr(path, "/", _files.ATTRS_CHECKSUM_ATTR, None)
+    _set_attr(path, "/", _files.FORMAT_ATTR, "1.0")
+    _set_attr(path, "/", "hardware", "edited")
+    back = dfit_nb.load_run(path)
+    assert back.attrs["hardware"] == "edited" and _files.ATTRS_CHECKSUM_ATTR not in back.attrs
+    assert back.events.identical(run.events)
+
+
+def test_attribute_checksums_agree_across_both_formats_for_every_kind_of_value(tmp_path, trace):
+    odd = {"i": 3, "f": 1.5, "nan": float("nan"), "one": [5], "ints": [1, 2], "floats": [1.0, 2.5], "texts": ["a", "b"],
+           "text1": ["a"], "f32": np.float32(0.1), "i32": np.int32(7), "uni": "é注", "nul": "a\x00b", "big": 2**62,
+           "array": np.arange(3), "empty": [], "tuple": (1, 2), "blank": ""}
+    tagged = trace.__class__(**{p: getattr(trace, p) for p in ("ops", "edges", "regions", "lowering")},
+                             attrs={**trace.attrs, **odd}, overhead=trace.overhead)
+    for suffix in (".nc", ".zarr"):
+        back = dfit_nb.load_trace(tagged.save(tmp_path / f"t{suffix}"))  # raises if any checksum disagrees
+        assert back.attrs["uni"] == "é注"
+
+
+def _sweep_store(tmp_path: Path, lazy_sweep) -> Path:
+    path = tmp_path / "sweep.zarr"
+    assert scale.to_zarr(lazy_sweep, path, progress=False) == 2
+    return path
+
+
+@pytest.mark.parametrize(("damage", "tokens"), [
+    ("chunk", ("chunk 1 of its variable 'total_cycles'", "reads back with checksum crc32:")),
+    ("deleted chunk", ("chunk 0 of its variable 'total_energy_j'", "reads back")),
+    ("coordinate", ("its variable 'dram_bw'", "reads back with checksum")),
+    ("attribute", ("its attribute 'hardware'", "reads back with checksum")),
+])
+def test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed(damage, tokens, tmp_path, lazy_sweep):
+    import zarr
+
+    path = _sweep_store(tmp_path, lazy_sweep)
+    group = zarr.open_group(path, mode="r+")
+    if damage == "chunk":
+        group["total_cycles"][1, 0] = 1.0
+    elif damage == "deleted chunk":
+        (path / "total_energy_j" / "0.0").unlink()  # read back as fill values, with no error
+    elif damage == "coordinate":
+        group["dram_bw"][0] = 5.0
+    else:
+        group.attrs["hardware"] = "tpu_v9"
+    with pytest.raises(IntegrityError) as info:
+        scale.open_sweep(path)
+    message = str(info.value)
+    assert message.startswith(f"refusing to open {str(path)!r}: ") and all(t in message for t in tokens), message
+    assert scale.open_sweep(path, check=False).sizes["dram_bw"] == 2  # unchecked, it opens (as xarray would)
+
+
+def test_open_sweep_refuses_an_unfinished_or_foreign_store_and_opens_old_ones(tmp_path, lazy_sweep):
+    import zarr
+
+    path = _sweep_store(tmp_path, lazy_sweep)
+    zarr.open_group(path, mode="r+")[scale.DONE][1] = False
+    with pytest.raises(scale.ScaleOutError, match=rf"{re.escape(repr(str(path)))} holds 1 of 2 chunks.*to_zarr"):
+        scale.open_sweep(path)
+    other = tmp_path / "plain.zarr"
+    xr.Dataset({"a": ("x", [1, 2])}).to_zarr(other, consolidated=False)
+    with pytest.raises(scale.ScaleOutError, match=rf"{re.escape(repr(str(other)))} is a Zarr store that to_zarr"):
+        scale.open_sweep(other)
+    with pytest.raises(FileNotFoundError, match=re.escape(str(tmp_path / "none.zarr"))):
+        scale.open_sweep(tmp_path / "none.zarr")
+    # a store written before the checksums (no kind attribute) opens unchecked
+    zarr.open_group(path, mode="r+")[scale.DONE][1] = True
+    group = zarr.open_group(path, mode="r+")
+    group.attrs["hardware"] = "edited"
+    del group.attrs[_files.CHECKSUM_ATTR]
+    assert scale.open_sweep(path).attrs["hardware"] == "edited"
+
+
+def test_write_report_from_python_refuses_files_dfit_nb_did_not_write(tmp_path, trace):
+    from dfit_nb.report import write_report
+
+    (tmp_path / "report.html").write_text("my own page")
+    (tmp_path / "playbook_npu_like.md").write_text("my notes")
+    (tmp_path / "npu_like.perfetto.json").mkdir()
+    with pytest.raises(SaveRefusedError) as info:
+        write_report(trace, ["npu_like"], tmp_path, progress=False)
+    message = str(info.value)
+    for name in ("report.html", "playbook_npu_like.md", "npu_like.perfetto.json"):
+        assert str(tmp_path / name) in message, (name, message)
+    assert "3 file(s) that dfit_nb did not write" in message and "move or delete them" in message
+    assert (tmp_path / "report.html").read_text() == "my own page"
+    assert _tree(tmp_path) == ["npu_like.perfetto.json", "playbook_npu_like.md", "report.html"]

@@ -114,3 +114,24 @@ def test_the_next_machine_is_warmed_ahead_and_each_file_is_written_as_its_machin
     for name in ("scalesim_32", "npu_like"):
         xr.testing.assert_identical(dfit_nb.load_run(page.runs[name]).cube, dfit_nb.load_run(before.runs[name]).cube)
         assert page.playbooks[name].read_text() == before.playbooks[name].read_text()
+
+
+def test_a_report_replaces_its_own_files_and_refuses_a_users_before_any_work(mlp_results, tmp_path, monkeypatch):
+    """issue 42: the CLI refused files dfit_nb did not write in its -o folder; write_report from Python replaced
+    them. A previous report's files (marked) are still replaced, so a report can be re-run into its folder."""
+    from dfit_nb.errors import SaveRefusedError
+
+    trace, results = mlp_results
+    report.write_report(trace, out_dir=tmp_path, results=results[:1], charts="svg", progress=False)
+    written = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert "report.html" in written and "scalesim_32.nc" in written
+    again = report.write_report(trace, out_dir=tmp_path, results=results[:1], charts="svg", progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(written) and again.html.exists()
+    (tmp_path / "report.html").write_text("my own page")
+    monkeypatch.setattr(report, "_write_files", lambda *a: pytest.fail("wrote before refusing"))
+    with pytest.raises(SaveRefusedError) as info:
+        report.write_report(trace, out_dir=tmp_path, results=results[:1], charts="svg", progress=False)
+    message = str(info.value)
+    assert str(tmp_path / "report.html") in message and "1 file(s) that dfit_nb did not write" in message, message
+    assert "scalesim_32.nc" not in message  # its own files are not in the way
+    assert (tmp_path / "report.html").read_text() == "my own page"

@@ -43,16 +43,16 @@ from .shapes import tail_latency as tail_latency
 
 __all__ = ("DATAFLOWS", "FUSION_MODES", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError",
            "FusionError", "Hardware", "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning",
-           "ThermalError", "calibrate", "compare", "cost", "load_run", "pareto_front", "presets", "reconcile",
-           "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency", "thermal",
-           "to_zarr")
+           "ThermalError", "calibrate", "compare", "cost", "load_run", "open_sweep", "pareto_front", "presets",
+           "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency",
+           "thermal", "to_zarr")
 
 
 def __getattr__(name: str) -> object:
-    """``to_zarr`` is loaded on first use: its module subclasses Dask's callbacks, and ``import dfit_nb`` should not
-    pay for importing Dask (0.1-0.2 s) when no lazy sweep is made."""
-    if name == "to_zarr":
-        from .scale import to_zarr
+    """``to_zarr`` and ``open_sweep`` are loaded on first use: their module subclasses Dask's callbacks, and
+    ``import dfit_nb`` should not pay for importing Dask (0.1-0.2 s) when no lazy sweep is made."""
+    if name in ("to_zarr", "open_sweep"):
+        from . import scale
 
-        return to_zarr
+        return getattr(scale, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,10 +3,11 @@
 ``sweep(..., chunks=N)`` and ``replay_batch(..., chunks=N)`` return an ``xarray.Dataset`` backed by Dask
 arrays: one task per chunk of ``N`` machines, each task the eager code path over its machines (one jitted
 ``vmap`` of the one model, :data:`dfit_nb.sim.grid.CHUNK_EVALS` evaluations per call), so nothing is computed
-until the Dataset is reduced (:mod:`dfit_nb.sim.pareto`), plotted or saved (:func:`to_zarr`, resumable). The
-same Dataset computes on the threads of this process or, when a ``dask.distributed.Client`` is active, on its
-workers: the model's jitted functions are module-level, so each worker process compiles them once; each task
-checks that its worker runs the client's dfit_nb and JAX (:class:`ScaleOutError` otherwise).
+until the Dataset is reduced (:mod:`dfit_nb.sim.pareto`), plotted or saved (:func:`to_zarr`: resumable,
+checksummed per chunk, read back checked by :func:`open_sweep`). The same Dataset computes on the threads of this
+process or, when a ``dask.distributed.Client`` is active, on its workers: the model's jitted functions are
+module-level, so each worker process compiles them once; each task checks that its worker runs the client's
+dfit_nb and JAX (:class:`ScaleOutError` otherwise).
 
 >>> from dfit_nb.sim import presets, sweep
 >>> lazy = sweep({"m": [64, 8], "k": [64, 8], "n": [64, 8]}, presets.get("scalesim_32"), ["os"], chunks=2,
@@ -18,9 +19,12 @@ checks that its worker runs the client's dfit_nb and JAX (:class:`ScaleOutError`
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import operator
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import dask
@@ -32,8 +36,9 @@ from dask.callbacks import Callback
 from dask.highlevelgraph import HighLevelGraph
 from tqdm.auto import tqdm
 
+from .. import _files
 from .._version import __version__
-from ..errors import DfitError
+from ..errors import DfitError, IntegrityError, LoadRefusedError, SaveError, SaveRefusedError
 from . import memory as _memory
 from ._cost import TOTALS, hardware_attrs
 from .grid import Plan, dataset, evaluate_range
@@ -44,6 +49,15 @@ CHUNK_PREFIX = "dfit-chunk-"
 WRITE_PREFIX = "dfit-write-"
 #: the Zarr variable that records which chunks are on disk (what a resumed :func:`to_zarr` skips)
 DONE = "chunk_done"
+#: the Zarr variable (dims ``chunk``, ``chunk_variable``) holding the CRC32 of each chunk's block of each lazy
+#: variable, written by the chunk's task before its :data:`DONE` flag; checked by :func:`open_sweep`
+CHECKSUMS = "chunk_checksum"
+#: root attributes of a store :func:`to_zarr` creates: the lazy variables in the order of :data:`CHECKSUMS`' columns,
+#: the leading dims their chunks split and the chunk sizes along them, and the CRC32 of every eager variable and
+#: coordinate (name -> ``"crc32:..."``, JSON); with ``dfit_checksum`` (the kind) and ``dfit_attrs_checksum`` (the
+#: root attributes' checksums, as a save writes them)
+CHUNK_VARIABLES, CHUNK_DIMS, CHUNK_SPLIT, EAGER_CHECKSUMS = ("dfit_chunk_variables", "dfit_chunk_dims",
+                                                             "dfit_chunk_split", "dfit_eager_checksums")
 
 
 class ScaleOutError(DfitError, RuntimeError):
@@ -225,17 +239,110 @@ def _lead(ds: xr.Dataset) -> tuple[list[str], tuple[str, ...], tuple[tuple[int, 
     return lazy, lead, split
 
 
-def _write_block(store: str, number: int, regions: dict[str, tuple[slice, ...]], values: dict[str, np.ndarray]
-                 ) -> int:
-    """Write one chunk's blocks into their regions, then mark the chunk done (a chunk killed between the two
+def _write_block(store: str, number: int, regions: dict[str, tuple[slice, ...]], values: dict[str, np.ndarray],
+                 sums: Sequence[str] = ()) -> int:
+    """Write one chunk's blocks into their regions and, for a store with :data:`CHECKSUMS`, the CRC32 of each of
+    ``sums`` (the lazy variables in the store's order), then mark the chunk done (a chunk killed between the two
     is written again, in place, by the resumed run: never lost, never twice)."""
     import zarr
 
     group = zarr.open_group(store, mode="r+")
     for name, value in values.items():
         group[name][regions[name]] = value
+    if sums:
+        group[CHECKSUMS][number, :] = np.array([_crc(values[name]) for name in sums], np.uint32)
     group[DONE][number] = True
     return number
+
+
+def _crc(values: np.ndarray) -> int:
+    """The CRC32 :func:`dfit_nb._files.checksum` gives ``values``, as a number (a :data:`CHECKSUMS` entry)."""
+    return int(_files.checksum(np.asarray(values)).partition(":")[2], 16)
+
+
+def _local(store: str) -> bool:
+    """Whether ``store`` names a local path (not an fsspec URL such as ``s3://bucket/sweep.zarr``)."""
+    return "://" not in store
+
+
+def _check_new_store(path: Path, store: str) -> list[Path]:
+    """Refuse a local ``path`` a new sweep store cannot be created at, before anything is written; create its
+    missing parent folders and return them (removed again if the creation fails).
+
+    Raises :class:`SaveRefusedError` (something there that is not a store of this sweep) or :class:`SaveError`
+    (a parent that is a file, or cannot be created), each naming ``store`` as the user gave it."""
+    special = _files._special_directory(path)
+    if special:
+        raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it is {special}, which dfit_nb never writes "
+                               f"into; give a new path such as {str(path / 'sweep.zarr')!r}")
+    if os.path.lexists(path):
+        if not path.is_dir():
+            kind = _files.special_file(path) or ("a link" if path.is_symlink() else "a file")
+            raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it is {kind}, not a Zarr store "
+                                   "to_zarr() started; give a new path (a folder to be created, such as "
+                                   f"{str(path.with_name(path.name + '.zarr'))!r}), or move it away")
+        if any(path.iterdir()):
+            raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it is a folder that holds other files, "
+                                   "not a Zarr store to_zarr() started; give a new path, such as "
+                                   f"{str(path / 'sweep.zarr')!r}")
+    existing = path.parent
+    missing = []
+    while not os.path.lexists(existing) and existing.parent != existing:
+        missing.append(existing)
+        existing = existing.parent
+    if not existing.is_dir():
+        failed = SaveError(f"cannot write a sweep to {store!r}: {existing} is a file, not a folder, so the store "
+                           "cannot be created under it; give a path inside a folder")
+        failed.errno = errno.ENOTDIR
+        raise failed
+    made: list[Path] = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as err:
+            _remove_empty(made)
+            failed = SaveError(f"cannot write a sweep to {store!r}: its folder {folder} cannot be created: "
+                               f"{_files.os_reason(err)}; {_files.what_to_do(err, folder.parent)}")
+            failed.errno = err.errno
+            raise failed from err
+        made.append(folder)
+    return made
+
+
+def _remove_empty(folders: Sequence[Path]) -> None:
+    """Remove the folders a failed creation made (deepest first), each only if still empty."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _create_store(meta: xr.Dataset, store: str, encoding: dict[str, Any]) -> None:
+    """Write the new store's metadata, coordinates and eager variables: for a local path into a temporary beside it
+    (``<name>.dfit-tmp-<pid>-<n>``), renamed in once complete, so a failure (a full disk, no permission) leaves
+    nothing under the user's name; raises :class:`SaveError` naming ``store``."""
+    if not _local(store):
+        meta.to_zarr(store, mode="w-", compute=False, encoding=encoding, zarr_format=2)
+        return
+    path = Path(store)
+    made = _check_new_store(path, store)
+    tmp = _files._sibling(path, _files._TMP)
+    try:
+        with _files._path_lock(path):
+            _files._clean_leftovers(path)
+            meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
+            if path.is_dir():  # an empty folder the user made for it: replaced by the store
+                path.rmdir()
+            os.rename(tmp, path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            _files._remove(tmp)
+        _remove_empty(made)
+        failed = SaveError(f"could not write a sweep to {store!r}: {_files.os_reason(err)} (nothing was written "
+                           f"there; the temporary {tmp.name} was removed); {_files.what_to_do(err, path.parent)}")
+        failed.errno = err.errno
+        raise failed from err
 
 
 def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True) -> int:
@@ -243,8 +350,13 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     out of time) continues from the chunks already written.
 
     Chunks run on the local threads or on the active ``dask.distributed`` client (then ``store`` must be a path
-    every worker can write). Variable ``chunk_done`` (dim ``chunk``) records the chunks on disk; open the result
-    with ``xarray.open_zarr(store)``.
+    every worker can write). Variable ``chunk_done`` (dim ``chunk``) records the chunks on disk, and
+    ``chunk_checksum`` (dims ``chunk``, ``chunk_variable``) the CRC32 of each chunk's blocks; open the result
+    with :func:`open_sweep` (which checks them) or ``xarray.open_zarr(store)``.
+
+    A new local store is created beside its path (``<name>.dfit-tmp-<pid>-<n>``) and renamed in once its metadata
+    is written, so a failure there leaves nothing under the name; missing parent folders are created (and
+    removed again if the creation fails).
 
     Parameters
     ----------
@@ -259,6 +371,18 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     -------
     int
         The chunks this call wrote (0 when the store was complete).
+
+    Raises
+    ------
+    SaveRefusedError
+        ``store`` is a file, a folder holding other files, or a folder dfit_nb never writes into (``.``, the home
+        directory); nothing is written.
+    SaveError
+        The store cannot be created (a parent that is a file, no permission, a full disk: nothing is left at
+        ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
+        again writes the rest). ``errno`` is the cause's.
+    ScaleOutError
+        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start.
 
     Examples
     --------
@@ -279,24 +403,39 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     source = ",".join(sorted(ds[v].data.name for v in lazy))
     grid = tuple(len(c) for c in split)
     n = int(np.prod(grid)) if grid else 1
-    try:
-        group = zarr.open_group(store, mode="r")
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
-        group = None
+    group = None
+    if not _local(store) or Path(store).is_dir():  # else nothing to resume: a new store (a file there is refused)
+        try:
+            group = zarr.open_group(store, mode="r")
+        except (FileNotFoundError, NotADirectoryError, zarr.errors.GroupNotFoundError):
+            group = None
+    sums: Sequence[str] = ()
     if group is not None and DONE in group:
         if group.attrs.get("dfit_source") != source:
             raise ScaleOutError(f"the Zarr store {store!r} holds another sweep (other inputs or chunks): resume it "
                                 "with the Dataset that started it, or write this one to a new path")
         done = np.asarray(group[DONE][:], bool)
+        if CHECKSUMS in group:  # (a store started before the checksums is resumed without them)
+            sums = list(group.attrs.get(CHUNK_VARIABLES, ()))
     elif group is not None:
         raise ScaleOutError(f"{store!r} is a Zarr store that to_zarr() did not start; write to a new path")
     else:
-        meta = ds.assign({DONE: ("chunk", np.zeros(n, bool))})
-        meta.attrs["dfit_source"] = source
+        sums = lazy
+        meta = ds.assign({DONE: ("chunk", np.zeros(n, bool)),
+                          CHECKSUMS: (("chunk", "chunk_variable"), np.zeros((n, len(lazy)), np.uint32))})
+        meta = meta.copy(deep=False)  # each variable's attrs a copy: ``ds`` is not changed
+        # the eager variables and coordinates are checksummed now, the lazy ones chunk by chunk by their tasks
+        eager = {str(k): _files.checksum(v.values) for k, v in meta.variables.items()
+                 if k not in lazy and k not in (DONE, CHECKSUMS)}
+        meta.attrs.update({"dfit_source": source, CHUNK_VARIABLES: list(lazy), CHUNK_DIMS: list(lead),
+                           CHUNK_SPLIT: json.dumps([list(map(int, c)) for c in split]),
+                           EAGER_CHECKSUMS: json.dumps(eager, sort_keys=True), _files.CHECKSUM_ATTR: "crc32"})
+        meta.attrs[_files.ATTRS_CHECKSUM_ATTR] = json.dumps({"/": _files.attrs_checksums(meta.attrs)},
+                                                            separators=(",", ":"), sort_keys=True)
         # metadata, coordinates and the eager variables now; the lazy ones chunk by chunk below
         # Zarr format 2: format 3 has no specification yet for the string coordinates (dataflow, pe labels) nor
         # for consolidated metadata (zarr warns of both)
-        meta.to_zarr(store, mode="w-", compute=False, encoding={DONE: {"chunks": (1,)}}, zarr_format=2)
+        _create_store(meta, store, {DONE: {"chunks": (1,)}, CHECKSUMS: {"chunks": (1, max(len(lazy), 1))}})
         done = np.zeros(n, bool)
     starts = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) for c in split]
     tasks = []
@@ -309,15 +448,147 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
             arr = ds[v].data
             values[v] = arr.blocks[(*index, *(0,) * (arr.ndim - len(lead)))]
             regions[v] = (*lead_slices, *(slice(None),) * (arr.ndim - len(lead)))
-        tasks.append(dask.delayed(_write_block, pure=False)(store, number, regions, values,
+        tasks.append(dask.delayed(_write_block, pure=False)(store, number, regions, values, sums,
                                                             dask_key_name=f"{WRITE_PREFIX}{number}-{source[-12:]}"))
-    with contextlib.ExitStack() as stack:
-        if progress and _client() is not None:
-            print(dashboard(f"to_zarr of {len(tasks)} chunks"))  # the cluster's dashboard shows the tasks
-        elif progress:
-            stack.enter_context(_Bar(WRITE_PREFIX, "to_zarr"))
-        dask.compute(*tasks)
+    try:
+        with contextlib.ExitStack() as stack:
+            if progress and _client() is not None:
+                print(dashboard(f"to_zarr of {len(tasks)} chunks"))  # the cluster's dashboard shows the tasks
+            elif progress:
+                stack.enter_context(_Bar(WRITE_PREFIX, "to_zarr"))
+            dask.compute(*tasks)
+    except OSError as err:
+        if isinstance(err, DfitError):
+            raise
+        try:
+            on_disk = f"{int(np.sum(zarr.open_group(store, mode='r')[DONE][:]))} of {n} chunks are"
+        except Exception:
+            on_disk = "the chunks written are"
+        folder = Path(store).parent if _local(store) else Path(".")
+        failed = SaveError(f"could not write the sweep to {store!r}: {_files.os_reason(err)}; {on_disk} on disk and "
+                           f"kept: {_files.what_to_do(err, folder)}, then call to_zarr() again with the same Dataset "
+                           "and path to write the rest (or remove the folder to give up the sweep)")
+        failed.errno = err.errno
+        raise failed from err
     return len(tasks)
+
+
+def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
+    """Open a sweep store written by :func:`to_zarr`, lazily, after checking what is on disk against the
+    checksums the writes recorded.
+
+    The check reads every chunk once: each lazy variable's block of each chunk against its CRC32 in
+    :data:`CHECKSUMS`, each eager variable and coordinate against :data:`EAGER_CHECKSUMS`, and the root
+    attributes against theirs. A store written before the checksums opens unchecked. The returned Dataset is
+    ``xarray.open_zarr(store)`` without the bookkeeping (:data:`CHECKSUMS` and the ``dfit_`` checksum
+    attributes; :data:`DONE` stays).
+
+    Parameters
+    ----------
+    store : path
+        A store :func:`to_zarr` completed.
+    check : bool
+        Compare the data with the checksums (``False``: open only, as ``xarray.open_zarr`` does).
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing at ``store``.
+    LoadRefusedError
+        ``store`` is a FIFO, a socket or a device.
+    ScaleOutError
+        ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first).
+    IntegrityError
+        A chunk, an eager variable or a root attribute differs from its checksum; the message names the store,
+        the variable and the chunk, or the attribute.
+
+    Examples
+    --------
+    >>> import tempfile, os
+    >>> from dfit_nb.sim import presets, sweep
+    >>> lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os"], chunks=1,
+    ...              per_op=False, dram_bw=[4.0, 8.0])
+    >>> path = os.path.join(tempfile.mkdtemp(), "sweep.zarr")
+    >>> to_zarr(lazy, path, progress=False)
+    2
+    >>> open_sweep(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
+    True
+    """
+    import zarr
+
+    name = os.fspath(store)
+    if _local(name):
+        if not os.path.lexists(name):
+            raise FileNotFoundError(f"no sweep store at {name!r}")
+        special = _files.special_file(name)
+        if special:
+            raise LoadRefusedError(f"refusing to open {name!r}: it is {special}, not a Zarr store; give the path of "
+                                   "a store to_zarr() wrote")
+    try:
+        group = zarr.open_group(name, mode="r")
+    except Exception as err:
+        raise ScaleOutError(f"{name!r} is not a sweep store to_zarr() wrote: {err}") from err
+    if DONE not in group:
+        raise ScaleOutError(f"{name!r} is a Zarr store that to_zarr() did not write (no {DONE!r} variable); open it "
+                            "with xarray.open_zarr")
+    done = np.asarray(group[DONE][:], bool)
+    if not done.all():
+        raise ScaleOutError(f"{name!r} holds {int(done.sum())} of {done.size} chunks of its sweep: call to_zarr() "
+                            "again with the Dataset that started it to write the rest, then open it")
+    ds = xr.open_zarr(name)
+    attrs = dict(group.attrs)
+    if check and _files.CHECKSUM_ATTR in attrs:
+        _verify_sweep(group, ds, attrs, name)
+    for key in (_files.CHECKSUM_ATTR, _files.ATTRS_CHECKSUM_ATTR, EAGER_CHECKSUMS, CHUNK_VARIABLES, CHUNK_DIMS,
+                CHUNK_SPLIT):
+        ds.attrs.pop(key, None)
+    return ds.drop_vars([CHECKSUMS], errors="ignore")
+
+
+def _verify_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str) -> None:
+    """Check a sweep store against its checksums (see :func:`open_sweep`); raise :class:`IntegrityError`."""
+    damaged = ("the store changed after to_zarr() wrote it (a damaged disk or copy, an edited or deleted chunk); "
+               "write the sweep again, or open a good copy")
+    if attrs[_files.CHECKSUM_ATTR] != "crc32":
+        raise IntegrityError(f"{store!r} records checksums of kind {attrs[_files.CHECKSUM_ATTR]!r}, which this "
+                             "version of dfit_nb does not know; upgrade dfit_nb to open it")
+    _files.verify_attrs([("/", attrs)], attrs.get(_files.ATTRS_CHECKSUM_ATTR), repr(store), "sweep store",
+                        "refusing to open")
+    try:
+        lazy = [str(v) for v in attrs[CHUNK_VARIABLES]]
+        split = [[int(c) for c in axis] for axis in json.loads(attrs[CHUNK_SPLIT])]
+        eager = json.loads(attrs[EAGER_CHECKSUMS])
+        sums = np.asarray(group[CHECKSUMS][:], np.uint32)
+    except (KeyError, TypeError, ValueError) as err:
+        raise IntegrityError(f"refusing to open {store!r}: its chunk checksums ({CHECKSUMS!r} and the "
+                             f"dfit_chunk_* attributes) are missing or unreadable ({err!r}); {damaged}") from err
+    for name, var in ds.variables.items():
+        if name in lazy or name in (DONE, CHECKSUMS):
+            continue
+        found, saved = _files.checksum(var.values), eager.get(str(name))
+        if saved is None:
+            raise IntegrityError(f"refusing to open {store!r}: its variable {name!r} was not written by to_zarr() "
+                                 f"(it has no checksum); {damaged}")
+        if found != saved:
+            raise IntegrityError(f"refusing to open {store!r}: its variable {name!r} reads back with checksum "
+                                 f"{found}, but was written with {saved!r}; {damaged}")
+    missing = sorted(set(eager) - {str(k) for k in ds.variables})
+    if missing:
+        raise IntegrityError(f"refusing to open {store!r}: its variable {missing[0]!r}, written by to_zarr(), is "
+                             f"missing; {damaged}")
+    starts = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) for c in split]
+    for number, index in enumerate(np.ndindex(*(len(c) for c in split))):
+        lead = tuple(slice(int(s[i]), int(s[i]) + c[i]) for s, c, i in zip(starts, split, index, strict=True))
+        for column, name in enumerate(lazy):
+            if name not in group:
+                raise IntegrityError(f"refusing to open {store!r}: its variable {name!r}, written by to_zarr(), is "
+                                     f"missing; {damaged}")
+            array = group[name]
+            found = _crc(array[(*lead, *(slice(None),) * (array.ndim - len(lead)))])
+            if found != int(sums[number, column]):
+                raise IntegrityError(f"refusing to open {store!r}: chunk {number} of its variable {name!r} reads back "
+                                     f"with checksum crc32:{found:08x}, but was written with "
+                                     f"crc32:{int(sums[number, column]):08x}; {damaged}")
 
 
 class _Bar(Callback):
@@ -378,5 +649,5 @@ def dashboard(what: str = "this sweep") -> str:
     return f"{what} runs on the Dask cluster; progress: {client.dashboard_link}"
 
 
-__all__ = ("CHUNK_PREFIX", "DONE", "WRITE_PREFIX", "ScaleOutError", "blocks", "check_versions", "dashboard", "progress",
-           "to_zarr", "versions", "worker_memory")
+__all__ = ("CHECKSUMS", "CHUNK_PREFIX", "DONE", "WRITE_PREFIX", "ScaleOutError", "blocks", "check_versions",
+           "dashboard", "open_sweep", "progress", "to_zarr", "versions", "worker_memory")

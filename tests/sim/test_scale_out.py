@@ -222,8 +222,9 @@ def test_zarr_stream_killed_half_way_resumes_without_losing_or_repeating_chunks(
     lazy = sweep(OPS, HW, chunks=3, per_op=False, dram_bw=bw, noc_bw=[8.0, 64.0])
     written = to_zarr(lazy, path, progress=False)
     assert written == int((~before).sum())  # only the chunks not on disk, each once
-    stored = xr.open_zarr(path)
-    assert bool(stored[scale.DONE].all())
+    stored = scale.open_sweep(path)  # every chunk checked against the CRC32 its task recorded
+    assert bool(stored[scale.DONE].all()) and scale.CHECKSUMS not in stored
+    assert set(xr.open_zarr(path).data_vars) - set(stored.data_vars) == {scale.CHECKSUMS}
     expected = sweep(OPS, HW, per_op=False, progress=False, dram_bw=bw, noc_bw=[8.0, 64.0])
     xr.testing.assert_identical(stored.drop_vars(scale.DONE).load().drop_attrs(deep=False),
                                 expected.drop_attrs(deep=False))
