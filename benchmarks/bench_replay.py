@@ -59,6 +59,7 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
     n = len(prep.op)
     per_op = {k: out[k][:n] for k in PER_OP}
     per_op["count"] = arrays["count"][:n]
+    per_op["shared_reads"] = arrays["shared_reads"][:n]
     t0 = time.perf_counter()
     ref = reference.run(per_op, preds[:n], (pred_bytes * scale[:, None])[:n], order, hw, grid,
                         hw.execution == "spatial")

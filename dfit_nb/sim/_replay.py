@@ -97,13 +97,14 @@ def prepare(trace: Any, fusion: str | None = None) -> Prepared:
 
 def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
-    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``) added to its arrays."""
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``shared_reads``) added to
+    its arrays."""
     lowering = getattr(trace, "lowering", None)
     known = None
     if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
-             "elems_out": prep.arrays["elems_out"],
+             "elems_in": prep.arrays["elems_in"], "elems_out": prep.arrays["elems_out"],
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason", "in_shapes", "out_shapes")
                 if c in prep.table}}
     try:
@@ -111,10 +112,35 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
+              "shared_reads": shared_reads(k.kernel, prep.preds),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
               "kernel_row": k.row.astype(np.float64)}
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
+
+
+def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Per op, a bitmask of its producer slots (bit ``s``: ``preds[:, s]``) whose result an earlier op of the same
+    kernel already reads from outside the kernel: a fused kernel brings a tensor on chip once, however many of
+    its ops use it (a softmax's max and subtract read the same scores). As float64 (exact for up to 52 slots).
+
+    >>> shared_reads(np.array([0, 1, 1]), np.array([[-1, -1], [0, -1], [0, 1]])).tolist()
+    [0.0, 0.0, 1.0]
+    """
+    n, width = preds.shape
+    if width > 52:
+        raise ReplayError(f"an op has {width} producers; the replay handles at most 52")
+    seen: set[tuple[int, int]] = set()
+    out = np.zeros(n)
+    for i in range(n):  # host side, once per prepared trace
+        for s, p in enumerate(preds[i]):
+            if p < 0 or kernel[p] == kernel[i]:
+                continue
+            key = (int(kernel[i]), int(p))
+            if key in seen:
+                out[i] += 2.0 ** s
+            seen.add(key)
+    return out
 
 
 def _prepare_ops(trace: Any) -> Prepared:
@@ -278,6 +304,7 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
     per_op = {**{k: m[k] for k in schedule.PER_OP}, "count": ops["count"], "real": ops["real"],
+              "shared_reads": ops.get("shared_reads", 0.0 * ops["count"]),
               **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")}}
     records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
     return {**m, **records, "alloc": alloc}

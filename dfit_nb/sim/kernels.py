@@ -222,6 +222,10 @@ def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
     ``out_shapes`` is its first input's shape without the last dimension), else 0 (no shapes recorded, another
     axis, or a row of one element). ``among``: a mask of the ops to read (the reductions; default all).
 
+    With ``elems_in`` and ``elems_out`` columns the length is their ratio (the elements reduced into each
+    result), so a table rescaled to other sizes (:func:`dfit_nb.sim.shapes.scaled`, whose shapes text stays the
+    captured one) gets its own rows.
+
     >>> import numpy as np
     >>> reduced_rows({"in_shapes": np.array(["float32[8,128]", "float32[8,128]", "float32[8]"]),
     ...               "out_shapes": np.array(["float32[8]", "float32[128]", "float32[]"])}).tolist()
@@ -238,6 +242,9 @@ def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
         a, b = operand_dims(str(ins_all[i])), operand_dims(str(outs_all[i]))
         if a and b and len(a[0][1]) >= 1 and b[0][1] == a[0][1][:-1] and a[0][1][-1] > 1:
             out[i] = float(a[0][1][-1])
+    if "elems_in" in table and "elems_out" in table:
+        ratio = np.asarray(table["elems_in"], np.float64) / np.maximum(np.asarray(table["elems_out"], np.float64), 1.0)
+        out = np.where(out > 0, np.maximum(np.round(ratio), 2.0), 0.0)
     return out
 
 

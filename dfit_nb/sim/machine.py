@@ -108,7 +108,8 @@ fuses them into; the grouping reaches the model as per-op columns (``kernel``,
 op is its own kernel, as :func:`dfit_nb.sim.cost` prices ops alone). A kernel
 pays ``op_overhead_cycles`` once (:func:`fixed_cycles`), an op folded into its
 indexing does no compute or SRAM work (:func:`kept_share`), a result read only
-inside its fused kernel stays on chip, and the kernel's vector work hides under
+inside its fused kernel stays on chip, a tensor from outside that several of its
+ops read comes in once (the schedule's ``shared_reads``), and the kernel's vector work hides under
 its GEMM's array work by ``vector_overlap`` while its DRAM latency is waited once
 (:func:`kernel_overlap`); a kernel whose streamed block of intermediates exceeds
 a tile's SRAM runs unfused (:func:`kernel_fits`). A program output is always written to DRAM.

@@ -37,7 +37,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     """
     op = {k: [float(v) for v in np.asarray(a, np.float64)] for k, a in per_op.items()}
     preds = np.asarray(preds).tolist()
-    for key in ("switch_bytes", "switch_cycles", "switch_energy_pj", "fused"):  # switches, kernels: none by default
+    for key in ("switch_bytes", "switch_cycles", "switch_energy_pj", "fused", "shared_reads"):  # none by default
         op.setdefault(key, [0.0] * len(preds))
     op.setdefault("kernel", [float(i) for i in range(len(preds))])
     op.setdefault("latency_share", [1.0] * len(preds))
@@ -96,6 +96,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
             on_chip = op["out_onchip"][p] > 0
             if op["fused"][i] > 0 and op["kernel"][p] == op["kernel"][i]:
                 continue  # a producer of the op's own fused kernel: on chip, no move
+            if op["fused"][i] > 0 and int(op["shared_reads"][i]) >> slot & 1:
+                continue  # an earlier op of its fused kernel brought this producer's result in
             same = (op["layout"][p] == op["layout"][i] and op["gy"][p] == op["gy"][i] and op["gx"][p] == op["gx"][i]
                     and offsets[p] == offset and op["tiles"][p] == u)
             if on_chip and multi and not same:

@@ -48,7 +48,9 @@ stream tile to tile; a documented assumption of 8 chunks).
    ``max link bytes / link bandwidth + hop latency x the longest route``.
    Producers whose results did not fit on chip are read from DRAM instead.
    A producer in the op's own fused kernel passes its result on chip: no
-   move, no DRAM (:mod:`dfit_nb.sim.kernels`).
+   move, no DRAM (:mod:`dfit_nb.sim.kernels`); nor does a producer outside it
+   whose result an earlier op of the fused kernel already brought in
+   (``shared_reads``: a kernel loads a tensor once, however many ops use it).
    A GEMM whose dataflow differs from the previous GEMM's (program order)
    then pays the dataflow switch the selection prices (``switch_bytes``,
    ``switch_cycles``, ``switch_energy_pj`` from
@@ -258,7 +260,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     moved_bound = (pred_bytes.sum(axis=1) * per_op["count"]) / link_bw
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")},
-              "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, "latency_share": zeros + 1.0, **per_op}
+              "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, "latency_share": zeros + 1.0,
+              "shared_reads": zeros, **per_op}
+    slot_bit = 2.0 ** jnp.arange(preds.shape[1], dtype=f64)
     horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
                # the machine's own grid, not the batch's padded one: a machine's bins do not depend on its batch
                + jnp.sum(per_op["real"]) * (latency + hop * (machine.field(hw, "tile_rows")
@@ -316,7 +320,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         same = ((layout[pi] == op["layout"]) & (gy[pi] == op["gy"]) & (gx[pi] == op["gx"])
                 & (carry["offset"][pi] == offset) & (n_used[pi] == u))
         # inside a fused kernel an input made by the kernel's own op never leaves the chip nor moves
-        in_kernel = has & (kernel[pi] == op["kernel"]) & (op["fused"] > 0)
+        # and a tensor an earlier op of its fused kernel brought in is already there
+        shared = (jnp.floor(op["shared_reads"] / slot_bit) % 2.0 > 0) & (op["fused"] > 0)
+        in_kernel = has & (((kernel[pi] == op["kernel"]) & (op["fused"] > 0)) | shared)
         on_chip = has & (out_onchip[pi] > 0) & multi
         moved = jnp.where(on_chip & ~same & ~in_kernel, pred_bytes[i], 0.0)  # (P,)
         from_dram = jnp.where(has & ~(out_onchip[pi] > 0) & ~in_kernel, pred_bytes[i], 0.0)

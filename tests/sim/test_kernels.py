@@ -257,6 +257,26 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     assert kernels.reduced_rows(cols.ops).tolist()[0] == 0.0
 
 
+@pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
+def test_a_fused_kernel_brings_a_tensor_on_chip_once(preset):
+    """A softmax's max and subtract both read the scores a GEMM made in another kernel: the fused kernel moves
+    them in once (a retile on a grid, a DRAM read where they left the chip), not once per reading op."""
+    t = dfit_nb.capture(lambda a, b: jax.nn.softmax(a @ b, axis=-1), jnp.ones((64, 256)), jnp.ones((256, 512)))
+    prep = prepare(t, "rules")
+    readers = [i for i in range(len(prep.op)) if 0 in prep.preds[i]]
+    assert [str(prep.primitive[i]) for i in readers] == ["reduce_max", "sub"]
+    assert prep.arrays["shared_reads"][readers].tolist() == [0.0, 1.0]
+    hw = presets.get(preset)
+    run = dfit_nb.replay(t, hw)
+    scores = 64 * 512 * float(hw.word_bytes)
+    kernel_ops = run.ops.isel(op=slice(1, None))
+    assert float(kernel_ops["bytes_retile"].sum() + kernel_ops["dram_reads_input"].sum()) == pytest.approx(
+        scores, abs=8)
+    unfused = dfit_nb.replay(t, hw, fusion="none")
+    assert float(unfused.ops["bytes_retile"].sum() + unfused.ops["dram_reads_input"].isel(op=slice(1, None)).sum()
+                 ) > 1.9 * scores
+
+
 def test_policy_replays_with_its_fusion(encoder):
     hw = presets.get("npu_like")
     policy = dfit_nb.sim.select_dataflows(encoder, hw, "energy", fusion="none")

@@ -134,6 +134,7 @@ def _records(trace, hw, execution, codes=None, reconfig=None):
     scale = np.where(arrays["itemsize"] > 0, word / np.maximum(arrays["itemsize"], 1.0), 1.0)
     per_op = {k: out[k] for k in (*PER_OP, "switch_bytes", "switch_cycles")}
     per_op["count"] = arrays["count"]
+    per_op["shared_reads"] = arrays["shared_reads"]
     n = len(prep.op)
     ref = reference.run({k: v[:n] for k, v in per_op.items()}, preds[:n], (pred_bytes * scale[:, None])[:n], order,
                         hw, grid, execution == "spatial")

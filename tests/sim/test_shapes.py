@@ -43,8 +43,10 @@ def test_rescaling_matches_a_fresh_capture(encoder_trace, exps, sizes):
     hw = presets.get("tpu_like")
     codes = np.zeros(len(s.op))
     # the fitted exponents miss a few operand sizes by an element or two per row (a broadcast bias: 16,385 elements
-    # against 16,448 at seq 128), which moves the replayed latency by up to 4e-4 of it
-    assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=5e-4)
+    # against 16,448 at seq 128), which moves the replayed latency by up to 5.2e-4 of it (the elements read by the
+    # softmax and layer norm kernels: with those two columns taken from the fresh capture the two are equal)
+    assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=1e-3)
+    np.testing.assert_array_equal(s.arrays["kernel_row"], fresh.arrays["kernel_row"])
 
 
 def test_weights_do_not_scale_and_attention_scores_grow_with_the_square_of_the_sequence(exps, encoder_trace):
