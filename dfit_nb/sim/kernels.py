@@ -45,7 +45,7 @@ Who decides (``fusion=``)
     8. a fusion ends where its working set exceeds the machine's SRAM. The
        kernels these rules make stream: a block of the iteration space goes
        through every op of the kernel and is done (a reduction roots its
-       kernel, so no value is needed after its block; a row kernel's block is
+       kernel, so no value is needed after its block; a row kernel also holds
        its rows, rule 9), so the working set is one block, double-buffered, of
        every intermediate (every result consumed inside the kernel), not the
        tensors. A kernel whose block does not fit a tile's SRAM runs as unfused
@@ -57,9 +57,9 @@ Who decides (``fusion=``)
        came from, join it, and the kernel keeps that row on chip instead of
        writing and reading it back (the normalisation "diamond": XLA's GPU
        ``SoftmaxRewriterTriton`` pass turns it into one fusion, and a GPU
-       library's softmax and layer norm are one kernel each). The kernel's
-       block is then at least one row (``row``), so a row too long for a tile
-       runs unfused (rule 8).
+       library's softmax and layer norm are one kernel each). The kernel
+       holds a row of each such reduction's input (``row``) besides its
+       streamed blocks, so rows too long for a tile run unfused (rule 8).
 
     Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
     into its consumer); a kernel of free ops alone is a view (a bitcast) and
@@ -126,8 +126,8 @@ class Kernels:
     pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
     in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediates (results
     consumed only inside it, not views): the values a streamed element carries through the kernel; ``size``: ops in
-    the op's kernel; ``row``: per op, the longest row its kernel keeps on chip (elements; rule 9), 0 for a kernel
-    that streams.
+    the op's kernel; ``row``: per op, the elements its kernel keeps on chip as rows (one row per row reduction
+    whose result the kernel uses; rule 9), 0 for a kernel that streams.
     """
 
     mode: str
@@ -436,10 +436,10 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarr
     # the values each streamed element carries inside the kernel: its intermediates that are not views
     inter = (internal & ~free).astype(np.float64)
     ws = np.bincount(kid, weights=inter, minlength=len(order))[kid] if n else np.zeros(0)
-    # a kernel keeps a row on chip when a row reduction's result is used inside it (rule 9)
+    # a kernel keeps a row of a reduction's input on chip when the reduction's result is used inside it (rule 9):
+    # the row its consumers combine the result with
     kept = np.array([rows[i] if any(kid[c] == kid[i] for c in consumers[i]) else 0.0 for i in range(n)])
-    row = np.zeros(len(order))
-    np.maximum.at(row, kid, kept)
+    row = np.bincount(kid, weights=kept, minlength=len(order)) if n else np.zeros(0)
     names = []
     for k, ops in enumerate(members(kid, len(order))):
         named = [str(fusion_names[i]).split(";")[0] for i in ops if str(fusion_names[i])] \

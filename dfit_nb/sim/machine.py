@@ -628,17 +628,18 @@ def kernel_fits(ops: dict[str, Any], hw: Hardware) -> Any:
     """Whether each op's kernel keeps its intermediates on chip.
 
     A fused kernel streams its iteration space through a tile in blocks: the array's output tile (``R x C``
-    elements), a step of the vector unit (``vector_lanes``) or, for a kernel that keeps rows on chip (a softmax
-    or a layer norm, ``kernel_row`` elements), one row, whichever is largest, double-buffered. Its working
+    elements) or a step of the vector unit (``vector_lanes``), whichever is larger, double-buffered. Its working
     set is a block of each of its intermediates (``kernel_ws``: the results consumed only inside the kernel, one
-    machine word per element each), and it must fit one tile's SRAM; a kernel that does not runs as unfused ops
-    (the fusion ends where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules
-    make needs a value after the block that made it (a reduction roots its kernel, or keeps just its rows), so
-    the tensors' size does not matter, only how many intermediates each element carries and the row length.
+    machine word per element each) plus, in a kernel that normalises rows (a softmax, a layer norm), the rows it
+    keeps (``kernel_row`` elements: a row of each reduction's input, reused after the reduction), and it must fit
+    one tile's SRAM; a kernel that does not runs as unfused ops (the fusion ends where its working set exceeds the
+    SRAM). Whole tensors are never held: no kernel the rules make needs a value after the block that made it (a
+    reduction roots its kernel, or keeps just its rows), so the tensors' size does not matter, only how many
+    intermediates each element carries and the rows' length.
     """
-    block = jnp.maximum(jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols")),
-                        ops.get("kernel_row", 0.0))
-    return 2.0 * block * ops.get("kernel_ws", 0.0) * field(hw, "word_bytes") <= sram_per_tile(hw)
+    block = jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols"))
+    held = block * ops.get("kernel_ws", 0.0) + ops.get("kernel_row", 0.0)
+    return 2.0 * held * field(hw, "word_bytes") <= sram_per_tile(hw)
 
 
 def fused_in_kernel(ops: dict[str, Any], hw: Hardware) -> Any:
