@@ -376,8 +376,8 @@ class DfitMagics(Magics):
         Only the callee and each argument expression are evaluated, in the user namespace (as ``%timeit``
         does); then ``dfit_nb.capture(f, *args, mode=MODE, **kwargs)`` and ``dfit_nb.replay(trace, hw,
         dataflow)`` run. The Run's summary (its HTML repr) is displayed, then, unless --no-explorer,
-        ``dfit_nb.widgets.Explorer(trace, hw, dataflow=...)``. dfit_nb's warnings (e.g. SpillWarning: the
-        data exceed the chip's SRAM) are printed once each on stderr.
+        ``dfit_nb.widgets.Explorer(trace, hw, dataflow=...)``. dfit_nb's warnings (e.g. SpillWarning: data
+        re-read through DRAM because they exceed the SRAM) are printed once each on stderr.
 
         Returns None (nothing is echoed as Out[]): with ``-o NAME`` the Run is stored as NAME and the Trace
         as NAME_trace. Bad input (an undefined name, not a call, ``*`` of a non-iterable, ``**`` of a

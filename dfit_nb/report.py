@@ -93,7 +93,8 @@ class PresetResult:
     policy : Policy or None
         The evaluated hybrid policy (``None`` when selection failed, e.g. a trace without GEMMs).
     spills : bool
-        Some op's data exceeded on-chip SRAM (a :class:`~dfit_nb.sim.SpillWarning` was caught).
+        Some op re-read data through DRAM, or some kernel ran unfused, because the data exceed the SRAM (a
+        :class:`~dfit_nb.sim.SpillWarning` was caught).
     seconds : float
         Wall time of the replay and the selection.
     note : str

@@ -146,13 +146,13 @@ def test_cell_magic_through_run_cell(shell):
 
 
 def test_spill_warning_is_shown_once_and_does_not_raise(shell):
-    # static capture of shape specs: 1 MiB operands on npu_like's 1.25 MiB of SRAM
-    assert shell.run_cell("import jax\nbig = jax.ShapeDtypeStruct((1024, 1024), jnp.float32)").success
+    # static capture of shape specs: 16 MiB operands on eyeriss_like's 108 KiB of SRAM, re-read per block
+    assert shell.run_cell("import jax\nbig = jax.ShapeDtypeStruct((2048, 2048), jnp.float32)").success
     before = list(warnings.filters)
     with capture_output() as out:
-        shell.run_line_magic("dfit", "--no-explorer -o spilled f(big, big)")
+        shell.run_line_magic("dfit", "--no-explorer --hw eyeriss_like -o spilled f(big, big)")
     assert out.stderr.count("SpillWarning:") == 1, out.stderr
-    assert "npu_like" in out.stderr
+    assert "eyeriss_like" in out.stderr
     assert list(warnings.filters) == before
     assert isinstance(shell.user_ns["spilled"], dfit_nb.Run)
 

@@ -53,7 +53,8 @@ class ReplayError(DfitError, ValueError):
 
 
 class SpillWarning(DfitWarning):
-    """An op's data exceed the chip's SRAM: it maps, but streams through DRAM."""
+    """Data exceed the SRAM: an op moves some through DRAM more than once (a GEMM's operands re-read per block,
+    partial sums spilled), or a fusible kernel runs unfused (its working set exceeds a tile's SRAM)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -696,16 +697,34 @@ def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int 
 
 
 def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> None:
-    """One warning naming the ops whose data exceed the whole chip's SRAM."""
+    """One warning naming the ops that move data through DRAM more than once because it exceeds the SRAM (a
+    GEMM's operands re-read per block, partial sums spilled: ``spilled_bytes``), and the fusible kernels that run
+    unfused because their working set exceeds a tile's SRAM (:func:`dfit_nb.sim.machine.kernel_fits`). An op
+    that merely streams more data than the chip holds (an elementwise op of a large tensor reads and writes each
+    byte once) is not named: that is how it runs on any chip."""
+    spilled = out["spilled_bytes"] * prep.arrays["count"]
+    big = np.flatnonzero(spilled > 0)
+    k = prep.kernels
+    unfused: list[int] = []
+    if k is not None and "fused" in out:
+        ids = np.unique(k.kernel[(k.size > 1) & ~k.free & (out["fused"] <= 0)])
+        unfused = [int(np.flatnonzero(k.kernel == i)[0]) for i in ids]
+    if not big.size and not unfused:
+        return
     chip = float(hw.tiles) * float(hw.sram_bytes)
-    words = machine.word_scale(prep.arrays["itemsize"], out["word"], np)
-    total = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words
-    big = np.flatnonzero(total > chip)
+    parts = []
     if big.size:
-        names = ", ".join(f"#{int(prep.op[i])} {prep.primitive[i]} ({total[i] / 2**20:.1f} MiB)" for i in big[:5])
-        warnings.warn(f"{big.size} op(s) need more than the whole chip's SRAM ({chip / 2**20:.1f} MiB on "
-                      f"{hw.name!r}): {names}{' ...' if big.size > 5 else ''}; they are mapped and stream "
-                      "their data through DRAM (see run.ops['spilled_bytes'])", SpillWarning, stacklevel=3)
+        names = ", ".join(f"#{int(prep.op[i])} {prep.primitive[i]} ({spilled[i] / 2**20:.1f} MiB again)"
+                          for i in big[:5])
+        parts.append(f"{big.size} op(s) move data through DRAM more than once: their operands or partial sums "
+                     f"exceed the SRAM ({chip / 2**20:.1f} MiB on {hw.name!r}): {names}{' ...' if big.size > 5 else ''}"
+                     " (run.ops['spilled_bytes'])")
+    if unfused:
+        names = ", ".join(f"{k.name[k.kernel[i]]} (from op #{int(prep.op[i])})" for i in unfused[:3])
+        parts.append(f"{len(unfused)} kernel(s) run unfused, each op writing its result to DRAM: their working set "
+                     f"exceeds a tile's SRAM on {hw.name!r}: {names}{' ...' if len(unfused) > 3 else ''} "
+                     "(run.ops['fused'])")
+    warnings.warn("; ".join(parts), SpillWarning, stacklevel=3)
 
 
 #: per-machine scalars of :func:`replay_batch` -> (units, description)

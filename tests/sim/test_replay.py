@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -282,9 +283,18 @@ def test_bad_inputs_get_clear_errors(static_traces):
 def test_an_op_larger_than_the_chip_maps_through_dram_with_a_warning():
     t = dfit_nb.capture(lambda a, b: a @ b, jax.ShapeDtypeStruct((4096, 2048), jnp.float32),
                         jax.ShapeDtypeStruct((2048, 2048), jnp.float32))
-    with pytest.warns(SpillWarning, match="more than the whole chip's SRAM"):
+    with pytest.warns(SpillWarning, match=r"1 op\(s\) move data through DRAM more than once.*#\d+ dot_general"):
         run = dfit_nb.replay(t, presets.get("eyeriss_like"))
     assert float(run.ops["spilled_bytes"].sum()) > 0
+    # an elementwise op of tensors larger than the chip streams them once: no warning
+    big = dfit_nb.capture(lambda a: jnp.tanh(a) * 2.0, jax.ShapeDtypeStruct((4096, 2048), jnp.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SpillWarning)
+        dfit_nb.replay(big, presets.get("eyeriss_like"))
+    # a softmax whose rows do not fit a tile runs unfused, and says so
+    rows = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jax.ShapeDtypeStruct((4, 50_000), jnp.float32))
+    with pytest.warns(SpillWarning, match=r"1 kernel\(s\) run unfused.*reduce_max"):
+        dfit_nb.replay(rows, presets.get("eyeriss_like"))
     assert float(run.summary["dram_bytes"]) > (4096 * 2048 + 2048 * 2048) * 2
     assert _kind_sum(run, "compute", "macs") == pytest.approx(4096 * 2048 * 2048, rel=1e-12)
 
