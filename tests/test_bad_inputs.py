@@ -1146,13 +1146,15 @@ def _sweep_store(tmp_path: Path, lazy_sweep) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("damage", "tokens"), [
-    ("chunk", ("chunk 1 of its variable 'total_cycles'", "reads back with checksum crc32:")),
-    ("deleted chunk", ("chunk 0 of its variable 'total_energy_j'", "reads back")),
-    ("coordinate", ("its variable 'dram_bw'", "reads back with checksum")),
-    ("attribute", ("its attribute 'hardware'", "reads back with checksum")),
+@pytest.mark.parametrize(("damage", "when", "tokens"), [
+    # a lazy variable's chunks are checked as they are read; the eager ones and the attributes at open
+    ("chunk", "read", ("chunk 1 of its variable 'total_cycles'", "reads back with checksum crc32:")),
+    ("deleted chunk", "read", ("chunk 0 of its variable 'total_energy_j'", "reads back")),
+    ("coordinate", "open", ("its variable 'dram_bw'", "reads back with checksum")),
+    ("attribute", "open", ("its attribute 'hardware'", "reads back with checksum")),
 ])
-def test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed(damage, tokens, tmp_path, lazy_sweep):
+def test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed(damage, when, tokens, tmp_path,
+                                                                            lazy_sweep):
     import zarr
 
     path = _sweep_store(tmp_path, lazy_sweep)
@@ -1165,11 +1167,16 @@ def test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed(dama
         group["dram_bw"][0] = 5.0
     else:
         group.attrs["hardware"] = "tpu_v9"
-    with pytest.raises(IntegrityError) as info:
-        scale.open_sweep(path)
+    if when == "read":
+        opened = scale.open_sweep(path)  # lazily: nothing read yet
+        with pytest.raises(IntegrityError) as info:
+            opened.load()
+    else:
+        with pytest.raises(IntegrityError) as info:
+            scale.open_sweep(path)
     message = str(info.value)
-    assert message.startswith(f"refusing to open {str(path)!r}: ") and all(t in message for t in tokens), message
-    assert scale.open_sweep(path, check=False).sizes["dram_bw"] == 2  # unchecked, it opens (as xarray would)
+    assert message.startswith(f"refusing to {when} {str(path)!r}: ") and all(t in message for t in tokens), message
+    assert scale.open_sweep(path, check=False).load().sizes["dram_bw"] == 2  # unchecked, as xarray would read it
 
 
 def test_open_sweep_refuses_an_unfinished_or_foreign_store_and_opens_old_ones(tmp_path, lazy_sweep):

@@ -474,14 +474,14 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
 
 
 def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
-    """Open a sweep store written by :func:`to_zarr`, lazily, after checking what is on disk against the
-    checksums the writes recorded.
+    """Open a sweep store written by :func:`to_zarr`, lazily, checked against the checksums its writes recorded.
 
-    The check reads every chunk once: each lazy variable's block of each chunk against its CRC32 in
-    :data:`CHECKSUMS`, each eager variable and coordinate against :data:`EAGER_CHECKSUMS`, and the root
-    attributes against theirs. A store written before the checksums opens unchecked. The returned Dataset is
+    At open, each eager variable and coordinate is checked against :data:`EAGER_CHECKSUMS` and the root
+    attributes against theirs; each lazy variable's blocks are checked as they are read (every ``.load()``,
+    ``.compute()`` or ``.values``), each against the CRC32 its chunk's task recorded in :data:`CHECKSUMS`: no
+    second pass over the store. A store written before the checksums opens unchecked. The returned Dataset is
     ``xarray.open_zarr(store)`` without the bookkeeping (:data:`CHECKSUMS` and the ``dfit_`` checksum
-    attributes; :data:`DONE` stays).
+    attributes; :data:`DONE` stays), one Dask block per chunk written.
 
     Parameters
     ----------
@@ -499,8 +499,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     ScaleOutError
         ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first).
     IntegrityError
-        A chunk, an eager variable or a root attribute differs from its checksum; the message names the store,
-        the variable and the chunk, or the attribute.
+        An eager variable or a root attribute differs from its checksum (at open), or a chunk of a lazy variable
+        does (when it is read); the message names the store, the variable and the chunk, or the attribute.
 
     Examples
     --------
@@ -538,17 +538,20 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     ds = xr.open_zarr(name)
     attrs = dict(group.attrs)
     if check and _files.CHECKSUM_ATTR in attrs:
-        _verify_sweep(group, ds, attrs, name)
+        ds = _checked_sweep(group, ds, attrs, name)
     for key in (_files.CHECKSUM_ATTR, _files.ATTRS_CHECKSUM_ATTR, EAGER_CHECKSUMS, CHUNK_VARIABLES, CHUNK_DIMS,
                 CHUNK_SPLIT):
         ds.attrs.pop(key, None)
     return ds.drop_vars([CHECKSUMS], errors="ignore")
 
 
-def _verify_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str) -> None:
-    """Check a sweep store against its checksums (see :func:`open_sweep`); raise :class:`IntegrityError`."""
-    damaged = ("the store changed after to_zarr() wrote it (a damaged disk or copy, an edited or deleted chunk); "
-               "write the sweep again, or open a good copy")
+_SWEEP_DAMAGED = ("the store changed after to_zarr() wrote it (a damaged disk or copy, an edited or deleted chunk); "
+                  "write the sweep again, or open a good copy")
+
+
+def _checked_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str) -> xr.Dataset:
+    """Check a sweep store's root attributes and eager variables now, and return ``ds`` with each lazy variable's
+    blocks checked as they are read (see :func:`open_sweep`); raise :class:`IntegrityError`."""
     if attrs[_files.CHECKSUM_ATTR] != "crc32":
         raise IntegrityError(f"{store!r} records checksums of kind {attrs[_files.CHECKSUM_ATTR]!r}, which this "
                              "version of dfit_nb does not know; upgrade dfit_nb to open it")
@@ -556,39 +559,57 @@ def _verify_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str)
                         "refusing to open")
     try:
         lazy = [str(v) for v in attrs[CHUNK_VARIABLES]]
-        split = [[int(c) for c in axis] for axis in json.loads(attrs[CHUNK_SPLIT])]
+        split = tuple(tuple(int(c) for c in axis) for axis in json.loads(attrs[CHUNK_SPLIT]))
         eager = json.loads(attrs[EAGER_CHECKSUMS])
         sums = np.asarray(group[CHECKSUMS][:], np.uint32)
     except (KeyError, TypeError, ValueError) as err:
         raise IntegrityError(f"refusing to open {store!r}: its chunk checksums ({CHECKSUMS!r} and the "
-                             f"dfit_chunk_* attributes) are missing or unreadable ({err!r}); {damaged}") from err
-    for name, var in ds.variables.items():
-        if name in lazy or name in (DONE, CHECKSUMS):
-            continue
-        found, saved = _files.checksum(var.values), eager.get(str(name))
+                             f"dfit_chunk_* attributes) are missing or unreadable ({err!r}); {_SWEEP_DAMAGED}"
+                             ) from err
+    fixed = {name: var for name, var in ds.variables.items() if name not in lazy and name not in (DONE, CHECKSUMS)}
+    values = dict(zip(fixed, dask.compute(*(var.data for var in fixed.values())), strict=True))  # one pass
+    for name in fixed:
+        found, saved = _files.checksum(np.asarray(values[name])), eager.get(str(name))
         if saved is None:
             raise IntegrityError(f"refusing to open {store!r}: its variable {name!r} was not written by to_zarr() "
-                                 f"(it has no checksum); {damaged}")
+                                 f"(it has no checksum); {_SWEEP_DAMAGED}")
         if found != saved:
             raise IntegrityError(f"refusing to open {store!r}: its variable {name!r} reads back with checksum "
-                                 f"{found}, but was written with {saved!r}; {damaged}")
-    missing = sorted(set(eager) - {str(k) for k in ds.variables})
+                                 f"{found}, but was written with {saved!r}; {_SWEEP_DAMAGED}")
+    missing = sorted((set(eager) | set(lazy)) - {str(k) for k in ds.variables})
     if missing:
         raise IntegrityError(f"refusing to open {store!r}: its variable {missing[0]!r}, written by to_zarr(), is "
-                             f"missing; {damaged}")
-    starts = [np.concatenate([[0], np.cumsum(c)[:-1]]).astype(int) for c in split]
-    for number, index in enumerate(np.ndindex(*(len(c) for c in split))):
-        lead = tuple(slice(int(s[i]), int(s[i]) + c[i]) for s, c, i in zip(starts, split, index, strict=True))
-        for column, name in enumerate(lazy):
-            if name not in group:
-                raise IntegrityError(f"refusing to open {store!r}: its variable {name!r}, written by to_zarr(), is "
-                                     f"missing; {damaged}")
-            array = group[name]
-            found = _crc(array[(*lead, *(slice(None),) * (array.ndim - len(lead)))])
-            if found != int(sums[number, column]):
-                raise IntegrityError(f"refusing to open {store!r}: chunk {number} of its variable {name!r} reads back "
-                                     f"with checksum crc32:{found:08x}, but was written with "
-                                     f"crc32:{int(sums[number, column]):08x}; {damaged}")
+                             f"missing; {_SWEEP_DAMAGED}")
+    grid = tuple(len(c) for c in split)
+    if sums.shape != (int(np.prod(grid)), len(lazy)):
+        raise IntegrityError(f"refusing to open {store!r}: its {CHECKSUMS!r} has shape {sums.shape}, not one row per "
+                             f"chunk and one column per variable {(int(np.prod(grid)), len(lazy))}; {_SWEEP_DAMAGED}")
+    checked = {}
+    for column, name in enumerate(lazy):
+        var = ds[name].variable
+        data = var.data if isinstance(var.data, da.Array) else da.from_array(var.data)
+        # one block per chunk written: the leading dims as the writes split them, the rest whole (as Zarr's
+        # chunks are, so this is no rechunk unless the store was rewritten by another tool)
+        blocks = split + tuple((n,) for n in data.shape[len(split):])
+        if data.chunks != blocks:
+            data = data.rechunk(blocks)
+        checked[name] = var.copy(data=data.map_blocks(_check_block, store, name, column, sums, grid,
+                                                      dtype=data.dtype, meta=data._meta))
+    return ds.assign(checked)
+
+
+def _check_block(block: np.ndarray, store: str, name: str, column: int, sums: np.ndarray, grid: tuple[int, ...],
+                 block_info: dict[Any, Any] | None = None) -> np.ndarray:
+    """``block`` of variable ``name``, checked against the CRC32 its chunk's task recorded (a Dask map_blocks
+    function: the block's place in the grid of chunks gives its chunk number)."""
+    if block_info is None or None not in block_info:  # Dask's probe on a dummy block: nothing to check
+        return block
+    number = int(np.ravel_multi_index(block_info[None]["chunk-location"][:len(grid)], grid)) if grid else 0
+    found, saved = _crc(block), int(sums[number, column])
+    if found != saved:
+        raise IntegrityError(f"refusing to read {store!r}: chunk {number} of its variable {name!r} reads back with "
+                             f"checksum crc32:{found:08x}, but was written with crc32:{saved:08x}; {_SWEEP_DAMAGED}")
+    return block
 
 
 class _Bar(Callback):
