@@ -172,7 +172,15 @@ def _sized(fn, *args, **kw):
     return t, at
 
 
-def test_profile_mode_scales_its_calls_to_the_budget():
+def test_profile_mode_scales_its_calls_to_the_budget(monkeypatch):
+    # Two parts, neither of which reads a wall time against a fixed threshold (on 2 shared cores under load, the
+    # 8-element tanh's sizing pair was once over a fifth of the budget, and "fast gets more calls than slow" failed):
+    # (1) real sizing pairs: whatever they measured, the calls run are the documented rule applied to the
+    #     recorded pair, and a call slower than the budget (slower still under load) gets the 2-round, 1-call floor;
+    # (2) the sizing pair's clock injected: the same pair time under budgets 1x, 4x and 16x runs 4x and 16x the
+    #     calls (and a pair over half the budget the floor), through the whole capture: a capture that ignored the
+    #     budget or the pair fails here, whatever the machine's load.
+    from dfit_nb.capture import probes
     from dfit_nb.capture.probes import choose_profile_counts
 
     slow, s = _sized(_slow, jnp.ones((1024, 1024)) / 1024, jnp.ones((1024, 1024)) / 1024)
@@ -184,8 +192,29 @@ def test_profile_mode_scales_its_calls_to_the_budget():
         assert 2 <= at["profile_rounds"] <= 5 and at["profile_calls"] >= 1
     # a call slower than a quarter of the budget still gets 2 rounds of 1 call: a spread, over budget
     assert (s["profile_rounds"], s["profile_calls"]) == (2, 1)
-    assert f["profile_rounds"] * f["profile_calls"] > 2 * s["profile_rounds"] * s["profile_calls"]
     assert np.isfinite(slow.ops["time_s"].values).any() and np.isfinite(fast.overhead.percent)
+
+    pair_s = 0.002  # what every sizing pair now reads: 25 pairs fit the 0.05 s budget
+    probed = []
+
+    def probe(*args, **kwargs):
+        probed.append(args[3])  # its log folder: the pair is still taken through the profiler's path
+        return pair_s
+
+    monkeypatch.setattr(probes, "_probe_pair", probe)
+    calls = {}
+    for scale in (1, 4, 16):
+        t = dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_budget_s=_BUDGET * scale)
+        at = t.attrs
+        assert at["profile_probe_s"] == pair_s and at["profile_sizing"] == "budget"
+        assert t.overhead.n_calls == at["profile_rounds"] * at["profile_calls"]  # what ran, not only what was said
+        calls[scale] = t.overhead.n_calls
+    assert calls == {1: 25, 4: 100, 16: 400}  # (5, 5), (5, 20), (5, 80): the calls scale with the budget
+    assert len(probed) == 6  # a pair under a quarter of the budget is taken twice, as documented
+    pair_s = 0.04  # over half of the budget: the floor of 2 rounds of 1 call, once probed
+    t = dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_budget_s=_BUDGET)
+    assert (t.attrs["profile_rounds"], t.attrs["profile_calls"], t.overhead.n_calls) == (2, 1, 2)
+    assert len(probed) == 7
 
 
 def test_profile_counts_given_are_honoured_exactly(tmp_path):
