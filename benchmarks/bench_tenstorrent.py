@@ -31,8 +31,9 @@ the held-out half: MAPE and Spearman, by config, by placement, by size range, po
 calibrated machine, the ideal time as published (the peer the data allows: MKN / 32^3 x cycles per tile / cores /
 clock), and that ideal time over one utilisation fitted on the same half (a factor, least squares in log space).
 
-Run: ``python benchmarks/bench_tenstorrent.py [--seed 0]`` (about 3 minutes on 2 shared cores, the calibrations
-1-1.5 minutes each: every row is fitted, none subsampled).
+Run: ``python benchmarks/bench_tenstorrent.py [--seed 0]`` (4 minutes on 2 shared cores nearly idle, 7-12 beside
+other jobs: Wormhole's calibration 26-186 s, Blackhole's 197-536 s, most of it compiling the loss; no row is
+subsampled).
 """
 
 from __future__ import annotations
