@@ -603,6 +603,20 @@ def root_or_home(path: str | os.PathLike[str]) -> str:
     return ""
 
 
+def refuse_shared_folder(folder: str | os.PathLike[str], label: str) -> None:
+    """Refuse ``folder`` as a report folder when it is the root of the file system, the home directory or a folder
+    above it (:func:`root_or_home`), for every user, root included: the one check of the CLI's ``-o`` folder and
+    of :func:`dfit_nb.report.write_report`'s ``out_dir``.
+
+    Raises :class:`SaveRefusedError` ``"<label> is <what>; give the report a folder of its own, e.g. ..."``, where
+    ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``).
+    """
+    shared = root_or_home(folder)
+    if shared:  # permissions do not stop root, and a report there would mix its files with the user's own
+        raise SaveRefusedError(f"{label} is {shared}; give the report a folder of its own, e.g. "
+                               f"{Path(folder) / 'dfit_report'} (created if missing)")
+
+
 #: the marks dfit_nb writes into the first bytes of its text files (a report page, a playbook): a file with one is
 #: dfit_nb's to replace, as a netCDF file or Zarr store with :data:`FORMAT_ATTR` is
 HTML_MARK = "<meta name='generator' content='dfit_nb'>"
@@ -646,6 +660,15 @@ def written_by_dfit(path: str | os.PathLike[str]) -> bool:
         return False
     text = head.decode("utf-8", "replace")
     return HTML_MARK in text or MARKDOWN_MARK in text or any(p.match(text) for p in _LEGACY_TEXT)
+
+
+def foreign_file(path: str | os.PathLike[str]) -> bool:
+    """Whether something is at ``path`` that a write of a file there (a report page, a playbook, a Perfetto trace)
+    would destroy: anything but a file :func:`written_by_dfit` recognises (a user's file, a folder, a link to
+    nothing, a FIFO). The one test of :func:`dfit_nb.report.check_report_folder`, the CLI's ``-o`` check and
+    :func:`dfit_nb.events.perfetto.to_perfetto`."""
+    path = Path(path)
+    return os.path.lexists(path) and (not path.is_file() or not written_by_dfit(path))
 
 
 def _perfetto_is_ours(tail: bytes) -> bool:

@@ -45,10 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from . import examples
-from ._files import _check_target, root_or_home, written_by_dfit
+from ._files import _check_target, foreign_file, refuse_shared_folder
 from ._setup import setup
 from .capture import MODES, capture
-from .errors import DfitError, SaveError
+from .errors import DfitError, SaveError, SaveRefusedError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
 from .sim.kernels import DEFAULT_FUSION, FUSION_MODES
@@ -348,10 +348,10 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
 
     folder = Path(out_dir)
     label = f"-o {str(out_dir)!r}"
-    shared = root_or_home(folder)
-    if shared:  # permissions do not stop root, and a report there would mix its files with the user's own
-        raise UsageError(f"{label} is {shared}; give the report a folder of its own, e.g. "
-                         f"{Path(out_dir) / 'dfit_report'} (created if missing)")
+    try:  # the same check as write_report's of its out_dir
+        refuse_shared_folder(folder, label)
+    except SaveRefusedError as err:
+        raise UsageError(str(err)) from None
     if os.path.lexists(folder) and not folder.is_dir():
         raise UsageError(f"{label} is a {_kind(folder)}, not a folder; give a folder for the report (created if "
                          "missing)")
@@ -376,7 +376,7 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
         if not path.is_file():
             raise UsageError(f"{label}: {path} is a {_kind(path)}, where the report writes a file; move it away or "
                              "choose another -o folder")
-        if not written_by_dfit(path):
+        if foreign_file(path):
             foreign.append(path)
     if foreign:
         listed = ", ".join(str(p) for p in foreign)

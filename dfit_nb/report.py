@@ -59,7 +59,7 @@ import numpy as np
 import pandas as pd
 
 from . import views
-from ._files import HTML_MARK, MARKDOWN_MARK, written_by_dfit
+from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
 from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
@@ -528,16 +528,19 @@ def report_file_names(names: Sequence[str]) -> list[str]:
 
 
 def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) -> None:
-    """Refuse, before any work, a report folder holding a file of a name the report writes for the machines of file
-    stems ``stems`` (``report.html`` and each machine's files) that dfit_nb did not write, or anything that is not a
-    file there: the same check the CLI makes of its ``-o`` folder (:func:`dfit_nb._files.written_by_dfit`). A
-    previous report's files carry dfit_nb's mark and are replaced.
+    """Refuse, before any work, a report folder that is the root of the file system, the home directory or a folder
+    above it (:func:`dfit_nb._files.refuse_shared_folder`, for root too), or that holds a file of a name the report
+    writes for the machines of file stems ``stems`` (``report.html`` and each machine's files) that dfit_nb did not
+    write, or anything that is not a file there (:func:`dfit_nb._files.foreign_file`): the same checks the CLI
+    makes of its ``-o`` folder. A previous report's files carry dfit_nb's mark and are replaced.
 
     Raises
     ------
     SaveRefusedError
-        Naming every such file, and how to proceed; nothing is written.
+        Naming ``folder`` as given (``out_dir '...'``) and what it is, or every file in the way and how to
+        proceed; nothing is written.
     """
+    refuse_shared_folder(folder, f"out_dir {os.fspath(folder)!r}")
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -545,7 +548,7 @@ def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) ->
     foreign = []
     for name in names:
         path = folder / name
-        if os.path.lexists(path) and (not path.is_file() or not written_by_dfit(path)):
+        if foreign_file(path):
             foreign.append(path)
     if foreign:
         listed = ", ".join(str(p) for p in foreign)
@@ -790,8 +793,9 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     ReportError
         An unknown preset, chart mode or objective.
     SaveRefusedError
-        ``out_dir`` holds a file of a name the report writes that dfit_nb did not write, or a folder or other
-        non-file there (:func:`check_report_folder`); raised before any replay, nothing is written.
+        ``out_dir`` is the root of the file system, the home directory or a folder above it, or holds a file of a
+        name the report writes that dfit_nb did not write, or a folder or other non-file there
+        (:func:`check_report_folder`, the CLI's checks of ``-o``); raised before any replay, nothing is written.
 
     Examples
     --------

@@ -40,8 +40,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from .._files import foreign_file
 from .._version import __version__
-from ..errors import DfitError, DfitWarning
+from ..errors import DfitError, DfitWarning, SaveRefusedError
 from .schema import KINDS, check
 
 __all__ = ["PerfettoAggregationWarning", "PerfettoExportError", "to_perfetto"]
@@ -77,7 +78,8 @@ _NULL = _Null()
 
 def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: float, chip: str = "chip",
                 link_load: xr.DataArray | None = None, max_events: int = 1_000_000,
-                aggregate: Literal["auto", "none"] | int = "auto", kernels: xr.Dataset | None = None) -> Path:
+                aggregate: Literal["auto", "none"] | int = "auto", kernels: xr.Dataset | None = None,
+                overwrite: bool = False) -> Path:
     """Write ``events`` as a Chrome trace-event JSON file that Perfetto (ui.perfetto.dev) opens.
 
     Parameters
@@ -87,6 +89,9 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     path : str or os.PathLike
         Output file (conventionally ``*.json``); written to a temporary file
         beside it and moved into place, so a reader never sees half a file.
+        A file already there is replaced only when dfit_nb wrote it (a trace
+        whose ``otherData`` names dfit_nb's version:
+        :func:`dfit_nb._files.written_by_dfit`), as a report replaces its own.
     clock_ghz : float
         The simulated machine's clock. It labels the chip's process (``1 us =
         N cycles``), places the link-load bins (given in cycles) on the time
@@ -117,11 +122,21 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
         A Run's ``kernels`` (:func:`dfit_nb.sim.kernel_table.kernels_dataset`): one ``kernels`` track in the
         chip's process, first, with a slice per kernel from its first op's start to its last op's end, named
         after the kernel, its member ops, region, bytes, energy, launch cycles and bottleneck in ``args``.
+    overwrite : bool
+        Replace whatever file is at ``path``, even one dfit_nb did not write (default ``False``: refused).
 
     Returns
     -------
     pathlib.Path
         The written file.
+
+    Raises
+    ------
+    SaveRefusedError
+        ``path`` holds a file dfit_nb did not write (a user's trace, notes), a link to nothing or a FIFO, and
+        ``overwrite`` is not ``True``; refused before any work, nothing is written.
+    PerfettoExportError
+        Events or options that cannot be exported, or ``path`` a folder.
 
     Notes
     -----
@@ -155,6 +170,15 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     >>> next(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name")
     'tpu_like (simulated, 1.05 GHz clock; 1 us = 1050 cycles)'
     """
+    target = Path(os.fspath(path))
+    if target.is_dir():
+        raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
+    if not isinstance(overwrite, bool):
+        raise PerfettoExportError(f"overwrite must be True or False, got {overwrite!r}")
+    if not overwrite and foreign_file(target):  # the report's and the CLI's test: never replace a user's file
+        raise SaveRefusedError(f"refusing to replace {target}: it is a file that dfit_nb did not write (no dfit_nb "
+                               "mark in it); give a new path, move or delete it, or pass overwrite=True to replace "
+                               "it (a trace dfit_nb wrote is replaced without asking)")
     ds = _check_events(events)
     clock = _check_clock(clock_ghz)
     if not isinstance(chip, str):
@@ -720,8 +744,6 @@ def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
 
 def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
     path = Path(os.fspath(path))
-    if path.is_dir():
-        raise PerfettoExportError(f"{path} is a directory; give a file name such as run.json")
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:

@@ -767,7 +767,10 @@ class Run:
 
     def to_perfetto(self, path: str | os.PathLike[str], **options: Any) -> Path:
         """Chrome trace-event JSON for Perfetto UI / chrome://tracing (see :func:`dfit_nb.events.perfetto`), with a
-        ``kernels`` track above the tiles' (:attr:`kernels`)."""
+        ``kernels`` track above the tiles' (:attr:`kernels`).
+
+        A file at ``path`` that dfit_nb did not write is refused (:class:`dfit_nb.errors.SaveRefusedError`, before
+        any work) unless ``overwrite=True`` is passed; a trace dfit_nb wrote is replaced."""
         from ..events.perfetto import to_perfetto
 
         options.setdefault("kernels", self.kernels)
