@@ -9,10 +9,15 @@ directory, then its Pareto front; against the in-memory ``sweep()`` (per-op resu
 the timed part, the best of ``--repeats`` alternating runs. (b) ``--cluster-machines`` machines computed by a
 ``LocalCluster(n_workers=2, threads_per_worker=1, processes=True)`` and by this process' threads (warm, second
 run timed): results equal, the time ratio reported. On a 2-core machine the cluster cannot be faster than the
-threads it replaces: it shows the overhead, not scaling (that needs more cores or hosts).
+threads it replaces: it shows the overhead, not scaling (that needs more cores or hosts). (c) The cost of
+``open_sweep``'s integrity check: a ``--read-machines`` machine per-op sweep (default 10,000 x 50 ops x 3 dataflows,
+``--read-chunks`` chunks) written by ``to_zarr``, then ``open_sweep(store, check=False).load()`` and
+``open_sweep(store).load()`` alternated ``--read-repeats`` times in one process; best and median wall and CPU times
+of each, and checked / unchecked.
 
 Run: ``python benchmarks/bench_scale_out.py --machines 10000000 --eager-machines 20000 --cluster-machines 5000
---repeats 1`` (about 36 min on 2 cores; ``--machines 100000`` for a 1-minute look).
+--repeats 1`` (about 36 min on 2 cores; ``--machines 100000`` for a 1-minute look). Part (c) alone:
+``python benchmarks/bench_scale_out.py --only-read`` (under a minute).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -104,6 +110,42 @@ def cluster(machines: int, chunks: int) -> str:
             f"{times['cluster', 1] / times['threads', 1]:.2f}x (2 cores: overhead, not scaling)")
 
 
+def read_cost(machines: int, chunks: int, repeats: int) -> str:
+    """Part (c): a checked read of a sweep store against an unchecked one, alternated in one process."""
+    import zarr
+
+    from dfit_nb.sim import presets, sweep
+    from dfit_nb.sim.scale import open_sweep, to_zarr
+
+    g = grid(machines)
+    n = int(np.prod([len(v) for v in g.values()]))
+    lazy = sweep(ops(), presets.get("npu_like"), chunks=max(1, n // chunks), per_op=True, **g)
+    wall: dict[bool, list[float]] = {False: [], True: []}
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "sweep.zarr")
+        to_zarr(lazy, store, progress=False)
+        kind = zarr.open_group(store, mode="r").attrs.get("dfit_checksum")
+        size = sum(f.stat().st_size for f in Path(store).rglob("*") if f.is_file())
+        nbytes = open_sweep(store, check=False).nbytes
+        for _ in range(repeats):  # alternating: the machine is shared and noisy
+            for check in (False, True):
+                c0, t0 = time.process_time(), time.perf_counter()
+                open_sweep(store, check=check).load()
+                wall[check].append(time.perf_counter() - t0)
+                cpu[check].append(time.process_time() - c0)
+
+    def show(check: bool) -> str:
+        return (f"{min(wall[check]):.3f} s best, {np.median(wall[check]):.3f} s median (CPU {min(cpu[check]):.3f} / "
+                f"{np.median(cpu[check]):.3f} s)")
+
+    return (f"(c) open_sweep(...).load() of a {n:,}-machine per-op sweep ({nbytes / 1e6:.0f} MB in memory, "
+            f"{size / 1e6:.0f} MB on disk, {kind} chunk checksums), {repeats} alternated reads each:\n"
+            f"    unchecked {show(False)}\n    checked   {show(True)}\n"
+            f"    checked / unchecked: best {min(wall[True]) / min(wall[False]):.3f}, median "
+            f"{np.median(wall[True]) / np.median(wall[False]):.3f} (CPU best {min(cpu[True]) / min(cpu[False]):.3f})")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--machines", type=int, default=10**7)
@@ -111,8 +153,15 @@ def main() -> None:
     p.add_argument("--chunks", type=int, default=ROW * 20)
     p.add_argument("--cluster-machines", type=int, default=1_000)
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--read-machines", type=int, default=10_000)
+    p.add_argument("--read-chunks", type=int, default=5)
+    p.add_argument("--read-repeats", type=int, default=9)
+    p.add_argument("--only-read", action="store_true", help="part (c) only")
     p.add_argument("--child", choices=("eager", "lazy"))
     a = p.parse_args()
+    if a.only_read:
+        print(read_cost(a.read_machines, a.read_chunks, a.read_repeats))
+        return
     if a.child:
         print(json.dumps(child(a.child, a.machines if a.child == "lazy" else a.eager_machines, a.chunks)))
         return
@@ -140,6 +189,7 @@ def main() -> None:
     print(f"    lazy / in-memory rate = {rate_l / rate_e:.2f}; at this rate 10^7 machines take "
           f"{1e7 / rate_l / 3600:.1f} h on this machine (memory is bounded by the chunk, not the sweep)")
     print(cluster(a.cluster_machines, max(1, a.cluster_machines // 8)))
+    print(read_cost(a.read_machines, a.read_chunks, a.read_repeats))
 
 
 if __name__ == "__main__":

@@ -1148,7 +1148,7 @@ def _sweep_store(tmp_path: Path, lazy_sweep) -> Path:
 
 @pytest.mark.parametrize(("damage", "when", "tokens"), [
     # a lazy variable's chunks are checked as they are read; the eager ones and the attributes at open
-    ("chunk", "read", ("chunk 1 of its variable 'total_cycles'", "reads back with checksum crc32:")),
+    ("chunk", "read", ("chunk 1 of its variable 'total_cycles'", "reads back with checksum crc32")),
     ("deleted chunk", "read", ("chunk 0 of its variable 'total_energy_j'", "reads back")),
     ("coordinate", "open", ("its variable 'dram_bw'", "reads back with checksum")),
     ("attribute", "open", ("its attribute 'hardware'", "reads back with checksum")),
@@ -1214,3 +1214,98 @@ def test_write_report_from_python_refuses_files_dfit_nb_did_not_write(tmp_path, 
     assert "3 file(s) that dfit_nb did not write" in message and "move or delete them" in message
     assert (tmp_path / "report.html").read_text() == "my own page"
     assert _tree(tmp_path) == ["npu_like.perfetto.json", "playbook_npu_like.md", "report.html"]
+
+
+# ------------------------------------------------------------------------------------------- issue 42, last gaps
+# Run.to_perfetto from Python replaced any file at its path; write_report from Python accepted / and the home
+# directory as out_dir, which the CLI refuses (one shared check now).
+
+
+@pytest.mark.parametrize("kind", ["a user's file", "a user's trace", "a link to nothing", "a FIFO"])
+def test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it(kind, tmp_path, run):
+    from dfit_nb.events.perfetto import to_perfetto
+
+    path = tmp_path / "mine.perfetto.json"
+    if kind == "a user's file":
+        path.write_text("my notes")
+    elif kind == "a user's trace":  # a trace-event file of another tool: no dfit_nb_version in its otherData
+        path.write_text('{"traceEvents":[],"otherData":{"tool":"mine"}}')
+    elif kind == "a link to nothing":
+        path.symlink_to(tmp_path / "gone.json")
+    else:
+        os.mkfifo(path)
+    before = _tree(tmp_path)
+    for call in (lambda: run.to_perfetto(path),
+                 lambda: to_perfetto(run.events, str(path), clock_ghz=run.attrs["clock_ghz"])):
+        with pytest.raises(SaveRefusedError) as info:
+            call()  # refused before any work: a FIFO is never opened, so this cannot block
+        message = str(info.value)
+        assert message.startswith(f"refusing to replace {path}: ") and "did not write" in message, message
+        assert "overwrite=True" in message, message
+    assert _tree(tmp_path) == before
+    if kind in ("a user's file", "a user's trace"):
+        assert "my notes" in path.read_text() or '"tool":"mine"' in path.read_text()
+
+
+def test_to_perfetto_replaces_its_own_trace_and_a_users_file_when_told(tmp_path, run):
+    from dfit_nb._files import written_by_dfit
+    from dfit_nb.events.perfetto import PerfettoExportError
+
+    path = run.to_perfetto(tmp_path / "run.perfetto.json")
+    assert written_by_dfit(path)
+    first = path.read_text()
+    assert run.to_perfetto(path) == path and path.read_text() == first  # its own: replaced without asking
+    mine = tmp_path / "mine.json"
+    mine.write_text("my notes")
+    assert run.to_perfetto(mine, overwrite=True) == mine and written_by_dfit(mine)
+    with pytest.raises(PerfettoExportError, match="overwrite must be True or False, got 'yes'"):
+        run.to_perfetto(tmp_path / "new.json", overwrite="yes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.json", "run.perfetto.json"]
+
+
+@pytest.mark.parametrize("where", ["root", "home", "above home"])
+def test_write_report_from_python_refuses_root_and_home_as_the_cli_does(where, tmp_path, monkeypatch, trace):
+    from dfit_nb.report import write_report
+
+    home = tmp_path / "users" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))  # Path.home() reads it: a home of the test's own
+    target = {"root": "/", "home": str(home), "above home": str(tmp_path / "users")}[where]
+    said = {"root": "the root of the file system", "home": "the home directory",
+            "above home": "a folder above the home directory"}[where]
+    with pytest.raises(SaveRefusedError) as info:
+        write_report(trace, ["npu_like"], target, progress=False)
+    message = str(info.value)
+    assert message.startswith(f"out_dir {target!r} is {said}; ") and "a folder of its own" in message, message
+    assert list(home.iterdir()) == []
+
+
+def test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_their_own(tmp_path, monkeypatch,
+                                                                                          lazy_sweep):
+    # new stores record CRC32C (google_crc32c, 4x zlib's CRC32: a checked read costs little more than the read);
+    # stores written with zlib's CRC32 before it (and where the C extension is missing) are checked as written
+    import zarr
+
+    for kind in ("crc32", "crc32c"):
+        monkeypatch.setattr(scale, "_new_chunk_kind", lambda kind=kind: kind)
+        path = tmp_path / f"{kind}.zarr"
+        with monkeypatch.context() as m:  # stopped after the first chunk: the resume must use the store's kind
+            m.setattr(scale, "_write_block", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+            with pytest.raises(KeyboardInterrupt):
+                scale.to_zarr(lazy_sweep, path, progress=False)
+        monkeypatch.setattr(scale, "_new_chunk_kind", lambda kind=kind: "crc32c" if kind == "crc32" else "crc32")
+        assert scale.to_zarr(lazy_sweep, path, progress=False) == 2
+        assert zarr.open_group(path, mode="r").attrs[_files.CHECKSUM_ATTR] == kind
+        opened = scale.open_sweep(path)
+        assert opened["total_cycles"].values.tolist() == lazy_sweep["total_cycles"].values.tolist()
+        assert list(opened.data_vars) == list(scale.open_sweep(path, check=False).data_vars)
+        zarr.open_group(path, mode="r+")["total_cycles"][0, 0] = -1.0
+        with pytest.raises(IntegrityError) as info:
+            scale.open_sweep(path).load()
+        message = str(info.value)
+        assert message.startswith(f"refusing to read {str(path)!r}: chunk 0 of its variable 'total_cycles' reads "
+                                  f"back with checksum {kind}:"), message
+    zarr.open_group(path, mode="r+").attrs[_files.CHECKSUM_ATTR] = "sha3"
+    with pytest.raises(scale.ScaleOutError, match=rf"{re.escape(repr(str(path)))} records checksums of kind "
+                                                   r"'sha3'.*upgrade dfit_nb"):
+        scale.to_zarr(lazy_sweep, path, progress=False)

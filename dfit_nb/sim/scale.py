@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import operator
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,16 @@ CHUNK_PREFIX = "dfit-chunk-"
 WRITE_PREFIX = "dfit-write-"
 #: the Zarr variable that records which chunks are on disk (what a resumed :func:`to_zarr` skips)
 DONE = "chunk_done"
-#: the Zarr variable (dims ``chunk``, ``chunk_variable``) holding the CRC32 of each chunk's block of each lazy
-#: variable, written by the chunk's task before its :data:`DONE` flag; checked by :func:`open_sweep`
+#: the Zarr variable (dims ``chunk``, ``chunk_variable``) holding the checksum of each chunk's block of each lazy
+#: variable (of the store's kind, :data:`CHUNK_KINDS`), written by the chunk's task before its :data:`DONE` flag;
+#: checked by :func:`open_sweep`
 CHECKSUMS = "chunk_checksum"
+#: the kinds of :data:`CHECKSUMS` a store's ``dfit_checksum`` attribute may name: ``"crc32c"`` (Castagnoli,
+#: ``google_crc32c``, which zarr requires: about 18 GB/s with its C extension, 4x zlib's CRC32 here, so a checked
+#: read costs little more than the read) for new stores when that extension is there, else ``"crc32"`` (zlib; the
+#: stores written before the CRC32C). The eager variables' and attributes' checksums are ``"crc32:..."`` strings
+#: in every kind (:func:`dfit_nb._files.checksum`).
+CHUNK_KINDS = ("crc32", "crc32c")
 #: root attributes of a store :func:`to_zarr` creates: the lazy variables in the order of :data:`CHECKSUMS`' columns,
 #: the leading dims their chunks split and the chunk sizes along them, and the CRC32 of every eager variable and
 #: coordinate (name -> ``"crc32:..."``, JSON); with ``dfit_checksum`` (the kind) and ``dfit_attrs_checksum`` (the
@@ -240,24 +249,47 @@ def _lead(ds: xr.Dataset) -> tuple[list[str], tuple[str, ...], tuple[tuple[int, 
 
 
 def _write_block(store: str, number: int, regions: dict[str, tuple[slice, ...]], values: dict[str, np.ndarray],
-                 sums: Sequence[str] = ()) -> int:
-    """Write one chunk's blocks into their regions and, for a store with :data:`CHECKSUMS`, the CRC32 of each of
-    ``sums`` (the lazy variables in the store's order), then mark the chunk done (a chunk killed between the two
-    is written again, in place, by the resumed run: never lost, never twice)."""
+                 sums: Sequence[str] = (), kind: str = "crc32") -> int:
+    """Write one chunk's blocks into their regions and, for a store with :data:`CHECKSUMS`, the checksum (of the
+    store's ``kind``) of each of ``sums`` (the lazy variables in the store's order), then mark the chunk done (a
+    chunk killed between the two is written again, in place, by the resumed run: never lost, never twice)."""
     import zarr
 
     group = zarr.open_group(store, mode="r+")
     for name, value in values.items():
         group[name][regions[name]] = value
     if sums:
-        group[CHECKSUMS][number, :] = np.array([_crc(values[name]) for name in sums], np.uint32)
+        group[CHECKSUMS][number, :] = np.array([_crc(values[name], kind) for name in sums], np.uint32)
     group[DONE][number] = True
     return number
 
 
-def _crc(values: np.ndarray) -> int:
-    """The CRC32 :func:`dfit_nb._files.checksum` gives ``values``, as a number (a :data:`CHECKSUMS` entry)."""
-    return int(_files.checksum(np.asarray(values)).partition(":")[2], 16)
+def _crc(values: np.ndarray, kind: str = "crc32") -> int:
+    """The checksum of kind ``kind`` (:data:`CHUNK_KINDS`) of ``values``, as a number (a :data:`CHECKSUMS` entry).
+
+    ``"crc32"``: the CRC32 :func:`dfit_nb._files.checksum` gives. ``"crc32c"``: the CRC32C of the same bytes (the
+    shape's ``repr``, then the values in C order) for a numeric array, read in place; text arrays as ``"crc32"``.
+    """
+    a = np.asarray(values)
+    if kind == "crc32c" and a.dtype.kind not in "OUST":
+        import google_crc32c
+
+        flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+        if flat.flags.writeable:  # the C extension reads read-only buffers only: a view, no copy
+            flat = flat.view()
+            flat.flags.writeable = False
+        return int(google_crc32c.extend(google_crc32c.value(repr(a.shape).encode()), flat))
+    return int(_files.checksum(a).partition(":")[2], 16)
+
+
+def _new_chunk_kind() -> str:
+    """The :data:`CHECKSUMS` kind of a new store: ``"crc32c"`` with ``google_crc32c``'s C extension (zarr requires
+    the package), else ``"crc32"`` (its pure-Python fallback would be far slower than zlib)."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return "crc32"
+    return "crc32c" if getattr(google_crc32c, "implementation", "") == "c" else "crc32"
 
 
 def _local(store: str) -> bool:
@@ -351,7 +383,8 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
 
     Chunks run on the local threads or on the active ``dask.distributed`` client (then ``store`` must be a path
     every worker can write). Variable ``chunk_done`` (dim ``chunk``) records the chunks on disk, and
-    ``chunk_checksum`` (dims ``chunk``, ``chunk_variable``) the CRC32 of each chunk's blocks; open the result
+    ``chunk_checksum`` (dims ``chunk``, ``chunk_variable``) the checksum (:data:`CHUNK_KINDS`: CRC32C in a new
+    store) of each chunk's blocks; open the result
     with :func:`open_sweep` (which checks them) or ``xarray.open_zarr(store)``.
 
     A new local store is created beside its path (``<name>.dfit-tmp-<pid>-<n>``) and renamed in once its metadata
@@ -410,6 +443,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
         except (FileNotFoundError, NotADirectoryError, zarr.errors.GroupNotFoundError):
             group = None
     sums: Sequence[str] = ()
+    kind = "crc32"
     if group is not None and DONE in group:
         if group.attrs.get("dfit_source") != source:
             raise ScaleOutError(f"the Zarr store {store!r} holds another sweep (other inputs or chunks): resume it "
@@ -417,10 +451,14 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
         done = np.asarray(group[DONE][:], bool)
         if CHECKSUMS in group:  # (a store started before the checksums is resumed without them)
             sums = list(group.attrs.get(CHUNK_VARIABLES, ()))
+            kind = str(group.attrs.get(_files.CHECKSUM_ATTR, "crc32"))  # resumed with the kind it started with
+            if kind not in CHUNK_KINDS:
+                raise ScaleOutError(f"the Zarr store {store!r} records checksums of kind {kind!r}, which this "
+                                    "version of dfit_nb does not know; upgrade dfit_nb to resume it")
     elif group is not None:
         raise ScaleOutError(f"{store!r} is a Zarr store that to_zarr() did not start; write to a new path")
     else:
-        sums = lazy
+        sums, kind = lazy, _new_chunk_kind()
         meta = ds.assign({DONE: ("chunk", np.zeros(n, bool)),
                           CHECKSUMS: (("chunk", "chunk_variable"), np.zeros((n, len(lazy)), np.uint32))})
         meta = meta.copy(deep=False)  # each variable's attrs a copy: ``ds`` is not changed
@@ -429,7 +467,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
                  if k not in lazy and k not in (DONE, CHECKSUMS)}
         meta.attrs.update({"dfit_source": source, CHUNK_VARIABLES: list(lazy), CHUNK_DIMS: list(lead),
                            CHUNK_SPLIT: json.dumps([list(map(int, c)) for c in split]),
-                           EAGER_CHECKSUMS: json.dumps(eager, sort_keys=True), _files.CHECKSUM_ATTR: "crc32"})
+                           EAGER_CHECKSUMS: json.dumps(eager, sort_keys=True), _files.CHECKSUM_ATTR: kind})
         meta.attrs[_files.ATTRS_CHECKSUM_ATTR] = json.dumps({"/": _files.attrs_checksums(meta.attrs)},
                                                             separators=(",", ":"), sort_keys=True)
         # metadata, coordinates and the eager variables now; the lazy ones chunk by chunk below
@@ -448,7 +486,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
             arr = ds[v].data
             values[v] = arr.blocks[(*index, *(0,) * (arr.ndim - len(lead)))]
             regions[v] = (*lead_slices, *(slice(None),) * (arr.ndim - len(lead)))
-        tasks.append(dask.delayed(_write_block, pure=False)(store, number, regions, values, sums,
+        tasks.append(dask.delayed(_write_block, pure=False)(store, number, regions, values, sums, kind,
                                                             dask_key_name=f"{WRITE_PREFIX}{number}-{source[-12:]}"))
     try:
         with contextlib.ExitStack() as stack:
@@ -478,8 +516,9 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
 
     At open, each eager variable and coordinate is checked against :data:`EAGER_CHECKSUMS` and the root
     attributes against theirs; each lazy variable's blocks are checked as they are read (every ``.load()``,
-    ``.compute()`` or ``.values``), each against the CRC32 its chunk's task recorded in :data:`CHECKSUMS`: no
-    second pass over the store. A store written before the checksums opens unchecked. The returned Dataset is
+    ``.compute()`` or ``.values``), each against the checksum its chunk's task recorded in :data:`CHECKSUMS` (of
+    the store's kind, :data:`CHUNK_KINDS`), in the Dask task that reads it: no second pass over the store and no
+    second task per block. A store written before the checksums opens unchecked. The returned Dataset is
     ``xarray.open_zarr(store)`` without the bookkeeping (:data:`CHECKSUMS` and the ``dfit_`` checksum
     attributes; :data:`DONE` stays), one Dask block per chunk written.
 
@@ -535,10 +574,11 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     if not done.all():
         raise ScaleOutError(f"{name!r} holds {int(done.sum())} of {done.size} chunks of its sweep: call to_zarr() "
                             "again with the Dataset that started it to write the rest, then open it")
-    ds = xr.open_zarr(name)
     attrs = dict(group.attrs)
     if check and _files.CHECKSUM_ATTR in attrs:
-        ds = _checked_sweep(group, ds, attrs, name)
+        ds = _checked_sweep(group, attrs, name)
+    else:
+        ds = xr.open_zarr(name)
     for key in (_files.CHECKSUM_ATTR, _files.ATTRS_CHECKSUM_ATTR, EAGER_CHECKSUMS, CHUNK_VARIABLES, CHUNK_DIMS,
                 CHUNK_SPLIT):
         ds.attrs.pop(key, None)
@@ -549,12 +589,17 @@ _SWEEP_DAMAGED = ("the store changed after to_zarr() wrote it (a damaged disk or
                   "write the sweep again, or open a good copy")
 
 
-def _checked_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str) -> xr.Dataset:
-    """Check a sweep store's root attributes and eager variables now, and return ``ds`` with each lazy variable's
-    blocks checked as they are read (see :func:`open_sweep`); raise :class:`IntegrityError`."""
-    if attrs[_files.CHECKSUM_ATTR] != "crc32":
-        raise IntegrityError(f"{store!r} records checksums of kind {attrs[_files.CHECKSUM_ATTR]!r}, which this "
-                             "version of dfit_nb does not know; upgrade dfit_nb to open it")
+def _checked_sweep(group: Any, attrs: dict[str, Any], store: str) -> xr.Dataset:
+    """Check a sweep store's root attributes and eager variables now, and return it opened as ``xarray.open_zarr``
+    does, with each lazy variable's blocks checked as they are read (see :func:`open_sweep`); raise
+    :class:`IntegrityError`.
+
+    The store is opened once in two parts, each variable in one: the eager ones and the coordinates as
+    ``open_zarr`` opens them, the lazy ones lazily indexed (:class:`_CheckedBlocks` reads them)."""
+    kind = attrs[_files.CHECKSUM_ATTR]
+    if kind not in CHUNK_KINDS:
+        raise IntegrityError(f"{store!r} records checksums of kind {kind!r}, which this version of dfit_nb does not "
+                             "know; upgrade dfit_nb to open it")
     _files.verify_attrs([("/", attrs)], attrs.get(_files.ATTRS_CHECKSUM_ATTR), repr(store), "sweep store",
                         "refusing to open")
     try:
@@ -566,6 +611,10 @@ def _checked_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str
         raise IntegrityError(f"refusing to open {store!r}: its chunk checksums ({CHECKSUMS!r} and the "
                              f"dfit_chunk_* attributes) are missing or unreadable ({err!r}); {_SWEEP_DAMAGED}"
                              ) from err
+    ds = xr.open_zarr(store, drop_variables=lazy)
+    # the lazy variables' sources: xarray's lazily indexed (and decoded) arrays, never cached, read block by block
+    sources = xr.open_dataset(store, engine="zarr", chunks=None, cache=False, create_default_indexes=False,
+                              drop_variables=[k for k in ds.variables if k not in ds.dims])
     fixed = {name: var for name, var in ds.variables.items() if name not in lazy and name not in (DONE, CHECKSUMS)}
     values = dict(zip(fixed, dask.compute(*(var.data for var in fixed.values())), strict=True))  # one pass
     for name in fixed:
@@ -576,7 +625,7 @@ def _checked_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str
         if found != saved:
             raise IntegrityError(f"refusing to open {store!r}: its variable {name!r} reads back with checksum "
                                  f"{found}, but was written with {saved!r}; {_SWEEP_DAMAGED}")
-    missing = sorted((set(eager) | set(lazy)) - {str(k) for k in ds.variables})
+    missing = sorted((set(eager) | set(lazy)) - {str(k) for k in (*ds.variables, *sources.variables)})
     if missing:
         raise IntegrityError(f"refusing to open {store!r}: its variable {missing[0]!r}, written by to_zarr(), is "
                              f"missing; {_SWEEP_DAMAGED}")
@@ -584,32 +633,62 @@ def _checked_sweep(group: Any, ds: xr.Dataset, attrs: dict[str, Any], store: str
     if sums.shape != (int(np.prod(grid)), len(lazy)):
         raise IntegrityError(f"refusing to open {store!r}: its {CHECKSUMS!r} has shape {sums.shape}, not one row per "
                              f"chunk and one column per variable {(int(np.prod(grid)), len(lazy))}; {_SWEEP_DAMAGED}")
+    # a chunk's block along the leading dims: its slices, and from its first indices the chunk's number
+    lead = [[slice(int(a), int(a + n)) for a, n in zip(np.cumsum((0, *axis)), axis, strict=False)] for axis in split]
+    numbers = {tuple(s.start for s in index): int(number)
+               for number, index in enumerate(itertools.product(*lead))}
+    token = uuid.uuid4().hex  # names of this open's own (as xarray's hold the files' mtimes): a store changed on
+    # disk between two opens is read again, never taken from results Dask holds under the old names
     checked = {}
     for column, name in enumerate(lazy):
-        var = ds[name].variable
-        data = var.data if isinstance(var.data, da.Array) else da.from_array(var.data)
-        # one block per chunk written: the leading dims as the writes split them, the rest whole (as Zarr's
-        # chunks are, so this is no rechunk unless the store was rewritten by another tool)
-        blocks = split + tuple((n,) for n in data.shape[len(split):])
-        if data.chunks != blocks:
-            data = data.rechunk(blocks)
-        checked[name] = var.copy(data=data.map_blocks(_check_block, store, name, column, sums, grid,
-                                                      dtype=data.dtype, meta=data._meta))
-    return ds.assign(checked)
+        var = sources[name].variable
+        # one block per chunk written: the leading dims as the writes split them, the rest whole (as Zarr's chunks
+        # are); each block one task that reads it and checks it, no second task per block
+        reader = _CheckedBlocks(var, store, name, sums[:, column], numbers, kind)
+        rest = tuple(slice(0, n) for n in var.shape[len(split):])
+        key = f"open_sweep-{name}-{token}"
+        layer = {(key, *where, *(0,) * len(rest)): (operator.getitem, reader, (*index, *rest))
+                 for where, index in zip(itertools.product(*(range(len(axis)) for axis in split)),
+                                         itertools.product(*lead), strict=True)}
+        data = da.Array(HighLevelGraph.from_collections(key, layer), key,
+                        split + tuple((n,) for n in var.shape[len(split):]),
+                        meta=np.empty((0,) * var.ndim, var.dtype))
+        checked[name] = xr.Variable(var.dims, data, var.attrs, var.encoding)
+    ds = ds.assign(checked)
+    order = [k for k in group.array_keys() if k in ds.data_vars]  # as open_zarr orders them
+    if list(ds.data_vars) != order and sorted(order) == sorted(ds.data_vars):
+        ordered = ds[order]
+        ds = ordered.assign_coords({k: v for k, v in ds.coords.items() if k not in ordered.coords})
+    return ds
 
 
-def _check_block(block: np.ndarray, store: str, name: str, column: int, sums: np.ndarray, grid: tuple[int, ...],
-                 block_info: dict[Any, Any] | None = None) -> np.ndarray:
-    """``block`` of variable ``name``, checked against the CRC32 its chunk's task recorded (a Dask map_blocks
-    function: the block's place in the grid of chunks gives its chunk number)."""
-    if block_info is None or None not in block_info:  # Dask's probe on a dummy block: nothing to check
+class _CheckedBlocks:
+    """A lazy variable of a sweep store whose every block is checked against its chunk's checksum as it is read,
+    in the task that reads it (each task of a lazy variable's graph in :func:`open_sweep` indexes it once).
+
+    ``source``: the variable as xarray reads it, lazily and decoded; ``sums``: its column of :data:`CHECKSUMS`;
+    ``numbers``: a chunk's first indices along the leading dims -> its number."""
+
+    def __init__(self, source: xr.Variable, store: str, name: str, sums: np.ndarray,
+                 numbers: dict[tuple[int, ...], int], kind: str) -> None:
+        self.source, self.store, self.name, self.sums, self.kind = source, store, name, sums, kind
+        self.shape, self.dtype, self.ndim = source.shape, source.dtype, source.ndim
+        self.numbers, self.lead = numbers, len(next(iter(numbers)))
+
+    def __getitem__(self, key: tuple[slice, ...]) -> np.ndarray:
+        block = np.asarray(self.source[key].values)
+        try:  # the block's first indices: which chunk wrote it (its task asks for one whole chunk's block)
+            number = self.numbers[tuple(k.start for k in key[:self.lead])]
+        except (KeyError, AttributeError, TypeError):
+            raise IntegrityError(f"refusing to read {self.store!r}: {key!r} of its variable {self.name!r} is not "
+                                 "one chunk to_zarr() wrote, so it cannot be checked; read it through the Dataset "
+                                 "open_sweep() returns, or with check=False") from None
+        found, saved = _crc(block, self.kind), int(self.sums[number])
+        if found != saved:
+            raise IntegrityError(f"refusing to read {self.store!r}: chunk {number} of its variable {self.name!r} "
+                                 f"reads back with checksum {self.kind}:{found:08x}, but was written with "
+                                 f"{self.kind}:{saved:08x}; {_SWEEP_DAMAGED}")
         return block
-    number = int(np.ravel_multi_index(block_info[None]["chunk-location"][:len(grid)], grid)) if grid else 0
-    found, saved = _crc(block), int(sums[number, column])
-    if found != saved:
-        raise IntegrityError(f"refusing to read {store!r}: chunk {number} of its variable {name!r} reads back with "
-                             f"checksum crc32:{found:08x}, but was written with crc32:{saved:08x}; {_SWEEP_DAMAGED}")
-    return block
 
 
 class _Bar(Callback):
