@@ -696,14 +696,23 @@ def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int 
                  f"warm-up of the replay of {n} ops on {hw.name or 'the machine'!r}")
 
 
+#: the share of an op's own traffic (its operands and result, once) that its re-read and spilled bytes must reach
+#: for :class:`SpillWarning` to name it (1: its data cross DRAM twice over); a blocked loop re-streaming a few KiB
+#: of weights (up to a third of a small op's traffic on eyeriss_like's 108 KiB) is how it runs, not a warning
+SPILL_SHARE = 1.0
+
+
 def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> None:
     """One warning naming the ops that move data through DRAM more than once because it exceeds the SRAM (a
-    GEMM's operands re-read per block, partial sums spilled: ``spilled_bytes``), and the fusible kernels that run
+    GEMM's operands re-read per block, partial sums spilled: ``spilled_bytes``, at least :data:`SPILL_SHARE` of
+    the op's operands and result), and the fusible kernels that run
     unfused because their working set exceeds a tile's SRAM (:func:`dfit_nb.sim.machine.kernel_fits`). An op
     that merely streams more data than the chip holds (an elementwise op of a large tensor reads and writes each
     byte once) is not named: that is how it runs on any chip."""
     spilled = out["spilled_bytes"] * prep.arrays["count"]
-    big = np.flatnonzero(spilled > 0)
+    words = machine.word_scale(prep.arrays["itemsize"], out["word"], np)
+    once = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words * prep.arrays["count"]
+    big = np.flatnonzero((spilled > 0) & (spilled >= SPILL_SHARE * once))
     k = prep.kernels
     unfused: list[int] = []
     if k is not None and "fused" in out:
