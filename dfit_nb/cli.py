@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from . import examples
-from ._files import _check_target, foreign_file, refuse_shared_folder
+from ._files import _check_target, refuse_shared_folder
 from ._setup import setup
 from .capture import MODES, capture
 from .errors import DfitError, SaveError, SaveRefusedError
@@ -344,7 +344,7 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
     replaces its own. Nothing is created or written; returns the folder's path. Raises :class:`UsageError` naming
     the path and, for files in the way, every one of them.
     """
-    from .report import report_file_names
+    from .report import foreign_report_files, report_file_names
 
     folder = Path(out_dir)
     label = f"-o {str(out_dir)!r}"
@@ -368,16 +368,13 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
         return folder
     if not _writable(folder):
         raise UsageError(f"{label} is not writable; give a folder you can write to")
-    foreign = []
-    for name in report_file_names(names):
+    files = report_file_names(names)
+    for name in files:
         path = folder / name
-        if not os.path.lexists(path):
-            continue
-        if not path.is_file():
+        if os.path.lexists(path) and not path.is_file():
             raise UsageError(f"{label}: {path} is a {_kind(path)}, where the report writes a file; move it away or "
                              "choose another -o folder")
-        if foreign_file(path):
-            foreign.append(path)
+    foreign = foreign_report_files(folder, files)
     if foreign:
         listed = ", ".join(str(p) for p in foreign)
         raise UsageError(f"{label} holds {len(foreign)} file(s) that dfit_nb did not write (no dfit_nb mark in "

@@ -527,6 +527,13 @@ def report_file_names(names: Sequence[str]) -> list[str]:
     return ["report.html", *(name for stem in _file_stems(names).values() for name in _stem_files(stem).values())]
 
 
+def foreign_report_files(folder: Path, names: Sequence[str]) -> list[Path]:
+    """The files of ``names`` in ``folder`` that dfit_nb did not write, or that are not files
+    (:func:`dfit_nb._files.foreign_file`): what a report must not replace. One check for :func:`write_report` and
+    the CLI's ``-o`` folder."""
+    return [folder / name for name in names if foreign_file(folder / name)]
+
+
 def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) -> None:
     """Refuse, before any work, a report folder that is the root of the file system, the home directory or a folder
     above it (:func:`dfit_nb._files.refuse_shared_folder`, for root too), or that holds a file of a name the report
@@ -545,11 +552,7 @@ def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) ->
     if not folder.is_dir():
         return
     names = ["report.html", *(name for stem in stems for name in _stem_files(stem).values())]
-    foreign = []
-    for name in names:
-        path = folder / name
-        if foreign_file(path):
-            foreign.append(path)
+    foreign = foreign_report_files(folder, names)
     if foreign:
         listed = ", ".join(str(p) for p in foreign)
         raise SaveRefusedError(f"refusing to write the report into {folder}: it holds {len(foreign)} file(s) that "
