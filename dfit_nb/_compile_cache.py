@@ -44,7 +44,6 @@ The cache grows without bound (JAX evicts only with ``jax_compilation_cache_max_
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
@@ -55,6 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ._atomic import atomic_file
 from .errors import CompilationCacheWarning
 
 __all__ = ["ENV", "MIN_COMPILE_TIME_S", "CacheState", "atomic_file_cache", "configure", "default_directory",
@@ -185,15 +185,8 @@ def atomic_file_cache() -> type | None:
             target = os.path.join(folder, f"{key}{suffix}")
             if os.path.exists(target):  # as JAX: an entry is never rewritten
                 return
-            fd, temporary = tempfile.mkstemp(prefix=f".{key}-", suffix=".tmp", dir=folder)  # a dot: no entry's name
-            try:
-                with os.fdopen(fd, "wb") as file:
-                    file.write(value)
-                os.replace(temporary, target)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-                raise
+            with atomic_file(target, prefix=f".{key}-") as file:  # a dot: never an entry's name
+                file.write(value)
 
     AtomicFileCache.__qualname__ = AtomicFileCache.__name__
     return AtomicFileCache

@@ -30,7 +30,6 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Callable, Hashable
@@ -40,6 +39,7 @@ from typing import Any
 import jax
 
 from . import _compile_cache
+from ._atomic import atomic_file
 from .errors import CompilationCacheWarning
 
 #: ``DFIT_NB_EXPORTED=0`` (or ``off``, ``false``, ``no``) switches the exported-program cache off
@@ -246,13 +246,7 @@ def _store(path: Path, data: bytes) -> None:
     the program stays in memory for this process, and the compilation cache has warned about its directory."""
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(path, prefix=f".{path.stem[:16]}-") as f:
+            f.write(data)
     except OSError:
         pass

@@ -48,7 +48,6 @@ import html
 import json
 import os
 import re
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -59,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from . import views
+from ._atomic import atomic_file
 from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
 from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
@@ -738,16 +738,9 @@ def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
 def _write_text(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary of a name unique to this call, renamed in once complete: a
     reader never sees half a file, and two writers (threads or processes) never share a temporary."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0o600 would hide the report from the other users who can read the folder
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    # 0o644: a temporary's 0o600 would hide the report from the other users who can read the folder
+    with atomic_file(path, "w", permissions=0o644) as f:
+        f.write(text)
     return path
 
 

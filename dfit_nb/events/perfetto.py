@@ -30,7 +30,6 @@ import itertools
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from .._atomic import atomic_file
 from .._files import foreign_file
 from .._version import __version__
 from ..errors import DfitError, DfitWarning, SaveRefusedError
@@ -744,23 +744,12 @@ def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
 
 def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
     path = Path(os.fspath(path))
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write('{"traceEvents":[\n')
-            for chunk in _chunks(parts):
-                f.write(chunk)
-            # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
-            f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
-            f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
-            f.write("}\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_file(path, "w", permissions=0o644) as f:
+        f.write('{"traceEvents":[\n')
+        for chunk in _chunks(parts):
+            f.write(chunk)
+        # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
+        f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
+        f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
+        f.write("}\n")
     return path

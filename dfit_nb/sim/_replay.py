@@ -131,16 +131,17 @@ def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
     n, width = preds.shape
     if width > 52:
         raise ReplayError(f"an op has {width} producers; the replay handles at most 52")
-    seen: set[tuple[int, int]] = set()
     out = np.zeros(n)
-    for i in range(n):  # host side, once per prepared trace
-        for s, p in enumerate(preds[i]):
-            if p < 0 or kernel[p] == kernel[i]:
-                continue
-            key = (int(kernel[i]), int(p))
-            if key in seen:
-                out[i] += 2.0 ** s
-            seen.add(key)
+    kernel = np.asarray(kernel, np.int64)
+    op, slot = np.nonzero(preds >= 0)  # in program order, then slot order
+    producer = preds[op, slot]
+    outside = kernel[producer] != kernel[op]
+    op, slot, producer = op[outside], slot[outside], producer[outside]
+    # the first read of each (kernel, producer) brings it in; every later one finds it there
+    _, first = np.unique(kernel[op] * n + producer, return_index=True)
+    later = np.ones(op.size, bool)
+    later[first] = False
+    np.add.at(out, op[later], 2.0 ** slot[later])
     return out
 
 

@@ -90,6 +90,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DfitError
+from ._cost import operand_dims
 
 #: the ways :func:`group` decides kernels (the first is the default)
 FUSION_MODES = ("rules", "compiler", "none")
@@ -231,8 +232,6 @@ def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
     ...               "out_shapes": np.array(["float32[8]", "float32[128]", "float32[]"])}).tolist()
     [128.0, 0.0, 8.0]
     """
-    from ._cost import operand_dims
-
     n = len(np.asarray(table["primitive"])) if "primitive" in table else len(np.asarray(table["in_shapes"]))
     if "in_shapes" not in table or "out_shapes" not in table:
         return np.zeros(n)
