@@ -39,7 +39,7 @@ def main() -> None:
             o = t.overhead
             pct.append(o.percent)
             print(f"[{label}] repeat {i}: plain {o.baseline_s * 1e3:.3f} ms  profiled {o.instrumented_s * 1e3:.3f} ms"
-                  f"  ratio {o.ratio:.4f}  overhead {o.percent:+.2f}%  ({o.n_calls} calls each side)")
+                  f"  overhead {o.describe()}  ({o.n_calls} calls each side)")
         timed = int((t.lowering["time_s"] > 0).sum())
         print(f"[{label}] encoder {size or dfit_nb.examples.get('encoder').defaults}: "
               f"{timed} of {t.lowering.sizes['fusion']} HLO instructions timed, {t.total_flops():.3e} FLOP/call; "

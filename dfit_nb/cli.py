@@ -488,7 +488,7 @@ def _report(args: argparse.Namespace) -> int:
     if trace.mode != "static":
         o = trace.overhead
         print(f"{trace.mode} mode: plain call {o.baseline_s * 1e3:.3f} ms, "
-              f"instrumented {o.instrumented_s * 1e3:.3f} ms ({o.percent:+.2f}%, median of {o.n_calls} calls)")
+              f"instrumented {o.instrumented_s * 1e3:.3f} ms (medians of {o.n_calls} calls); overhead {o.describe()}")
     low = trace.lowering.attrs
     print(f"XLA cost analysis FLOPs: {low.get('xla_flops', float('nan')):.0f} ({low.get('xla_flops_note', '')}); "
           f"dfit_nb FLOPs (flops x count): {trace.total_flops()}")

@@ -47,7 +47,8 @@ def _fn_name(fn: Callable[..., Any]) -> str:
 
 
 def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any,
-                  profile: dict[str, Any] | None = None, budget_s: Any = probes.DEFAULT_PROFILE_BUDGET_S) -> None:
+                  profile: dict[str, Any] | None = None, budget_s: Any = probes.DEFAULT_PROFILE_BUDGET_S,
+                  ci_pct: Any = probes.DEFAULT_PROFILE_CI_PCT) -> None:
     if not callable(fn):
         raise TypeError(f"capture() needs a callable as its first argument, got {type(fn).__name__}: {fn!r:.80}")
     if not isinstance(mode, str) or mode not in MODES:
@@ -68,6 +69,12 @@ def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: 
                         f"got {type(budget_s).__name__} {budget_s!r}")
     if not (math.isfinite(budget_s) and budget_s > 0):
         raise ValueError(f"profile_budget_s must be a positive finite number of seconds (e.g. 2.0), got {budget_s}")
+    if isinstance(ci_pct, bool) or not isinstance(ci_pct, (int, float, np.integer, np.floating)):
+        raise TypeError(f"profile_ci_pct must be a number of percentage points >= 0 (e.g. 3.0; 0 spends the whole "
+                        f"budget), got {type(ci_pct).__name__} {ci_pct!r}")
+    if not (math.isfinite(ci_pct) and ci_pct >= 0):
+        raise ValueError(f"profile_ci_pct must be a finite number of percentage points >= 0 (e.g. 3.0; 0 spends the "
+                         f"whole budget), got {ci_pct}")
     if (while_trips is not None and not isinstance(while_trips, (int, Mapping))) or isinstance(while_trips, bool):
         raise TypeError(
             "while_trips must be None, an int (every while loop), or a mapping from a while op id (int) "
@@ -296,6 +303,7 @@ def capture(
     profile_rounds: int | None = None,
     profile_calls: int | None = None,
     profile_budget_s: float = probes.DEFAULT_PROFILE_BUDGET_S,
+    profile_ci_pct: float = probes.DEFAULT_PROFILE_CI_PCT,
     regions: str = "both",
     param_args: int | str | Sequence[int | str] | None = None,
     **kwargs: Any,
@@ -332,15 +340,22 @@ def capture(
         Like ``timeit.Timer.autorange``, one plain and one profiled call are
         timed first (twice when cheap: a first run carries one-time costs)
         and the counts are sized from them: at most
-        ``budget / (plain + profiled)`` call pairs, in 2 to 5 rounds of at
-        least one call. A call slower than about a quarter of the budget
-        still gets 2 rounds of 1 call, so the spread between rounds can be
-        reported. The sizing pair and one warm-up call come on top (a model
-        at 0.5 s a call: 7 calls in all).
-        What was used is recorded in ``trace.attrs``: ``profile_rounds``,
-        ``profile_calls``, ``profile_budget_s``, ``profile_sizing`` (which
-        counts came from the budget) and, when any did, ``profile_probe_s``
-        (the seconds the sizing pair of calls took).
+        ``budget / (plain + profiled)`` call pairs, in 2 to 20 rounds of at
+        least one call. Rounds sized from the budget stop early, after 3,
+        once the overhead's 95% interval is within ``profile_ci_pct``. A call
+        slower than about a quarter of the budget still gets 2 rounds of 1
+        call, so the spread between rounds can be reported. The sizing pair
+        and one warm-up call come on top (a model at 0.5 s a call: 7 calls
+        in all). What was used is recorded in ``trace.attrs``:
+        ``profile_rounds`` (run), ``profile_max_rounds`` (the most the budget
+        held), ``profile_calls``, ``profile_budget_s``, ``profile_ci_pct``,
+        ``profile_sizing`` (which counts came from the budget) and, when any
+        did, ``profile_probe_s`` (the seconds the sizing pair of calls took).
+    profile_ci_pct : float, default 3.0
+        Profile mode stops adding rounds once the overhead's 95% interval
+        (``trace.overhead.interval_percent``) is within this many percentage
+        points either side of its estimate; 0 spends the whole budget. Raise
+        ``profile_budget_s`` for a narrower interval on a slow model.
     regions : {"both", "params", "scopes"}, default "both"
         How ops are grouped into regions (``trace.ops["region"]``).
         ``"scopes"``: the named scopes and nested-jit paths of JAX's name
@@ -430,6 +445,9 @@ def capture(
     ('budget', True, True)
     >>> t.overhead.n_calls == t.attrs["profile_rounds"] * t.attrs["profile_calls"]
     True
+    >>> low, high = t.overhead.interval_percent  # the overhead's 95% interval over the rounds
+    >>> bool(low <= t.overhead.percent <= high)
+    True
     >>> t = dfit_nb.capture(lambda a: jnp.tanh(a @ a), x, mode="profile", profile_rounds=2, profile_calls=3)
     >>> t.attrs["profile_sizing"], t.attrs["profile_rounds"], t.attrs["profile_calls"], t.overhead.n_calls
     ('explicit', 2, 3, 6)
@@ -450,7 +468,7 @@ def capture(
     """
     t_start = time.perf_counter()
     _check_inputs(fn, args, kwargs, mode, while_trips,
-                  {"profile_rounds": profile_rounds, "profile_calls": profile_calls}, profile_budget_s)
+                  {"profile_rounds": profile_rounds, "profile_calls": profile_calls}, profile_budget_s, profile_ci_pct)
     if not isinstance(regions, str) or regions not in regions_mod.REGION_MODES:
         raise ValueError(f"unknown regions={regions!r}; valid: {', '.join(map(repr, regions_mod.REGION_MODES))} "
                          f"(named scopes and parameter paths, parameter paths only, named scopes only)")
@@ -526,7 +544,8 @@ def capture(
     m = None
     if mode == "profile":
         m = probes.run_profile(jax.jit(flat_fn), compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
-                               rounds=profile_rounds, calls_per_round=profile_calls, budget_s=profile_budget_s)
+                               rounds=profile_rounds, calls_per_round=profile_calls, budget_s=profile_budget_s,
+                               ci_pct=profile_ci_pct)
         control.update_from_profile(walk, m)
     elif mode == "eager":
         m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
@@ -579,7 +598,9 @@ def capture(
     if m is not None and m.sizing is not None:  # profile mode: the rounds and calls it ran, and why
         attrs.update(m.sizing.to_attrs())
     overhead = Overhead(mode=mode, capture_s=time.perf_counter() - t_start, **(
-        {"baseline_s": m.baseline_s, "instrumented_s": m.instrumented_s, "n_calls": m.n_calls} if m else {}))
+        {"baseline_s": m.baseline_s, "instrumented_s": m.instrumented_s, "n_calls": m.n_calls,
+         "rounds": m.rounds, **dict(zip(("paired_ratio", "ratio_low", "ratio_high"), m.ratio or (), strict=False))}
+        if m else {}))
     return Trace(
         ops=ops, edges=tables.edges_dataset(walk.edges), regions=tables.regions_dataset(ops),
         lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed, fn=fn,

@@ -43,9 +43,17 @@ from .walk import OpRecord, Walk
 
 #: seconds profile mode aims to spend on its timed calls when it chooses the counts (``capture(profile_budget_s=)``)
 DEFAULT_PROFILE_BUDGET_S = 2.0
-#: rounds chosen from the budget: two at least, so a spread between rounds exists; five at most, as the former
-#: fixed default, since every round writes and reads one more profile file
-MIN_AUTO_ROUNDS, MAX_AUTO_ROUNDS = 2, 5
+#: rounds chosen from the budget: two at least, so a spread between rounds exists; twenty at most, enough for the
+#: t quantile of the overhead's interval to be near its limit (2.09 at 19 degrees of freedom, 1.96 at infinity)
+MIN_AUTO_ROUNDS, MAX_AUTO_ROUNDS = 2, 20
+#: half-width, in percentage points, of the overhead's 95% interval at which a budget-sized run stops adding rounds
+#: (``capture(profile_ci_pct=)``)
+DEFAULT_PROFILE_CI_PCT = 3.0
+#: rounds a budget-sized run takes before its interval may stop it: with two, the t quantile is 12.7 and a chance
+#: pair of near-equal rounds would end the run on an interval that means little
+MIN_STOP_ROUNDS = 3
+#: the confidence level of the overhead's interval
+CI_LEVEL = 0.95
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,11 +65,14 @@ class ProfileSizing:
     budget_s: float
     sizing: str  # "explicit", "budget" (both chosen), "calls from budget" or "rounds from budget"
     probe_s: float | None = None  # one plain + one profiled call, profiler write and read included; None: not run
+    max_rounds: int = 0  # the rounds the budget held (or the rounds given); ``rounds`` <= this
+    ci_pct: float = DEFAULT_PROFILE_CI_PCT  # the interval's half-width that stops a budget-sized run early
 
     def to_attrs(self) -> dict[str, Any]:
         """Flat ``trace.attrs`` entries (netCDF-safe: no None)."""
         attrs: dict[str, Any] = {"profile_rounds": self.rounds, "profile_calls": self.calls_per_round,
-                                 "profile_budget_s": self.budget_s, "profile_sizing": self.sizing}
+                                 "profile_budget_s": self.budget_s, "profile_sizing": self.sizing,
+                                 "profile_max_rounds": self.max_rounds, "profile_ci_pct": self.ci_pct}
         if self.probe_s is not None:
             attrs["profile_probe_s"] = self.probe_s
         return attrs
@@ -73,7 +84,9 @@ def choose_profile_counts(pair_s: float, budget_s: float, rounds: int | None = N
 
     ``pair_s`` is what one plain call and one profiled call cost together
     (the profiler writing and reading the call's events included): at most
-    ``budget_s / pair_s`` pairs run, in 2 to 5 rounds of at least one call.
+    ``budget_s / pair_s`` pairs run, in 2 to 20 rounds of at least one call.
+    ``rounds`` is the most a budget-sized run takes: it stops sooner once the
+    overhead's interval is narrow enough (:func:`paired_overhead`).
     The 2-round, 1-call minimum exceeds the budget when a pair takes more than
     half of it. A count given (not ``None``) is returned unchanged.
 
@@ -81,21 +94,65 @@ def choose_profile_counts(pair_s: float, budget_s: float, rounds: int | None = N
     --------
     >>> choose_profile_counts(1.0, 2.0)  # a model at 0.5 s a call: 2 pairs fill the budget
     (2, 1)
+    >>> choose_profile_counts(1.0, 20.0)  # the same model given 20 s: 20 rounds of one call
+    (20, 1)
     >>> choose_profile_counts(0.002, 2.0)  # 1 ms a call: 1,000 pairs
-    (5, 200)
-    >>> choose_profile_counts(0.002, 2.0, rounds=3), choose_profile_counts(0.002, 2.0, calls=10)
-    ((3, 333), (5, 10))
+    (20, 50)
+    >>> choose_profile_counts(0.002, 2.0, rounds=4), choose_profile_counts(0.002, 2.0, calls=10)
+    ((4, 250), (20, 10))
     >>> choose_profile_counts(0.002, 2.0, rounds=7, calls=1)
     (7, 1)
     """
     # perf_counter can read 0 for a trivial call: floor it so the division stays finite
     pairs = int(budget_s / max(pair_s, 1e-9))
     if rounds is None:
-        per_round = calls if calls is not None else 1
+        # rounds as many as the cap allows: more, shorter rounds pair the two sides more closely in time (slow drift
+        # in the machine's load cancels) and give the interval more degrees of freedom for the same calls
+        per_round = calls if calls is not None else max(1, pairs // MAX_AUTO_ROUNDS)
         rounds = min(MAX_AUTO_ROUNDS, max(MIN_AUTO_ROUNDS, pairs // per_round))
     if calls is None:
         calls = max(1, pairs // rounds)
     return int(rounds), int(calls)
+
+
+def paired_overhead(baseline: Sequence[Sequence[float]], instrumented: Sequence[Sequence[float]],
+                    level: float = CI_LEVEL) -> tuple[float, float, float]:
+    """The overhead ratio and its confidence interval, from rounds of paired blocks.
+
+    Round ``r`` ran a block of plain calls ``baseline[r]`` next to a block of
+    instrumented calls ``instrumented[r]``. Each round gives one paired log
+    ratio of the blocks' medians; the ratio is the exponential of their mean
+    and the interval Student's t interval of that mean, so the machine's slow
+    drift (another job starting) moves both sides of a round and cancels.
+    With one round there is no interval: its bounds are NaN.
+
+    Returns
+    -------
+    (ratio, low, high) : tuple of float
+        ``instrumented / baseline`` and the bounds of its ``level`` interval.
+
+    Examples
+    --------
+    >>> r, lo, hi = paired_overhead([[1.0], [1.0], [1.0]], [[1.10], [1.12], [1.08]])
+    >>> round(r, 3), lo < r < hi, round(lo, 3), round(hi, 3)
+    (1.1, True, 1.051, 1.151)
+    """
+    if len(baseline) != len(instrumented) or not len(baseline):
+        raise ValueError(f"paired_overhead needs as many baseline as instrumented rounds (at least one), got "
+                         f"{len(baseline)} and {len(instrumented)}")
+    d = np.log([statistics.median(i) / statistics.median(b) for b, i in zip(baseline, instrumented, strict=True)])
+    mean = float(d.mean())
+    if d.size < 2:
+        return float(np.exp(mean)), float("nan"), float("nan")
+    from scipy import stats  # here, not at import: only runtime modes need it, and scipy.stats is slow to import
+
+    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
+    return float(np.exp(mean)), float(np.exp(mean - half)), float(np.exp(mean + half))
+
+
+def interval_half_width_pct(low: float, high: float) -> float:
+    """Half the width of an interval of ratios, in percentage points (infinite when undefined)."""
+    return 50.0 * (high - low) if np.isfinite(low) and np.isfinite(high) else float("inf")
 
 
 @dataclasses.dataclass
@@ -113,6 +170,8 @@ class Measurement:
     exec_per_call: dict[int, float] = dataclasses.field(default_factory=dict)
     loops_seen: set[int] = dataclasses.field(default_factory=set)  # while ops whose loop instruction ran
     sizing: ProfileSizing | None = None  # profile mode: the rounds and calls run, and why
+    ratio: tuple[float, float, float] | None = None  # paired_overhead's (ratio, low, high) over the rounds
+    rounds: int = 0  # rounds run: the interval's sample size
 
 
 def _timed(fn: Callable[[], Any]) -> float:
@@ -148,16 +207,21 @@ def run_profile(
     rounds: int | None = None,
     calls_per_round: int | None = None,
     budget_s: float = DEFAULT_PROFILE_BUDGET_S,
+    ci_pct: float = DEFAULT_PROFILE_CI_PCT,
 ) -> Measurement:
     """Profile ``compiled`` (the tagged program) against ``plain`` (the user's jitted call).
 
     ``rounds`` or ``calls_per_round`` left ``None`` is chosen from ``budget_s``
     by :func:`choose_profile_counts`, from one timed pair of a plain and a
     profiled call (two pairs when the first takes under a quarter of the budget).
+    Rounds left to the budget stop early, after :data:`MIN_STOP_ROUNDS`, once
+    the overhead's interval is within ``ci_pct`` percentage points either
+    side; rounds given all run.
     """
     jax.block_until_ready(plain(*args))  # compiles the user's jitted call: never timed
-    base: list[float] = []
-    inst: list[float] = []
+    base: list[list[float]] = []  # per round, per call
+    inst: list[list[float]] = []
+    rounds_given = rounds
     files = []
     note = ""
     how = {(False, False): "explicit", (True, True): "budget", (False, True): "calls from budget",
@@ -174,15 +238,21 @@ def run_profile(
                 probe_s = _probe_pair(plain, compiled, args, f"{root}/probe1", module)
             rounds, calls_per_round = choose_profile_counts(probe_s, budget_s, rounds, calls_per_round)
         assert rounds is not None and calls_per_round is not None  # for the type checker: both are set now
+        may_stop = rounds_given is None
         for r in range(rounds):
-            base.extend(_timed(lambda: plain(*args)) for _ in range(calls_per_round))
+            base.append([_timed(lambda: plain(*args)) for _ in range(calls_per_round)])
             log_dir = f"{root}/round{r}"
             jax.profiler.start_trace(log_dir, profiler_options=_profile_options())
             try:
-                inst.extend(_timed(lambda: compiled(*args)) for _ in range(calls_per_round))
+                inst.append([_timed(lambda: compiled(*args)) for _ in range(calls_per_round)])
             finally:
                 jax.profiler.stop_trace()
             files.extend(find_xplane_files(log_dir))
+            # stopping on the interval itself shifts its coverage a little (a sequential test); the floor of
+            # MIN_STOP_ROUNDS keeps the shift small, and a run that never narrows spends the whole budget
+            if may_stop and r + 1 >= MIN_STOP_ROUNDS:
+                if interval_half_width_pct(*paired_overhead(base, inst)[1:]) <= ci_pct:
+                    break
         timings = []
         for f in files:
             try:
@@ -216,13 +286,16 @@ def run_profile(
         op for op, names in fusion_map.op_to_fusions.items()
         if any(f in executions and fusion_map.record(f).opcode == "while" for f in names)
     }
+    flat_base, flat_inst = [t for b in base for t in b], [t for i in inst for t in i]
     return Measurement(
         op_time_per_call=op_time,
         trips={}, branch_fractions={},
-        baseline_s=statistics.median(base), instrumented_s=statistics.median(inst),
-        n_calls=len(inst), fusion_executions=executions, fusion_time_s=fusion_time,
+        baseline_s=statistics.median(flat_base), instrumented_s=statistics.median(flat_inst),
+        n_calls=len(flat_inst), fusion_executions=executions, fusion_time_s=fusion_time,
         exec_per_call=exec_per_call, loops_seen=loops_seen,
-        sizing=ProfileSizing(int(rounds), int(calls_per_round), float(budget_s), how, probe_s),
+        sizing=ProfileSizing(len(inst), int(calls_per_round), float(budget_s), how, probe_s, int(rounds),
+                             float(ci_pct)),
+        ratio=paired_overhead(base, inst), rounds=len(inst),
     )
 
 
@@ -416,11 +489,12 @@ def run_eager(plain: Callable[..., Any], walk: Walk, args: Sequence[Any], *, rep
     jax.block_until_ready(plain(*args))
     _EagerInterpreter(walk).run(closed.jaxpr, closed.consts, args)  # warm-up: compiles each primitive
     interp = _EagerInterpreter(walk)
-    base, inst = [], []
+    base: list[list[float]] = []  # per repeat: the plain calls either side of its interpreted run
+    inst: list[list[float]] = []
     for _ in range(repeats):
-        base.append(_timed(lambda: plain(*args)))
-        inst.append(_timed(lambda: interp.run(closed.jaxpr, closed.consts, args)))
-        base.append(_timed(lambda: plain(*args)))
+        before = _timed(lambda: plain(*args))
+        inst.append([_timed(lambda: interp.run(closed.jaxpr, closed.consts, args))])
+        base.append([before, _timed(lambda: plain(*args))])
     n_exec = {r.id: interp.execs[r.id] / repeats for r in walk.records}
     trips = {op: t / interp.execs[op] for op, t in interp.trips.items() if interp.execs[op] > 0}
     for r in walk.records:
@@ -431,6 +505,7 @@ def run_eager(plain: Callable[..., Any], walk: Walk, args: Sequence[Any], *, rep
     op_time[[r.id for r in walk.records if r.container]] = np.nan
     return Measurement(
         op_time_per_call=op_time, trips=trips, branch_fractions=fracs,
-        baseline_s=statistics.median(base), instrumented_s=statistics.median(inst), n_calls=repeats,
-        exec_per_call=n_exec,
+        baseline_s=statistics.median([t for b in base for t in b]),
+        instrumented_s=statistics.median([i[0] for i in inst]), n_calls=repeats,
+        exec_per_call=n_exec, ratio=paired_overhead(base, inst), rounds=repeats,
     )

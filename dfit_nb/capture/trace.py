@@ -21,10 +21,22 @@ class Overhead:
     """A mode's measured cost against the plain jitted call.
 
     ``baseline_s`` and ``instrumented_s`` are medians of per-call wall times
-    over ``n_calls`` interleaved calls each; ``ratio`` is their quotient and
-    ``percent`` is ``100 * (ratio - 1)``. Static mode runs nothing: its ratio
-    is 1 by construction and its times are NaN. ``capture_s`` is the wall
-    time the whole capture took (tracing, lowering, compiling, measuring).
+    over ``n_calls`` calls each. The calls ran in ``rounds`` rounds, each a
+    block of plain calls beside a block of instrumented ones; ``ratio`` is the
+    paired estimate over the rounds (the exponential of the mean log ratio of
+    each round's medians) and ``ratio_low``/``ratio_high`` its 95% Student's t
+    interval (NaN with fewer than two rounds). ``percent`` is
+    ``100 * (ratio - 1)``. Static mode runs nothing: its ratio is 1 by
+    construction and its times are NaN. ``capture_s`` is the wall time the
+    whole capture took (tracing, lowering, compiling, measuring). A trace saved
+    before rounds were recorded has ``rounds == 0``: its ratio is the medians'
+    quotient, without an interval.
+
+    Examples
+    --------
+    >>> o = Overhead("profile", 0.50, 0.51, n_calls=12, paired_ratio=1.02, ratio_low=0.99, ratio_high=1.05, rounds=12)
+    >>> round(o.percent, 1), o.distinguishable_from_zero, o.describe()
+    (2.0, False, '+2.00% (95% interval -1.00% to +5.00%, 12 rounds: not distinguishable from 0)')
     """
 
     mode: str
@@ -32,18 +44,47 @@ class Overhead:
     instrumented_s: float = float("nan")
     n_calls: int = 0
     capture_s: float = float("nan")
+    paired_ratio: float = float("nan")
+    ratio_low: float = float("nan")
+    ratio_high: float = float("nan")
+    rounds: int = 0
 
     @property
     def ratio(self) -> float:
-        """instrumented / baseline (1.0 in static mode)."""
+        """instrumented / baseline: the paired estimate over rounds (1.0 in static mode)."""
         if self.mode == "static":
             return 1.0
+        if np.isfinite(self.paired_ratio):
+            return self.paired_ratio
         return self.instrumented_s / self.baseline_s
 
     @property
     def percent(self) -> float:
         """Overhead in percent of the plain jitted call."""
         return 100.0 * (self.ratio - 1.0)
+
+    @property
+    def interval_percent(self) -> tuple[float, float]:
+        """The 95% interval of :attr:`percent` (NaN bounds where there is none)."""
+        return 100.0 * (self.ratio_low - 1.0), 100.0 * (self.ratio_high - 1.0)
+
+    @property
+    def distinguishable_from_zero(self) -> bool | None:
+        """Whether the interval excludes 0% (``None``: no interval, static mode or one round)."""
+        low, high = self.interval_percent
+        if self.mode == "static" or not (np.isfinite(low) and np.isfinite(high)):
+            return None
+        return bool(low > 0.0 or high < 0.0)
+
+    def describe(self) -> str:
+        """The overhead with its interval, in words, e.g. ``+2.00% (95% interval ..., not distinguishable from 0)``."""
+        if self.mode == "static":
+            return "none: static mode runs nothing"
+        low, high = self.interval_percent
+        if self.distinguishable_from_zero is None:
+            return f"{self.percent:+.2f}% (no interval: {max(self.rounds, 1)} round)"
+        verdict = "" if self.distinguishable_from_zero else ": not distinguishable from 0"
+        return f"{self.percent:+.2f}% (95% interval {low:+.2f}% to {high:+.2f}%, {self.rounds} rounds{verdict})"
 
     def to_attrs(self) -> dict[str, Any]:
         """Flat attrs for netCDF."""
@@ -54,9 +95,10 @@ class Overhead:
         """Inverse of :meth:`to_attrs`."""
         kw = {f.name: attrs[f"overhead_{f.name}"] for f in dataclasses.fields(cls) if f"overhead_{f.name}" in attrs}
         kw["mode"] = str(kw.get("mode", attrs.get("mode", "static")))
-        if "n_calls" in kw:
-            kw["n_calls"] = int(kw["n_calls"])
-        for name in ("baseline_s", "instrumented_s", "capture_s"):
+        for name in ("n_calls", "rounds"):
+            if name in kw:
+                kw[name] = int(kw[name])
+        for name in ("baseline_s", "instrumented_s", "capture_s", "paired_ratio", "ratio_low", "ratio_high"):
             if name in kw:
                 kw[name] = float(kw[name])
         return cls(**kw)
@@ -214,7 +256,7 @@ class Trace:
 
     def _repr_html_(self) -> str:
         head = html.escape(repr(self))
-        overhead = "" if self.mode == "static" else f" · overhead {self.overhead.percent:+.2f}%"
+        overhead = "" if self.mode == "static" else f" · overhead {self.overhead.describe()}"
         cells = "".join(
             f"<tr><td style='text-align:left;padding-left:{0.4 + 1.2 * depth:.1f}em'>{html.escape(name)}</td>"
             + "".join(f"<td>{html.escape(v)}</td>" for v in rest) + "</tr>"

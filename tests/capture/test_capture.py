@@ -12,6 +12,7 @@ import xarray as xr
 
 import dfit_nb
 from dfit_nb import examples
+from dfit_nb.capture.trace import Overhead
 from dfit_nb.errors import CaptureError, OpaquePrimitiveWarning
 
 
@@ -187,9 +188,11 @@ def test_profile_mode_scales_its_calls_to_the_budget(monkeypatch):
     fast, f = _sized(_fast, jnp.ones(8))
     for at in (s, f):
         assert at["profile_sizing"] == "budget" and at["profile_probe_s"] > 0
-        # the recorded choice is the documented rule applied to the recorded sizing pair
-        assert (at["profile_rounds"], at["profile_calls"]) == choose_profile_counts(at["profile_probe_s"], _BUDGET)
-        assert 2 <= at["profile_rounds"] <= 5 and at["profile_calls"] >= 1
+        # the recorded choice is the documented rule applied to the recorded sizing pair; the rounds run stop at
+        # that rule's most, or sooner (after 3) on a narrow interval
+        plan = choose_profile_counts(at["profile_probe_s"], _BUDGET)
+        assert (at["profile_max_rounds"], at["profile_calls"]) == plan
+        assert min(plan[0], 3) <= at["profile_rounds"] <= plan[0] <= 20 and at["profile_calls"] >= 1
     # a call slower than a quarter of the budget still gets 2 rounds of 1 call: a spread, over budget
     assert (s["profile_rounds"], s["profile_calls"]) == (2, 1)
     assert np.isfinite(slow.ops["time_s"].values).any() and np.isfinite(fast.overhead.percent)
@@ -203,13 +206,13 @@ def test_profile_mode_scales_its_calls_to_the_budget(monkeypatch):
 
     monkeypatch.setattr(probes, "_probe_pair", probe)
     calls = {}
-    for scale in (1, 4, 16):
-        t = dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_budget_s=_BUDGET * scale)
+    for scale in (1, 4, 16):  # profile_ci_pct=0: no interval is narrow enough, so the whole budget is spent
+        t = dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_budget_s=_BUDGET * scale, profile_ci_pct=0)
         at = t.attrs
         assert at["profile_probe_s"] == pair_s and at["profile_sizing"] == "budget"
         assert t.overhead.n_calls == at["profile_rounds"] * at["profile_calls"]  # what ran, not only what was said
         calls[scale] = t.overhead.n_calls
-    assert calls == {1: 25, 4: 100, 16: 400}  # (5, 5), (5, 20), (5, 80): the calls scale with the budget
+    assert calls == {1: 20, 4: 100, 16: 400}  # (20, 1), (20, 5), (20, 20): the calls scale with the budget
     assert len(probed) == 6  # a pair under a quarter of the budget is taken twice, as documented
     pair_s = 0.04  # over half of the budget: the floor of 2 rounds of 1 call, once probed
     t = dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_budget_s=_BUDGET)
@@ -226,11 +229,61 @@ def test_profile_counts_given_are_honoured_exactly(tmp_path):
     _, at = _sized(_fast, x, profile_rounds=1)
     assert at["profile_rounds"] == 1 and at["profile_calls"] >= 1 and at["profile_sizing"] == "calls from budget"
     t, at = _sized(_fast, x, profile_calls=2)
-    assert at["profile_calls"] == 2 and 2 <= at["profile_rounds"] <= 5 and at["profile_sizing"] == "rounds from budget"
+    assert at["profile_calls"] == 2 and 2 <= at["profile_rounds"] <= 20 and at["profile_sizing"] == "rounds from budget"
     # what was chosen survives a save
     back = dfit_nb.load_trace(t.save(tmp_path / "t.nc"))
     assert {k: back.attrs[k] for k in at if k.startswith("profile_")} == {k: v for k, v in at.items()
                                                                         if k.startswith("profile_")}
+
+
+def test_paired_overhead_is_students_t_on_the_rounds_log_ratios():
+    from scipy import stats
+
+    from dfit_nb.capture.probes import interval_half_width_pct, paired_overhead
+
+    base = [[1.0, 1.2, 0.9], [2.0, 2.0], [1.0], [0.5, 0.5]]  # a slow drift: the second round's machine was loaded
+    inst = [[1.1, 1.3, 1.0], [2.3, 2.1], [1.05], [0.56, 0.54]]
+    d = np.log([1.1 / 1.0, 2.2 / 2.0, 1.05 / 1.0, 0.55 / 0.5])  # each round's medians, paired
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    ratio, low, high = paired_overhead(base, inst)
+    assert (ratio, low, high) == pytest.approx((np.exp(d.mean()), np.exp(d.mean() - half), np.exp(d.mean() + half)))
+    assert interval_half_width_pct(low, high) == pytest.approx(50 * (high - low))
+    one = paired_overhead(base[:1], inst[:1])
+    assert one[0] == pytest.approx(1.1) and np.isnan(one[1:]).all()  # one round: an estimate, no interval
+    assert interval_half_width_pct(*one[1:]) == float("inf")
+    with pytest.raises(ValueError, match="as many baseline as instrumented rounds"):
+        paired_overhead(base, inst[:2])
+
+
+def test_profile_overhead_has_an_interval_and_stops_when_it_is_narrow(tmp_path):
+    x = jnp.ones(8)
+    # an interval of +-1000 points is met at once: the budget-sized run stops at the 3 rounds the interval needs
+    t = dfit_nb.capture(_fast, x, mode="profile", profile_budget_s=_BUDGET * 4, profile_ci_pct=1000)
+    at, o = t.attrs, t.overhead
+    assert at["profile_max_rounds"] >= 3 and at["profile_rounds"] == o.rounds == 3 and at["profile_ci_pct"] == 1000
+    low, high = o.interval_percent
+    assert low <= o.percent <= high and o.distinguishable_from_zero == (low > 0 or high < 0)
+    assert f"{o.rounds} rounds" in o.describe() and f"{o.percent:+.2f}%" in o.describe()
+    # rounds given all run, whatever the interval
+    t = dfit_nb.capture(_fast, x, mode="profile", profile_rounds=4, profile_calls=2, profile_ci_pct=1000)
+    assert t.overhead.rounds == 4 and np.isfinite(t.overhead.ratio_low)
+    # the interval survives a save; a trace saved before rounds were recorded falls back to the medians' quotient
+    back = dfit_nb.load_trace(t.save(tmp_path / "t.nc"))
+    assert back.overhead == t.overhead
+    old = Overhead.from_attrs({k: v for k, v in t.overhead.to_attrs().items()
+                               if k.split("_", 1)[1] in ("mode", "baseline_s", "instrumented_s", "n_calls")})
+    assert old.rounds == 0 and old.ratio == pytest.approx(t.overhead.instrumented_s / t.overhead.baseline_s)
+    assert old.distinguishable_from_zero is None and "no interval" in old.describe()
+    # eager mode pairs each interpreted run with the plain calls either side of it
+    e = dfit_nb.capture(_fast, x, mode="eager").overhead
+    assert e.rounds == 3 and e.ratio_low <= e.ratio <= e.ratio_high
+
+
+@pytest.mark.parametrize(("ci", "error"), [(-1.0, ValueError), (float("nan"), ValueError), ("3", TypeError),
+                                           (True, TypeError)])
+def test_profile_ci_pct_must_be_a_number_of_points(ci, error):
+    with pytest.raises(error, match="profile_ci_pct must be a"):
+        dfit_nb.capture(_fast, jnp.ones(8), mode="profile", profile_ci_pct=ci)
 
 
 @pytest.mark.parametrize("mode", ["profile", "static"])
