@@ -8,7 +8,8 @@ module changes.
   needs ``SourceInfo.replace`` and ``NameStack.extend``; there is no public way
   to edit the name stack of an existing equation.
 * Source locations: ``source_info_util.summarize`` turns an equation's traceback
-  into ``file:line``.
+  into ``file:line``; a nested jit's ``Jaxpr.debug_info.func_src_info``
+  (``"name at file:line"``) says where its function was written.
 * Primitive names changed across versions; ``CONTAINER_ALIASES`` maps every
   spelling we know to one canonical name.
 * The compilation cache key: capture reads its own op-name tags back from the
@@ -20,6 +21,10 @@ module changes.
 
 from __future__ import annotations
 
+import functools
+import os
+import sys
+import sysconfig
 from typing import Any
 
 from jax._src import config as _config
@@ -62,6 +67,41 @@ def user_source(source_info: Any) -> str:
         return source_info_util.summarize(source_info)
     except Exception:  # a missing traceback must never fail a capture
         return ""
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose code is a library's: the standard library's, and every installed-package folder on the path."""
+    paths = sysconfig.get_paths()
+    roots = {paths.get("stdlib", ""), paths.get("platstdlib", ""), paths.get("purelib", ""), paths.get("platlib", "")}
+    roots |= {p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")}
+    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
+
+
+def function_file(jaxpr: Any) -> str:
+    """The file a traced function was written in, from its jaxpr's debug info ('' if unknown)."""
+    info = getattr(getattr(jaxpr, "jaxpr", jaxpr), "debug_info", None)
+    src = getattr(info, "func_src_info", None) or ""
+    if " at " not in src:
+        return ""
+    where = src.rsplit(" at ", 1)[1]
+    return where.rsplit(":", 1)[0] if ":" in where else where
+
+
+def is_library_file(path: str) -> bool:
+    """Whether ``path`` is an installed package's or the standard library's, not code the user wrote.
+
+    An editable install (``pip install -e``) keeps its code where it was written, so its functions count as the
+    user's.
+
+    >>> import json
+    >>> is_library_file(json.__file__), is_library_file("/home/me/model.py")
+    (True, False)
+    """
+    if not path:
+        return False
+    real = os.path.realpath(path)
+    return any(real.startswith(root) for root in _library_roots())
 
 
 def metadata_in_cache_key() -> Any:

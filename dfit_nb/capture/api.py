@@ -368,7 +368,7 @@ def capture(
         that has one), else of the other side. ``"both"``: a named scope
         that names one layer apart (Linen, Keras), or that the user entered
         around no parameter, is kept; elsewhere (NNX, Equinox, optax
-        updates, JAX's own ``jit(relu)``) the parameter region is used.
+        updates, a nested ``jit(fn)`` alone) the parameter region is used.
         Parameters are the leaves of pytree arguments reached through a
         named key (dict key, attribute): not bare array arguments, not the
         items of a plain tuple or list such as a batch ``(x, labels)``.

@@ -23,7 +23,9 @@ The rule (also in ``docs/recipes.md``):
    has one, else of their latest producer; forward ops the region of their latest (highest op id) producer that
    has one, else of their first consumer; an op with neither (dead code) that of the op before it. So a ReLU
    belongs to the layer it follows, a loss to the head, a weight gradient to the layer whose optimizer update
-   consumes it.
+   consumes it. A forward GEMM or convolution of two computed operands whose producers lie in different regions
+   (attention's ``q @ k.T`` from ``attn/query`` and ``attn/key``, and the scores times ``attn/value``) takes the
+   path those regions share (``attn``), the module that holds both layers, when they share one.
 5. **Direction.** An op under JAX's ``transpose(...)`` name-stack wrapper is ``backward``; else an op that reads
    an optimizer state leaf or depends on a backward or optimizer op is ``optimizer``; else ``forward``. The
    wrappers ``jvp``, ``transpose``, ``vmap`` (and ``pmap``) are removed from the path: ``transpose(jvp(CNN))/conv0``
@@ -33,7 +35,7 @@ The rule (also in ``docs/recipes.md``):
    its scope path when the path has a segment that neither JAX nor a library wrote (a nested ``jit(...)``,
    Equinox's class names ``eqx.nn.Conv``, an einsum's subscripts ``BNTS,BSNH->BTNH``): a scope the user entered,
    or Linen's and Keras' module scopes. Any other op (no scope, or only such segments: NNX, Equinox, optax
-   updates, JAX's ``jit(relu)``) takes its parameter region, spelled as the region's *home* where it has one:
+   updates, a nested ``jit(fn)`` alone) takes its parameter region, spelled as the region's *home* where it has one:
    the scope path shared by the scopes of the ops reading it, counting only scopes that read that one region
    (Linen's ``conv0`` lives in ``CNN/conv0``, so its optimizer ops are ``optimizer/CNN/conv0``).
    ``regions="scopes"`` keeps the scopes only; ``regions="params"`` the parameter regions only.
@@ -48,6 +50,7 @@ constants) a :class:`ParameterRegionWarning` says so.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import unicodedata
@@ -69,10 +72,12 @@ REFUSED_CATEGORIES = ("Cc", "Zl", "Zp")
 
 #: JAX's name-stack wrappers of transformations: ``jvp(CNN)``, ``transpose(jvp(CNN))``, ``vmap(conv0)``
 _WRAPPER = re.compile(r"^(jvp|transpose|vmap|pmap|xmap|batched)\((.*)\)$")
-#: scope segments JAX or a library writes, naming no layer: a nested jit as the walk writes it (``jit(relu)``),
-#: Equinox's class names (``eqx.nn.Conv``: every layer of a class shares it), ``jnp.einsum``'s subscripts
-#: (``BNTS,BSNH->BTNH``: every attention layer enters it)
+#: scope segments JAX or a library writes, naming no layer: a nested jit as the walk writes it (``jit(block)``; a
+#: library's own jits add no segment at all), Equinox's class names (``eqx.nn.Conv``: every layer of a class shares
+#: it), ``jnp.einsum``'s subscripts (``BNTS,BSNH->BTNH``: every attention layer enters it)
 _LIBRARY = re.compile(r"^(jit\(.*\)|eqx\..*|.*->.*)$")
+#: primitives that multiply two computed operands (rule 4's products of two layers' outputs)
+_BILINEAR = frozenset({"dot_general", "conv_general_dilated"})
 #: trailing keys libraries add under a variable (Flax NNX's ``Variable.value``)
 _NOISE_TAIL = frozenset({"value", "raw_value"})
 #: leading keys naming a Flax Linen variable collection
@@ -329,6 +334,12 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
 
     def from_producers(ops: list[int]) -> None:
         for i in ops:
+            if not region[i] and records[i].primitive in _BILINEAR and direction[i] == "forward":
+                # a product of two layers' outputs (attention's scores from the query and key projections, its
+                # weighted sum from the scores and the value projection) is the work of the module holding both
+                held = {region[p] for p in producers[i] if region[p]}
+                if len(held) > 1:
+                    region[i] = functools.reduce(_common, sorted(held))
             if not region[i]:
                 region[i] = next((region[p] for p in sorted(producers[i], reverse=True) if region[p]), "")
 
@@ -374,7 +385,7 @@ def assign_regions(records: list[OpRecord], edges: Sequence[tuple[int, int, int,
 
     path = {i: full(i) for i in leaf_ops}
     # containers, innermost first (children have higher ids): where all their ops are, when that is one region
-    # (JAX's jit(relu) inside a layer); otherwise, or when their own scope is kept, their own scope (a jit of the
+    # (a nested jit inside a layer); otherwise, or when their own scope is kept, their own scope (a jit of the
     # whole program stays in the root)
     children: dict[int, list[int]] = {}
     for r in records:

@@ -9,7 +9,10 @@ name scope ``dfit_op<id>``; lowering that copy stamps the op id into the
 
 Regions: an equation's name stack is relative to the jaxpr that holds it, so
 the path of an op is the path of its enclosing container plus its own stack.
-Nested ``jit`` calls add a ``jit(<name>)`` segment (the nested-jit path); other
+Nested ``jit`` calls add a ``jit(<name>)`` segment (the nested-jit path), unless
+the jitted function is a library's (written in an installed package or the
+standard library: ``jnp.take``'s ``_take``, ``jax.nn.relu``), which is how the
+library is written and no layer of the user's; other
 containers (scan, while, cond, remat, custom_jvp/vjp) add none: their nesting is
 recorded in ``parent``, ``context`` and ``branch`` instead.
 
@@ -407,7 +410,10 @@ class _Walker:
     def _descend(self, eqn, record, subs, in_prod, op_region, depth, in_leaf, in_aux):
         kind = record.container
         region = op_region
-        if kind == "jit" and not (record.parent < 0 and self.whole_program_jit):
+        # a library's own jit (jnp.take's `_take`, jax.nn.relu) is how the library is written, not a layer of the
+        # user's: it adds no segment, so it never shows as a region under the user's layer
+        if kind == "jit" and not (record.parent < 0 and self.whole_program_jit) and not internals.is_library_file(
+                internals.function_file(eqn.params.get("jaxpr"))):
             region = _join(op_region, f"jit({eqn.params.get('name', '')})")
         new_params = dict(eqn.params)
         out_prod: list[frozenset[int]] = [frozenset()] * len(eqn.outvars)

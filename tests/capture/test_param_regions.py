@@ -170,11 +170,18 @@ def test_nnx_vit_regions_are_the_state_paths(vit):
         for layer in ("ln1", "attn/query", "attn/key", "attn/value", "attn/out", "ln2", "mlp_in", "mlp_out"):
             assert f"blocks/{b}/{layer}" in regions
     assert {"patch", "pos", "norm", "head"} <= regions
-    # every GEMM sits in the layer whose kernel it reads: the patch conv, 4 projections + 2 MLP matmuls per block
-    # (the two attention einsums of a block follow the query projection), the head
+    # every GEMM sits in the layer whose kernel it reads: the patch conv, 4 projections + 2 MLP matmuls per block,
+    # the head; the two attention einsums of a block (scores from query and key, scores times value) multiply two
+    # projections' outputs and belong to the module holding them, `attn`, not to the query projection
     gemm = trace.ops.primitive.values == "dot_general"
     per_region = collections.Counter(trace.ops.region.values[gemm])
-    assert per_region["head"] == 1 and per_region["blocks/1/mlp_out"] == 1 and per_region["blocks/0/attn/query"] == 3
+    assert per_region["head"] == 1 and per_region["blocks/1/mlp_out"] == 1
+    for b in (0, 1):
+        assert per_region[f"blocks/{b}/attn"] == 2
+        assert [per_region[f"blocks/{b}/attn/{p}"] for p in ("query", "key", "value", "out")] == [1, 1, 1, 1]
+    # the softmax between them is the scores', so `attn`'s too
+    exp = trace.ops.primitive.values == "exp"
+    assert set(trace.ops.region.values[exp]) == {"blocks/0/attn", "blocks/1/attn"}
     assert set(trace.ops.direction.values) == {"forward"}
 
 
@@ -363,3 +370,40 @@ def test_every_gemm_of_an_mlp_is_in_its_layer(widths, nested):
             current = region
         assert current is None or region == current
     assert np.all(o.direction.values == "forward")
+
+
+def test_a_libraries_own_jit_is_no_region_and_a_tied_weight_is_named_by_its_user():
+    # GPT-2's tied embedding: the lookup (jnp.take, a jit of JAX's own `_take`) under `wte`, the LM head's matmul by
+    # the same table under `lm_head`; the user's own nested jit keeps its segment
+    def gpt_head(params, ids):
+        table = params["wte"]["embedding"]
+        with jax.named_scope("wte"):
+            x = jnp.take(table, ids, axis=0)
+        x = jax.jit(lambda h: jax.nn.relu(h) * 2.0)(x)  # a lambda written here: the user's jit
+        with jax.named_scope("lm_head"):
+            return x @ table.T
+
+    params = {"wte": {"embedding": jnp.ones((16, 8))}}
+    for mode in ("both", "scopes"):
+        t = dfit_nb.capture(gpt_head, params, jnp.array([1, 2, 3]), regions=mode)
+        regions = set(t.ops.region.values.astype(str))
+        assert not any("_take" in r or "relu" in r for r in regions), regions  # JAX's jits: no segment
+        ops = t.ops
+        gather = ops.primitive.values == "gather"
+        head = ops.primitive.values == "dot_general"
+        assert set(ops.region.values[gather]) == {"wte"} and set(ops.region.values[head]) == {"lm_head"}
+        # relu inside the user's jit: its segment under named scopes alone; with parameters too, a jit segment names
+        # no layer (rule 6), and the op follows the lookup that made its input
+        relu = ops.region.values[ops.primitive.values == "max"]
+        assert set(relu) == ({"jit(<lambda>)"} if mode == "scopes" else {"wte"})
+
+
+def test_is_library_file_tells_installed_packages_from_the_users_code(tmp_path):
+    from dfit_nb.capture import _jax_internals as internals
+
+    assert internals.is_library_file(jnp.__file__) and internals.is_library_file(optax.__file__)
+    assert not internals.is_library_file(__file__)  # this repository's tests: written here, not installed
+    assert not internals.is_library_file(str(tmp_path / "model.py")) and not internals.is_library_file("")
+    closed = jax.make_jaxpr(lambda e, i: jnp.take(e, i, axis=0))(jnp.ones((4, 2)), jnp.array([0]))
+    take = next(e for e in closed.jaxpr.eqns if "jaxpr" in e.params)
+    assert internals.function_file(take.params["jaxpr"]).endswith("indexing.py")
