@@ -486,6 +486,9 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
         "sram_reads_input": sram_in, "sram_reads_weight": sram_w, "sram_reads_output": sram_out_r,
         "sram_writes_output": sram_out_w,
         "dram_reads_input": ext_in_dram + refetch_in, "dram_reads_weight": ext_w_dram + refetch_w,
+        # the weights (and, for other ops, the parameters they read) loaded once per execution: what stays in SRAM
+        # between streamed inferences on a layer-pipelined machine (dfit_nb.sim.schedule, "Streaming")
+        "weight_dram_bytes": ext_w_dram + nongemm_w,
         "dram_reads_output": spill_r, "dram_writes_output": out_dram + spill_w,
         **{f"energy_{key}_pj": val for key, val in energy.items()},
         "energy_compute_pj": energy["mac"] + energy["rf"],

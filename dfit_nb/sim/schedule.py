@@ -221,7 +221,7 @@ def spread(pre: Any, offset: Any, u: Any, v: Any) -> tuple[Any, Any]:
 #: the ``switch_*`` prices
 PER_OP = ("tiles", "virtual_tiles", "compute_v", "sram_cycles_v", "dram_cycles", "dram_bytes", "noc_unique_in",
           "noc_out", "psum_noc", "out_onchip", "layout", "gy", "gx", "blocks_v", "fixed_cycles", "kernel", "fused",
-          "latency_share")
+          "latency_share", "weight_dram_bytes")
 
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, Any], hw: Hardware, grid: Grid,
@@ -385,6 +385,20 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             end = jnp.maximum(body_end, last_producer + (body_end - t1) / STREAM_CHUNKS)
         else:
             end = body_end
+        # ---- streamed: the op's time per inference once inferences follow one another through its tiles
+        # (layer-pipelined). Its weights stay in its tiles' SRAM between inferences where they fit there, so they
+        # cross neither DRAM nor the mesh again; its activations still move (retile, DRAM) and each inference
+        # pays the fixed cost again. The DRAM latency overlaps the previous inference's work; the channel's share
+        # among the stages is the section's bound (dfit_nb.sim.streaming).
+        kept = jnp.where(op["weight_dram_bytes"] <= u * machine.field(hw, "sram_weight_bytes"),
+                         op["weight_dram_bytes"], 0.0) if spatial else 0.0
+        streamed = machine.op_body({**op, "dram_bytes": op["dram_bytes"] - kept,
+                                    "noc_unique_in": jnp.maximum(op["noc_unique_in"] - kept, 0.0)},
+                                   count, extra, row_share, col_n > 0, hw, cols_at)
+        stage_busy = machine.body_cycles(streamed["compute"], streamed["sram"], streamed["noc_cycles"],
+                                         machine.dram_transfer_cycles(streamed["dram_bytes"], hw), hw,
+                                         streamed["blocks"])
+        stage = retile_cycles + stage_busy + machine.overhead_cycles(stage_busy, streamed["fixed"])
         new = {
             "last_end": jnp.maximum(carry["last_end"], end),
             "start": carry["start"].at[i].set(start),
@@ -406,6 +420,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             "extra_dram_pj": extra_dram_pj,
             "extra_noc_pj": extra_noc_pj,
             "link_retile": retile_links, "link_noc": noc_links,
+            "stage_cycles": stage, "stage_dram_bytes": streamed["dram_bytes"],
+            "stage_compute_cycles": jnp.maximum(streamed["compute"], streamed["sram"]),
+            "stage_noc_cycles": streamed["noc_cycles"],
         }
         return new, record
 

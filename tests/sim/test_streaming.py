@@ -1,0 +1,61 @@
+"""Streaming inferences (issue 41, item 1): the steady state of a replayed program, against hand-computed cases
+and against the replay itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dfit_nb.sim.streaming import STAGE_CLASSES, steady_state
+
+HW = {"dram_bytes_per_cycle": 10.0, "clock_ghz": 2.0, "peak_macs_per_cycle": 100.0}
+
+
+def records(**kw):
+    n = len(kw["stage_cycles"])
+    base = {"start": np.zeros(n), "end": np.zeros(n), "section": np.zeros(n), "stage_dram_bytes": np.zeros(n),
+            "stage_compute_cycles": np.zeros(n), "stage_noc_cycles": np.zeros(n), "retile_cycles": np.zeros(n)}
+    return {**base, **{k: np.asarray(v, np.float64) for k, v in kw.items()}}
+
+
+def test_two_sections_stream_their_inferences_one_section_after_the_other():
+    # section 0: stages of 40 and 60 cycles, done at 150; section 1: one stage of 80, done at 400
+    rec = records(stage_cycles=[40, 60, 80], stage_compute_cycles=[40, 60, 80], end=[90, 150, 400],
+                  section=[0, 0, 1])
+    s = steady_state(rec, np.ones(3), 8_000.0, HW, True, 10)
+    assert s["sections"] == 2 and s["fill_cycles"] == 400
+    assert s["period_cycles"] == 60 + 80  # each section's slowest stage, once per inference
+    assert s["total_cycles"] == 150 + 250 + 9 * (60 + 80)
+    assert s["throughput_inferences_per_s"] == pytest.approx(10 / (s["total_cycles"] / 2e9))
+    assert s["steady_state_utilization"] == pytest.approx(8_000 / (100 * 140))
+    assert s["pipeline_fill_s"] == pytest.approx(400 / 2e9)
+    assert (s["bottleneck_op"], s["bottleneck_class"]) == (2, "compute")
+    one = steady_state(rec, np.ones(3), 8_000.0, HW, True, 1)
+    assert one["total_cycles"] == one["fill_cycles"] == 400  # one inference: the replay's latency
+
+
+def test_the_dram_channel_bounds_a_section_whose_stages_share_it():
+    # two stages of 50 cycles each moving 400 bytes per inference through a 10 B/cycle channel: 80 cycles
+    rec = records(stage_cycles=[50, 50], stage_compute_cycles=[50, 10], stage_dram_bytes=[400, 400],
+                  end=[60, 120])
+    s = steady_state(rec, np.ones(2), 1_000.0, HW, True, 3)
+    assert s["period_cycles"] == 80 and s["total_cycles"] == 120 + 2 * 80
+    assert (s["bottleneck_op"], s["bottleneck_class"]) == (-1, "dram channel")
+
+
+def test_the_slowest_stage_names_what_limits_it_and_padding_is_ignored():
+    # op 1's stage: a 30-cycle retile, then 100 cycles of mesh delivery, 20 of fixed cost; op 2 is padding
+    rec = records(stage_cycles=[60, 150, 1e9], stage_compute_cycles=[60, 40, 0], stage_noc_cycles=[0, 100, 0],
+                  retile_cycles=[0, 30, 0], end=[70, 200, 1e9])
+    s = steady_state(rec, np.array([1, 1, 0]), 1.0, HW, True, 2)
+    assert s["period_cycles"] == 150 and s["fill_cycles"] == 200
+    assert (s["bottleneck_op"], s["bottleneck_class"]) == (1, "noc")
+    assert set(STAGE_CLASSES) >= {"compute", "noc", "retile", "dram", "fixed", "dram channel"}
+
+
+def test_time_multiplexed_machines_run_one_inference_after_another():
+    rec = records(stage_cycles=[10, 20], end=[100, 300], section=[0, 0])
+    s = steady_state(rec, np.ones(2), 6_000.0, HW, False, 5)
+    assert s["period_cycles"] == s["fill_cycles"] == 300 and s["total_cycles"] == 1500
+    assert s["steady_state_utilization"] == pytest.approx(6_000 / (100 * 300))
+    assert (s["bottleneck_op"], s["bottleneck_class"]) == (-1, "inference")
