@@ -292,14 +292,16 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     f64 = jnp.float64
     reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
     n_tiles = machine.tiles(hw)
-    best = mapping.search(ops, hw, df, n_tiles, pinned, tables)
-    word, _ = word_and_mac_energy(ops["itemsize"], hw)
-    scale = machine.word_scale(ops["itemsize"], word)
     if spatial:
         work, min_tiles = machine.pipeline_demand(ops, hw)
         alloc = schedule.allocate(work, hw, min_tiles)
     else:
         alloc = n_tiles + 0.0 * ops["m"]
+    # the mapping is chosen for the tiles the op gets (its region when layer-pipelined): a virtual grid chosen for
+    # the whole grid and folded onto a small region holds many pieces per tile, each paying the array's fill
+    best = mapping.search(ops, hw, df, alloc, pinned, tables)
+    word, _ = word_and_mac_energy(ops["itemsize"], hw)
+    scale = machine.word_scale(ops["itemsize"], word)
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
     m = machine.kernel_overlap(m, ops, hw)  # a fused kernel's vector work under its GEMM's array work
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)

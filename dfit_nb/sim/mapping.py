@@ -39,9 +39,11 @@ per region (``replay(..., layouts={"encoder/layer_0/mlp": "mk"})``, or
 
 Physical mapping
 ----------------
-The virtual grid is folded onto the tiles the execution style grants the op:
-the whole grid when time-multiplexed, its own region of ``alloc`` tiles when
-layer-pipelined. ``U = min(gy gx, alloc)`` physical tiles each run
+The search offers the virtual grids that fit the tiles the execution style
+grants the op (``budget``): the whole grid when time-multiplexed, its own region
+of ``alloc`` tiles when layer-pipelined, so a layer-pipelined op is cut for its
+region, not for the whole grid. A grid larger than that (factors the user pinned)
+is folded onto them: ``U = min(gy gx, alloc)`` physical tiles each run
 ``fold = ceil(gy gx / U)`` virtual tiles in turn (tile ``j`` runs
 ``floor(V / U)`` or one more): *merged*. Per virtual tile, operands that do
 not fit half their SRAM partitions (the other half prefetches) are re-read from
@@ -178,13 +180,14 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     gemm = col["gemm"] > 0
     rows = jnp.maximum(col["batch"], 1.0) * col["m"]
     split_cap = jnp.where(cand["layout"] == machine.MK, col["k"], col["n"])
+    pl, py, px = (jnp.asarray(pinned[key])[:, None] for key in ("layout", "gy", "gx"))
     ok = (valid[iy] & valid[ix])[None, :]
-    ok &= cand["gy"] * cand["gx"] <= (budget[:, None] if jnp.ndim(budget) else budget)
+    # free choices fit the tiles the op is granted; factors the user pinned are kept, folded onto them
+    ok &= (cand["gy"] * cand["gx"] <= (budget[:, None] if jnp.ndim(budget) else budget)) | ((py > 0) & (px > 0))
     ok &= jnp.where(gemm, (cand["gy"] <= jnp.maximum(rows, 1.0)) & (cand["gx"] <= jnp.maximum(split_cap, 1.0)),
                     (cand["layout"] == machine.MN) & (cand["gx"] == 1)
                     & (cand["gy"] <= jnp.maximum(machine.ceil_div(col["elems_out"], machine.field(hw, "vector_lanes")),
                                                  1.0)))
-    pl, py, px = (jnp.asarray(pinned[key])[:, None] for key in ("layout", "gy", "gx"))
     ok &= ((pl < 0) | (cand["layout"] == pl)) & ((py <= 0) | (cand["gy"] == py)) & ((px <= 0) | (cand["gx"] == px))
     ok = ok.at[:, 0].set(ok[:, 0] | ~ok.any(axis=1))  # 1x1 mn is always possible
     alloc = budget[:, None] if jnp.ndim(budget) else budget

@@ -59,3 +59,33 @@ def test_time_multiplexed_machines_run_one_inference_after_another():
     assert s["period_cycles"] == s["fill_cycles"] == 300 and s["total_cycles"] == 1500
     assert s["steady_state_utilization"] == pytest.approx(6_000 / (100 * 300))
     assert (s["bottleneck_op"], s["bottleneck_class"]) == (-1, "inference")
+
+
+def test_a_layer_pipelined_op_is_mapped_for_its_own_region():
+    # the virtual grid is chosen for the tiles the op gets: never more pieces than its region's tiles (a grid
+    # chosen for the whole wafer and folded onto a region left many small pieces per tile, each paying the array's
+    # fill: ResNet-18 on cerebras_like took 2.6x longer)
+    import dfit_nb
+    from dfit_nb.examples import resnet18
+    from dfit_nb.sim import presets
+
+    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=64))
+    run = dfit_nb.replay(trace, presets.get("cerebras_like"), "ws", time_bins=8)
+    ops = run.ops
+    gemm = ops["macs"].values > 0
+    assert (ops["virtual_tiles"].values[gemm] <= ops["alloc"].values[gemm]).all()
+    assert (ops["tiles"].values <= ops["alloc"].values).all()
+
+
+def test_factors_the_user_pins_are_kept_beyond_a_region_and_folded_onto_it():
+    import dfit_nb
+    from dfit_nb.examples import resnet18
+    from dfit_nb.sim import presets
+
+    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=64))
+    run = dfit_nb.replay(trace, presets.get("cerebras_like"), "ws", time_bins=8, layouts={"block7": "mn:4x256"})
+    ops = run.ops
+    pinned = (ops["region"].values == "block7") & (ops["macs"].values > 0)
+    assert pinned.any() and (ops["virtual_tiles"].values[pinned] == 1024).all()
+    assert (ops["virtual_tiles"].values[pinned] > ops["alloc"].values[pinned]).all()  # folded onto its region
+    assert (ops["tiles"].values[pinned] == ops["alloc"].values[pinned]).all()
