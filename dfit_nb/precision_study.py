@@ -438,8 +438,9 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
 def _price(trace: Trace, hw: Any, dataflow: Any, inferences: int, region_ops: list[list[int]],
            fmts: list[Format]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     def summary(t: Trace) -> dict[str, float]:
-        s = replay(t, hw, dataflow, time_bins=8, inferences=inferences, measured=False).summary
-        return {k: float(s[k]) for k in ("latency_s", "energy_j", "joules_per_inference", "dram_bytes")}
+        s = replay(t, hw, dataflow, time_bins=8, measured=False).summary
+        return {"latency_s": float(s["latency_s"]), "energy_j": float(s["energy_j"]),
+                "joules_per_inference": float(s["energy_j"]) / inferences, "dram_bytes": float(s["dram_bytes"])}
 
     base = summary(trace)  # a SpillWarning of the program as captured reaches the user
     out = {k: np.full((len(fmts), len(region_ops)), np.nan) for k in base}

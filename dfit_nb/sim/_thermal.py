@@ -22,9 +22,8 @@ DRAM access energy is dissipated in the DRAM devices, off the die), binned per t
 
 Sustained operation and throttling
 ----------------------------------
-``inferences`` inferences run back to back, i.e. ``inferences / summary["inferences"]`` calls of the replayed
-program (a call serves ``summary["inferences"]``, set by :func:`dfit_nb.replay`'s ``inferences=``): the per-tile
-energy of one call repeats, and ``steps`` time steps each cover an equal share of the work (``calls x
+``inferences`` inferences run back to back, each one call of the replayed program: the per-tile energy of one
+call repeats, and ``steps`` time steps each cover an equal share of the work (``calls x
 latency_cycles / steps`` cycles, a fraction of a call or many calls). A step whose hottest tile starts above
 ``thermal_limit_c`` runs with the clock scaled by ``throttle_clock_factor``: the same work and energy (dynamic
 energy per operation does not depend on the clock) over ``1 / factor`` times the seconds, so at ``factor`` times
@@ -225,7 +224,7 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     run : Run
         A replay (:func:`dfit_nb.replay`); its per-tile energy drives the model.
     inferences : int
-        Inferences run back to back (>= 1); each call of the program serves ``run.summary["inferences"]``.
+        Inferences run back to back (>= 1), one call of the program each.
     steps : int
         Time steps of the transient (>= 1), each an equal share of the work.
     hw : Hardware, optional
@@ -260,8 +259,7 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     clock_hz = float(hw.clock_ghz) * 1e9
     energy_bins, edges = tile_energy(run)
     cum = np.concatenate([np.zeros((1, tr, tc)), np.cumsum(energy_bins, axis=0)])
-    per_call = float(run.summary["inferences"]) if "inferences" in run.summary else 1.0
-    calls = inferences / per_call
+    calls = float(inferences)
     work = calls * edges[-1]
     w = np.linspace(0.0, work, int(steps) + 1)
     step_energy = np.maximum(np.diff(_periodic(cum, edges, w), axis=0), 0.0)

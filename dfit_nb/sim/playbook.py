@@ -122,7 +122,7 @@ def _blocks(policy: Any) -> list[tuple[str, Any]]:
         f"(replayed).",
         f"Workload slice: {attrs.get('function', '?')} with arguments {attrs.get('arg_shapes', '?')}, "
         f"{attrs.get('trace_mode', '?')} capture, {attrs.get('execution')} execution, "
-        f"{int(base_run.summary['inferences'])} inference(s) per call.",
+        f"{int(base_run.summary['inferences'])} inference(s) streamed.",
         f"First failing stage: {stage}.",
     ])]
     if diverge.size:

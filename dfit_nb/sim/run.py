@@ -63,6 +63,7 @@ from .._files import open_tree, save_tree, text_as_objects, text_variable
 from .._version import __version__
 from ..events import binning
 from ..events.schema import KINDS, events_dataset
+from . import streaming
 from ._cost import hardware_attrs
 from .hardware import Hardware
 from .kernel_table import running_kernel
@@ -210,7 +211,11 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     ops = ops_dataset(prep, out, codes, attrs)
     regions = regions_dataset(trace, prep, ops, attrs)
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
-    summary = summary_dataset(ops, events, hw, inferences, attrs)
+    stream = streaming.steady_state(
+        out, np.ones(len(prep.op)), float(np.nansum(ops.variables["macs"].values)),
+        {"dram_bytes_per_cycle": float(hw.dram_bytes_per_cycle), "clock_ghz": float(hw.clock_ghz),
+         "peak_macs_per_cycle": float(hw.peak_macs_per_cycle)}, execution == "spatial", inferences)
+    summary = summary_dataset(ops, events, hw, inferences, attrs, stream)
     ops, regions, summary = _classified(ops, regions, summary)
     cube = text_as_objects(cube)
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
@@ -275,6 +280,8 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
         "body_start": _var(d, out["t1"], "cycle", "start of compute (after retiling)"),
         "end": _var(d, out["end"], "cycle", "end"),
         "span": _var(d, span, "cycle", "from when the op's tiles became free to its end"),
+        "stage_cycles": _var(d, out["stage_cycles"], "cycle", "the op's time per inference once inferences "
+                             "stream through its tiles (weights kept where they fit: dfit_nb.sim.streaming)"),
         "macs": _var(d, out["macs"] * prep.arrays["count"], "MAC", "multiply-accumulates, all executions"),
         **{f"{m}_cycles": _var(d, cycles[:, i], "cycle", f"cycles attributable to {m}")
            for i, m in enumerate(MECHANISMS)},
@@ -576,8 +583,9 @@ def _grid(arr: np.ndarray, tr: int, tc: int) -> np.ndarray:
 
 
 def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inferences: int,
-                    attrs: dict[str, Any]) -> xr.Dataset:
-    """Scalars: latency, energy, utilisation, traffic by level, the dominant bottleneck."""
+                    attrs: dict[str, Any], stream: dict[str, Any] | None = None) -> xr.Dataset:
+    """Scalars: latency, energy, utilisation, traffic by level, the dominant bottleneck, and ``inferences``
+    streamed back to back (``stream``: :func:`dfit_nb.sim.streaming.steady_state`)."""
     def total(name: str) -> float:  # xarray's sum (NaN skipped) on the array itself: 4 us, not 100 us a variable
         return float(np.nansum(ops.variables[name].values))
 
@@ -596,8 +604,9 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
         "latency_cycles": _var((), latency, "cycle", "end of the last op"),
         "latency_s": _var((), latency / clock_hz, "s", "latency in seconds"),
         "energy_j": _var((), energy, "J", "energy of one call"),
-        "inferences": _var((), inferences, "1", "inferences one call serves"),
-        "joules_per_inference": _var((), energy / inferences, "J", "energy per inference"),
+        "inferences": _var((), inferences, "1", "inferences (calls of the function) streamed back to back"),
+        "joules_per_inference": _var((), energy, "J", "energy of one inference (one call; weights loaded each "
+                                     "time)"),
         "macs": _var((), macs, "MAC", "multiply-accumulates of one call"),
         "utilization": _var((), macs / (peak * latency) if latency > 0 else 0.0, "1",
                             "MACs over the peak MACs the chip could do in the latency"),
@@ -615,8 +624,32 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
         "n_events": _var((), int((events["source"].values == "simulated").sum()), "1", "simulated events"),
         **roof_variables(hw),
         "evidence": _var(("mechanism",), evidence, "1", "mechanism cycles over the sum of op spans"),
+        **(stream_variables(stream, ops, clock_hz) if stream is not None else {}),
     }
     return xr.Dataset(data, coords={"mechanism": list(MECHANISMS)}, attrs=attrs)
+
+
+def stream_variables(stream: dict[str, Any], ops: xr.Dataset, clock_hz: float) -> dict[str, Any]:
+    """The summary's streaming scalars (:mod:`dfit_nb.sim.streaming`): throughput, steady state, fill, the stage
+    that sets the pace."""
+    w = int(stream["bottleneck_op"])
+    region = str(ops["region"].values[w]) if w >= 0 else ""
+    return {
+        "throughput_inferences_per_s": _var((), stream["throughput_inferences_per_s"], "1/s",
+                                            "inferences per second over the streamed inferences, fill included"),
+        "steady_state_utilization": _var((), stream["steady_state_utilization"], "1",
+                                         "an inference's MACs over the peak during one steady-state period"),
+        "steady_state_period_s": _var((), stream["period_cycles"] / clock_hz, "s",
+                                      "time between inferences once the pipeline is full"),
+        "pipeline_fill_s": _var((), stream["pipeline_fill_s"], "s", "the first inference's latency"),
+        "stream_s": _var((), stream["total_cycles"] / clock_hz, "s", "time the streamed inferences take"),
+        "bottleneck_stage": _var((), w, "1", "op whose stage sets the steady-state period (-1: the DRAM channel, "
+                                 "or a time-multiplexed machine's whole inference)"),
+        "bottleneck_stage_region": _var((), region, "", "region of the bottleneck stage"),
+        "bottleneck_stage_class": _var((), stream["bottleneck_class"], "",
+                                       "what limits the bottleneck stage (dfit_nb.sim.streaming.STAGE_CLASSES, "
+                                       "or 'inference')"),
+    }
 
 
 def roof_variables(hw: Hardware) -> dict[str, Any]:

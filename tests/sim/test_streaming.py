@@ -89,3 +89,35 @@ def test_factors_the_user_pins_are_kept_beyond_a_region_and_folded_onto_it():
     assert pinned.any() and (ops["virtual_tiles"].values[pinned] == 1024).all()
     assert (ops["virtual_tiles"].values[pinned] > ops["alloc"].values[pinned]).all()  # folded onto its region
     assert (ops["tiles"].values[pinned] == ops["alloc"].values[pinned]).all()
+
+
+def test_replay_streams_inferences_on_every_execution_style():
+    import dfit_nb
+    from dfit_nb.examples import resnet18
+    from dfit_nb.sim import presets
+
+    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=64))
+    for name in ("cerebras_like", "tpu_like"):
+        hw = presets.get(name)
+        one = dfit_nb.replay(trace, hw, "ws", time_bins=8)
+        many = dfit_nb.replay(trace, hw, "ws", time_bins=8, inferences=16)
+        s1, s = one.summary, many.summary
+        # the first inference is the same replay: the events, latency and energy do not depend on the stream
+        assert float(s["latency_s"]) == float(s1["latency_s"]) == float(s["pipeline_fill_s"])
+        assert float(s["energy_j"]) == float(s1["energy_j"]) and int(s["inferences"]) == 16
+        period, fill = float(s["steady_state_period_s"]), float(s["pipeline_fill_s"])
+        assert float(s["stream_s"]) == pytest.approx(fill + 15 * period, rel=1e-9)
+        assert float(s["throughput_inferences_per_s"]) == pytest.approx(16 / float(s["stream_s"]), rel=1e-9)
+        assert float(s["steady_state_utilization"]) == pytest.approx(
+            float(s["macs"]) / (float(s["peak_macs_per_cycle"]) * period * hw.clock_ghz * 1e9), rel=1e-9)
+        if hw.execution == "spatial":
+            # the stream overlaps inferences: faster than one after another, never faster than its slowest stage
+            assert period < fill and float(s["steady_state_utilization"]) > float(s["utilization"])
+            stage = many.ops["stage_cycles"].values
+            assert period * hw.clock_ghz * 1e9 >= stage.max() * (1 - 1e-12)
+            w = int(s["bottleneck_stage"])
+            assert w == -1 or (stage[w] == stage.max() and s["bottleneck_stage_region"].item() ==
+                               str(many.ops["region"].values[w]))
+        else:
+            assert period == fill and int(s["bottleneck_stage"]) == -1
+            assert s["bottleneck_stage_class"].item() == "inference"
