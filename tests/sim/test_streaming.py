@@ -121,3 +121,50 @@ def test_replay_streams_inferences_on_every_execution_style():
         else:
             assert period == fill and int(s["bottleneck_stage"]) == -1
             assert s["bottleneck_stage_class"].item() == "inference"
+
+
+def _two_layers(dram_bytes_per_cycle):
+    """Two GEMMs, one tile each, on a 2 x 2 layer-pipelined machine whose mesh is fast: the numbers of the hand
+    derivation in docs/validation.md ("A throughput bound by hand")."""
+    import jax
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim import Hardware
+
+    def f(x, w1, w2):
+        with jax.named_scope("l1"):
+            h = x @ w1
+        with jax.named_scope("l2"):
+            return h @ w2
+
+    hw = Hardware(name="two_tiles", execution="spatial", tile_rows=2, tile_cols=2, pe_rows=8, pe_cols=8,
+                  word_bytes=4, noc_link_bytes_per_cycle=1e6, noc_hop_cycles=0.0,
+                  dram_bytes_per_cycle=dram_bytes_per_cycle, dram_latency_cycles=0.0)
+    trace = dfit_nb.capture(f, jnp.ones((64, 32)), jnp.ones((32, 48)), jnp.ones((48, 16)))
+    return dfit_nb.replay(trace, hw, "ws", time_bins=8, inferences=100, fusion="none",
+                          layouts={"l1": "mn:1x1", "l2": "mn:1x1"}), hw
+
+
+def test_the_replay_reaches_the_throughput_bound_derived_by_hand():
+    from dfit_nb.sim.machine import WS, fold_cycles
+
+    # weight-stationary on 8 x 8 PEs (SCALE-Sim's fold count): l1 (64x32 @ 32x48) has 4 x 6 folds of the 64-row
+    # stream plus a 2R + C - 2 = 22-cycle fill, 24 x 86 - 1 = 2063 cycles; l2 (64x48 @ 48x16) 6 x 2 folds, 1031
+    l1 = float(fold_cycles(64.0, 32.0, 48.0, WS, 8.0, 8.0, np)[0])
+    l2 = float(fold_cycles(64.0, 48.0, 16.0, WS, 8.0, 8.0, np)[0])
+    assert (l1, l2) == (2063.0, 1031.0)
+    # a fast DRAM channel: the slowest stage, l1's array, sets the pace (its SRAM ports and the mesh are faster)
+    run, hw = _two_layers(1e6)
+    s, ops = run.summary, run.ops
+    assert (ops["tiles"].values == 1).all() and int(s["sections"]) == 1
+    period = float(s["steady_state_period_s"]) * hw.clock_ghz * 1e9
+    assert period == pytest.approx(l1, rel=1e-6)
+    assert s["bottleneck_stage_region"].item() == "l1" and s["bottleneck_stage_class"].item() == "compute"
+    assert float(s["stream_s"]) == pytest.approx(float(s["pipeline_fill_s"]) + 99 * l1 / 1e9, rel=1e-9)
+    # 4 B/cycle: every inference reads x (64 x 32 x 4 = 8,192 B) and writes the result (64 x 16 x 4 = 4,096 B)
+    # through the one channel, 3,072 cycles, longer than either stage: the channel sets the pace
+    run, hw = _two_layers(4.0)
+    s = run.summary
+    assert float(s["steady_state_period_s"]) * 1e9 == pytest.approx(12_288 / 4, rel=1e-6)
+    assert s["bottleneck_stage_class"].item() == "dram channel" and int(s["bottleneck_stage"]) == -1
