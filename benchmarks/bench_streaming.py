@@ -1,0 +1,45 @@
+"""Inferences streamed through every preset: latency of one, throughput of many, the steady state.
+
+Issue 41's target: ResNet-18 (224x224, batch 1 per inference), 64 inferences streamed on ``cerebras_like``, a
+steady-state utilisation of at least 25%. Every preset replays the same trace (weight-stationary, the default
+fusion) with ``inferences=64``; the table shows the one-inference latency and utilisation beside the stream's
+throughput, steady-state utilisation and the stage that sets its pace.
+Run: ``python benchmarks/bench_streaming.py [--size 224] [--inferences 64] [--presets a,b,...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import dfit_nb
+from dfit_nb.examples import resnet18
+from dfit_nb.sim import presets
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--inferences", type=int, default=64)
+    p.add_argument("--presets", default=",".join(presets.names()))
+    p.add_argument("--dataflow", default="ws")
+    a = p.parse_args()
+    dfit_nb.setup()
+    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=a.size))
+    print(f"ResNet-18 at {a.size}x{a.size}, batch 1, {a.inferences} inferences streamed, {a.dataflow}")
+    print(f"{'preset':17s} {'exec':7s} {'latency us':>10s} {'util 1':>7s} {'inf/s':>10s} {'steady util':>11s} "
+          f"{'period us':>9s} {'sections':>8s}  bottleneck stage (class)   replay s")
+    for name in a.presets.split(","):
+        t0 = time.perf_counter()
+        run = dfit_nb.replay(trace, presets.get(name), a.dataflow, time_bins=8, inferences=a.inferences)
+        took = time.perf_counter() - t0
+        s = run.summary
+        stage = s["bottleneck_stage_region"].item() or "-"
+        print(f"{name:17s} {run.attrs['execution']:7s} {float(s['latency_s']) * 1e6:10.1f} "
+              f"{float(s['utilization']):7.1%} {float(s['throughput_inferences_per_s']):10.0f} "
+              f"{float(s['steady_state_utilization']):11.1%} {float(s['steady_state_period_s']) * 1e6:9.2f} "
+              f"{int(s['sections']):8d}  {stage} ({s['bottleneck_stage_class'].item()}){'':6s} {took:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
