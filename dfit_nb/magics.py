@@ -48,6 +48,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
@@ -63,6 +64,7 @@ from .sim._compare import compare as compare_runs
 from .sim._replay import replay
 from .sim.hardware import Hardware
 from .sim.kernels import FUSION_MODES
+from .sim.machine import peak_flops_per_s
 from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.run import Run
 from .views import compare as compare_chart
@@ -333,7 +335,7 @@ def presets_table() -> pd.DataFrame:
             "SRAM per tile": _size(float(hw.sram_bytes)),
             "word bytes": int(hw.word_bytes),
             "clock GHz": float(hw.clock_ghz),
-            "peak TOPS": float(f"{2 * float(hw.peak_macs_per_cycle) * float(hw.clock_ghz) / 1e3:.3g}"),
+            "peak TOPS": float(f"{float(peak_flops_per_s(hw, np)) / 1e12:.3g}"),
             "execution": hw.execution,
             "approximates": info.approximates,
         })

@@ -760,14 +760,13 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
         real, count = ops["real"], ops["count"]
         energy = _per_op_records(out, ops)["energy_pj"]
         f64 = jnp.float64
-        peak = machine.tiles(hw_1) * machine.field(hw_1, "pe_rows") * machine.field(hw_1, "pe_cols")
         latency = jnp.max(out["end"] * real)
         macs = jnp.sum(out["macs"] * count * real)
         return {
             "latency_cycles": latency,
             "latency_s": latency / (jnp.asarray(hw_1.clock_ghz, f64) * 1e9),
             "energy_j": jnp.sum(energy) * 1e-12,
-            "utilization": jnp.where(latency > 0, macs / (peak * jnp.maximum(latency, 1.0)), 0.0),
+            "utilization": machine.utilization(macs, latency, hw_1),
             "dram_bytes": jnp.sum((out["dram_bytes"] * count + out["dram_extra_bytes"]) * real),
             "retile_bytes": jnp.sum(out["retile_bytes"] * real),
             "sections": jnp.max(out["section"] * real) + 1.0,

@@ -266,7 +266,8 @@ class Hardware:
 
     @property
     def peak_macs_per_cycle(self) -> Any:
-        """MACs per cycle of the whole chip: tiles x R x C."""
+        """MACs per cycle of the whole chip: tiles x R x C, in the fields' own types (an ``int`` for a preset);
+        figures read it as float64 from :func:`dfit_nb.sim.machine.peak_macs_per_cycle`, which a test keeps equal."""
         return self.tiles * self.pe_rows * self.pe_cols
 
     @property
