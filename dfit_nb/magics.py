@@ -62,7 +62,7 @@ from .sim import REPLAY_DATAFLOWS, presets
 from .sim._compare import CompareError
 from .sim._compare import compare as compare_runs
 from .sim._replay import replay
-from .sim.hardware import Hardware
+from .sim.hardware import Hardware, check_hardware
 from .sim.kernels import FUSION_MODES
 from .sim.machine import peak_flops_per_s
 from .sim.policy import OBJECTIVES, select_dataflows
@@ -450,10 +450,8 @@ class DfitMagics(Magics):
             return presets.get(name)
         value = self.shell.user_ns.get(name)
         if isinstance(value, Hardware):
-            if not value.batch_shape:
-                return value
-            raise UsageError(f"{magic}: --hw {name!r} is a batch of machines (batch shape {value.batch_shape}); "
-                             "%dfit replays one machine: pass a preset or a single Hardware, not a stacked batch")
+            return check_hardware(value, magic, argument=f"--hw {name!r}", error=UsageError,
+                                  batch_hint=": pass a preset or a single Hardware, not a stacked batch")
         # a name in the namespace that is something else: say what it is, not only that it is no preset
         found = (f" ({name!r} in the namespace is {_a(type(value).__name__)}, not a dfit_nb.sim.Hardware)"
                  if name in self.shell.user_ns else " (nor a Hardware in the namespace)")

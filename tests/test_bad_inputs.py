@@ -241,7 +241,8 @@ def test_a_view_given_the_wrong_object_says_what_it_needs_and_got(view, wrong, t
 
 
 @pytest.mark.parametrize(("call", "tokens"), [
-    (lambda run, trace: views.roofline(run, hw="npu_like"), ("'hw'", "a Hardware", "'npu_like'")),
+    (lambda run, trace: views.roofline(run, hw="npu_like"), ("roofline()", "hw must be one dfit_nb.sim.Hardware",
+                                                             "'npu_like'")),
     (lambda run, trace: views.roofline(run, trace=run), ("'trace'", "a Trace", "got a Run")),
     (lambda run, trace: views.timeline(run, region=3), ("region", "got an int (3)")),
     (lambda run, trace: views.timeline(run, max_rows="many"), ("max_rows", "'many'")),

@@ -17,7 +17,7 @@ import xarray as xr
 from .. import _compile_options, _exported
 from ..errors import DfitError
 from . import machine, mapping, schedule
-from .hardware import FIELDS, Hardware, field_vector, from_field_vector
+from .hardware import FIELDS, Hardware, check_hardware, field_vector, from_field_vector
 from .machine import DATAFLOWS
 from .memory import available_bytes, sweep_estimate
 
@@ -513,11 +513,8 @@ def for_jit(hw: Hardware) -> Hardware:
 
 
 def _check_scalar_hw(hw: Any) -> Hardware:
-    if not isinstance(hw, Hardware):
-        raise CostInputError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
-    if hw.batch_shape != ():
-        raise CostInputError("cost() takes one machine; for a batch of machines use dfit_nb.sim.sweep()")
-    return hw
+    return check_hardware(hw, "cost()", error=CostInputError,
+                          batch_hint="; for a batch of machines use dfit_nb.sim.sweep()")
 
 
 class _Machine(NamedTuple):

@@ -32,7 +32,7 @@ from ._cost import (
     padded_count,
     padded_index,
 )
-from .hardware import FIELDS, Hardware, sram_split
+from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
 from .memory import Estimate, sweep_estimate
 from .schedule import bucket
@@ -192,8 +192,8 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
     """Check a sweep's inputs and gather what evaluating any chunk of it needs (nothing is evaluated)."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
+    check_hardware(hw, "sweep()", error=CostInputError, batch_hint="; sweep() takes one base machine and the "
+                   "values to sweep in keyword axes (e.g. pe=[(16, 16), (32, 32)])")
     arrays, coord = alone_arrays(ops)
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))

@@ -412,17 +412,18 @@ def check_hardware(hw: Any, where: str, *, argument: str = "hw", batch: bool | N
     dfit_nb.sim.hardware.HardwareError: replay(): hw must be one dfit_nb.sim.Hardware \
 (dfit_nb.sim.presets.get(name) for a preset, or dfit_nb.sim.Hardware(field=value, ...)), got a str ('npu_like')
     """
-    kind = {False: "one dfit_nb.sim.Hardware", True: "a batch of machines (a dfit_nb.sim.Hardware from "
-            "Hardware.stack)", None: "a dfit_nb.sim.Hardware"}[batch]
     if not isinstance(hw, Hardware):
+        kind = {False: "one dfit_nb.sim.Hardware", True: "a batch of machines (one dfit_nb.sim.Hardware from "
+                "Hardware.stack)", None: "a dfit_nb.sim.Hardware"}[batch]
         valid = "dfit_nb.sim.presets.get(name) for a preset, or dfit_nb.sim.Hardware(field=value, ...)"
         raise error(f"{where}: {argument} must be {kind} ({valid}){' ' + also_valid if also_valid else ''}, "
                     f"got {_given(hw)}")
     shape = hw.batch_shape
-    if batch is not None and (shape != ()) != batch:
+    if batch is not None and (len(shape) == 1 if batch else shape == ()) is False:
+        wanted = ("a 1-D batch of machines (dfit_nb.sim.Hardware.stack([...]))" if batch else
+                  "one machine (one dfit_nb.sim.Hardware)")
         what = f"a batch of machines of shape {shape}" if shape else "one machine"
-        raise (batch_error or error)(f"{where} takes {'a batch of machines' if batch else 'one machine'}; "
-                                     f"{argument} {hw.name!r} is {what}{batch_hint}")
+        raise (batch_error or error)(f"{where} takes {wanted}; {argument} ({hw.name!r}) is {what}{batch_hint}")
     return hw
 
 

@@ -65,7 +65,7 @@ import pandas as pd
 from .. import views
 from ..sim import REPLAY_DATAFLOWS, presets, replay, schedule, select_dataflows
 from ..sim._replay import SpillWarning, program_key, warm
-from ..sim.hardware import FIELDS, Hardware, sram_split
+from ..sim.hardware import FIELDS, Hardware, check_hardware, sram_split
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
 from ..views._common import ViewInputError, describe, expect
@@ -371,12 +371,10 @@ class Explorer(w.VBox):
             hw = presets.get("npu_like")
         elif isinstance(hw, str):
             hw = presets.get(hw)
-        if not isinstance(hw, Hardware):
-            raise ViewInputError(f"Explorer() needs a Hardware or a preset name ({', '.join(presets.names())}) as "
-                                 f"'hw', got {describe(hw)}")
-        if hw.batch_shape != ():
-            raise ValueError(f"the Explorer shows one machine; {hw.name!r} is a batch of shape {hw.batch_shape} "
-                             "(open one of them, e.g. with SweepExplorer.open_machine)")
+        # a batch is a value it cannot show (ValueError), anything else the wrong kind of object (TypeError)
+        check_hardware(hw, "Explorer()", error=ViewInputError, batch_error=ValueError,
+                       also_valid=f"or a preset's name ({', '.join(presets.names())})",
+                       batch_hint=" (open one of them, e.g. with SweepExplorer.open_machine)")
         # dropdown label -> machine: every preset, and the given machine under its own label unless it is
         # exactly the preset of its name (a machine named like a preset but differing keeps both reachable)
         self._machines: dict[str, Hardware] = {name: presets.get(name) for name in presets.names()}
