@@ -6,6 +6,7 @@ import math
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from dfit_nb.sim import Hardware, HardwareError, presets
@@ -84,12 +85,16 @@ def _entry_points():
     from dfit_nb.sim._cost import CostInputError
     from dfit_nb.sim._reconcile import reconcile
     from dfit_nb.sim._replay import ReplayError, replay, warm
+    from dfit_nb.sim._thermal import ThermalError, thermal
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
     from dfit_nb.sim.families import FamilyError, by_family
     from dfit_nb.sim.kernel_predictor import KernelRowError, kernel_predictor
     from dfit_nb.sim.policy import PolicyError
 
     t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((8, 16)), jnp.ones((16, 4)))
     ops = {"m": [8], "k": [16], "n": [4]}
+    measured = pd.DataFrame({"m": [8, 16, 32, 64], "k": 16, "n": 4, "dtype": "float32", "time_s": 1e-6})
+    run = replay(t, presets.get("scalesim_32"))
     # name -> (call taking the hw value, the error class its callers catch, whether it takes a batch)
     return {
         "cost()": (lambda hw: cost(ops, hw), CostInputError, False),
@@ -102,6 +107,8 @@ def _entry_points():
         "precision()": (lambda hw: precision(t, hw=hw), PrecisionError, False),
         "reconcile()": (lambda hw: reconcile(t, hw, None), HardwareError, False),
         "kernel_predictor()": (lambda hw: kernel_predictor(None, hw), KernelRowError, False),
+        "calibrate()": (lambda hw: calibrate(measured, hw, ["clock_ghz"]), CalibrationError, False),
+        "thermal()": (lambda hw: thermal(run, hw=hw), ThermalError, False),
     }
 
 
