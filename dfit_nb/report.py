@@ -319,14 +319,11 @@ def _build_bundle(vlc: Any, version: str | None, stored: Path | None) -> str:
     js = vlc.javascript_bundle(vl_version=version).replace("</script", "<\\/script")
     if stored is None:
         return js
-    tmp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
-    try:
+    # a read-only cache: the bundle is simply built again next time
+    with contextlib.suppress(OSError):
         stored.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(js, encoding="utf-8")
-        os.replace(tmp, stored)  # readers see the whole bundle or none
-    except OSError:  # a read-only cache: the bundle is simply built again next time
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        with atomic_file(stored, "w", permissions=0o644) as f:  # readers see the whole bundle or none
+            f.write(js)
     return js
 
 
