@@ -146,3 +146,17 @@ def test_check_hardware_passes_the_machine_through_and_names_other_arguments():
         check_hardware(3, "f()", argument="base", error=TypeError, also_valid="or None")
     with pytest.raises(KeyError):
         check_hardware(batch, "f()", error=TypeError, batch_error=KeyError)
+
+
+def test_the_report_names_a_machine_that_is_neither_a_preset_nor_a_hardware():
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.report import ReportError, analyse
+
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((8, 16)), jnp.ones((16, 4)))
+    with pytest.raises(ReportError, match=r"the report: each machine of hw must be one dfit_nb\.sim\.Hardware "
+                                          r".* or a preset's name \(scalesim_32, .*got an int \(3\)"):
+        analyse(t, ["npu_like", 3], progress=False)
+    with pytest.raises(ReportError, match=r"unknown preset 'npu'"):
+        analyse(t, "npu", progress=False)
