@@ -44,6 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from . import examples
 from ._files import _check_target, refuse_shared_folder
 from ._setup import setup
@@ -52,6 +54,7 @@ from .errors import DfitError, SaveError, SaveRefusedError
 from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
 from .sim._reconcile import LEVELS, reconcile
 from .sim.kernels import DEFAULT_FUSION, FUSION_MODES
+from .sim.machine import utilization
 from .sim.policy import OBJECTIVES
 
 #: ``--args`` dtype spellings -> NumPy/JAX dtype names
@@ -615,7 +618,7 @@ def cost_table(alone: dict[str, Any]) -> str:
         for df in DATAFLOWS:
             tot = ds.sel(dataflow=df)
             cycles, macs = float(tot["total_cycles"]), float(tot["total_macs"])
-            util = macs / (cycles * hw.peak_macs_per_cycle) if cycles else 0.0
+            util = float(utilization(macs, cycles, hw, np))
             lines.append(f"{name:16s} {df:8s} {cycles:14,.0f} {cycles / (hw.clock_ghz * 1e6):10.3f} "
                          f"{float(tot['total_energy_j']) * 1e3:10.4f} {util:6.1%}")
     return "\n".join(lines)

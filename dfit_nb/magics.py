@@ -48,6 +48,7 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
@@ -61,8 +62,9 @@ from .sim import REPLAY_DATAFLOWS, presets
 from .sim._compare import CompareError
 from .sim._compare import compare as compare_runs
 from .sim._replay import replay
-from .sim.hardware import Hardware
+from .sim.hardware import Hardware, check_hardware
 from .sim.kernels import FUSION_MODES
+from .sim.machine import peak_flops_per_s
 from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.run import Run
 from .views import compare as compare_chart
@@ -333,7 +335,7 @@ def presets_table() -> pd.DataFrame:
             "SRAM per tile": _size(float(hw.sram_bytes)),
             "word bytes": int(hw.word_bytes),
             "clock GHz": float(hw.clock_ghz),
-            "peak TOPS": float(f"{2 * float(hw.peak_macs_per_cycle) * float(hw.clock_ghz) / 1e3:.3g}"),
+            "peak TOPS": float(f"{float(peak_flops_per_s(hw, np)) / 1e12:.3g}"),
             "execution": hw.execution,
             "approximates": info.approximates,
         })
@@ -448,10 +450,8 @@ class DfitMagics(Magics):
             return presets.get(name)
         value = self.shell.user_ns.get(name)
         if isinstance(value, Hardware):
-            if not value.batch_shape:
-                return value
-            raise UsageError(f"{magic}: --hw {name!r} is a batch of machines (batch shape {value.batch_shape}); "
-                             "%dfit replays one machine: pass a preset or a single Hardware, not a stacked batch")
+            return check_hardware(value, magic, argument=f"--hw {name!r}", error=UsageError,
+                                  batch_hint=": pass a preset or a single Hardware, not a stacked batch")
         # a name in the namespace that is something else: say what it is, not only that it is no preset
         found = (f" ({name!r} in the namespace is {_a(type(value).__name__)}, not a dfit_nb.sim.Hardware)"
                  if name in self.shell.user_ns else " (nor a Hardware in the namespace)")

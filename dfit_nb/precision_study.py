@@ -72,8 +72,9 @@ from .capture import Trace, capture
 from .capture.api import _is_dynamic
 from .capture.walk import Walk, walk_closed_jaxpr
 from .errors import DfitError, OpaquePrimitiveWarning
-from .sim import REPLAY_DATAFLOWS, Hardware, SpillWarning, replay
+from .sim import REPLAY_DATAFLOWS, SpillWarning, replay
 from .sim._cost import _SHAPE, _itemsize
+from .sim.hardware import check_hardware
 from .sim.machine import word_and_mac_energy
 
 #: the primitives whose inputs a format reduces
@@ -529,10 +530,7 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     if dataflow.lower() not in REPLAY_DATAFLOWS:
         raise PrecisionError(f"unknown dataflow {dataflow!r}; valid: {', '.join(REPLAY_DATAFLOWS)}")
     if hw is not None:
-        if not isinstance(hw, Hardware) or hw.batch_shape != ():
-            raise PrecisionError(f"hw must be one dfit_nb.sim.Hardware (e.g. dfit_nb.sim.presets.get('npu_like')) "
-                                 f"or None, got {type(hw).__name__}"
-                                 + (" with a batch of machines" if isinstance(hw, Hardware) else ""))
+        check_hardware(hw, "precision()", error=PrecisionError, also_valid="or None (quality only)")
     if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, int)
                                      or region_depth < 1):
         raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")

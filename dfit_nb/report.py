@@ -63,7 +63,7 @@ from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
 from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
-from .sim.hardware import Hardware
+from .sim.hardware import Hardware, check_hardware
 from .sim.machine import DATAFLOWS
 from .sim.policy import OBJECTIVES, select_dataflows
 
@@ -167,12 +167,13 @@ def _machines(hw: Any) -> list[Hardware]:
         hw = [hw]
     out = []
     for h in hw:
-        if isinstance(h, Hardware):
-            out.append(h)
-        elif isinstance(h, str) and h in presets.names():
+        if isinstance(h, str):
+            if h not in presets.names():
+                raise ReportError(f"unknown preset {h!r}; valid: {', '.join(presets.names())} (or a Hardware)")
             out.append(presets.get(h))
         else:
-            raise ReportError(f"unknown preset {h!r}; valid: {', '.join(presets.names())} (or a Hardware)")
+            out.append(check_hardware(h, "the report", argument="each machine of hw", error=ReportError,
+                                      also_valid=f"or a preset's name ({', '.join(presets.names())})"))
     if not out:
         raise ReportError("no hardware to replay on; give at least one preset")
     names = [h.name for h in out]
@@ -318,14 +319,11 @@ def _build_bundle(vlc: Any, version: str | None, stored: Path | None) -> str:
     js = vlc.javascript_bundle(vl_version=version).replace("</script", "<\\/script")
     if stored is None:
         return js
-    tmp = stored.with_name(f".{stored.name}.{os.getpid()}.tmp")
-    try:
+    # a read-only cache: the bundle is simply built again next time
+    with contextlib.suppress(OSError):
         stored.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(js, encoding="utf-8")
-        os.replace(tmp, stored)  # readers see the whole bundle or none
-    except OSError:  # a read-only cache: the bundle is simply built again next time
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        with atomic_file(stored, "w", permissions=0o644) as f:  # readers see the whole bundle or none
+            f.write(js)
     return js
 
 

@@ -241,7 +241,8 @@ def test_a_view_given_the_wrong_object_says_what_it_needs_and_got(view, wrong, t
 
 
 @pytest.mark.parametrize(("call", "tokens"), [
-    (lambda run, trace: views.roofline(run, hw="npu_like"), ("'hw'", "a Hardware", "'npu_like'")),
+    (lambda run, trace: views.roofline(run, hw="npu_like"), ("roofline()", "hw must be one dfit_nb.sim.Hardware",
+                                                             "'npu_like'")),
     (lambda run, trace: views.roofline(run, trace=run), ("'trace'", "a Trace", "got a Run")),
     (lambda run, trace: views.timeline(run, region=3), ("region", "got an int (3)")),
     (lambda run, trace: views.timeline(run, max_rows="many"), ("max_rows", "'many'")),
@@ -270,7 +271,8 @@ def test_a_view_parameter_of_the_wrong_type_is_named(call, tokens, run, trace):
     (lambda t, r: ("Explorer", (r,), {}), ("Explorer()", "'trace'", "a Trace", "got a Run")),
     (lambda t, r: ("Explorer", ("trace.nc",), {}), ("Explorer()", "'trace'", "'trace.nc'")),
     (lambda t, r: ("Explorer", (None,), {}), ("Explorer()", "'trace'", "got None")),
-    (lambda t, r: ("Explorer", (t, 3), {}), ("Explorer()", "'hw'", "an int (3)", "npu_like")),
+    (lambda t, r: ("Explorer", (t, 3), {}), ("Explorer()", "hw must be one dfit_nb.sim.Hardware", "an int (3)",
+                                              "npu_like")),
     (lambda t, r: ("Explorer", (t,), {"views_shown": "timeline"}), ("views_shown", "'timeline'")),
     (lambda t, r: ("SweepExplorer", (r,), {}), ("SweepExplorer()", "'ds'", "got a Run")),
     (lambda t, r: ("SweepExplorer", (None,), {}), ("SweepExplorer()", "'ds'", "got None")),

@@ -17,7 +17,7 @@ import xarray as xr
 from .. import _compile_options, _exported
 from ..errors import DfitError
 from . import machine, mapping, schedule
-from .hardware import FIELDS, Hardware, field_vector, from_field_vector
+from .hardware import FIELDS, Hardware, check_hardware, field_vector, from_field_vector
 from .machine import DATAFLOWS
 from .memory import available_bytes, sweep_estimate
 
@@ -359,14 +359,13 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
 
     b = jax.vmap(body)({k: v for k, v in m.items() if k != "traffic"})
     t = machine.alone_cycles(b, hw, ideal)
-    peak = n_tiles * machine.field(hw, "pe_rows") * machine.field(hw, "pe_cols")
     cycles = t["cycles"]
     levels = {lv: m[f"energy_{lv}_pj"] for lv in machine.ENERGY_LEVELS}
     out = {
         "cycles": cycles, "compute_cycles": b["compute"], "stall_cycles": cycles - b["compute"],
         "sram_cycles": b["sram"], "dram_cycles": t["dram_cycles"], "noc_cycles": b["noc_cycles"],
         "layout": m["layout"], "gy": m["gy"], "gx": m["gx"], "macs": m["macs"],
-        "utilization": jnp.where(cycles > 0, m["macs"] / (jnp.maximum(cycles, 1.0) * peak), 0.0),
+        "utilization": machine.utilization(m["macs"], cycles, hw),
         "tiles_used": jnp.where((b["compute"] > 0) | (m["dram_bytes"] > 0), m["tiles"], 0.0),
         "noc_bytes": m["noc_in"] + m["noc_out"] + m["psum_noc"],
         "energy_pj": sum(levels.values()), **{f"energy_{lv}_pj": e for lv, e in levels.items()},
@@ -514,11 +513,8 @@ def for_jit(hw: Hardware) -> Hardware:
 
 
 def _check_scalar_hw(hw: Any) -> Hardware:
-    if not isinstance(hw, Hardware):
-        raise CostInputError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
-    if hw.batch_shape != ():
-        raise CostInputError("cost() takes one machine; for a batch of machines use dfit_nb.sim.sweep()")
-    return hw
+    return check_hardware(hw, "cost()", error=CostInputError,
+                          batch_hint="; for a batch of machines use dfit_nb.sim.sweep()")
 
 
 class _Machine(NamedTuple):

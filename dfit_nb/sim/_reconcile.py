@@ -36,7 +36,7 @@ import numpy as np
 import xarray as xr
 
 from ..events.schema import KINDS
-from .hardware import Hardware
+from .hardware import Hardware, check_hardware
 
 LEVELS = KINDS  # the kinds a replay charges energy to (compute, sram, noc, dram, retile)
 REASONS = {
@@ -144,6 +144,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     """
     from ._cost import cost
 
+    check_hardware(hw, "reconcile()")
     wrong = _other_machine(run.attrs, hw, require=False)
     if wrong:
         field, have, want = wrong

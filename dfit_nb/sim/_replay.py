@@ -39,7 +39,7 @@ from ..errors import DfitError, DfitWarning
 from ..events.schema import KINDS
 from . import kernels, machine, mapping, memory, schedule
 from ._cost import CostInputError, dataflow_codes, for_jit, operand_bytes, ops_arrays, padded_count
-from .hardware import EXECUTION_STYLES, Hardware, field_vector
+from .hardware import EXECUTION_STYLES, Hardware, check_hardware, field_vector
 from .kernels import Kernels
 from .machine import DATAFLOWS, switch_cost, switched, word_and_mac_energy
 from .run import level_totals
@@ -548,10 +548,8 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     """
     from .run import build_run
 
-    if not isinstance(hw, Hardware):
-        raise ReplayError(f"hw must be a dfit_nb.sim.Hardware (see dfit_nb.sim.presets), got {type(hw).__name__}")
-    if hw.batch_shape != ():
-        raise ReplayError("replay() takes one machine; for a batch of machines use dfit_nb.sim.replay_batch")
+    check_hardware(hw, "replay()", error=ReplayError,
+                   batch_hint="; for a batch of machines use dfit_nb.sim.replay_batch")
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
@@ -687,8 +685,7 @@ def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int 
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
     >>> warm(t, presets.get("npu_like").replace(tile_rows=9))  # the 16 x 8 bucket, compiled now
     """
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise ReplayError(f"warm() takes one Hardware, got {type(hw).__name__}")
+    check_hardware(hw, "warm()", error=ReplayError)
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
@@ -762,14 +759,13 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
         real, count = ops["real"], ops["count"]
         energy = _per_op_records(out, ops)["energy_pj"]
         f64 = jnp.float64
-        peak = machine.tiles(hw_1) * machine.field(hw_1, "pe_rows") * machine.field(hw_1, "pe_cols")
         latency = jnp.max(out["end"] * real)
         macs = jnp.sum(out["macs"] * count * real)
         return {
             "latency_cycles": latency,
             "latency_s": latency / (jnp.asarray(hw_1.clock_ghz, f64) * 1e9),
             "energy_j": jnp.sum(energy) * 1e-12,
-            "utilization": jnp.where(latency > 0, macs / (peak * jnp.maximum(latency, 1.0)), 0.0),
+            "utilization": machine.utilization(macs, latency, hw_1),
             "dram_bytes": jnp.sum((out["dram_bytes"] * count + out["dram_extra_bytes"]) * real),
             "retile_bytes": jnp.sum(out["retile_bytes"] * real),
             "sections": jnp.max(out["section"] * real) + 1.0,
@@ -899,11 +895,9 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     >>> lazy["latency_cycles"].chunks, bool((lazy["latency_cycles"] == ds["latency_cycles"]).all())
     (((1, 1),), True)
     """
-    if not isinstance(hw, Hardware):
-        raise ReplayError(f"hw must be a batched dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    check_hardware(hw, "replay_batch()", batch=True, error=ReplayError,
+                   batch_hint="; replay one machine with dfit_nb.replay")
     shape = hw.batch_shape
-    if len(shape) != 1:
-        raise ReplayError(f"replay_batch() takes a 1-D batch of machines (Hardware.stack); got batch shape {shape}")
     from .hardware import FIELDS
 
     if shape[0] == 0:  # a batch rebuilt without the constructor's checks (jax.tree.map): name what is empty

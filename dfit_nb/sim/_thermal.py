@@ -56,7 +56,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from ..events import binning
-from .hardware import FIELDS, THERMAL_FIELDS, Hardware
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware
 
 #: event kinds whose energy heats the die (DRAM access energy is spent in the DRAM devices)
 ON_DIE_KINDS = ("compute", "sram", "noc", "retile")
@@ -204,8 +204,7 @@ def _hardware(run: Any, hw: Hardware | None) -> Hardware:
                                "hw= (the machine it ran on, with its thermal fields)")
         hw = Hardware(name=str(attrs.get("hardware", "custom")), execution=str(attrs.get("execution", "time")),
                       **{f: attrs[f"hw_{f}"] for f in FIELDS})
-    if not isinstance(hw, Hardware):
-        raise ThermalError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    check_hardware(hw, "thermal()", error=ThermalError)
     grid = (run.cube.sizes["tile_y"], run.cube.sizes["tile_x"])
     if (int(hw.tile_rows), int(hw.tile_cols)) != grid:
         raise ThermalError(f"hw has a {int(hw.tile_rows)}x{int(hw.tile_cols)} grid, the run a {grid[0]}x{grid[1]} "

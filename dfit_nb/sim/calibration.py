@@ -35,7 +35,7 @@ import xarray as xr
 from .._files import open_tree, save_tree
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, dtype_itemsizes, for_jit, grid_tables, model_outputs, numeric
-from .hardware import FIELDS, THERMAL_FIELDS, Hardware, from_field_vector
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
 #: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
@@ -428,8 +428,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     _check_fields(fields)
     if not 0 < fit_fraction < 1:
         raise CalibrationError(f"fit_fraction must be between 0 and 1, got {fit_fraction!r}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise CalibrationError("hw must be one dfit_nb.sim.Hardware (e.g. presets.get('tpu_v4'))")
+    check_hardware(hw, "calibrate()", error=CalibrationError)
     buckets = _buckets(table) if kernel_rows is None else (
         table["bucket"].astype(str).to_numpy() if "bucket" in table else table["family"].astype(str).to_numpy())
     fit = stratified_split(buckets, fit_fraction, seed)

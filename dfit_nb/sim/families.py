@@ -19,7 +19,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from ._replay import prepare
-from .hardware import Hardware
+from .hardware import Hardware, check_hardware
 
 
 class FamilyError(DfitError, ValueError):
@@ -73,8 +73,7 @@ def by_family(traces: Mapping[str, Any], hw: Hardware, objective: str = "energy"
 
     if not isinstance(traces, Mapping) or not traces:
         raise FamilyError(f"traces must be a non-empty dict {{family: Trace}}, got {type(traces).__name__}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise FamilyError(f"hw must be one dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    check_hardware(hw, "by_family()", error=FamilyError)
     families = [str(f) for f in traces]
     policies = {f: select_dataflows(t, hw, objective) for f, t in zip(families, traces.values(), strict=True)}
     cands = [str(c) for c in next(iter(policies.values())).choices["candidate"].values]

@@ -32,7 +32,7 @@ from ._cost import (
     padded_count,
     padded_index,
 )
-from .hardware import FIELDS, Hardware
+from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
 from .memory import Estimate, sweep_estimate
 from .schedule import bucket
@@ -42,7 +42,7 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "pe": (("pe_rows", "pe_cols"), "(R, C) of each tile's PE array"),
     "tiles": (("tile_rows", "tile_cols"), "(rows, cols) of the tile grid"),
     "sram_kb": (("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes"),
-                "SRAM per tile in KiB, split in the base machine's proportions"),
+                "SRAM per tile in KiB, split in the base machine's proportions (dfit_nb.sim.hardware.sram_split)"),
     "dram_bw": (("dram_bytes_per_cycle",), "DRAM bytes per cycle"),
     "noc_bw": (("noc_link_bytes_per_cycle",), "NoC link bytes per cycle"),
 }
@@ -69,11 +69,8 @@ def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.nd
         labels = [f"{a}x{b}" for a, b in pairs]
         rows, cols = (np.array([p[i] for p in pairs], float) for i in (0, 1))
         return {fields[0]: rows, fields[1]: cols}, labels
-    if key == "sram_kb":
-        parts = np.array([float(np.asarray(getattr(base, f))) for f in fields])
-        share = parts / parts.sum()
-        total = np.asarray(values, dtype=np.float64) * 1024
-        return {f: np.floor(total * s) for f, s in zip(fields, share, strict=True)}, values
+    if key == "sram_kb":  # the Explorer's SRAM slider splits by the same rule
+        return sram_split(base, np.asarray(values, dtype=np.float64)), values
     return {fields[0]: np.asarray(values, dtype=np.float64)}, values
 
 
@@ -195,8 +192,8 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
     """Check a sweep's inputs and gather what evaluating any chunk of it needs (nothing is evaluated)."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
-    if not isinstance(hw, Hardware) or hw.batch_shape != ():
-        raise CostInputError("sweep() takes one base Hardware; put the values to sweep in keyword axes")
+    check_hardware(hw, "sweep()", error=CostInputError, batch_hint="; sweep() takes one base machine and the "
+                   "values to sweep in keyword axes (e.g. pe=[(16, 16), (32, 32)])")
     arrays, coord = alone_arrays(ops)
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))

@@ -160,6 +160,9 @@ EXECUTION_STYLES = ("time", "spatial")
 #: Horowitz ISSCC 2014 (45 nm) MAC energy by word size in bytes (see the module docstring).
 MAC_PJ_BY_WORD = {1: 0.23, 2: 1.5, 4: 4.6}
 
+#: A tile's SRAM partitions, in the order :func:`sram_split` hands out spare bytes.
+SRAM_FIELDS = ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")
+
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
@@ -263,7 +266,8 @@ class Hardware:
 
     @property
     def peak_macs_per_cycle(self) -> Any:
-        """MACs per cycle of the whole chip: tiles x R x C."""
+        """MACs per cycle of the whole chip: tiles x R x C, in the fields' own types (an ``int`` for a preset);
+        figures read it as float64 from :func:`dfit_nb.sim.machine.peak_macs_per_cycle`, which a test keeps equal."""
         return self.tiles * self.pe_rows * self.pe_cols
 
     @property
@@ -320,6 +324,107 @@ class Hardware:
         import html
 
         return f"<pre>{html.escape(self.describe())}</pre>"
+
+
+def sram_split(hw: Hardware, sram_kb: Any) -> dict[str, np.ndarray]:
+    """A tile's SRAM of ``sram_kb`` KiB split over its three partitions in ``hw``'s proportions.
+
+    The one rule for "SRAM per tile" as a single number (``sweep(sram_kb=...)`` and the Explorer's SRAM slider):
+    the total is rounded to whole bytes, each partition gets the whole bytes of its exact share, and the bytes
+    the rounding leaves go one each to the largest remainders (ties: input, weight, output). The partitions sum
+    to the total exactly, and a total equal to ``hw``'s gives its own partitions. Computed in integers, so the
+    split does not depend on float round-off. A total that is not a finite number gives non-finite partitions,
+    which :class:`Hardware` then refuses naming the field.
+
+    Parameters
+    ----------
+    hw : Hardware
+        One machine whose partitions give the proportions.
+    sram_kb : float or array_like
+        SRAM per tile in KiB, all three partitions; an array gives one split per value.
+
+    Returns
+    -------
+    dict of str to numpy.ndarray
+        :data:`SRAM_FIELDS` -> bytes (float64 whole numbers), each shaped like ``sram_kb``.
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import presets
+    >>> parts = sram_split(presets.get("scalesim_128"), 100)
+    >>> [int(parts[f]) for f in SRAM_FIELDS], sum(int(v) for v in parts.values()) == 100 * 1024
+    ([43886, 43886, 14628], True)
+    """
+    check_hardware(hw, "sram_split()")
+    have = [int(float(np.asarray(getattr(hw, f)))) for f in SRAM_FIELDS]
+    whole = sum(have)
+    totals = np.asarray(sram_kb, np.float64) * 1024
+    out = np.empty((*totals.shape, len(have)))
+    for index, total in np.ndenumerate(totals):
+        if not np.isfinite(total):
+            out[index] = total
+            continue
+        exact = round(float(total))
+        floors, rests = zip(*(divmod(exact * v, whole) for v in have), strict=True)
+        parts = list(floors)
+        # sorted is stable: equal remainders take the spare bytes in SRAM_FIELDS order
+        for i in sorted(range(len(have)), key=lambda j: -rests[j])[: exact - sum(floors)]:
+            parts[i] += 1
+        out[index] = parts
+    return {f: out[..., i] for i, f in enumerate(SRAM_FIELDS)}
+
+
+def check_hardware(hw: Any, where: str, *, argument: str = "hw", batch: bool | None = False,
+                   error: type[Exception] = HardwareError, batch_error: type[Exception] | None = None,
+                   also_valid: str = "", batch_hint: str = "") -> Hardware:
+    """``hw`` when it is a :class:`Hardware` of the kind ``where`` takes, else one error naming ``argument``,
+    what it was and what is valid.
+
+    Parameters
+    ----------
+    hw : object
+        The value a caller was given.
+    where : str
+        The function or widget that takes it, as its message names it (``"replay()"``).
+    argument : str
+        The argument's name.
+    batch : bool or None
+        ``False``: one machine (batch shape ``()``); ``True``: a batch (:meth:`Hardware.stack`); ``None``: either.
+    error : type
+        The exception class raised (the caller's own error class, so callers catch what they always caught).
+    batch_error : type, optional
+        The class raised for a machine of the wrong batch shape, when it differs from ``error``.
+    also_valid : str
+        Other values the caller takes, named in the message (``"or None"``).
+    batch_hint : str
+        Where a batch (or a single machine) should go instead, appended to that message.
+
+    Returns
+    -------
+    Hardware
+        ``hw`` itself.
+
+    Examples
+    --------
+    >>> check_hardware("npu_like", "replay()")
+    Traceback (most recent call last):
+    ...
+    dfit_nb.sim.hardware.HardwareError: replay(): hw must be one dfit_nb.sim.Hardware \
+(dfit_nb.sim.presets.get(name) for a preset, or dfit_nb.sim.Hardware(field=value, ...)), got a str ('npu_like')
+    """
+    if not isinstance(hw, Hardware):
+        kind = {False: "one dfit_nb.sim.Hardware", True: "a batch of machines (one dfit_nb.sim.Hardware from "
+                "Hardware.stack)", None: "a dfit_nb.sim.Hardware"}[batch]
+        valid = "dfit_nb.sim.presets.get(name) for a preset, or dfit_nb.sim.Hardware(field=value, ...)"
+        raise error(f"{where}: {argument} must be {kind} ({valid}){' ' + also_valid if also_valid else ''}, "
+                    f"got {_given(hw)}")
+    shape = hw.batch_shape
+    if batch is not None and (len(shape) == 1 if batch else shape == ()) is False:
+        wanted = ("a 1-D batch of machines (dfit_nb.sim.Hardware.stack([...]))" if batch else
+                  "one machine (one dfit_nb.sim.Hardware)")
+        what = f"a batch of machines of shape {shape}" if shape else "one machine"
+        raise (batch_error or error)(f"{where} takes {wanted}; {argument} ({hw.name!r}) is {what}{batch_hint}")
+    return hw
 
 
 def _fmt(value: Any) -> str:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from . import schedule
 from ._replay import BATCH_OPS, Prepared, padded, pinned_layouts, prepare, program
-from .hardware import Hardware
+from .hardware import Hardware, check_hardware
 from .kernels import check_mode
 
 #: op families a kernel row is reported by (:func:`family`)
@@ -168,6 +168,7 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Ca
     Programs are padded as :func:`dfit_nb.sim.replay_batch` pads them and those of one padded size replayed in
     one vmapped program; the grid of ``hw`` is fixed. Call the function under ``jax.enable_x64(True)``.
     """
+    check_hardware(hw, "kernel_predictor()", error=KernelRowError)
     if not isinstance(dataflow, str):
         raise KernelRowError("program and kernel rows are replayed with one dataflow (a name), got "
                              f"{dataflow!r}")

@@ -146,14 +146,56 @@ DEFAULT_ITEMSIZE = 4.0
 _f64 = jnp.float64
 
 
-def field(hw: Hardware, name: str) -> Any:
-    """A Hardware field as a float64 array (the one way the model reads a field)."""
-    return jnp.asarray(getattr(hw, name), _f64)
+def field(hw: Hardware, name: str, xp: Any = jnp) -> Any:
+    """A Hardware field as a float64 array (the one way the model reads a field); ``xp=numpy`` on the host."""
+    return xp.asarray(getattr(hw, name), xp.float64)
 
 
-def tiles(hw: Hardware) -> Any:
+def tiles(hw: Hardware, xp: Any = jnp) -> Any:
     """Tiles of the grid."""
-    return field(hw, "tile_rows") * field(hw, "tile_cols")
+    return field(hw, "tile_rows", xp) * field(hw, "tile_cols", xp)
+
+
+def peak_macs_per_cycle(hw: Hardware, xp: Any = jnp) -> Any:
+    """MACs per cycle of the whole chip: every tile's ``pe_rows x pe_cols`` array (the peak of
+    :func:`utilization`; a Run's summary and the CLI's tables read it here).
+
+    >>> import numpy as np
+    >>> from dfit_nb.sim import presets
+    >>> float(peak_macs_per_cycle(presets.get("tpu_v4"), np))
+    131072.0
+    """
+    return tiles(hw, xp) * field(hw, "pe_rows", xp) * field(hw, "pe_cols", xp)
+
+
+def peak_flops_per_s(hw: Hardware, xp: Any = jnp) -> Any:
+    """Peak compute of the whole chip in FLOP/s (a MAC is two FLOPs): the roofline's compute roof and the
+    presets table's TOPS."""
+    return 2.0 * peak_macs_per_cycle(hw, xp) * (field(hw, "clock_ghz", xp) * 1e9)
+
+
+def utilization(macs: Any, cycles: Any, hw: Hardware, xp: Any = jnp) -> Any:
+    """MACs over the peak MACs the chip could do in ``cycles``; 0 where ``cycles`` is 0.
+
+    One definition for :func:`dfit_nb.sim.cost` (per op), :func:`dfit_nb.replay` (its summary),
+    :func:`dfit_nb.sim.replay_batch` (per machine) and the CLI's tables. ``xp=numpy`` on the host.
+
+    >>> import numpy as np
+    >>> from dfit_nb.sim import presets
+    >>> float(utilization(512.0, 2.0, presets.get("scalesim_32"), np)), float(utilization(0.0, 0.0,
+    ...     presets.get("scalesim_32"), np))
+    (0.25, 0.0)
+    """
+    cycles = xp.asarray(cycles, xp.float64)
+    busy = cycles > 0
+    # the division sees 1 where there is no time, so no 0 / 0 is evaluated (nor its gradient)
+    return xp.where(busy, macs / (xp.where(busy, cycles, 1.0) * peak_macs_per_cycle(hw, xp)), 0.0)
+
+
+def link_load(nbytes: Any, cycles: Any, hw: Hardware, xp: Any = jnp) -> Any:
+    """Load of a NoC link that carries ``nbytes`` in ``cycles``: bytes over what one link moves in that time
+    (``noc_link_bytes_per_cycle``); 1 is a saturated link. A Run's ``cube["link_load"]`` is this per time bin."""
+    return nbytes / (cycles * field(hw, "noc_link_bytes_per_cycle", xp))
 
 
 def multi_tile(hw: Hardware) -> Any:
@@ -196,7 +238,7 @@ def roofs(hw: Hardware) -> dict[str, Any]:
     clock = field(hw, "clock_ghz") * 1e9
     native = field(hw, "word_bytes")
     return {
-        "peak_flops_per_s": 2.0 * tiles(hw) * field(hw, "pe_rows") * field(hw, "pe_cols") * clock,
+        "peak_flops_per_s": peak_flops_per_s(hw),
         "dram_bytes_per_s": field(hw, "dram_bytes_per_cycle") * clock,
         "noc_edge_bytes_per_s": field(hw, "tile_rows") * field(hw, "noc_link_bytes_per_cycle") * clock,
         "sram_bytes_per_s": tiles(hw) * sram_port_bytes_per_cycle(hw, native, True) * clock,

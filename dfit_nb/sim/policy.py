@@ -69,7 +69,7 @@ from .. import _compile_options
 from ..errors import DfitError
 from ._cost import for_jit
 from ._replay import hardware_key, prepare, style_costs, trace_key
-from .hardware import Hardware
+from .hardware import Hardware, check_hardware
 from .machine import DATAFLOWS, last_gemm, switch_cost
 
 OBJECTIVES = ("energy", "latency", "edp")
@@ -555,8 +555,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     True
     """
     cands = _check(objective, candidates, max_switches)
-    if not isinstance(hw, Hardware):
-        raise PolicyError(f"hw must be a dfit_nb.sim.Hardware, got {type(hw).__name__}")
+    check_hardware(hw, "select_dataflows()", batch=None, error=PolicyError)
     prep = prepared if prepared is not None else prepare(trace, fusion)
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
     if gemm.size == 0:

@@ -67,7 +67,7 @@ from . import streaming
 from ._cost import hardware_attrs
 from .hardware import Hardware
 from .kernel_table import running_kernel
-from .machine import DATAFLOWS
+from .machine import DATAFLOWS, link_load, peak_macs_per_cycle, utilization
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
 
@@ -538,7 +538,7 @@ def cube_dataset(prep: Any, out: dict[str, np.ndarray], ops: xr.Dataset, events:
     ends = np.concatenate([out["t1"][o_r], out["t1"][o_n] + out["noc_cycles"][o_n]])
     loads = binning.bin_intervals(starts, ends, np.concatenate([lr[o_r, g_r], ln[o_n, g_n]]),
                                   np.concatenate([g_r, g_n]), n_links, edges)
-    loads = loads / (width[:, None] * float(hw.noc_link_bytes_per_cycle))
+    loads = link_load(loads, width[:, None], hw, np)
     sel = np.flatnonzero(sim)
     energy = binning.bin_intervals(s[sel], e[sel], events["energy_pj"].values[sel], np.zeros(sel.size, np.int64), 1,
                                    edges)[:, 0]
@@ -596,7 +596,7 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
     clock_hz = attrs["clock_ghz"] * 1e9
     energy = total("energy_pj") * 1e-12
     macs = total("macs")
-    peak = float(hw.peak_macs_per_cycle)
+    peak = float(peak_macs_per_cycle(hw, np))
     cyc = np.array([total(f"{m}_cycles") for m in MECHANISMS])
     span = total("span")
     evidence = cyc / span if span > 0 else np.zeros(len(MECHANISMS))
@@ -608,7 +608,7 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
         "joules_per_inference": _var((), energy, "J", "energy of one inference (one call; weights loaded each "
                                      "time)"),
         "macs": _var((), macs, "MAC", "multiply-accumulates of one call"),
-        "utilization": _var((), macs / (peak * latency) if latency > 0 else 0.0, "1",
+        "utilization": _var((), float(utilization(macs, latency, hw, np)), "1",
                             "MACs over the peak MACs the chip could do in the latency"),
         "peak_macs_per_cycle": _var((), peak, "MAC/cycle", "tiles x R x C"),
         **{f"{k}_bytes": _var((), total(f"bytes_{k}"), "B", f"bytes at the {k} level")

@@ -15,6 +15,7 @@ import pandas as pd
 import xarray as xr
 
 from ..events.schema import KINDS
+from ..sim.hardware import check_hardware
 from ..sim.pareto import pareto_mask as front_mask
 from ._common import (
     MAX_ROWS,
@@ -263,10 +264,8 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
     """
     expect(run, "roofline", "run", "Run")
     if hw is not None:
-        expect(hw, "roofline", "hw", "Hardware")
-        if hw.batch_shape != ():
-            raise ValueError(f"roofline() draws the roofs of one machine; hw {hw.name!r} is a batch of shape "
-                             f"{hw.batch_shape}")
+        check_hardware(hw, "roofline()", error=ViewInputError, batch_error=ValueError,
+                       batch_hint=": roofline() draws the roofs of one machine")
     if trace is not None:
         expect(trace, "roofline", "trace", "Trace")
     check_region(region, "roofline")

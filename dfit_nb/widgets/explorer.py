@@ -65,7 +65,7 @@ import pandas as pd
 from .. import views
 from ..sim import REPLAY_DATAFLOWS, presets, replay, schedule, select_dataflows
 from ..sim._replay import SpillWarning, program_key, warm
-from ..sim.hardware import FIELDS, Hardware
+from ..sim.hardware import FIELDS, Hardware, check_hardware, sram_split
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
 from ..views._common import ViewInputError, describe, expect
@@ -77,8 +77,7 @@ SRAM_KB = (8, 16, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 GRID = (1, 2, 4, 5, 8, 16, 20, 32, 64)
 NOC_BW = tuple(float(2 ** i) for i in range(11))  # 1 .. 1024 B/cycle per link
 DRAM_BW = tuple(float(2 ** i) for i in range(13))  # 1 .. 4096 B/cycle for the chip
-SRAM_FIELDS = ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")
-# control -> the Hardware field it sets (SRAM is the total over SRAM_FIELDS, in KiB)
+# control -> the Hardware field it sets (SRAM is the total of the three partitions, in KiB: sram_split)
 _SLIDERS = {"tile_rows": "tile_rows", "tile_cols": "tile_cols", "pe_rows": "pe_rows", "pe_cols": "pe_cols",
             "noc_bw": "noc_link_bytes_per_cycle", "dram_bw": "dram_bytes_per_cycle"}
 _MENUS = {"tile_rows": GRID, "tile_cols": GRID, "pe_rows": PE, "pe_cols": PE, "sram_kb": SRAM_KB,
@@ -141,17 +140,38 @@ def modified_name(base: Hardware, hw: Hardware) -> str:
     return f"{base.name} (modified: {', '.join(f'{f}={_label(_number(getattr(hw, f)))}' for f in changed)})"
 
 
-def _split(base: Hardware, total: int) -> dict[str, int]:
-    """``total`` bytes of SRAM split over the three buffers in ``base``'s proportions, summing to ``total``
-    exactly (largest remainders get the spare bytes); ``base``'s own partitions when ``total`` is its total."""
-    have = {f: int(_number(getattr(base, f))) for f in SRAM_FIELDS}
-    if total == sum(have.values()):
-        return have
-    exact = {f: total * v / sum(have.values()) for f, v in have.items()}
-    parts = {f: math.floor(x) for f, x in exact.items()}
-    for f in sorted(exact, key=lambda f: parts[f] - exact[f])[: total - sum(parts.values())]:
-        parts[f] += 1
-    return parts
+def machine_from_controls(base: Hardware, values: dict[str, Any]) -> tuple[Hardware, list[str]]:
+    """The machine the Explorer's sliders describe over ``base``, and notes for its status line.
+
+    ``values``: slider -> value, for ``tile_rows``, ``tile_cols``, ``pe_rows``, ``pe_cols``, ``noc_bw``,
+    ``dram_bw`` and ``sram_kb``. SRAM is split by :func:`dfit_nb.sim.hardware.sram_split`, the rule
+    ``sweep(sram_kb=...)`` uses, so a slider setting and a swept value are one machine. A partition below the
+    floor the PE array needs is raised to it (a sweep refuses such a machine; the widget shows the nearest one
+    and a note says so).
+
+    Examples
+    --------
+    >>> from dfit_nb.sim import presets
+    >>> npu = presets.get("npu_like")
+    >>> hw, notes = machine_from_controls(npu, {"tile_rows": 4, "tile_cols": 5, "pe_rows": 16, "pe_cols": 16,
+    ...                                         "noc_bw": 64.0, "dram_bw": 64.0, "sram_kb": 128})
+    >>> hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes, notes
+    (65536, 32768, 32768, [])
+    """
+    fields: dict[str, Any] = {field: values[key] for key, field in _SLIDERS.items()}
+    word = _number(base.word_bytes)
+    floor = math.ceil(2 * max(fields["pe_rows"], fields["pe_cols"]) * word)
+    parts = {f: int(v) for f, v in sram_split(base, float(values["sram_kb"])).items()}
+    total = sum(parts.values())
+    notes = []
+    if min(parts.values()) < floor:  # Hardware would refuse it: keep the widget alive, say what was raised
+        raised = [f for f, v in parts.items() if v < floor]
+        parts = {f: max(v, floor) for f, v in parts.items()}
+        notes.append(f"SRAM raised to the floor of {floor} B per partition (2 x max(PE rows, PE cols) x "
+                     f"{word} B words) in {', '.join(f.split('_')[1] for f in raised)}: "
+                     f"{sum(parts.values()) / 1024:g} KiB per tile, not {total / 1024:g}")
+    hw = base.replace(**fields, **parts)
+    return hw.replace(name=modified_name(base, hw)), notes
 
 
 # ---- compiling the next grid buckets ahead (one thread for every Explorer of the process) --------------------
@@ -351,12 +371,10 @@ class Explorer(w.VBox):
             hw = presets.get("npu_like")
         elif isinstance(hw, str):
             hw = presets.get(hw)
-        if not isinstance(hw, Hardware):
-            raise ViewInputError(f"Explorer() needs a Hardware or a preset name ({', '.join(presets.names())}) as "
-                                 f"'hw', got {describe(hw)}")
-        if hw.batch_shape != ():
-            raise ValueError(f"the Explorer shows one machine; {hw.name!r} is a batch of shape {hw.batch_shape} "
-                             "(open one of them, e.g. with SweepExplorer.open_machine)")
+        # a batch is a value it cannot show (ValueError), anything else the wrong kind of object (TypeError)
+        check_hardware(hw, "Explorer()", error=ViewInputError, batch_error=ValueError,
+                       also_valid=f"or a preset's name ({', '.join(presets.names())})",
+                       batch_hint=" (open one of them, e.g. with SweepExplorer.open_machine)")
         # dropdown label -> machine: every preset, and the given machine under its own label unless it is
         # exactly the preset of its name (a machine named like a preset but differing keeps both reachable)
         self._machines: dict[str, Hardware] = {name: presets.get(name) for name in presets.names()}
@@ -478,21 +496,7 @@ class Explorer(w.VBox):
 
     def _machine(self) -> tuple[Hardware, list[str]]:
         """The controls' machine and notes for the status line (an SRAM raised to the floor)."""
-        c, base = self.controls, self.base
-        fields: dict[str, Any] = {field: c[key].value for key, field in _SLIDERS.items()}
-        word = _number(base.word_bytes)
-        floor = math.ceil(2 * max(fields["pe_rows"], fields["pe_cols"]) * word)
-        total = round(float(c["sram_kb"].value) * 1024)
-        parts = _split(base, total)
-        notes = []
-        if min(parts.values()) < floor:  # Hardware would refuse it: keep the widget alive, say what was raised
-            raised = [f for f, v in parts.items() if v < floor]
-            parts = {f: max(v, floor) for f, v in parts.items()}
-            notes.append(f"SRAM raised to the floor of {floor} B per partition (2 x max(PE rows, PE cols) x "
-                         f"{word} B words) in {', '.join(f.split('_')[1] for f in raised)}: "
-                         f"{sum(parts.values()) / 1024:g} KiB per tile, not {total / 1024:g}")
-        hw = base.replace(**fields, **parts)
-        return hw.replace(name=modified_name(base, hw)), notes
+        return machine_from_controls(self.base, {key: self.controls[key].value for key in (*_SLIDERS, "sram_kb")})
 
     def _on_preset(self, change: Any) -> None:
         self._set_sliders(self._machines[change["new"]])  # the chosen machine exactly: no slider moves it

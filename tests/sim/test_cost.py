@@ -238,7 +238,7 @@ def test_bad_inputs_are_named():
         cost({"m": [1, 2], "k": [1, 2], "n": [1, 2]}, hw, np.array(["ws"]))
     with pytest.raises(CostInputError, match="unknown memory mode 'infinite'"):
         cost({"m": [1], "k": [1], "n": [1]}, hw, memory="infinite")
-    with pytest.raises(CostInputError, match=r"must be a dfit_nb\.sim\.Hardware"):
+    with pytest.raises(CostInputError, match=r"cost\(\): hw must be one dfit_nb\.sim\.Hardware"):
         cost({"m": [1], "k": [1], "n": [1]}, "tpu_like")
     with pytest.raises(CostInputError, match="ops must be"):
         cost(42, hw)

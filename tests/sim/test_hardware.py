@@ -6,6 +6,7 @@ import math
 
 import jax
 import numpy as np
+import pandas as pd
 import pytest
 
 from dfit_nb.sim import Hardware, HardwareError, presets
@@ -72,3 +73,90 @@ def test_adding_a_preset_is_one_registration():
         assert presets.get("test_tiny") is hw and "test_tiny" in presets.names()
     finally:
         presets._PRESETS.pop("test_tiny")
+
+
+# ------------------------------------------------------------------ "is this one Hardware": one check, one message
+def _entry_points():
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.precision_study import PrecisionError, precision
+    from dfit_nb.sim import cost, replay_batch, select_dataflows, sweep
+    from dfit_nb.sim._cost import CostInputError
+    from dfit_nb.sim._reconcile import reconcile
+    from dfit_nb.sim._replay import ReplayError, replay, warm
+    from dfit_nb.sim._thermal import ThermalError, thermal
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+    from dfit_nb.sim.families import FamilyError, by_family
+    from dfit_nb.sim.kernel_predictor import KernelRowError, kernel_predictor
+    from dfit_nb.sim.policy import PolicyError
+
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((8, 16)), jnp.ones((16, 4)))
+    ops = {"m": [8], "k": [16], "n": [4]}
+    measured = pd.DataFrame({"m": [8, 16, 32, 64], "k": 16, "n": 4, "dtype": "float32", "time_s": 1e-6})
+    run = replay(t, presets.get("scalesim_32"))
+    # name -> (call taking the hw value, the error class its callers catch, whether it takes a batch)
+    return {
+        "cost()": (lambda hw: cost(ops, hw), CostInputError, False),
+        "sweep()": (lambda hw: sweep(ops, hw, progress=False), CostInputError, False),
+        "replay()": (lambda hw: replay(t, hw), ReplayError, False),
+        "warm()": (lambda hw: warm(t, hw), ReplayError, False),
+        "replay_batch()": (lambda hw: replay_batch(t, hw), ReplayError, True),
+        "select_dataflows()": (lambda hw: select_dataflows(t, hw), PolicyError, None),
+        "by_family()": (lambda hw: by_family({"mlp": t}, hw), FamilyError, False),
+        "precision()": (lambda hw: precision(t, hw=hw), PrecisionError, False),
+        "reconcile()": (lambda hw: reconcile(t, hw, None), HardwareError, False),
+        "kernel_predictor()": (lambda hw: kernel_predictor(None, hw), KernelRowError, False),
+        "calibrate()": (lambda hw: calibrate(measured, hw, ["clock_ghz"]), CalibrationError, False),
+        "thermal()": (lambda hw: thermal(run, hw=hw), ThermalError, False),
+    }
+
+
+def test_every_entry_point_refuses_a_non_machine_and_a_wrong_batch_with_one_message():
+    one = presets.get("npu_like")
+    batch = Hardware.stack([one, one.replace(pe_rows=8)], name="two")
+    for where, (call, error, takes_batch) in _entry_points().items():
+        with pytest.raises(error) as info:
+            call("npu_like")
+        text = str(info.value)
+        for token in (f"{where}: hw must be", "dfit_nb.sim.Hardware", "dfit_nb.sim.presets.get(name)",
+                      "got a str ('npu_like')"):
+            assert token in text, (where, token, text)
+        if takes_batch is None:
+            continue
+        with pytest.raises(error) as info:
+            call(one if takes_batch else batch)
+        text = str(info.value)
+        want = ("a 1-D batch of machines", "hw ('npu_like') is one machine") if takes_batch else (
+            "one machine (one dfit_nb.sim.Hardware)", "hw ('two') is a batch of machines of shape (2,)")
+        for token in (f"{where} takes", *want):
+            assert token in text, (where, token, text)
+
+
+def test_check_hardware_passes_the_machine_through_and_names_other_arguments():
+    from dfit_nb.sim.hardware import check_hardware
+
+    hw = presets.get("tpu_v4")
+    assert check_hardware(hw, "f()") is hw
+    batch = Hardware.stack([hw, hw])
+    assert check_hardware(batch, "f()", batch=None) is batch and check_hardware(batch, "f()", batch=True) is batch
+    with pytest.raises(HardwareError, match=r"f\(\) takes a 1-D batch .* is a batch of machines of shape \(2, 2\)"):
+        check_hardware(Hardware(pe_rows=np.full((2, 2), 8)), "f()", batch=True)
+    with pytest.raises(TypeError, match=r"f\(\): base must be one dfit_nb\.sim\.Hardware .* or None, got an int \(3\)"):
+        check_hardware(3, "f()", argument="base", error=TypeError, also_valid="or None")
+    with pytest.raises(KeyError):
+        check_hardware(batch, "f()", error=TypeError, batch_error=KeyError)
+
+
+def test_the_report_names_a_machine_that_is_neither_a_preset_nor_a_hardware():
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.report import ReportError, analyse
+
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((8, 16)), jnp.ones((16, 4)))
+    with pytest.raises(ReportError, match=r"the report: each machine of hw must be one dfit_nb\.sim\.Hardware "
+                                          r".* or a preset's name \(scalesim_32, .*got an int \(3\)"):
+        analyse(t, ["npu_like", 3], progress=False)
+    with pytest.raises(ReportError, match=r"unknown preset 'npu'"):
+        analyse(t, "npu", progress=False)

@@ -298,3 +298,62 @@ def test_reconcile_reads_a_precomputed_cost_table_under_each_ops_own_dataflow(st
         reconcile(t, hw, run, alone=cost(t, hw, "ws"))
     with pytest.raises(ValueError, match=r"the run was replayed with \w+ = .*not 'tpu_like'.*pass the machine"):
         reconcile(t, presets.get("tpu_like"), run)
+
+
+# ---------------------------------------------------------------- derived quantities: one function each
+def test_peak_compute_is_one_number_everywhere():
+    from dfit_nb.magics import presets_table
+    from dfit_nb.sim.machine import peak_flops_per_s, peak_macs_per_cycle
+    from dfit_nb.sim.run import roof_variables
+
+    table = presets_table()
+    for name in presets.names():
+        hw = presets.get(name)
+        peak = float(peak_macs_per_cycle(hw, np))
+        assert peak == float(hw.peak_macs_per_cycle) == float(hw.tiles * hw.pe_rows * hw.pe_cols), name
+        with jax.enable_x64(True):
+            assert float(peak_macs_per_cycle(hw)) == peak
+            flops = float(peak_flops_per_s(hw))
+        assert flops == float(peak_flops_per_s(hw, np)) == float(roof_variables(hw)["roof_peak_flops_per_s"][1])
+        assert float(table.loc[name, "peak TOPS"]) == float(f"{flops / 1e12:.3g}"), name
+    batch = Hardware.stack([presets.get("npu_like"), presets.get("tpu_v4")])
+    assert peak_macs_per_cycle(batch, np).tolist() == np.asarray(batch.peak_macs_per_cycle).tolist()
+
+
+def test_utilization_is_one_formula_for_cost_replay_replay_batch_and_the_cli():
+    from dfit_nb.cli import cost_table
+    from dfit_nb.sim import DATAFLOWS, cost, replay_batch
+    from dfit_nb.sim.machine import utilization
+
+    t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((96, 200)), jnp.ones((200, 48)))
+    hw = presets.get("npu_like")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpillWarning)
+        run = dfit_nb.replay(t, hw, "ws")
+        batch = replay_batch(t, Hardware.stack([hw, hw.replace(pe_rows=8)]), "ws")
+    s = run.summary
+    want = float(utilization(float(s["macs"]), float(s["latency_cycles"]), hw, np))
+    assert 0 < want <= 1 and float(s["utilization"]) == want
+    assert float(batch["utilization"][0]) == pytest.approx(want, rel=1e-12)
+    assert float(batch["utilization"][1]) == pytest.approx(
+        float(utilization(float(s["macs"]), float(batch["latency_cycles"][1]), hw.replace(pe_rows=8), np)), rel=1e-12)
+    per_op = cost(t, hw, list(DATAFLOWS))
+    assert np.array_equal(per_op["utilization"].values,
+                          utilization(per_op["macs"].values, per_op["cycles"].values, hw, np))
+    tot = per_op.sel(dataflow="ws")
+    line = next(x for x in cost_table({"npu_like": per_op}).splitlines() if x.startswith("npu_like") and " ws " in x)
+    assert line.endswith(f"{float(utilization(float(tot['total_macs']), float(tot['total_cycles']), hw, np)):6.1%}")
+    # no time, no utilisation (and no 0 / 0 evaluated: warnings are errors here)
+    assert float(utilization(0.0, 0.0, hw, np)) == 0.0
+    with jax.enable_x64(True):
+        g = jax.grad(lambda c: utilization(100.0, c, hw))(0.0)
+    assert float(g) == 0.0
+
+
+def test_link_load_is_bytes_over_link_bandwidth_time(all_runs):
+    from dfit_nb.sim.machine import link_load
+
+    hw = presets.get("npu_like")
+    assert float(link_load(64.0, 2.0, hw, np)) == 64.0 / (2.0 * hw.noc_link_bytes_per_cycle)
+    cube = all_runs[("mlp", "npu_like")].cube
+    assert float(cube["link_load"].max()) > 0 and float(cube["link_load"].min()) >= 0

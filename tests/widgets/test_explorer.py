@@ -373,3 +373,31 @@ def test_a_move_never_waits_behind_an_idle_warm_up_and_exit_drops_the_queue():
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          timeout=300).stdout.split("\n")
     assert [line for line in out if line] == ["moved 16 5"], out  # 8x8 and 16x8 run; 32x8, 8x16, 16x16 queued
+
+
+SRAM_SIZES_KB = (4, 8, 16, 32, 48, 64, 100, 100.5, 128, 256, 333, 512, 1000, 1024, 2048, 4096, 8192)
+
+
+@pytest.mark.parametrize("name", presets.names())
+def test_sweep_and_the_explorer_build_one_machine_for_every_sram_setting(name):
+    from dfit_nb.sim.grid import machine_grid
+    from dfit_nb.sim.hardware import HardwareError
+    from dfit_nb.widgets.explorer import _SLIDERS, machine_from_controls
+
+    base = presets.get(name)
+    sliders = {key: getattr(base, field) for key, field in _SLIDERS.items()}
+    for kb in (*SRAM_SIZES_KB, float(base.sram_bytes) / 1024):
+        shown, notes = machine_from_controls(base, {**sliders, "sram_kb": kb})
+        assert float(shown.sram_bytes) >= kb * 1024 - 0.5, (name, kb)  # whole bytes of the setting, or raised
+        if notes:  # a partition below the PE array's floor: the Explorer raises it, a sweep refuses the machine
+            with pytest.raises(HardwareError, match="too small"):
+                machine_grid(base, {"sram_kb": [kb]})
+            continue
+        swept = machine_grid(base, {"sram_kb": [kb]})[0]
+        assert float(shown.sram_bytes) == round(kb * 1024), (name, kb)
+        differ = {f: (float(np.asarray(getattr(swept, f))[0]), float(getattr(shown, f))) for f in FIELDS
+                  if float(np.asarray(getattr(swept, f))[0]) != float(getattr(shown, f))}
+        assert not differ, (name, kb, differ)
+    # the preset's own total gives its own partitions, on both paths
+    own = machine_grid(base, {"sram_kb": [float(base.sram_bytes) / 1024]})[0]
+    assert [float(np.asarray(getattr(own, f))[0]) for f in FIELDS] == [float(getattr(base, f)) for f in FIELDS]
