@@ -212,9 +212,8 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     regions = regions_dataset(trace, prep, ops, attrs)
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
     stream = streaming.steady_state(
-        out, np.ones(len(prep.op)), float(np.nansum(ops.variables["macs"].values)),
-        {"dram_bytes_per_cycle": float(hw.dram_bytes_per_cycle), "clock_ghz": float(hw.clock_ghz),
-         "peak_macs_per_cycle": float(hw.peak_macs_per_cycle)}, execution == "spatial", inferences)
+        out, np.ones(len(prep.op)), float(np.nansum(ops.variables["macs"].values)), hw, execution == "spatial",
+        inferences)
     summary = summary_dataset(ops, events, hw, inferences, attrs, stream)
     ops, regions, summary = _classified(ops, regions, summary)
     cube = text_as_objects(cube)

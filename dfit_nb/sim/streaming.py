@@ -38,12 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from . import machine
+from .hardware import Hardware
+
 #: what limits the slowest stage: its tiles' work (PE array or vector unit, and their SRAM ports), delivery over the
 #: mesh, its inputs' retile, its own DRAM traffic, its fixed cost; or the section's traffic through the DRAM channel
 STAGE_CLASSES = ("compute", "noc", "retile", "dram", "fixed", "dram channel")
 
 
-def steady_state(records: dict[str, Any], real: Any, macs: float, hw_fields: dict[str, float], spatial: bool,
+def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, spatial: bool,
                  inferences: int) -> dict[str, Any]:
     """The streamed figures of one replay: period, time for ``inferences``, fill, utilisation, bottleneck.
 
@@ -59,8 +62,8 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw_fields: dic
         Per op, 1 for the program's ops and 0 for padding.
     macs
         The MACs of one inference (all its ops, all executions).
-    hw_fields
-        ``dram_bytes_per_cycle``, ``clock_ghz`` and ``peak_macs_per_cycle`` of the machine.
+    hw
+        The machine (one, not a batch).
     spatial
         Layer-pipelined (True) or time-multiplexed.
     inferences
@@ -82,7 +85,8 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw_fields: dic
     ...        "stage_cycles": np.array([30.0, 50.0]), "stage_dram_bytes": np.zeros(2),
     ...        "stage_compute_cycles": np.array([30.0, 50.0]), "stage_noc_cycles": np.zeros(2),
     ...        "retile_cycles": np.zeros(2)}
-    >>> hw = {"dram_bytes_per_cycle": 1.0, "clock_ghz": 1.0, "peak_macs_per_cycle": 10.0}
+    >>> from dfit_nb.sim import Hardware
+    >>> hw = Hardware(pe_rows=2, pe_cols=5, dram_bytes_per_cycle=1.0, clock_ghz=1.0)  # 10 MACs a cycle
     >>> s = steady_state(rec, np.ones(2), 250.0, hw, True, 4)
     >>> float(s["period_cycles"]), float(s["total_cycles"]), float(s["steady_state_utilization"])
     (50.0, 250.0, 0.5)
@@ -96,7 +100,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw_fields: dic
     op_ids = np.flatnonzero(real)
     n = float(inferences)
     latency = float(rec["end"].max()) if rec["end"].size else 0.0
-    dram_bw, clock = float(hw_fields["dram_bytes_per_cycle"]), float(hw_fields["clock_ghz"])
+    dram_bw, clock = float(hw.dram_bytes_per_cycle), float(hw.clock_ghz)
     sections = 1
     if spatial and rec["end"].size:
         section = rec["section"].astype(np.int64)
@@ -125,11 +129,10 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw_fields: dic
     else:
         period, total = latency, n * latency
         bottleneck, klass = -1, "inference"
-    peak = float(hw_fields["peak_macs_per_cycle"])
     return {
         "period_cycles": period, "total_cycles": total, "fill_cycles": latency,
         "throughput_inferences_per_s": n / max(total, 1e-30) * clock * 1e9,
-        "steady_state_utilization": float(macs) / max(peak * period, 1e-30),
+        "steady_state_utilization": float(machine.utilization(float(macs), period, hw, np)),
         "pipeline_fill_s": latency / (clock * 1e9),
         "bottleneck_op": bottleneck, "bottleneck_class": klass, "sections": sections,
     }

@@ -6,9 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dfit_nb.sim import Hardware
 from dfit_nb.sim.streaming import STAGE_CLASSES, steady_state
 
-HW = {"dram_bytes_per_cycle": 10.0, "clock_ghz": 2.0, "peak_macs_per_cycle": 100.0}
+HW = Hardware(pe_rows=10, pe_cols=10, dram_bytes_per_cycle=10.0, clock_ghz=2.0)  # 100 MACs a cycle
 
 
 def records(**kw):
