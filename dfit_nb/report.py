@@ -39,6 +39,10 @@ does; it never imports ipywidgets.
 
 from __future__ import annotations
 
+from ._extras import require
+
+require("ui", "dfit_nb.report (dfit-nb report)", ("altair", "vl_convert"))
+
 import concurrent.futures
 import contextlib
 import dataclasses
