@@ -69,7 +69,7 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     Raises
     ------
     PlaybookError
-        The policy has not been replayed (``select_dataflows(..., evaluate=False)`` without ``evaluate``).
+        The policy has not been replayed (``select_dataflows(..., evaluate=False)``, never evaluated).
     """
     b = policy.baselines
     if b is None or policy.runs is None:
