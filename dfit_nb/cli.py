@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from . import examples
+from ._extras import MissingExtraError
 from ._files import _check_target, refuse_shared_folder
 from ._setup import setup
 from .capture import MODES, capture
@@ -429,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup()  # JAX's compilation cache and CPU dispatch for this process, before anything computes (dfit_nb.setup)
     try:
         return _report(args)
-    except (DfitError, OSError) as err:
+    except (DfitError, OSError, MissingExtraError) as err:  # MissingExtraError: the report without dfit_nb[ui]
         return _fail(err)
     except KeyboardInterrupt:
         print("dfit-nb: interrupted", file=sys.stderr)

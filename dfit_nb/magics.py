@@ -36,6 +36,10 @@ True
 
 from __future__ import annotations
 
+from ._extras import require
+
+require("ui", "dfit_nb.magics (%load_ext dfit_nb)")
+
 import argparse
 import ast
 import builtins

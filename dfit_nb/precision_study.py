@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html
 import math
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -67,6 +66,7 @@ import numpy as np
 import xarray as xr
 from jax import lax
 
+from ._html import render
 from ._version import __version__
 from .capture import Trace, capture
 from .capture.api import _is_dynamic
@@ -819,8 +819,4 @@ class PrecisionStudy:
                 cells += [f"{float(sel['energy_ratio']):.3g}", f"{float(sel['latency_ratio']):.3g}"]
             cells += ["yes" if bool(v["backed"].sel(format=f)) else "no", str(v["carriers"].sel(format=f).item())]
             rows.append(cells)
-        table = "<tr>" + "".join(f"<th style='text-align:left'>{html.escape(h)}</th>" for h in head) + "</tr>"
-        table += "".join("<tr>" + "".join(f"<td style='text-align:left'>{html.escape(c)}</td>" for c in r) + "</tr>"
-                         for r in rows)
-        return (f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{table}</table>"
-                f"<small>every GEMM reduced at once; per-region figures in .data</small></div>")
+        return render("precision_study.html.j2", title=repr(self), head=head, rows=rows)

@@ -39,12 +39,15 @@ does; it never imports ipywidgets.
 
 from __future__ import annotations
 
+from ._extras import require
+
+require("ui", "dfit_nb.report (dfit-nb report)", ("altair", "vl_convert"))
+
 import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
 import functools
-import html
 import json
 import os
 import re
@@ -60,11 +63,13 @@ import pandas as pd
 from . import views
 from ._atomic import atomic_file
 from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
+from ._html import render, trusted
 from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
 from .sim.hardware import Hardware, check_hardware
 from .sim.machine import DATAFLOWS
+from .sim.playbook import document as playbook_document
 from .sim.policy import OBJECTIVES, select_dataflows
 
 __all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
@@ -434,40 +439,6 @@ def _svg(spec: dict[str, Any]) -> str:
 
 # ------------------------------------------------------------------------------------------------ the page
 
-_STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#222;line-height:1.45}
-header{background:#1f2933;color:#fff;padding:1.2em 2em}header h1{margin:0;font-size:1.6em}
-header p{margin:0.3em 0 0;color:#cbd2d9}main{padding:0 2em 3em;max-width:1400px}
-nav{margin:1em 0;font-size:0.95em}nav a{margin-right:1em}
-h2{border-bottom:2px solid #e4e7eb;padding-bottom:0.2em;margin-top:2em}
-table{border-collapse:collapse;font-size:0.88em;margin:0.6em 0}
-td,th{border:1px solid #d9dde2;padding:0.25em 0.6em;text-align:right;vertical-align:top}
-th{background:#f3f4f6}td.l,th.l{text-align:left}tr.first td{border-top:2px solid #9aa5b1}
-.kv th{text-align:left}table.summary td:last-child{text-align:left}
-.chart{margin:1.2em 0 2em}.chart h3{margin:0.2em 0 0.4em}
-.err{color:#b00020;background:#fdecea;padding:0.6em;border-radius:4px;white-space:pre-wrap}
-.pos{color:#0a7a3d}.neg{color:#b00020}pre{background:#f7f8fa;padding:0.8em;overflow-x:auto;font-size:0.85em}
-.playbook{border-left:4px solid #e4e7eb;padding-left:1em}.note{color:#52606d;font-size:0.9em}
-"""
-
-_EMBED = """
-const opts = {renderer: "svg", actions: {export: true, source: false, compiled: false, editor: false}};
-for (const el of document.querySelectorAll("script.vl-spec")) {
-  const target = document.getElementById(el.dataset.target);
-  window.vegaEmbed(target, JSON.parse(el.textContent), opts).catch((err) => {
-    target.innerHTML = "";
-    const p = document.createElement("p"); p.className = "err";
-    p.textContent = "chart failed to render: " + err; target.appendChild(p);
-    console.error(err);
-  });
-}
-"""
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
 def embedded_json(spec: Any) -> str:
     r"""``spec`` as JSON safe inside a ``<script>`` element, whatever its strings hold (region names are a user's).
 
@@ -568,27 +539,8 @@ def _inside(folder: Path, name: str) -> Path:
     return path
 
 
-def _pct(x: float, signed: bool = True) -> str:
-    if not np.isfinite(x):
-        return "-"
-    cls = "pos" if x > 0 else "neg" if x < 0 else ""
-    text = f"{x:+.1%}" if signed else f"{x:.1%}"
-    return f"<span class='{cls}'>{text}</span>" if signed and cls else text
-
-
-def _table(head: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1, first_of_group: Sequence[bool] = (),
-           cls: str = "") -> str:
-    """An HTML table; cells are already HTML; the first ``left`` columns are left-aligned."""
-    h = "".join(f"<th class='{'l' if i < left else ''}'>{_e(c)}</th>" for i, c in enumerate(head))
-    body = []
-    for j, row in enumerate(rows):
-        tr = " class='first'" if j < len(first_of_group) and first_of_group[j] and j else ""
-        body.append(f"<tr{tr}>" + "".join(f"<td class='{'l' if i < left else ''}'>{c}</td>"
-                                          for i, c in enumerate(row)) + "</tr>")
-    return f"<table class='{cls}'><thead><tr>{h}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def _captured(trace: Any) -> str:
+def _captured(trace: Any) -> list[tuple[str, str]]:
+    """The "What was captured" table: (what, value) rows."""
     a = trace.attrs
     rows = [("function", a.get("function", "?")), ("mode", trace.mode),
             ("arguments", a.get("arg_shapes", "") or "(none)"),
@@ -599,120 +551,69 @@ def _captured(trace: Any) -> str:
                               f"on {a.get('backend', '?')}")]
     if a.get("opaque_primitives"):
         rows.append(("opaque primitives", a["opaque_primitives"]))
-    body = "".join(f"<tr><th>{_e(k)}</th><td class='l'>{_e(v)}</td></tr>" for k, v in rows)
-    return (f"<table class='kv'>{body}</table><details><summary>region table</summary>"
-            f"<pre>{_e(trace.region_table(max_depth=3))}</pre></details>")
+    return [(k, str(v)) for k, v in rows]
 
 
-def _summary_html(df: pd.DataFrame, files: dict[str, dict[str, str]]) -> str:
-    head = ["preset", "execution", "dataflow", "latency (us)", "energy (mJ)", "mJ / inference", "utilisation",
-            "DRAM (MB)", "events", "bottleneck", "files"]
-    rows = []
-    for r in df.itertuples():
-        links = " · ".join(f"<a href='{_e(href)}'>{_e(label)}</a>" for label, href in files.get(r.preset, {}).items())
-        rows.append([_e(r.preset), _e(r.execution), _e(r.dataflow), f"{r.latency_us:,.2f}", f"{r.energy_mj:.4g}",
-                     f"{r.mj_per_inference:.4g}", _pct(r.utilization, signed=False), f"{r.dram_mb:.3f}",
-                     f"{r.events:,}", _e(r.bottleneck) + (" (spills)" if r.spills else ""), links])
-    return _table(head, rows, left=3, cls="summary")
-
-
-def _policies_html(results: Sequence[PresetResult]) -> str:
-    head = ["preset", "dataflow", "latency (us)", "energy (mJ)", "mJ / inference", "hybrid saves: energy",
-            "latency"]
-    rows, first, notes = [], [], []
+def _policies(results: Sequence[PresetResult]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The policy section: one note per preset, and one table row per (preset, policy) of its baselines."""
+    notes, rows = [], []
     for r in results:
         if r.policy is None:
-            notes.append(f"<li>{_e(r.name)}: {_e(r.note)}</li>")
+            notes.append({"name": r.name, "note": r.note})
             continue
         b = r.policy.baselines
-        notes.append(f"<li><b>{_e(r.name)}</b>: {_e(r.policy.name)}, {r.policy.switches} switch(es); uses "
-                     f"{_e(', '.join(sorted(set(r.policy.choices['dataflow'].values.tolist()))))}; best single "
-                     f"style {_e(b.attrs.get('best_single', '?'))} (replayed)"
-                     + (f"; fell back: {_e(r.policy.fallback)}" if r.policy.fallback else "") + "</li>")
-        for i, p in enumerate(b["policy"].values):
-            p = str(p)
-            gains = (["", ""] if p == "hybrid" else
-                     [_pct(float(b["energy_gain"].sel(policy=p))), _pct(float(b["latency_gain"].sel(policy=p)))])
-            label = f"<b>{_e(p)}</b>" if p == "hybrid" else _e(p)
-            rows.append([_e(r.name) if i == 0 else "", label, f"{float(b['latency_s'].sel(policy=p)) * 1e6:,.2f}",
-                         f"{float(b['energy_j'].sel(policy=p)) * 1e3:.4g}",
-                         f"{float(b['joules_per_inference'].sel(policy=p)) * 1e3:.4g}", *gains])
-            first.append(i == 0)
-    objective = next((r.policy.objective for r in results if r.policy is not None), "energy")
-    return (f"<p>Per preset, the dataflow of every GEMM chosen by exact dynamic programming over the op order with "
-            f"switch (retile) costs, objective <b>{_e(objective)}</b>, then replayed with every single style "
-            f"(mapping, movement and scheduling included). \"Hybrid saves\" is the baseline's figure minus the "
-            f"hybrid's, relative to the baseline (positive: the hybrid is better). A hybrid that the replay shows "
-            f"worse than the best single style falls back to that style.</p><ul>{''.join(notes)}</ul>"
-            + (_table(head, rows, left=2, first_of_group=first) if rows else ""))
+        notes.append({"name": r.name, "note": "", "policy": r.policy.name, "switches": r.policy.switches,
+                      "uses": sorted(set(r.policy.choices["dataflow"].values.tolist())),
+                      "best": b.attrs.get("best_single", "?"), "fallback": r.policy.fallback})
+        for i, p in enumerate(str(p) for p in b["policy"].values):
+            rows.append({"preset": r.name, "first": i == 0, "policy": p,
+                         "latency_us": float(b["latency_s"].sel(policy=p)) * 1e6,
+                         "energy_mj": float(b["energy_j"].sel(policy=p)) * 1e3,
+                         "mj_per_inference": float(b["joules_per_inference"].sel(policy=p)) * 1e3,
+                         "energy_gain": float(b["energy_gain"].sel(policy=p)) if p != "hybrid" else None,
+                         "latency_gain": float(b["latency_gain"].sel(policy=p)) if p != "hybrid" else None})
+    return notes, rows
 
 
-def _playbook_html(policy: Any) -> str:
-    """The playbook's HTML body, headings demoted under the page's h2."""
-    page = policy.report("html")
-    m = re.search(r"<body>(.*)</body>", page, re.S)
-    body = m.group(1) if m else html.escape(policy.report("markdown"))
-    body = re.sub(r"<(/?)h2>", r"<\1h4>", re.sub(r"<(/?)h1>", r"<\1h3>", body))
-    return f"<div class='playbook'>{body}</div>"
-
-
-def _charts_html(specs: Sequence[tuple[str, str, Any]], mode: str) -> str:
-    parts = []
+def _charts(specs: Sequence[tuple[str, str, Any]], mode: str) -> list[dict[str, Any]]:
+    """One entry per chart for the page: its spec as script-safe JSON (interactive), its SVG (static), or the one
+    line that replaces it (nothing to show, or why it failed)."""
+    out = []
     for key, heading, spec in specs:
+        chart: dict[str, Any] = {"key": key, "heading": heading}
         if isinstance(spec, NothingToShow):
-            inner = f"<p class='note'>Nothing to show: {_e(spec.why)}.</p>"
+            chart["nothing"] = spec.why
         elif isinstance(spec, str):
-            inner = f"<p class='err'>this chart could not be built: {_e(spec)}</p>"
+            chart["error"] = f"this chart could not be built: {spec}"
         elif mode == "interactive":
-            data = embedded_json(spec)
-            inner = (f"<div id='chart-{key}' class='vl'></div>"
-                     f"<script type='application/json' class='vl-spec' data-target='chart-{key}'>{data}</script>")
+            chart["spec"] = trusted(embedded_json(spec))  # every "<", ">" and "&" escaped as JSON
         else:
             try:
-                inner = f"<div class='svg'>{_svg(spec)}</div>"
+                chart["svg"] = trusted(_svg(spec))  # vl-convert's SVG: its text is XML-escaped
             except Exception as err:
-                inner = f"<p class='err'>this chart could not be rendered: {_e(type(err).__name__)}: {_e(err)}</p>"
-        parts.append(f"<section class='chart' id='{key}'><h3>{_e(heading)}</h3>{inner}</section>")
-    return "".join(parts)
+                chart["error"] = f"this chart could not be rendered: {type(err).__name__}: {err}"
+        out.append(chart)
+    return out
 
 
 def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: Sequence[tuple[str, str, Any]],
           mode: str, files: dict[str, dict[str, str]]) -> str:
+    """The page, rendered from ``templates/report.html.j2``; the featured preset's playbook from its document
+    model (:func:`dfit_nb.sim.playbook.document`)."""
     first = featured(results)
-    fn = trace.attrs.get("function", "?")
-    title = f"dfit_nb report: {fn}"
-    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    presets_text = ", ".join(r.name for r in results)
-    playbook = (_playbook_html(first.policy) if first.policy is not None
-                else f"<p class='note'>{_e(first.note)}</p>")
-    file_rows = [[_e(p), *(f"<a href='{_e(href)}'>{_e(href)}</a>" for href in d.values())]
-                 for p, d in files.items()]
-    file_head = ["preset", *next(iter(files.values()), {}).keys()]
-    chart_note = ("interactive (Vega-Lite, inlined; hover for tooltips, drag or scroll where a chart says so)"
-                  if mode == "interactive" else "static SVG")
-    sections = [
-        ("captured", "What was captured", _captured(trace)),
-        ("summary", "Summary per preset", "<p>The whole program replayed on each preset (mapped onto the tiles, "
-                                          "scheduled in dependency order, ops overlapping where the machine allows)."
-                                          "</p>" + _summary_html(df, files)),
-        ("policies", "Hybrid dataflow policy", _policies_html(results)),
-        ("charts", f"Charts: {first.name}",
-         f"<p class='note'>The replay on <b>{_e(first.name)}</b> ({_e(first.run.attrs['dataflow'])}) and its hybrid "
-         f"policy; charts are {chart_note}. Views aggregate to at most {views.MAX_ROWS:,} rows each and say so in "
-         f"their subtitles.</p>" + _charts_html(specs, mode)),
-        ("playbook", f"Playbook: {first.name}", playbook),
-        ("files", "Files", "<p>Reopen an event cube with <code>dfit_nb.load_run(path)</code>; open a Perfetto trace "
-                           "in the Perfetto UI or chrome://tracing; the playbooks are also Markdown.</p>"
-                           + _table(file_head, file_rows)),
-    ]
-    nav = "".join(f"<a href='#{k}'>{_e(h.split(':')[0])}</a>" for k, h, _ in sections)
-    body = "".join(f"<h2 id='{k}'>{_e(h)}</h2>{content}" for k, h, content in sections)
-    script = (f"<script type='module'>{_bundle()}</script><script type='module'>{_EMBED}</script>"
-              if mode == "interactive" and any(isinstance(s, dict) for _, _, s in specs) else "")
-    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{HTML_MARK}<title>{_e(title)}</title>"
-            f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{_STYLE}</style></head>"
-            f"<body><header><h1>{_e(title)}</h1><p>{_e(trace.mode)} capture replayed on {_e(presets_text)} · "
-            f"generated {when}</p></header><main><nav>{nav}</nav>{body}</main>{script}</body></html>\n")
+    notes, rows = _policies(results)
+    interactive = mode == "interactive" and any(isinstance(s, dict) for _, _, s in specs)
+    return render(
+        "report.html.j2", mark=trusted(HTML_MARK), title=f"dfit_nb report: {trace.attrs.get('function', '?')}",
+        trace_mode=trace.mode, presets=[r.name for r in results],
+        when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        captured=_captured(trace), region_table=trace.region_table(max_depth=3),
+        summary=df.to_dict("records"), files=files, file_kinds=list(next(iter(files.values()), {})),
+        objective=next((r.policy.objective for r in results if r.policy is not None), "energy"),
+        policies=notes, policy_rows=rows, featured=first.name, featured_dataflow=str(first.run.attrs["dataflow"]),
+        mode=mode, max_rows=views.MAX_ROWS, charts=_charts(specs, mode),
+        playbook=playbook_document(first.policy) if first.policy is not None else None, playbook_note=first.note,
+        bundle=trusted(_bundle()) if interactive else None) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ the API

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import markupsafe
 import pytest
 
 import dfit_nb
 from dfit_nb import examples, report
+from dfit_nb.sim import playbook
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +73,15 @@ def test_the_playbook_files_carry_the_full_memo(mlp_results, tmp_path):
         assert field.lstrip("#| ").split(" |")[0].rstrip(":") in html, field
     p99 = float(policy.tail["latency_q"].sel(policy="policy", quantile=0.99)) * 1e6
     assert f"{p99:.4g}" in md and f"| jaxpr_hash | {policy.tags['jaxpr_hash']} |" in md
+    # the page renders the same memo from its document model, every heading two levels down under its own h2
+    page = rep.html.read_text()
+    section = page[page.index("<div class='playbook'>"):page.index("<h2 id='files'>")]
+    headings = [(int(kind[1]) + 2, text) for kind, text in playbook.document(policy) if kind in ("h1", "h2", "h3")]
+    assert len(headings) > 10
+    at = 0
+    for level, text in headings:
+        at = section.index(f"<h{level}>{markupsafe.escape(text)}</h{level}>", at)  # in order
+    assert "<h2>" not in section and "<body>" not in section
 
 
 def test_the_next_machine_is_warmed_ahead_and_each_file_is_written_as_its_machine_is_done(mlp_results, tmp_path,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import html
 import os
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import numpy as np
 import xarray as xr
 
 from .._files import open_tree, save_tree
+from .._html import render
 
 _PARTS = ("ops", "edges", "regions", "lowering")
 
@@ -255,19 +255,9 @@ class Trace:
         )
 
     def _repr_html_(self) -> str:
-        head = html.escape(repr(self))
-        overhead = "" if self.mode == "static" else f" · overhead {self.overhead.describe()}"
-        cells = "".join(
-            f"<tr><td style='text-align:left;padding-left:{0.4 + 1.2 * depth:.1f}em'>{html.escape(name)}</td>"
-            + "".join(f"<td>{html.escape(v)}</td>" for v in rest) + "</tr>"
-            for depth, name, *rest in self._region_rows(max_depth=4)
-        )
-        header = "".join(f"<th>{h}</th>" for h in ("region", "ops", "MFLOP", "MB moved", "time ms"))
-        return (
-            f"<div><b>{head}</b>{html.escape(overhead)}"
-            f"<table style='font-size:11px;text-align:right'><thead><tr>{header}</tr></thead>"
-            f"<tbody>{cells}</tbody></table></div>"
-        )
+        rows = [(depth, name, rest) for depth, name, *rest in self._region_rows(max_depth=4)]
+        return render("trace.html.j2", title=repr(self), rows=rows,
+                      overhead=None if self.mode == "static" else self.overhead.describe())
 
 
 def load_trace(path: str | os.PathLike[str]) -> Trace:

@@ -18,7 +18,6 @@ per size bucket and pooled.
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import os
 import warnings
@@ -33,6 +32,7 @@ import pandas as pd
 import xarray as xr
 
 from .._files import open_tree, save_tree
+from .._html import render, trusted
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, alone_arrays, dataflow_codes, dtype_itemsizes, for_jit, grid_tables, model_outputs, numeric
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_field_vector
@@ -215,12 +215,12 @@ class Calibration:
     def _repr_html_(self) -> str:
         table = self.summary().pivot_table(index=["split", "bucket"], columns="machine",
                                            values=["mape", "spearman", "pearson"])
-        fit = "".join(f"<tr><td>{html.escape(f)}</td><td>{float(np.asarray(getattr(self.base, f))):.6g}</td>"
-                      f"<td>{float(np.asarray(getattr(self.hw, f))):.6g}</td></tr>" for f in self.fields)
-        state = "converged" if self.converged else "<b>did not converge</b>"
-        return (f"<div><p>Calibration of <code>{html.escape(self.base.name)}</code> ({state}; loss "
-                f"{self.loss:.4g}; split seed {self.seed})</p><table><tr><th>field</th><th>base</th><th>fitted</th>"
-                f"</tr>{fit}</table>{table.to_html(float_format=lambda v: f'{v:.3f}')}</div>")
+        fields = [(f, float(np.asarray(getattr(self.base, f))), float(np.asarray(getattr(self.hw, f))))
+                  for f in self.fields]
+        # pandas escapes the table's text itself (to_html's escape=True)
+        metrics = trusted(table.to_html(float_format=lambda v: f"{v:.3f}"))
+        return render("calibration.html.j2", name=self.base.name, converged=self.converged, loss=self.loss,
+                      seed=self.seed, fields=fields, metrics=metrics)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the rows and metrics (groups ``rows``, ``metrics``; the machines in the root's attrs) to one

@@ -59,6 +59,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._html import render
 from ..errors import DfitError
 
 
@@ -321,9 +322,7 @@ class Hardware:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        import html
-
-        return f"<pre>{html.escape(self.describe())}</pre>"
+        return render("pre.html.j2", text=self.describe())
 
 
 def sram_split(hw: Hardware, sram_kb: Any) -> dict[str, np.ndarray]:

@@ -119,12 +119,29 @@ def pareto_front(ds: xr.Dataset, objectives: Sequence[str] | None = None) -> xr.
     if not isinstance(ds, xr.Dataset):
         raise ReductionError(f"pareto_front() needs an xarray.Dataset (a sweep or replay_batch result), got "
                              f"{type(ds).__name__}")
-    import dask  # imported where used: `import dfit_nb` (and the views' front of eager points) never load Dask
-    import dask.array as da
-
     xname, yname = _objectives(ds, objectives)
     xa, ya = ds[xname], ds[yname].transpose(*ds[xname].dims)
     dims, shape = xa.dims, xa.shape
+    if xa.chunks is None and ya.chunks is None:  # eager: one block, and no Dask (an extra: dfit_nb[cluster])
+        flat, x, y = _block_front(np.asarray(xa.values), np.asarray(ya.values), (0,) * len(shape), shape)
+    else:
+        flat, x, y = _lazy_front(xa, ya, shape)
+    order = np.lexsort((flat, x))
+    flat, x, y = flat[order], x[order], y[order]
+    index = np.unravel_index(flat, shape) if shape else ()
+    coords: dict[str, Any] = {"flat": ("front", flat)}
+    for d, i in zip(dims, index, strict=True):
+        coords[d] = ("front", ds[d].values[i] if d in ds.coords else i)
+    return xr.Dataset({xname: ("front", x, xa.attrs), yname: ("front", y, ya.attrs)}, coords=coords,
+                      attrs={k: v for k, v in ds.attrs.items() if k in ("hardware", "memory", "swept")})
+
+
+def _lazy_front(xa: xr.DataArray, ya: xr.DataArray, shape: tuple[int, ...]
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The front of Dask-backed objectives as a tree of block fronts, computed by Dask."""
+    import dask
+    import dask.array as da
+
     xd, yd = (v.data if isinstance(v.data, da.Array) else da.from_array(np.asarray(v.data), chunks=-1)
               for v in (xa, ya))
     yd = yd.rechunk(xd.chunks)
@@ -135,15 +152,7 @@ def pareto_front(ds: xr.Dataset, objectives: Sequence[str] | None = None) -> xr.
              for i in np.ndindex(*xd.numblocks)]
     while len(parts) > 1:  # the tree: fronts of SPLIT_EVERY fronts until one is left
         parts = [dask.delayed(_merge)(*parts[i:i + SPLIT_EVERY]) for i in range(0, len(parts), SPLIT_EVERY)]
-    flat, x, y = dask.compute(parts[0])[0]
-    order = np.lexsort((flat, x))
-    flat, x, y = flat[order], x[order], y[order]
-    index = np.unravel_index(flat, shape) if shape else ()
-    coords: dict[str, Any] = {"flat": ("front", flat)}
-    for d, i in zip(dims, index, strict=True):
-        coords[d] = ("front", ds[d].values[i] if d in ds.coords else i)
-    return xr.Dataset({xname: ("front", x, xa.attrs), yname: ("front", y, ya.attrs)}, coords=coords,
-                      attrs={k: v for k, v in ds.attrs.items() if k in ("hardware", "memory", "swept")})
+    return dask.compute(parts[0])[0]
 
 
 def best(ds: xr.Dataset, objective: str, keep: Sequence[str] = ()) -> xr.Dataset:
@@ -166,10 +175,12 @@ def best(ds: xr.Dataset, objective: str, keep: Sequence[str] = ()) -> xr.Dataset
     bad = [d for d in keep if d not in ds[objective].dims]
     if bad:
         raise ReductionError(f"best() keep dims {bad} are not dims of {objective!r}: {ds[objective].dims}")
-    import dask
-
     over = [d for d in ds[objective].dims if d not in keep]
-    where = dict(zip(over, dask.compute(*ds[objective].argmin(dim=over).values()), strict=True))  # small
+    where = ds[objective].argmin(dim=over)
+    if ds[objective].chunks is not None:  # lazy: the small argmin computed by Dask
+        import dask
+
+        where = dict(zip(over, dask.compute(*where.values()), strict=True))
     same = [v for v in ds.data_vars if set(ds[v].dims) == set(ds[objective].dims)]
     return ds[same].isel(where).compute()
 

@@ -20,13 +20,13 @@ renders offline).
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
 import numpy as np
 
 from .._files import HTML_MARK
+from .._html import render, trusted
 from ..errors import DfitError
 from ._compare import compare
 from .memo import OWNERS, SIGNS, calibrated_error, decide, hypotheses, missing_evidence
@@ -58,8 +58,19 @@ def _saved(gain: float, best: str) -> str:
     return f"{gain:.2%} less than {best}" if gain > 0 else f"{-gain:.2%} more than {best}"
 
 
-def _blocks(policy: Any) -> list[tuple[str, Any]]:
-    """The memo as (kind, content) blocks: ("h1" | "h2" | "h3" | "p" | "ul" | "table", ...)."""
+def document(policy: Any) -> list[tuple[str, Any]]:
+    """The playbook's document model: the memo as ``(kind, content)`` blocks, in order, that :func:`report` renders
+    as Markdown or HTML and the offline report renders in its page.
+
+    Kinds: ``"h1"``, ``"h2"``, ``"h3"`` (a heading: its text), ``"p"`` (a paragraph: its text), ``"ul"`` (a list:
+    its items' texts) and ``"table"`` (a list of rows of cell texts, the header row first). All content is plain
+    text, never markup: each renderer escapes it for its format.
+
+    Raises
+    ------
+    PlaybookError
+        The policy has not been replayed (``select_dataflows(..., evaluate=False)``, never evaluated).
+    """
     b = policy.baselines
     if b is None or policy.runs is None:
         raise PlaybookError("the policy has not been replayed: use select_dataflows(..., evaluate=True) or "
@@ -302,7 +313,7 @@ def report(policy: Any, format: str = "markdown") -> str:
     """Render the playbook of an evaluated policy: ``"markdown"`` or ``"html"`` (self-contained, offline)."""
     if format not in ("markdown", "html"):
         raise PlaybookError(f"unknown report format {format!r}; valid: markdown, html")
-    blocks = _blocks(policy)
+    blocks = document(policy)
     return _markdown(blocks) if format == "markdown" else _html(blocks)
 
 
@@ -344,24 +355,5 @@ def _markdown(blocks: list[tuple[str, Any]]) -> str:
 
 
 def _html(blocks: list[tuple[str, Any]]) -> str:
-    style = ("body{font-family:system-ui,sans-serif;max-width:60em;margin:2em auto;line-height:1.45}"
-             "table{border-collapse:collapse;font-size:0.9em}td,th{border:1px solid #ccc;padding:0.2em 0.5em;"
-             "text-align:right}th{background:#f3f3f3}td:nth-child(2),th:nth-child(2){text-align:left}")
-    parts = []
-    for kind, body in blocks:
-        if kind in ("h1", "h2", "h3"):
-            parts.append(f"<{kind}>{html.escape(body)}</{kind}>")
-        elif kind == "p":
-            parts.append(f"<p>{html.escape(body)}</p>")
-        elif kind == "ul":
-            parts.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in body) + "</ul>")
-        else:
-            head, *rows = body
-            parts.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-                         + "</tr></thead><tbody>" + "".join(
-                             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-                         + "</tbody></table>")
-    title = html.escape(blocks[0][1]) if blocks else "playbook"
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'>{HTML_MARK}<title>{title}</title>"
-            f"<style>{style}</style>"
-            f"</head><body>{''.join(parts)}</body></html>\n")
+    return render("playbook.html.j2", mark=trusted(HTML_MARK), title=blocks[0][1] if blocks else "playbook",
+                  blocks=blocks) + "\n"

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import html
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -66,6 +65,7 @@ import numpy as np
 import xarray as xr
 
 from .. import _compile_options
+from .._html import render
 from ..errors import DfitError
 from ._cost import for_jit
 from ._replay import hardware_key, prepare, style_costs, trace_key
@@ -339,7 +339,7 @@ class Policy:
         return f"<dfit_nb.Policy {self.summary_line()}>"
 
     def _repr_html_(self) -> str:
-        return f"<pre>{html.escape(repr(self))}</pre>"
+        return render("pre.html.j2", text=repr(self))
 
 
 def _artifacts(policy: Policy, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:

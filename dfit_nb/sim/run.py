@@ -50,7 +50,6 @@ for precision or heat keeps the five names ``compute``, ``sram``, ``dram``,
 from __future__ import annotations
 
 import functools
-import html
 import os
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ import numpy as np
 import xarray as xr
 
 from .._files import open_tree, save_tree, text_as_objects, text_variable
+from .._html import render
 from .._version import __version__
 from ..events import binning
 from ..events.schema import KINDS, events_dataset
@@ -833,9 +833,7 @@ class Run:
              + ")"),
             ("events", f"{int(s['n_events']):,}"),
         ]
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td style='text-align:left'>"
-                       f"{html.escape(v)}</td></tr>" for k, v in rows)
-        return f"<div><b>{html.escape(repr(self))}</b><table style='font-size:12px'>{body}</table></div>"
+        return render("key_values.html.j2", title=repr(self), rows=rows)
 
 
 def describe_type(obj: Any) -> str:

@@ -18,6 +18,10 @@ dfit_nb and JAX (:class:`ScaleOutError` otherwise).
 
 from __future__ import annotations
 
+from .._extras import require
+
+require("cluster", "lazy sweeps and batches (chunks=...), to_zarr and open_sweep", ("dask",))
+
 import contextlib
 import errno
 import itertools

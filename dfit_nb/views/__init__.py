@@ -6,6 +6,10 @@ so in its subtitle. Render offline with :func:`png` (vl-convert) or
 ``chart.save(path, inline=True)``.
 """
 
+from .._extras import require
+
+require("ui", "dfit_nb.views", ("altair", "vl_convert"))
+
 from ._common import MAX_ROWS, ViewInputError, in_region, png
 from .calibration import calibration
 from .program import pareto_mask, policy, regions, reuse_map, roofline, sweep, traffic_mix

@@ -6,6 +6,10 @@ offline chart rendering the default (see :mod:`dfit_nb.widgets._offline`) unless
 the user already chose an Altair renderer.
 """
 
+from .._extras import require
+
+require("ui", "dfit_nb.widgets", ("altair", "vl_convert", "ipywidgets", "anywidget", "PIL"))
+
 from ._offline import enable_offline
 from .explorer import Explorer
 from .sweep_explorer import SweepExplorer

@@ -12,20 +12,18 @@ own (Altair's ``default`` is active); a user's choice is left alone.
 A stored notebook cannot keep those widgets (their state holds the whole Vega
 bundle); :func:`static_png` is the picture that stands in for a chart there
 (``scripts/execute_notebooks.py``): rendered by vl-convert, offline, and
-re-encoded as a 256-colour palette PNG, about a tenth of vl-convert's bytes.
+re-encoded (by Pillow) as a 256-colour palette PNG, about a tenth of vl-convert's bytes.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
+import io
 from typing import Any
 
 import altair as alt
 import numpy as np
 
 _ENABLED = False
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def enable_offline(force: bool = False) -> str:
@@ -44,14 +42,18 @@ def enable_offline(force: bool = False) -> str:
 
 
 def png_size(png: bytes) -> tuple[int, int]:
-    """Width and height in pixels of a PNG image.
+    """Width and height in pixels of a PNG image (read from its header by Pillow).
 
     >>> png_size(static_png({"mark": "point", "width": 40, "height": 30}))[0] > 40
     True
     """
-    if png[:8] != _PNG_SIGNATURE or png[12:16] != b"IHDR":
-        raise ValueError(f"not a PNG image: it starts {png[:16]!r}, not the PNG signature and an IHDR chunk")
-    return struct.unpack(">II", png[16:24])
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+            return image.size
+    except UnidentifiedImageError as err:
+        raise ValueError(f"not a PNG image: it starts {png[:16]!r}") from err
 
 
 def static_png(spec: dict[str, Any], scale: float = 1.0, colors: int = 256) -> bytes:
@@ -59,10 +61,9 @@ def static_png(spec: dict[str, Any], scale: float = 1.0, colors: int = 256) -> b
 
     vl-convert writes 8-bit RGBA rows with the Sub filter and fast compression: a chart of 800 x 350 pixels
     takes 100-330 kB, too much for a notebook that stores several. Charts are a few flat colours plus
-    anti-aliasing, so the image is re-encoded with a palette of the ``colors`` most frequent colours (every
-    other colour mapped to its nearest), composited onto white, deflated at level 9: 7-22 kB for the
-    tutorials' charts with no visible change. An image in a layout this module cannot read is returned as
-    vl-convert wrote it.
+    anti-aliasing, so the image is re-encoded (by Pillow) with a palette of the ``colors`` most frequent colours
+    (every other colour mapped to its nearest), composited onto white, deflated at level 9: 7-22 kB for the
+    tutorials' charts with no visible change.
 
     Parameters
     ----------
@@ -89,41 +90,24 @@ def static_png(spec: dict[str, Any], scale: float = 1.0, colors: int = 256) -> b
     if not 2 <= colors <= 256:
         raise ValueError(f"colors={colors!r}: a PNG palette holds 2 to 256 colours")
     png = vl_convert.vegalite_to_png(spec, scale=scale, allowed_base_urls=[])
-    pixels = _rgb_pixels(png)
-    return png if pixels is None else _palette_png(pixels, colors)
+    return _palette_png(_rgb_pixels(png), colors)
 
 
-def _rgb_pixels(png: bytes) -> np.ndarray | None:
-    """(height, width, 3) uint8 pixels on white, or None for a layout other than 8-bit RGB(A) with filters 0-2."""
-    pos, data, header = 8, [], None
-    while pos + 8 <= len(png):
-        (length,), kind = struct.unpack(">I", png[pos:pos + 4]), png[pos + 4:pos + 8]
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", png[pos + 8:pos + 21])
-        elif kind == b"IDAT":
-            data.append(png[pos + 8:pos + 8 + length])
-        pos += 12 + length
-    if header is None or header[2] != 8 or header[3] not in (2, 6) or header[6] != 0:
-        return None
-    width, height, channels = header[0], header[1], 4 if header[3] == 6 else 3
-    rows = np.frombuffer(zlib.decompress(b"".join(data)), np.uint8).reshape(height, 1 + width * channels)
-    filters = rows[:, 0]
-    if (filters > 2).any():  # Average and Paeth undo byte by byte; vl-convert does not write them
-        return None
-    raw = rows[:, 1:].reshape(height, width, channels)
-    # Sub: a running sum along the row (mod 256); Up: a running sum down the rows, applied in row order
-    out = np.where((filters == 1)[:, None, None], np.cumsum(raw, axis=1, dtype=np.uint8), raw)
-    for r in np.flatnonzero(filters == 2):
-        out[r] = out[r] + (out[r - 1] if r else 0)
-    rgb = out[..., :3].astype(np.int32)
-    if channels == 4:
-        alpha = out[..., 3:].astype(np.int32)
-        rgb = (rgb * alpha + 255 * (255 - alpha) + 127) // 255
-    return rgb.astype(np.uint8)
+def _rgb_pixels(png: bytes) -> np.ndarray:
+    """(height, width, 3) uint8 pixels of a PNG image, composited onto white."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+        rgba = np.asarray(image.convert("RGBA"))
+    rgb, alpha = rgba[..., :3].astype(np.int32), rgba[..., 3:].astype(np.int32)
+    # rounded to nearest: a pixel of alpha 255 keeps its colour exactly
+    return ((rgb * alpha + 255 * (255 - alpha) + 127) // 255).astype(np.uint8)
 
 
 def _palette_png(rgb: np.ndarray, colors: int) -> bytes:
     """An indexed-colour PNG of ``rgb``: the most frequent colours, every other mapped to its nearest."""
+    from PIL import Image
+
     height, width, _ = rgb.shape
     key = (rgb[..., 0].astype(np.int32) << 16) | (rgb[..., 1].astype(np.int32) << 8) | rgb[..., 2]
     unique, inverse, counts = np.unique(key.reshape(-1), return_inverse=True, return_counts=True)
@@ -134,12 +118,8 @@ def _palette_png(rgb: np.ndarray, colors: int) -> bytes:
     for start in range(0, len(unique), 8192):  # bounded memory: 8192 x 256 distances at a time
         block = channels[start:start + 8192]
         nearest[start:start + 8192] = (-2 * block @ chosen.T + (chosen ** 2).sum(1)).argmin(1)
-    index = nearest[inverse.reshape(-1)].reshape(height, width).astype(np.uint8)
-    rows = np.concatenate([np.zeros((height, 1), np.uint8), index], 1)  # filter 0 on every row: best for indices
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
-
-    return (_PNG_SIGNATURE + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 3, 0, 0, 0))
-            + chunk(b"PLTE", chosen.astype(np.uint8).tobytes()) + chunk(b"IDAT", zlib.compress(rows.tobytes(), 9))
-            + chunk(b"IEND", b""))
+    image = Image.fromarray(nearest[inverse.reshape(-1)].reshape(height, width).astype(np.uint8), "P")
+    image.putpalette(chosen.astype(np.uint8).tobytes())
+    out = io.BytesIO()
+    image.save(out, "PNG", compress_level=9)
+    return out.getvalue()

@@ -48,7 +48,6 @@ notebook keeps them without a kernel (ipywidgets state embeds them).
 
 from __future__ import annotations
 
-import html
 import math
 import threading
 import time
@@ -63,6 +62,7 @@ import numpy as np
 import pandas as pd
 
 from .. import views
+from .._html import macro
 from ..sim import REPLAY_DATAFLOWS, presets, replay, schedule, select_dataflows
 from ..sim._replay import SpillWarning, program_key, warm
 from ..sim.hardware import FIELDS, Hardware, check_hardware, sram_split
@@ -506,7 +506,7 @@ class Explorer(w.VBox):
     def _update(self) -> None:
         if self._syncing:
             return
-        self.status.value = "<i>running...</i>"
+        self.status.value = macro("widgets.html.j2", "running")
         self.window = None  # a new machine has a new time axis
         t0 = time.perf_counter()
         _busy(True)
@@ -566,12 +566,8 @@ class Explorer(w.VBox):
 
     def _status(self) -> str:
         """The status line of a good update: time taken, the machine replayed, the policy, any SRAM clamp."""
-        parts = [f"updated in {self.last_update_s * 1e3:.0f} ms",
-                 f"machine <code>{html.escape(str(self.run.attrs['hardware']))}</code>"]
-        if self.policy is not None:
-            parts.append(f"policy <code>{html.escape(self.policy.name)}</code>")
-        parts += [f"<b style='color:#a60'>{html.escape(note)}</b>" for note in self._notes]
-        return "; ".join(parts)
+        return macro("widgets.html.j2", "status", self.last_update_s * 1e3, str(self.run.attrs["hardware"]),
+                     None if self.policy is None else self.policy.name, list(self._notes))
 
     @property
     def region(self) -> str:
@@ -674,13 +670,8 @@ class Explorer(w.VBox):
             self.status.value = failed
 
     def _show_focus(self) -> None:
-        parts = []
-        if self.region:
-            parts.append(f"region <code>{html.escape(self.region)}</code>")
-        if self.window is not None:
-            parts.append(f"window {self.window[0] * 1e6:.4g}-{self.window[1] * 1e6:.4g} us")
-        self.focus.value = "narrowed to " + ", ".join(parts) if parts else "<i>no selection</i>"
-        self.clear.disabled = not parts
+        self.focus.value = macro("widgets.html.j2", "focus", self.region, self.window)
+        self.clear.disabled = not (self.region or self.window is not None)
 
     def _on_selection(self, name: str, change: Any) -> None:
         """A selection made in the browser (JupyterChart syncs ``_vl_selections`` from Vega's signals)."""
@@ -701,7 +692,7 @@ class Explorer(w.VBox):
 
 
 def _error_html(err: BaseException, prefix: str = "") -> str:
-    return f"<b style='color:#b00'>{html.escape(prefix + type(err).__name__)}: {html.escape(str(err))}</b>"
+    return macro("widgets.html.j2", "error", f"{prefix}{type(err).__name__}: {err}")
 
 
 def _error_chart(name: str, err: BaseException) -> alt.Chart:

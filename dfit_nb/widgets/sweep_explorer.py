@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import re
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import xarray as xr
 
 from .. import views
+from .._html import macro
 from ..sim import DATAFLOWS
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.pareto import pareto_front
@@ -82,7 +82,7 @@ class SweepExplorer(w.VBox):
             self.chart.chart = self._chart()
             self.status.value = ""
         except Exception as err:  # a meaningless axis pair: say so, keep the widget alive
-            self.status.value = f"<b style='color:#b00'>{html.escape(str(err))}</b>"
+            self.status.value = macro("widgets.html.j2", "error", str(err))
 
     def _on_pick(self, change: Any) -> None:
         value = getattr(change["new"], "value", None) or []
@@ -133,7 +133,7 @@ class SweepExplorer(w.VBox):
         hw = self.machine(index)
         dataflow = str(self.ds.attrs.get("dataflow", "ws"))
         self.explorer = Explorer(self.trace, hw, dataflow=dataflow if dataflow in DATAFLOWS else "ws")
-        self.detail.children = [w.HTML(f"<b>machine {int(index)}</b>: <code>{html.escape(hw.name)}</code>"),
+        self.detail.children = [w.HTML(macro("widgets.html.j2", "machine", int(index), hw.name)),
                                 self.explorer]
         if self._shown:  # the Explorer is seen inside this displayed widget: its warm-ups may start
             self.explorer._displayed()

@@ -170,7 +170,7 @@ def test_a_view_that_cannot_draw_says_why(explorer):
     explorer.run = Run(events=run.events, cube=run.cube.drop_vars("link_load"), summary=run.summary, ops=run.ops,
                        regions=run.regions, attrs=run.attrs)
     explorer.narrow(window=None, region="encoder/layer_0")
-    assert "noc_load needs [&#x27;link_load&#x27;]" in explorer.status.value
+    assert "noc_load needs ['link_load']" in html.unescape(explorer.status.value)
     explorer.run = run
     explorer.narrow(region="")
     explorer.tabs.selected_index = 0

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-import struct
-import zlib
+import io
 from pathlib import Path
 
 import altair as alt
@@ -12,23 +11,17 @@ import numpy as np
 import pandas as pd
 import pytest
 import vl_convert
+from PIL import Image
 
 from dfit_nb.widgets import _offline
 
 
 def _palette_pixels(png: bytes) -> np.ndarray:
-    """(height, width, 3) pixels of an 8-bit indexed PNG written by static_png (filter 0 on every row)."""
-    width, height = _offline.png_size(png)
-    pos, chunks = 8, {}
-    while pos < len(png):
-        (length,), kind = struct.unpack(">I", png[pos:pos + 4]), png[pos + 4:pos + 8]
-        chunks[kind] = chunks.get(kind, b"") + png[pos + 8:pos + 8 + length]
-        pos += 12 + length
-    assert chunks[b"IHDR"][8:10] == bytes([8, 3]), "8-bit indexed colour"
-    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), np.uint8).reshape(height, width + 1)
-    assert not rows[:, 0].any()
-    palette = np.frombuffer(chunks[b"PLTE"], np.uint8).reshape(-1, 3)
-    return palette[rows[:, 1:]]
+    """(height, width, 3) pixels of an 8-bit indexed PNG written by static_png."""
+    with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+        assert image.mode == "P" and image.size == _offline.png_size(png), "8-bit indexed colour"
+        palette = np.array(image.getpalette(), np.uint8).reshape(-1, 3)
+        return palette[np.asarray(image)]
 
 
 def _chart(n: int) -> dict:
