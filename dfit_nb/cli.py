@@ -57,6 +57,7 @@ from .sim._reconcile import LEVELS, reconcile
 from .sim.kernels import DEFAULT_FUSION, FUSION_MODES
 from .sim.machine import utilization
 from .sim.policy import OBJECTIVES
+from .sim.streaming import REPORTED_STREAM
 
 #: ``--args`` dtype spellings -> NumPy/JAX dtype names
 DTYPES = {
@@ -79,6 +80,17 @@ _DIMS_HELP = (f"dimensions are whole numbers >= 1 in digits, comma-separated, e.
 #: what ``dfit-nb report`` captures when given no function: a serving-sized layer, so every preset has work to
 #: spread, the bottlenecks differ between presets and per-layer dataflow switching pays on some
 DEFAULT_EXAMPLE = "bert_block"
+
+
+def _positive_int(text: str) -> int:
+    """``--inferences``: a whole number >= 1, or argparse's one-line error naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1 or not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1 in digits, got {text!r}")
+    return value
 
 
 class UsageError(DfitError, ValueError):
@@ -113,6 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--fusion", default=DEFAULT_FUSION, choices=list(FUSION_MODES),
                    help="which ops run as one kernel: the machine's fusion rules (default), the capture's XLA "
                         "fusions, or one kernel per primitive")
+    r.add_argument("--inferences", type=_positive_int, default=REPORTED_STREAM, metavar="N",
+                   help=f"inferences streamed back to back for the throughput columns (default {REPORTED_STREAM}): a "
+                        "layer-pipelined machine overlaps them, a time-multiplexed one runs them one after another")
     r.add_argument("--objective", default="energy", choices=list(OBJECTIVES),
                    help="what the hybrid policy minimises (default energy)")
     r.add_argument("-o", "--output-dir", default="dfit_report", metavar="DIR",
@@ -519,12 +534,13 @@ def _report(args: argparse.Namespace) -> int:
         pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names})
         # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
         report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
-                              charts=args.charts, progress=not args.no_progress, fusion=args.fusion)
+                              charts=args.charts, progress=not args.no_progress, fusion=args.fusion,
+                              inferences=args.inferences)
         alone = pending.result()
     results = report.results
     print(cost_table(alone))
     print()
-    print(replay_table(results, args.dataflow))
+    print(replay_table(results, args.dataflow, args.inferences))
     print()
     print(reconcile_table(trace, results, alone))
     print()
@@ -535,21 +551,25 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay_table(results: Sequence[Any], dataflow: str) -> str:
-    """The program replayed on each preset: latency, energy, utilisation, bottleneck."""
+def replay_table(results: Sequence[Any], dataflow: str, inferences: int = 1) -> str:
+    """The program replayed on each preset: one inference's latency, energy, utilisation and bottleneck, and the
+    throughput and steady-state utilisation of ``inferences`` streamed back to back (:meth:`Run.streamed`)."""
     fusion = next((str(r.run.attrs.get("fusion", "")) for r in results), "")
     lines = [f"the whole program replayed on each preset ({dataflow}; its ops grouped into the kernels a compiler "
-             f"runs, fusion={fusion!r}; mapped, scheduled, ops overlapping where the machine allows):",
-             f"{'preset':16s} {'execution':9s} {'kernels':>7s} {'latency us':>11s} {'mJ':>9s} {'mJ/inf':>9s} "
-             f"{'util':>6s} {'DRAM MB':>8s} {'events':>8s}  bottleneck"]
+             f"runs, fusion={fusion!r}; mapped, scheduled, ops overlapping where the machine allows); inf/s and "
+             f"steady: {inferences} inferences streamed back to back:",
+             f"{'preset':16s} {'execution':9s} {'kernels':>7s} {'latency us':>11s} {'mJ':>9s} {'util':>6s} "
+             f"{'inf/s':>10s} {'steady':>6s} {'DRAM MB':>8s} {'events':>8s}  bottleneck"]
     for r in results:
         s = r.run.summary
+        stream = r.run.streamed(inferences)
         spill = " (spills: data exceed on-chip SRAM)" if r.spills else ""
         kernels = len(set(r.run.ops["kernel"].values.tolist())) if "kernel" in r.run.ops else r.run.ops.sizes["op"]
         lines.append(f"{r.name:16s} {r.run.attrs['execution']:9s} {kernels:7d} {float(s['latency_s']) * 1e6:11.2f} "
-                     f"{float(s['energy_j']) * 1e3:9.4f} {float(s['joules_per_inference']) * 1e3:9.4f} "
-                     f"{float(s['utilization']):6.1%} {float(s['dram_bytes']) / 1e6:8.3f} {int(s['n_events']):8d}  "
-                     f"{s['bottleneck'].item()}{spill}")
+                     f"{float(s['energy_j']) * 1e3:9.4f} {float(s['utilization']):6.1%} "
+                     f"{float(stream['throughput_inferences_per_s']):10.0f} "
+                     f"{float(stream['steady_state_utilization']):6.1%} {float(s['dram_bytes']) / 1e6:8.3f} "
+                     f"{int(s['n_events']):8d}  {s['bottleneck'].item()}{spill}")
     return "\n".join(lines)
 
 

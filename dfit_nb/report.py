@@ -71,6 +71,7 @@ from .sim.hardware import Hardware, check_hardware
 from .sim.machine import DATAFLOWS
 from .sim.playbook import document as playbook_document
 from .sim.policy import OBJECTIVES, select_dataflows
+from .sim.streaming import REPORTED_STREAM
 
 __all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
 
@@ -264,15 +265,20 @@ def _analyse_one(trace: Any, h: Hardware, dataflow: Any, objective: str, seed: i
     return PresetResult(h.name, h, run, policy, spills, time.perf_counter() - t0, note)
 
 
-def summary_frame(results: Sequence[PresetResult]) -> pd.DataFrame:
-    """One row per preset: latency, energy, J/inference, utilisation, bottleneck, and the policy's gains."""
+def summary_frame(results: Sequence[PresetResult], inferences: int = REPORTED_STREAM) -> pd.DataFrame:
+    """One row per preset: latency, energy, J/inference, utilisation, the throughput and steady-state utilisation
+    of ``inferences`` streamed back to back (:meth:`dfit_nb.sim.Run.streamed`), bottleneck, and the policy's
+    gains."""
     rows = []
     for r in results:
         s = r.run.summary
+        stream = r.run.streamed(inferences)
         row = {"preset": r.name, "execution": r.run.attrs["execution"], "dataflow": str(r.run.attrs["dataflow"]),
                "latency_us": float(s["latency_s"]) * 1e6, "energy_mj": float(s["energy_j"]) * 1e3,
                "mj_per_inference": float(s["joules_per_inference"]) * 1e3,
-               "utilization": float(s["utilization"]), "dram_mb": float(s["dram_bytes"]) / 1e6,
+               "utilization": float(s["utilization"]),
+               "inferences_per_s": float(stream["throughput_inferences_per_s"]),
+               "steady_utilization": float(stream["steady_state_utilization"]), "dram_mb": float(s["dram_bytes"]) / 1e6,
                "events": int(s["n_events"]), "bottleneck": str(s["bottleneck"].item()), "spills": r.spills,
                "policy": "", "switches": 0, "best_single": "", "gain_vs_best_single": np.nan}
         if r.policy is not None:
@@ -597,7 +603,7 @@ def _charts(specs: Sequence[tuple[str, str, Any]], mode: str) -> list[dict[str, 
 
 
 def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: Sequence[tuple[str, str, Any]],
-          mode: str, files: dict[str, dict[str, str]]) -> str:
+          mode: str, files: dict[str, dict[str, str]], inferences: int = REPORTED_STREAM) -> str:
     """The page, rendered from ``templates/report.html.j2``; the featured preset's playbook from its document
     model (:func:`dfit_nb.sim.playbook.document`)."""
     first = featured(results)
@@ -608,7 +614,8 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
         trace_mode=trace.mode, presets=[r.name for r in results],
         when=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         captured=_captured(trace), region_table=trace.region_table(max_depth=3),
-        summary=df.to_dict("records"), files=files, file_kinds=list(next(iter(files.values()), {})),
+        summary=df.to_dict("records"), inferences=inferences, files=files,
+        file_kinds=list(next(iter(files.values()), {})),
         objective=next((r.policy.objective for r in results if r.policy is not None), "energy"),
         policies=notes, policy_rows=rows, featured=first.name, featured_dataflow=str(first.run.attrs["dataflow"]),
         mode=mode, max_rows=views.MAX_ROWS, charts=_charts(specs, mode),
@@ -647,7 +654,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
                  dataflow: Any = "ws", objective: str = "energy", charts: str = "auto", progress: bool = True,
                  results: Sequence[PresetResult] | None = None, seed: int | None = None,
                  tags: dict[str, Any] | None = None, batch_variance: dict[str, Any] | None = None,
-                 fusion: str | None = None) -> Report:
+                 fusion: str | None = None, inferences: int = REPORTED_STREAM) -> Report:
     """Replay ``trace`` on hardware presets, select a hybrid policy per preset, and write an offline report.
 
     Parameters
@@ -671,6 +678,9 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
         A ``tqdm.auto`` progress bar over the presets.
     results : sequence of PresetResult, optional
         Replays and policies already computed by :func:`analyse` (the CLI prints its tables from them).
+    inferences : int
+        Inferences streamed back to back for the summary's throughput and steady-state utilisation columns
+        (the other figures are one inference's).
     seed, tags, batch_variance : optional
         Passed to :func:`analyse` (the playbooks' workload seed, extra tags, and p50/p95/p99 under batch
         variance) when ``results`` is not given.
@@ -760,8 +770,8 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     names = {name: {k: p.name for k, p in f.items()} for name, f in files.items()}
 
     t0 = time.perf_counter()
-    df = summary_frame(results)
-    page = _page(trace, results, df, specs, mode, names)
+    df = summary_frame(results, inferences)
+    page = _page(trace, results, df, specs, mode, names, inferences)
     path = _write_text(folder / "report.html", page)
     seconds["html"] = time.perf_counter() - t0
     return Report(directory=folder, html=path, runs=runs, perfetto=perfetto, playbooks=playbooks,

@@ -56,7 +56,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from ..events import binning
-from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware
+from .hardware import THERMAL_FIELDS, Hardware, check_hardware, from_provenance
 
 #: event kinds whose energy heats the die (DRAM access energy is spent in the DRAM devices)
 ON_DIE_KINDS = ("compute", "sram", "noc", "retile")
@@ -198,12 +198,11 @@ def _hardware(run: Any, hw: Hardware | None) -> Hardware:
     """The run's machine: ``hw`` if given (its grid must match), else rebuilt from the run's provenance."""
     attrs = run.attrs
     if hw is None:
-        missing = [f for f in FIELDS if f"hw_{f}" not in attrs]
-        if missing:
-            raise ThermalError(f"the run's provenance lacks {', '.join(missing)} (saved by an older dfit_nb): pass "
-                               "hw= (the machine it ran on, with its thermal fields)")
-        hw = Hardware(name=str(attrs.get("hardware", "custom")), execution=str(attrs.get("execution", "time")),
-                      **{f: attrs[f"hw_{f}"] for f in FIELDS})
+        try:
+            hw = from_provenance(attrs)
+        except KeyError as err:
+            raise ThermalError(f"the run's {err.args[0]}: pass hw= (the machine it ran on, with its thermal "
+                               "fields)") from None
     check_hardware(hw, "thermal()", error=ThermalError)
     grid = (run.cube.sizes["tile_y"], run.cube.sizes["tile_x"])
     if (int(hw.tile_rows), int(hw.tile_cols)) != grid:

@@ -546,5 +546,27 @@ def from_field_vector(vector: Any, name: str = "", execution: str = "time") -> H
     return _unflatten((name, execution), [vector[i] for i in range(len(FIELDS))])
 
 
+def from_provenance(attrs: dict[str, Any]) -> Hardware:
+    """The machine a result was computed on, rebuilt from its attrs (``hardware``, ``execution`` and one
+    ``hw_<field>`` per field, as every Run and cost table records them).
+
+    Raises
+    ------
+    KeyError
+        The attrs lack fields (a result saved by an older dfit_nb); the message lists them.
+
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> run = dfit_nb.replay(dfit_nb.capture(lambda a: a @ a, jnp.ones((8, 8))), presets.get("npu_like"))
+    >>> from_provenance(run.attrs) == presets.get("npu_like")
+    True
+    """
+    missing = [f for f in FIELDS if f"hw_{f}" not in attrs]
+    if missing:
+        raise KeyError(f"the provenance lacks {', '.join(missing)} (saved by an older dfit_nb)")
+    return Hardware(name=str(attrs.get("hardware", "custom")), execution=str(attrs.get("execution", "time")),
+                    **{f: attrs[f"hw_{f}"] for f in FIELDS})
+
+
 # keyed like jax.tree_util.register_dataclass (GetAttrKey per field; name and execution static metadata)
 jax.tree_util.register_pytree_with_keys(Hardware, _flatten_with_keys, _unflatten, _flatten)

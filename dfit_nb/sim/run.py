@@ -211,10 +211,7 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     ops = ops_dataset(prep, out, codes, attrs)
     regions = regions_dataset(trace, prep, ops, attrs)
     cube = cube_dataset(prep, out, ops, events, hw, regions, time_bins, attrs)
-    stream = streaming.steady_state(
-        out, np.ones(len(prep.op)), float(np.nansum(ops.variables["macs"].values)), hw, execution == "spatial",
-        inferences)
-    summary = summary_dataset(ops, events, hw, inferences, attrs, stream)
+    summary = summary_dataset(ops, events, hw, inferences, attrs, streaming.of_ops(ops, hw, inferences))
     ops, regions, summary = _classified(ops, regions, summary)
     cube = text_as_objects(cube)
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
@@ -281,6 +278,12 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
         "span": _var(d, span, "cycle", "from when the op's tiles became free to its end"),
         "stage_cycles": _var(d, out["stage_cycles"], "cycle", "the op's time per inference once inferences "
                              "stream through its tiles (weights kept where they fit: dfit_nb.sim.streaming)"),
+        "stage_compute_cycles": _var(d, out["stage_compute_cycles"], "cycle",
+                                     "of stage_cycles: the tiles' work (array or vector unit, SRAM ports)"),
+        "stage_noc_cycles": _var(d, out["stage_noc_cycles"], "cycle", "of stage_cycles: delivery over the mesh"),
+        "stage_dram_bytes": _var(d, out["stage_dram_bytes"], "B", "DRAM bytes per streamed inference"),
+        "retile_cycles": _var(d, out["retile_cycles"], "cycle", "moving the op's inputs from its producers' tiles "
+                              "(and a dataflow switch)"),
         "macs": _var(d, out["macs"] * prep.arrays["count"], "MAC", "multiply-accumulates, all executions"),
         **{f"{m}_cycles": _var(d, cycles[:, i], "cycle", f"cycles attributable to {m}")
            for i, m in enumerate(MECHANISMS)},
@@ -717,6 +720,29 @@ class Run:
         """The virtual -> physical transformation per op (like capture's lowering map)."""
         return self.ops[["region", "primitive", "layout", "gy", "gx", "virtual_tiles", "alloc", "tiles",
                          "tile_offset", "section", "fold", "spilled_bytes", "out_onchip", "transform"]]
+
+    def streamed(self, inferences: int) -> xr.Dataset:
+        """The summary's streaming scalars for ``inferences`` streamed back to back (throughput, steady-state
+        utilisation and period, fill, the pacing stage), from this run's per-op records
+        (:mod:`dfit_nb.sim.streaming`): what ``replay(..., inferences=...)`` gives, without replaying.
+
+        >>> import jax.numpy as jnp, dfit_nb
+        >>> from dfit_nb.sim import presets
+        >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+        >>> run = dfit_nb.replay(t, presets.get("npu_like"))
+        >>> s = run.streamed(10)
+        >>> round(float(s["stream_s"] / run.summary["latency_s"]), 9)   # time-multiplexed: one after another
+        10.0
+        """
+        from .hardware import from_provenance
+
+        if not isinstance(inferences, (int, np.integer)) or isinstance(inferences, bool) or inferences < 1:
+            raise ValueError(f"inferences must be a whole number >= 1, got {inferences!r}")
+        hw = from_provenance(self.attrs)
+        data = stream_variables(streaming.of_ops(self.ops, hw, int(inferences)), self.ops,
+                                float(self.attrs["clock_ghz"]) * 1e9)
+        return xr.Dataset({**data, "inferences": _var((), int(inferences), "1", "inferences streamed")},
+                          attrs=self.attrs)
 
     def thermal(self, inferences: int = 1000, **options: Any) -> xr.Dataset:
         """Temperatures and throttling of ``inferences`` calls back to back (:func:`dfit_nb.sim.thermal`)."""

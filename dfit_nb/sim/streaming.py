@@ -41,6 +41,9 @@ import numpy as np
 from . import machine
 from .hardware import Hardware
 
+#: inferences the CLI's replay table and the report stream when they show throughput
+REPORTED_STREAM = 64
+
 #: what limits the slowest stage: its tiles' work (PE array or vector unit, and their SRAM ports), delivery over the
 #: mesh, its inputs' retile, its own DRAM traffic, its fixed cost; or the section's traffic through the DRAM channel
 STAGE_CLASSES = ("compute", "noc", "retile", "dram", "fixed", "dram channel")
@@ -136,3 +139,12 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         "pipeline_fill_s": latency / (clock * 1e9),
         "bottleneck_op": bottleneck, "bottleneck_class": klass, "sections": sections,
     }
+
+
+def of_ops(ops: Any, hw: Hardware, inferences: int) -> dict[str, Any]:
+    """:func:`steady_state` of a Run's ``ops`` Dataset (its per-op records) on ``hw``."""
+    records = {k: ops[k].values for k in ("start", "end", "section", "stage_cycles", "stage_dram_bytes",
+                                          "stage_compute_cycles", "stage_noc_cycles", "retile_cycles")}
+    spatial = str(ops.attrs.get("execution", "")) == "spatial"
+    return steady_state(records, np.ones(ops.sizes["op"]), float(np.nansum(ops["macs"].values)), hw, spatial,
+                        inferences)

@@ -169,3 +169,19 @@ def test_the_replay_reaches_the_throughput_bound_derived_by_hand():
     s = run.summary
     assert float(s["steady_state_period_s"]) * 1e9 == pytest.approx(12_288 / 4, rel=1e-6)
     assert s["bottleneck_stage_class"].item() == "dram channel" and int(s["bottleneck_stage"]) == -1
+
+
+def test_a_runs_stream_without_replaying_is_the_replays_own():
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim import presets
+
+    trace = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b) @ b.T, jnp.ones((64, 128)), jnp.ones((128, 32)))
+    for name in ("sambanova_like", "npu_like"):
+        streamed = dfit_nb.replay(trace, presets.get(name), inferences=32).summary
+        later = dfit_nb.replay(trace, presets.get(name)).streamed(32)
+        for k in later.data_vars:
+            assert later[k].item() == streamed[k].item(), (name, k)
+    with pytest.raises(ValueError, match="inferences must be a whole number >= 1, got 0"):
+        dfit_nb.replay(trace, presets.get("npu_like")).streamed(0)
