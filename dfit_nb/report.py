@@ -64,6 +64,7 @@ from . import views
 from ._atomic import atomic_file
 from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
 from ._html import render, trusted
+from .capture.trace import describe_arguments
 from .errors import DfitError, DfitWarning, SaveRefusedError
 from .sim import presets
 from .sim._replay import SpillWarning, replay, warm
@@ -549,7 +550,7 @@ def _captured(trace: Any) -> list[tuple[str, str]]:
     """The "What was captured" table: (what, value) rows."""
     a = trace.attrs
     rows = [("function", a.get("function", "?")), ("mode", trace.mode),
-            ("arguments", a.get("arg_shapes", "") or "(none)"),
+            ("arguments", describe_arguments(a.get("arg_shapes", "")) or "(none)"),
             ("FLOPs", f"{trace.total_flops():,} ({trace.total_flops() / 1e9:.4g} GFLOP)"),
             ("ops", f"{trace.ops.sizes['op']:,} primitive ops"),
             ("regions", f"{trace.regions.sizes['region']:,} (named scopes and nested jits)"),

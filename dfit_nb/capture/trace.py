@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,43 @@ class Overhead:
             if name in kw:
                 kw[name] = float(kw[name])
         return cls(**kw)
+
+
+#: distinct argument shapes :func:`describe_arguments` names before it summarises the rest
+ARGUMENTS_SHOWN = 6
+
+
+def describe_arguments(arg_shapes: str, shown: int = ARGUMENTS_SHOWN) -> str:
+    """A trace's argument list (``attrs["arg_shapes"]``, ``"; "``-separated) short enough to read: all of it when
+    it has at most ``shown`` arguments, else their count and bytes, the ``shown`` most frequent shapes with how
+    many arguments have each, and how many other shapes there are (ResNet-50's 321 weight arrays become one line).
+
+    Examples
+    --------
+    >>> describe_arguments("float32[8,128]; float32[128,64]")
+    'float32[8,128]; float32[128,64]'
+    >>> describe_arguments("; ".join(["float32[64]"] * 5 + ["float32[3,3,64,64]"] * 3 + ["int32[]"]), shown=2)
+    '9 arguments, 0.44 MB: 5 x float32[64], 3 x float32[3,3,64,64] and 1 other shape'
+    """
+    parts = [p.strip() for p in str(arg_shapes).split(";") if p.strip()]
+    if len(parts) <= shown:
+        return "; ".join(parts)
+    counts: dict[str, int] = {}
+    for p in parts:
+        counts[p] = counts.get(p, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])[:shown]  # stable: first seen first among equal counts
+    total = 0
+    for p in parts:
+        m = re.fullmatch(r"([a-z0-9]+)\[([0-9,]*)\]", p)
+        if m:
+            try:  # bfloat16 and the float8s are NumPy dtypes once ml_dtypes (a JAX dependency) is loaded
+                itemsize = np.dtype(m.group(1)).itemsize
+            except TypeError:
+                continue
+            total += int(np.prod([int(d) for d in m.group(2).split(",") if d] or [1])) * itemsize
+    rest = len(counts) - len(top)
+    tail = f" and {rest} other shape{'s' if rest != 1 else ''}" if rest else ""
+    return (f"{len(parts)} arguments, {total / 1e6:.2f} MB: " + ", ".join(f"{n} x {p}" for p, n in top) + tail)
 
 
 class Trace:
