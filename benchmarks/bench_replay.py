@@ -26,7 +26,8 @@ import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import Hardware, presets, reference, replay_batch
 from dfit_nb.sim._cost import for_jit
-from dfit_nb.sim._replay import padded, pinned_layouts, prepare, program
+from dfit_nb.sim._prepare import padded, pinned_layouts, prepare
+from dfit_nb.sim._replay import program
 from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
 
 

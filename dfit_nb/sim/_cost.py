@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -14,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options, _exported
+from .. import _compile_options, _dtypes, _exported
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
@@ -106,49 +105,16 @@ def _column(table: Any, name: str) -> np.ndarray | None:
     return None if raw is None else np.asarray(raw)
 
 
-def _itemsize(dtype: Any) -> float:
-    """Bytes per element of ``dtype`` (0 when it is not a known array dtype: :func:`_known_itemsize`, lenient)."""
-    return _known_itemsize(str(dtype)) or 0.0
-
-
-#: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
-#: JAX's non-array dtypes (``float0``, tokens, PRNG keys such as ``key<fry>``); the model uses the machine's word
-_NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
 #: the dtypes named when one is refused
 KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
                 "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
                 "complex64, complex128, or '' for an op without an array output")
 
 
-@functools.lru_cache(maxsize=256)
-def _known_itemsize(name: str) -> float | None:
-    """Bytes per element of the dtype named ``name``; 0 for a non-array dtype (:data:`_NON_ARRAY_DTYPE`); None
-    when it names none: an unknown name (``float33``), or a NumPy type that is not numbers (object, text,
-    dates)."""
-    if _NON_ARRAY_DTYPE.fullmatch(name):
-        return 0.0
-    try:
-        dtype = np.dtype(name)
-    except TypeError:
-        dtype = None
-    if dtype is not None and dtype.kind in "biufc":
-        return float(dtype.itemsize)
-    import ml_dtypes  # bfloat16, int4, float8 kinds (NumPy kind "V"): ml_dtypes' types, a JAX dependency
-
-    kind = getattr(ml_dtypes, name, None)
-    if not isinstance(kind, type) or name.startswith("_"):
-        return None
-    try:
-        dtype = np.dtype(kind)
-    except TypeError:
-        return None
-    return float(dtype.itemsize) if dtype.kind == "V" and dtype.itemsize > 0 else None
-
-
 def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
                     error: type[DfitError] = CostInputError) -> np.ndarray:
     """Bytes per element of each dtype name in ``dtypes`` (0: an op without an array output, see
-    :data:`_NON_ARRAY_DTYPE`), float64.
+    :data:`dfit_nb._dtypes.NON_ARRAY_DTYPE`), float64.
 
     Raises ``error`` naming ``label``, the first row of an unknown name, the name and :data:`KNOWN_DTYPES`: an
     unknown dtype was costed as the machine's word before, silently (``float33`` as 8 bytes).
@@ -156,7 +122,7 @@ def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
     names, inverse = np.unique(np.asarray(dtypes).astype(str).reshape(-1), return_inverse=True)
     sizes = np.empty(len(names))
     for j, name in enumerate(names):
-        size = _known_itemsize(str(name))
+        size = _dtypes.known_itemsize(str(name))
         if size is None:
             row = int(np.flatnonzero(inverse.reshape(-1) == j)[0])
             raise error(f"{label} row {row} is {str(name)!r}, which is not a dtype dfit_nb knows; known: "
@@ -261,9 +227,6 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
     return np.array([code(d) for d in per_op]), None
 
 
-_SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
-
-
 def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
     """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
     ``float32[2,3] int32[]``).
@@ -271,12 +234,13 @@ def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
     >>> operand_dims("float32[2,3] int32[]")
     [('float32', (2, 3)), ('int32', ())]
     """
-    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip())) for dtype, dims in _SHAPE.findall(shapes)]
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip()))
+            for dtype, dims in _dtypes.SHAPE_TOKEN.findall(shapes)]
 
 
 def operand_bytes(in_shapes: str) -> list[float]:
     """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    return [float(np.prod(dims or [1])) * (_itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
+    return [float(np.prod(dims or [1])) * (_dtypes.itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
             for dtype, dims in operand_dims(in_shapes)]
 
 

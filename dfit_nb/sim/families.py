@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from ._replay import prepare
+from ._prepare import prepare
 from .hardware import Hardware
 
 

@@ -9,7 +9,7 @@ costs
     sum_g cost[g, d_g]  +  sum_{g >= 1, d_g != d_(g-1)} switch[g]
 
 where ``cost[g, d]`` is what the replay charges under single style ``d``
-(:func:`dfit_nb.sim._replay.style_costs`: each style replayed once, with its
+(:func:`dfit_nb.sim._batch.style_costs`: each style replayed once, with its
 mapping, refetches, movement and scheduling) to GEMM ``g`` and the non-GEMM
 ops after it up to the next GEMM (their retiles depend on its layout): energy
 in pJ, or the ops' increments of the latency in cycles (they sum to the
@@ -67,9 +67,11 @@ import xarray as xr
 
 from .. import _compile_options
 from ..errors import DfitError
+from . import _replay, memo, playbook
+from ._batch import style_costs
 from ._cost import for_jit
-from ._replay import hardware_key, prepare, style_costs, trace_key
-from .hardware import Hardware
+from ._prepare import ReplayError, check_policy_target, hardware_key, policy_fusion, prepare, trace_key
+from .hardware import FIELDS, Hardware
 from .machine import DATAFLOWS, last_gemm, switch_cost
 
 OBJECTIVES = ("energy", "latency", "edp")
@@ -204,8 +206,6 @@ class Policy:
         instead (named so, with the reason in ``fallback``), so a selected policy is never worse than the best
         single style. ``trace`` and ``hw`` default to the ones the policy was selected on; others raise
         :class:`PolicyError` (a policy is chosen for one program on one machine)."""
-        from ._replay import ReplayError, replay
-
         trace = self.trace if trace is None else trace
         hw = self.hw if hw is None else hw
         if trace is None or hw is None:
@@ -270,9 +270,7 @@ class Policy:
 
         See :func:`dfit_nb.sim.playbook.report`.
         """
-        from .playbook import report
-
-        return report(self, format)
+        return playbook.report(self, format)
 
     def with_batch_variance(self, make_args: Any, base: Mapping[str, int],
                             batch_sizes: Mapping[int, float] | Sequence[int] | None = None,
@@ -288,9 +286,7 @@ class Policy:
         >>> p.tail["size"].values.tolist(), p.tail["quantile"].values.tolist()
         ([4, 8, 16, 32, 64], [0.5, 0.95, 0.99])
         """
-        from .memo import batch_variance
-
-        return dataclasses.replace(self, tail=batch_variance(self, make_args, base, batch_sizes, axis))
+        return dataclasses.replace(self, tail=memo.batch_variance(self, make_args, base, batch_sizes, axis))
 
     def _pinned(self) -> np.ndarray:
         """Per GEMM: whether a pin fixed its dataflow."""
@@ -303,8 +299,6 @@ class Policy:
 
     def _check_target(self, trace: Any, hw: Hardware) -> None:
         """Raise ReplayError when ``trace`` or ``hw`` is not what the policy was selected on."""
-        from ._replay import check_policy_target
-
         check_policy_target(self, trace, hw)
 
     def summary_line(self) -> str:
@@ -598,22 +592,17 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
              "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
-    from .memo import calibrated_error
-    from .memo import tags as build_tags
-
-    calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
+    memo.calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
     policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
                                  trace=trace if prepared is None else None, hw=hw,
-                                 tags=build_tags(trace, hw, seed, tags), calibration=calibration,
+                                 tags=memo.tags(trace, hw, seed, tags), calibration=calibration,
                                  fusion=prep.fusion)
     return policy.evaluate() if evaluate and prepared is None else policy
 
 
 def _fields() -> list[str]:
-    from .hardware import FIELDS
-
     return list(FIELDS)
 
 
@@ -674,3 +663,75 @@ def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any
     name = f"hybrid({objective})" if len(used) > 1 else f"{used[0] if used else 'ws'} ({objective} selection: " \
         "one style on every GEMM)"
     return Policy(name=name, per_op=per_op, choices=choices, totals=totals, objective=objective)
+
+
+def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
+           layouts: Mapping[str, str] | None = None, time_bins: int = 256, inferences: int = 1,
+           measured: bool | None = None, fusion: str | None = None) -> Any:
+    """Map and schedule a captured program on ``hw``: the event cube.
+
+    Parameters
+    ----------
+    trace : Trace
+        From :func:`dfit_nb.capture` or :func:`dfit_nb.load_trace`.
+    hw : Hardware
+        One machine, e.g. ``dfit_nb.sim.presets.get("cerebras_like")``.
+    dataflow : {"ws", "os", "is", "hybrid"}, or a Policy
+        One dataflow for every GEMM; ``"hybrid"`` selects one per GEMM
+        (:func:`dfit_nb.sim.select_dataflows`, energy objective), replays it and
+        every single style, and returns the hybrid's run only when it beats them
+        (else the best single style's, named so); a Policy (from
+        :func:`~dfit_nb.sim.select_dataflows` on this trace and machine: others
+        are refused) chooses per op. Where the dataflow
+        changes between GEMMs adjacent in program order, the later GEMM pays the
+        switch the selection prices (:func:`dfit_nb.sim.machine.switch_cost`,
+        plus a Policy's ``reconfig_cycles`` / ``reconfig_pj``) as a ``retile``
+        before its body: energy, bytes, and a delay on its tiles.
+    execution : {"time", "spatial"}, optional
+        Overrides ``hw.execution``: time-multiplexed or layer-pipelined.
+    layouts : dict, optional
+        ``{region: "mn" | "mk" | "mn:GYxGX"}`` pins the virtual layout of the
+        ops in a region (the most specific region wins).
+    time_bins : int
+        Time bins of the cube.
+    inferences : int
+        Inferences one call of the function serves (for joules per inference).
+    measured : bool, optional
+        Add the trace's measured events (``source="measured"``); default: when
+        the trace has measured times (profile or eager mode).
+    fusion : {"rules", "compiler", "none"}, optional
+        Which ops run together as one kernel (intermediates on chip, one launch,
+        vector work beside the array): the machine's fusion rules (the default),
+        the capture's XLA fusion map, or one kernel per primitive
+        (:mod:`dfit_nb.sim.kernels`). A Policy replays with the fusion it was
+        selected with.
+
+    Returns
+    -------
+    Run
+        ``events``, ``cube``, ``summary``, ``ops``, ``regions`` (see :class:`dfit_nb.sim.run.Run`).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> run = dfit_nb.replay(t, presets.get("npu_like"), "ws")
+    >>> int(run.summary["macs"]) == 64 * 128 * 32
+    True
+    >>> sorted(set(run.events["kind"].values.tolist()))   # tanh runs in the matmul's kernel: nothing to retile
+    ['compute', 'dram', 'noc', 'sram']
+    >>> run.kernels.sizes["kernel"], sorted(set(dfit_nb.replay(t, presets.get("npu_like"), fusion="none").events[
+    ...     "kind"].values.tolist()))
+    (1, ['compute', 'dram', 'noc', 'retile', 'sram'])
+    """
+    execution = _replay.check_arguments(hw, execution, time_bins, inferences)
+    if not (isinstance(dataflow, str) and dataflow.lower() == "hybrid"):
+        return _replay.replay(trace, hw, dataflow, execution=execution, layouts=layouts, time_bins=time_bins,
+                              inferences=inferences, measured=measured, fusion=fusion)
+    fusion = policy_fusion(dataflow, fusion)
+    prepare(trace, fusion)  # a trace that cannot be replayed is refused as replay() refuses it
+    # the exact selection (energy), replayed and verified against every single style
+    policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False, fusion=fusion)
+    return policy.evaluate(layouts=layouts, time_bins=time_bins, inferences=inferences,
+                           measured=measured).runs["hybrid"]
