@@ -13,11 +13,11 @@ import xarray as xr
 
 import dfit_nb
 from dfit_nb import _compile_options, _exported
-from dfit_nb.sim import _batch, _cost, _replay, _thermal, cost, grid, policy, presets, select_dataflows
+from dfit_nb.sim import _batch, _cost, _replay, _thermal, _viterbi, cost, grid, presets, select_dataflows
 
 #: the programs whose compile is what a first call waits for (module, attribute): compiled with the options; the
 #: batched programs' compiles for calls of little work (by_work) among them
-PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (policy, "_select"), (_batch, "_batch_program_fast_compile"),
+PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (_viterbi, "_select"), (_batch, "_batch_program_fast_compile"),
             (_batch, "_styles_program_fast_compile"), (grid, "_evaluate_batch_fast_compile"))
 #: the programs whose run time matters more (vmapped over many machines, or a latency figure): XLA's defaults
 DEFAULTS = ((_cost, "_evaluate_small"), (_batch, "_styles_program"), (_batch, "_batch_program"),
