@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 import dfit_nb
 from dfit_nb.errors import DfitError
 from dfit_nb.events.schema import KINDS
-from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
+from dfit_nb.sim import Hardware, HardwareError, cost, presets, replay_batch
 from dfit_nb.sim._cost import for_jit
 from dfit_nb.sim._prepare import ReplayError, padded, pinned_layouts, prepare
 from dfit_nb.sim._replay import SpillWarning, program
 from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
 from tests.shared import programs
+from tests.sim import reference
 
 PARTS = ("events", "cube", "summary", "ops", "regions")
 LEVEL_OF_KIND = {"sram": "sram", "noc": "noc", "dram": "dram", "retile": "retile"}
