@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options, _dtypes, _exported
+from .. import _compile_options, _dtypes, _exported, _xarray
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
@@ -397,10 +397,9 @@ def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> tuple[tuple[n
 
 
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
-#: ``cost()`` of a few ops is a latency figure (issue 17's 0.3 ms), and there the default emitters' program runs
-#: faster (172 against 204 us for 8 ops on 2 cores, best of 8 rounds of 200 calls; 955 against 1,523 us for 128),
-#: while the loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`). The same function:
-#: the same numbers to rounding (``tests/test_compile_options.py``).
+#: ``cost()`` of a few ops is a latency figure, and there the default emitters' program runs faster, while the
+#: loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`; figures in benchmarks/README.md).
+#: The same function: the same numbers to rounding (``tests/test_compile_options.py``).
 _evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 
 
@@ -527,7 +526,7 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
 
     ``coords``: name -> values or ``(dims, values)``; dimension coordinates take the fast path of
-    :func:`assemble`.
+    :func:`dfit_nb._xarray.assemble`.
     """
     dims = tuple(dims)
     described = _described()
@@ -542,125 +541,13 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     if any(isinstance(v, tuple) and v[0] not in (name, (name,)) for name, v in coords.items()):
         return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))  # a non-dimension coordinate
     index = {name: np.asarray(v[1] if isinstance(v, tuple) else v) for name, v in coords.items()}
-    return assemble(data, index, dict(attrs))
-
-
-def assemble(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-             index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    """An ``xr.Dataset`` of ``data`` (name -> (dims, array, attrs)) over the dimension coordinates ``index``.
-
-    ``xr.Dataset(...)`` checks and aligns every variable against every other (about 0.5 ms for cost()'s 50
-    variables, most of a warm call). These variables are built here with matching shapes by construction, so
-    they go straight to xarray's own constructor of an already-consistent Dataset, the one its methods use
-    internally. It is private API: where this xarray lacks it or it refuses, the public constructor builds the
-    same Dataset (``tests/sim/test_cost.py`` checks both are identical, and that the direct path is taken).
-    """
-    try:
-        return _assemble_direct(data, index, attrs)
-    except (AttributeError, TypeError, ValueError):  # an xarray whose internals moved: the public path
-        return assemble_public(data, index, attrs)
-
-
-def assemble_public(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-                    index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    """:func:`assemble` through the public ``xr.Dataset`` constructor (the reference the fast path must equal)."""
-    return xr.Dataset(dict(data), coords=dict(index), attrs=attrs)
-
-
-def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-                     index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    sizes: dict[str, int] = {}
-    variables: dict[str, Any] = {}
-    checked: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()  # most variables share dims and shape
-    direct = _slots_known()
-    for name, (dims, arr, var_attrs) in data.items():
-        dims = tuple(dims)
-        if (dims, arr.shape) not in checked:
-            if arr.ndim != len(dims):
-                raise ValueError(f"{name}: {arr.ndim} dims, named {dims}")
-            for dim, size in zip(dims, arr.shape, strict=True):
-                if sizes.setdefault(dim, size) != size:
-                    raise ValueError(f"{name}: {dim} has {size} values, not {sizes[dim]}")
-            checked.add((dims, arr.shape))
-        if direct and type(arr) is np.ndarray:
-            # xr.Variable(dims, arr, dict(var_attrs), fastpath=True) with its slots filled directly: the
-            # constructor's checks (dims parsed against the array, the data wrapped) cost about 2 us a variable,
-            # 44 a cost() call, and the shapes are checked above; the fast path would store this array as is
-            var = object.__new__(xr.Variable)
-            var._dims, var._data, var._attrs, var._encoding = dims, arr, dict(var_attrs) or None, None
-            variables[name] = var
-        else:  # anything else than a NumPy array, or an xarray whose Variable has other slots
-            variables[name] = xr.Variable(dims, arr, dict(var_attrs), fastpath=True)
-    indexes: dict[str, Any] = {}
-    for name, values in index.items():
-        if sizes.setdefault(name, len(values)) != len(values):
-            raise ValueError(f"coordinate {name}: {len(values)} values, not {sizes[name]}")
-        if _is_range(values):
-            indexes[name], variables[name] = _range_index(name, len(values)), _range_variable(name, len(values))
-        else:
-            indexes[name] = xr.indexes.PandasIndex(values, name)
-            variables[name] = indexes[name].create_variables()[name]
-    return xr.Dataset._construct_direct(variables, set(index), sizes, attrs, indexes)
-
-
-def _is_range(values: Any) -> bool:
-    """Whether ``values`` is ``0, 1, ..., n - 1`` as int64 (the op coordinate of a table without one)."""
-    return (type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1
-            and np.array_equal(values, _range(len(values))))
-
-
-@functools.lru_cache(maxsize=64)
-def _range(n: int) -> np.ndarray:
-    out = np.arange(n, dtype=np.int64)
-    out.setflags(write=False)
-    return out
-
-
-@functools.lru_cache(maxsize=64)
-def _range_index(name: str, n: int) -> Any:
-    """The index of ``0 .. n - 1`` named ``name``, built once: xarray's indexes are immutable and shared between
-    Datasets (a shallow copy shares them too); each Dataset still gets its own coordinate variable."""
-    return xr.indexes.PandasIndex(_range(n), name)
-
-
-@functools.lru_cache(maxsize=64)
-def _range_template(name: str, n: int) -> xr.IndexVariable:
-    """The coordinate variable of :func:`_range_index`, built once (its data, the index's immutable adapter, is
-    what every Dataset's own copy shares)."""
-    return _range_index(name, n).create_variables()[name]
-
-
-def _range_variable(name: str, n: int) -> xr.IndexVariable:
-    """A coordinate variable of ``0 .. n - 1`` of its own (its attrs and encoding are its own; the data, which
-    xarray never lets anyone modify, is shared): 0.3 us where building it from the index took 6 us."""
-    template = _range_template(name, n)
-    if not _slots_known() or template._attrs is not None or template._encoding is not None:
-        return template.copy(deep=False)
-    var = object.__new__(xr.IndexVariable)
-    var._dims, var._data, var._attrs, var._encoding = template._dims, template._data, None, None
-    return var
-
-
-#: the slots of an ``xr.Variable`` that :func:`_assemble_direct` fills (every slot it has in the xarray this was
-#: written for)
-_VARIABLE_SLOTS = frozenset({"_attrs", "_data", "_dims", "_encoding"})
-
-
-@functools.cache
-def _slots_known() -> bool:
-    """Whether this xarray's ``Variable`` and ``IndexVariable`` have exactly the slots :func:`_assemble_direct` and
-    :func:`_range_variable` fill (and no ``__dict__``)."""
-    for kind in (xr.Variable, xr.IndexVariable):
-        slots = {s for cls in kind.__mro__ for s in getattr(cls, "__slots__", ())}
-        if slots != _VARIABLE_SLOTS or hasattr(kind(("x",), np.zeros(1)), "__dict__"):
-            return False
-    return True
+    return _xarray.assemble(data, index, dict(attrs))
 
 
 @functools.cache
 def _described() -> dict[str, dict[str, str]]:
-    """Every variable's ``units`` and ``description`` (:func:`_attrs`), one dictionary read per variable where a
-    cached call per variable cost a warm ``cost()`` 4 us."""
+    """Every variable's ``units`` and ``description`` (:func:`_attrs`), built once: a warm ``cost()`` reads one
+    dictionary per variable."""
     return {name: {"units": units, "description": description} for name, (units, description) in VARIABLES.items()}
 
 
@@ -791,8 +678,8 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
         # figures, and they are sliced off below
         n = len(coord)
-        index = _padding(n)  # np.pad costs ~10 us a call here
-        # np.array and take: 3 us where np.stack and fancy indexing took 8 (a warm call pays per NumPy call)
+        index = _padding(n)  # the source column of every padded row, cached per size
+        # one array of the columns, then the padded rows taken: the fewest NumPy calls (a warm call pays per call)
         table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
         table = table.take(index, axis=1)
         df = codes.astype(np.float64).reshape(-1) if names or n else np.zeros(1)

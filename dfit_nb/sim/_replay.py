@@ -178,8 +178,8 @@ def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: n
 
     The last :data:`KEPT_OUTPUTS` results are kept by a digest of every input: :func:`select_dataflows` prices
     each single style with this program and its evaluation then replays the same styles (the same inputs), which
-    are read from here instead of run again (the same arrays, so the same numbers; ``select_dataflows`` on the
-    8 presets 1.3-1.4x faster, ``benchmarks/bench_report_overlap.py``). The grid's tables are a function of the
+    are read from here instead of run again (the same arrays, so the same numbers;
+    ``benchmarks/bench_report_overlap.py`` measures the saving). The grid's tables are a function of the
     machine's grid, which its fields give."""
     grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     digest = hashlib.blake2b(repr((grid, execution)).encode(), digest_size=20)

@@ -59,6 +59,7 @@ import jax
 import numpy as np
 import xarray as xr
 
+from .. import _xarray
 from .._files import open_tree, save_tree, text_as_objects, text_variable
 from .._version import __version__
 from ..events import binning
@@ -404,7 +405,7 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
     Python strings (:func:`~dfit_nb._files.text_as_objects`).
 
     ``ds`` is consistent already and the new variables are checked against its sizes, so they go to xarray's
-    constructor of a consistent Dataset (as :func:`dfit_nb.sim._cost.assemble` does) instead of the public one,
+    constructor of a consistent Dataset (:func:`dfit_nb._xarray.consistent`) instead of the public one,
     which aligns every variable again (``_extended_public``: the reference, and the path where this xarray's
     internals refuse; ``tests/sim/test_replay.py`` checks both identical and that the direct one is taken)."""
     try:
@@ -414,8 +415,8 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
 
 
 def _extended_public(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
-    """:func:`_extended` through the public ``xr.Dataset`` constructor (one call: ``assign``, ``assign_coords``
-    and the text conversion each rebuilt the whole Dataset, 2.5x the time: benchmarks/bench_replay.py)."""
+    """:func:`_extended` through the public ``xr.Dataset`` constructor, in one call (``assign``,
+    ``assign_coords`` and the text conversion would each rebuild the whole Dataset)."""
     data = {n: text_variable(ds.variables[n]) for n in ds.data_vars}
     data.update({n: text_variable(xr.Variable(dims, np.asarray(values), attrs)) for n, (dims, values, attrs) in
                  new.items()})
@@ -448,7 +449,7 @@ def _extended_direct(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, st
             if sizes.get(dim) != size:
                 raise ValueError(f"{name}: {dim} has {size} values, not {sizes.get(dim)}")
         data[name] = v
-    return xr.Dataset._construct_direct({**data, **coords}, set(coords), sizes, dict(ds.attrs), indexes)
+    return _xarray.consistent({**data, **coords}, set(coords), sizes, dict(ds.attrs), indexes)
 
 
 def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:
@@ -578,7 +579,7 @@ def _grid(arr: np.ndarray, tr: int, tc: int) -> np.ndarray:
 def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inferences: int,
                     attrs: dict[str, Any]) -> xr.Dataset:
     """Scalars: latency, energy, utilisation, traffic by level, the dominant bottleneck."""
-    def total(name: str) -> float:  # xarray's sum (NaN skipped) on the array itself: 4 us, not 100 us a variable
+    def total(name: str) -> float:  # the NaN-skipping sum on the array itself, without xarray's reduction wrapper
         return float(np.nansum(ops.variables[name].values))
 
     def highest(name: str) -> float:

@@ -327,7 +327,7 @@ def test_invariants_of_the_accumulator_width(m, k, n, p, df, dtype, acc):
 
 def _public_twin(ds):
     """``ds`` rebuilt through xarray's public constructor from the same variables, coordinates and attrs."""
-    from dfit_nb.sim._cost import assemble_public
+    from dfit_nb._xarray import assemble_public
 
     data = {k: (v.dims, v.values, dict(v.attrs)) for k, v in ds.data_vars.items()}
     twin = assemble_public(data, {k: ds[k].values for k in ds.indexes}, dict(ds.attrs))
@@ -340,7 +340,7 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     """cost() and sweep() build their Datasets through xarray's internal constructor (a warm cost() call is
     mostly that); it must give exactly what the public one gives, string coordinates included, and it must be
     the path taken (else the speed silently goes)."""
-    from dfit_nb.sim import _cost
+    from dfit_nb import _xarray
 
     hw = presets.get("npu_like")
     ops = {"m": [64, 0], "k": [32, 0], "n": [16, 0], "flops": [0, 512], "count": [3, 1]}
@@ -355,7 +355,7 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     def refuse(*args):
         raise AssertionError("the public constructor was used")
 
-    monkeypatch.setattr(_cost, "assemble_public", refuse)
+    monkeypatch.setattr(_xarray, "assemble_public", refuse)
     cost(ops, hw, ["ws", "os"])  # the direct path: no fallback needed
 
 
@@ -476,7 +476,7 @@ def test_datasets_share_no_mutable_state():
 
 
 def test_inconsistent_variables_fall_back_to_the_public_constructor_which_refuses_them():
-    from dfit_nb.sim._cost import assemble
+    from dfit_nb._xarray import assemble
 
     data = {"a": (("op",), np.arange(3.0), {}), "b": (("op",), np.arange(2.0), {})}
     with pytest.raises(ValueError, match=r"conflicting sizes for dimension 'op'"):  # xarray's own message
