@@ -18,7 +18,7 @@ trivial jitted call, the model's program, or a write over 4 MB of memory (more t
 own program as cost() calls it (on the grid it compiles for, ``_cost.cost_grid``, its inputs and outputs in
 blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings), and the same program
 with float64 grid tables (576 bytes each, past XLA's threshold for running kernels in order on the calling
-thread, ``_cost.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
+thread, ``dfit_nb._padding.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
 program and the Dataset of its outputs and nothing else (no op table, no checks), what a ``cost()`` of 3 ops
 could take on this machine if every other step were free.
 

@@ -17,8 +17,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .. import _compile_options, _exported
+from .._padding import padded_count
 from . import machine, memory, schedule
-from ._cost import padded_count
 from ._prepare import (
     BATCH_OPS,
     GRID_ADVICE,

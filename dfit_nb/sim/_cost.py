@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from .. import _compile_options, _dtypes, _exported, _xarray
+from .._padding import pack, padded_count, padding, rows_per_block
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, field_vector, from_field_vector
@@ -346,12 +347,6 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-#: the largest buffer with which XLA's CPU runtime still runs a program's kernels one after another on the
-#: calling thread (its ThunkExecutor's ``execute_sequential_buffer_threshold``): a program with any larger buffer
-#: runs them concurrently on its thread pool, whose hand-offs cost more than a small program's kernels
-SEQUENTIAL_BYTES = 512
-
-
 @functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: int, tables: tuple[Any, Any],
               ideal: bool) -> Any:
@@ -359,13 +354,14 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     outputs stacked in :data:`MODEL_OUTPUTS` order in blocks of ``block_rows`` rows (0: one block), one
     transfer to the host per block instead of one per variable.
 
-    Its inputs come packed for the same reason (:func:`pack`): the op table (row ``i`` of ``(len(keys), ops)`` is
-    column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's inputs with
-    :func:`alone_inputs`) in blocks of rows, then the machine's :func:`~dfit_nb.sim.hardware.field_vector` and
-    the dataflow codes (one per op, or one per dataflow) end to end. For a small table every input and output
-    block, like the tables (int32) and the program's own arrays, fits :data:`SEQUENTIAL_BYTES`, so XLA runs the
-    program on the calling thread (``benchmarks/bench_cost_call.py`` times it against the same program with
-    float64 tables, which runs on the pool).
+    Its inputs come packed for the same reason (:func:`~dfit_nb._padding.pack`): the op table (row ``i`` of
+    ``(len(keys), ops)`` is column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's
+    inputs with :func:`alone_inputs`) in blocks of rows, then the machine's
+    :func:`~dfit_nb.sim.hardware.field_vector` and the dataflow codes (one per op, or one per dataflow) end to end.
+    For a small table every input and output block, like the tables (int32) and the program's own arrays, fits
+    :data:`~dfit_nb._padding.SEQUENTIAL_BYTES`, so XLA runs the program on the calling thread
+    (``benchmarks/bench_cost_call.py`` times it against the same program with float64 tables, which runs on the
+    pool).
     """
     blocks, rest = inputs
     table = jnp.concatenate(blocks) if len(blocks) > 1 else blocks[0]  # rows are sliced from the blocks again
@@ -381,19 +377,6 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     rows = [jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS]
     per = block_rows or len(rows)
     return tuple(jnp.stack(rows[i:i + per]) for i in range(0, len(rows), per))
-
-
-def rows_per_block(row_values: int) -> int:
-    """How many rows of ``row_values`` float64 values a block of :data:`SEQUENTIAL_BYTES` holds (0 where one row
-    is larger: then blocks gain nothing and all rows go in one)."""
-    return SEQUENTIAL_BYTES // (8 * row_values) if 0 < 8 * row_values <= SEQUENTIAL_BYTES else 0
-
-
-def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """:func:`_evaluate`'s inputs: the ``(columns, ops)`` table in blocks of :func:`rows_per_block` rows, and the
-    field vector and the dataflow codes (``(ops,)`` or ``(dataflows,)``) end to end."""
-    per = rows_per_block(table.shape[1]) or len(table)
-    return tuple(table[i:i + per] for i in range(0, len(table), per)), np.concatenate([fields, df])
 
 
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
@@ -438,26 +421,6 @@ def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np
     parts = [grid_tables(int(r), int(c), grid.rows, grid.cols, grid.tiles) for r, c in distinct]
     parts += parts[-1:] * (padded_count(len(parts), BATCH_GRIDS) - len(parts))
     return (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])), index.reshape(-1)
-
-
-def padded_count(n: int, at_least: int = COST_OPS) -> int:
-    """The size ``n`` ops (or machines, or grids) are compiled for: ``n`` rounded up to a power of two, at least
-    ``at_least``; the copies added repeat a real entry and are sliced off (each op is priced alone, each machine
-    on its own), so tables of similar size share one compiled program and no result changes."""
-    return max(at_least, 1 << max(n - 1, 0).bit_length())
-
-
-def padded_index(n: int, size: int) -> np.ndarray:
-    """Indexes ``0 .. n - 1`` then ``size - n`` zeros: entry 0 repeated up to ``size``."""
-    return np.concatenate([np.arange(n), np.zeros(size - n, np.int64)])
-
-
-@functools.lru_cache(maxsize=64)
-def _padding(n: int) -> np.ndarray:
-    """:func:`padded_index` of ``n`` ops to :func:`padded_count` of them, built once per ``n`` (read-only)."""
-    out = padded_index(n, padded_count(n))
-    out.setflags(write=False)
-    return out
 
 
 def for_jit(hw: Hardware) -> Hardware:
@@ -634,7 +597,7 @@ def cost_grid(tile_rows: int, tile_cols: int, n_ops: int) -> schedule.Grid:
     (Grid(tiles=8, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8))
     """
     grid = schedule.bucket(tile_rows, tile_cols)
-    if padded_count(n_ops) <= COST_OPS and tile_rows * tile_cols <= SMALL_GRID_TILES:
+    if padded_count(n_ops, COST_OPS) <= COST_OPS and tile_rows * tile_cols <= SMALL_GRID_TILES:
         return schedule.Grid(SMALL_GRID_TILES, grid.rows, grid.cols)
     return grid
 
@@ -678,7 +641,7 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
         # figures, and they are sliced off below
         n = len(coord)
-        index = _padding(n)  # the source column of every padded row, cached per size
+        index = padding(n, COST_OPS)  # the source column of every padded row, cached per size
         # one array of the columns, then the padded rows taken: the fewest NumPy calls (a warm call pays per call)
         table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
         table = table.take(index, axis=1)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .._padding import padded_count
 from ..errors import DfitError
 from . import kernels, mapping
 from ._cost import CostInputError, dataflow_codes, operand_bytes, ops_arrays
@@ -218,24 +219,18 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int
     return out
 
 
-def _bucket(n: int, least: int) -> int:
-    return max(least, 1 << max(n - 1, 0).bit_length())
-
-
 #: the fewest ops a one-machine replay program is compiled for: every program up to this size shares one compile
 #: per grid bucket and execution style, so a new model replays without compiling (a padded op costs the scan one
 #: cheap step, a compile costs seconds: benchmarks/bench_cold_start.py). Batches of machines keep
 #: :data:`BATCH_OPS`: there each padded op is paid once per machine.
 ONE_MACHINE_OPS = 1024
-
-
 BATCH_OPS = 32
 
 
 def padded_sizes(prep: Prepared, least: int = BATCH_OPS) -> tuple[int, int]:
     """The op count and producer slots :func:`padded` pads ``prep`` to (part of what decides the program)."""
     n, width = prep.preds.shape
-    return _bucket(n, least), _bucket(width, 4)
+    return padded_count(n, least), padded_count(width, 4)
 
 
 def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], least: int = BATCH_OPS

@@ -15,9 +15,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .. import _compile_options, _exported
+from .._padding import padded_count, padded_index
 from ._cost import (
     BATCH_GRIDS,
     BATCH_MACHINES,
+    COST_OPS,
     MEMORY_MODES,
     TOTALS,
     VARIABLES,
@@ -30,8 +32,6 @@ from ._cost import (
     finish,
     hardware_attrs,
     op_counts,
-    padded_count,
-    padded_index,
 )
 from .hardware import FIELDS, Hardware
 from .hardware import _check as check_field
@@ -239,9 +239,9 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
     total = hi - lo
     n_df, n_ops = len(p.dataflows), len(p.coord)
     # the op table padded to a power of two (cost()'s sizes): sweeps of similar tables share one program
-    ops = {k: v[padded_index(n_ops, padded_count(n_ops))] for k, v in p.arrays.items()} if n_ops else p.arrays
+    ops = {k: v[padded_index(n_ops, padded_count(n_ops, COST_OPS))] for k, v in p.arrays.items()} if n_ops else p.arrays
     devices = jax.local_devices()
-    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops)))
+    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops, COST_OPS)))
     if fixed is not None:
         per_chunk = min(per_chunk, fixed + (-fixed) % len(devices))
     per_chunk -= per_chunk % len(devices)
@@ -263,8 +263,8 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
             if len(devices) > 1:
                 part, index = jax.device_put((part, index), sharding)
             # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
-            program = _compile_options.by_work(size * n_df * padded_count(n_ops), _evaluate_batch_fast_compile,
-                                               _evaluate_batch)
+            program = _compile_options.by_work(size * n_df * padded_count(n_ops, COST_OPS),
+                                               _evaluate_batch_fast_compile, _evaluate_batch)
             out = jax.device_get(_exported.call(program, {"ideal": p.ideal}, ops, part, p.codes, p.tables, index))
             out = finish({k: v[: b - a, ..., :n_ops] for k, v in out.items()},
                          np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])

@@ -444,7 +444,7 @@ def test_a_machine_is_read_once_only_when_nothing_in_it_can_change():
 @pytest.mark.slow  # a fresh process compiles the program
 def test_a_small_tables_program_runs_on_the_calling_thread(tmp_path):
     """XLA's CPU runtime runs a program's kernels one after another on the calling thread only when none of its
-    buffers is over 512 bytes (dfit_nb.sim._cost.SEQUENTIAL_BYTES), and logs which it chose; cost()'s program for
+    buffers is over 512 bytes (dfit_nb._padding.SEQUENTIAL_BYTES), and logs which it chose; cost()'s program for
     a small table on a small grid is built to be such a program (its inputs and outputs in blocks, the tables as
     int32), which halves it (benchmarks/bench_cost_call.py). One dataflow per op: a list of them vmaps the search,
     whose (ops x candidates) arrays are then kept, and that program runs on the pool."""
