@@ -1,8 +1,9 @@
 """The simulator of a tiled dataflow accelerator.
 
 Pure ``jax.numpy``; never imports altair or ipywidgets. The implementation modules that hold a public
-function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_reconcile``, ``_thermal``), so
-``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from ``dfit_nb.sim``.
+function of the same name are private (``_replay``, ``_batch``, ``_sweep``, ``_cost``, ``_compare``, ``_reconcile``,
+``_thermal``), so ``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from
+``dfit_nb.sim``.
 
 >>> from dfit_nb import sim
 >>> hw = sim.presets.get("scalesim_32")

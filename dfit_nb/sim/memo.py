@@ -1,5 +1,5 @@
 """The review memo's facts: build and runtime tags, tail latency under batch variance, competing hypotheses,
-missing evidence and the signoff decision rule.
+missing evidence, the signoff decision rule and the playbook's artifacts (reuse, buffer pressure, traffic mix).
 
 Everything here reads results the one machine model produced (a :class:`~dfit_nb.sim.Policy`'s replays, its
 :class:`~dfit_nb.sim.Run` evidence); no figure is computed twice. :mod:`dfit_nb.sim.playbook` lays the facts out
@@ -338,3 +338,36 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
         out = jax.device_get(jax.vmap(lambda ops, pb: jax.vmap(lambda df: one(ops, pb, df))(jnp.asarray(dfs)))(
             arrays, pred_bytes))
     return np.asarray(out["latency_s"])[..., 0], np.asarray(out["energy_j"])[..., 0]
+
+
+def artifacts(policy: Any, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """The playbook's artifacts of a policy (``policy.artifacts``; see :class:`~dfit_nb.sim.Policy`): reuse-factor
+    map, buffer-pressure profile and traffic mix, all from its replays ``runs`` (``labels``: the policies in order,
+    the hybrid last)."""
+    # reuse: MACs per byte of each operand moved at SRAM and DRAM, as the policy's own replay moved them
+    per_op = runs["hybrid"].ops.sel(op=policy.choices["op"].values)
+    levels, operands = ("sram", "dram"), ("input", "weight", "output")
+    moved = {("sram", "input"): "sram_reads_input", ("sram", "weight"): "sram_reads_weight",
+             ("sram", "output"): "sram_writes_output", ("dram", "input"): "dram_reads_input",
+             ("dram", "weight"): "dram_reads_weight", ("dram", "output"): "dram_writes_output"}
+    macs = per_op["macs"].values
+    reuse = np.stack([np.stack([np.where(per_op[moved[lv, o]].values > 0, macs / np.maximum(
+        per_op[moved[lv, o]].values, 1.0), 0.0) for o in operands], axis=-1) for lv in levels], axis=1)
+    reuse_ds = xr.Dataset(
+        {"reuse": (("op", "level", "operand"), reuse,
+                   {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),
+         "dataflow": ("op", policy.choices["dataflow"].values, {"units": ""}),
+         "region": ("op", policy.choices["region"].values, {"units": ""})},
+        coords={"op": policy.choices["op"].values, "level": list(levels), "operand": list(operands)})
+    occ = [runs[k].cube["sram_occupancy"] for k in labels]
+    pressure = xr.Dataset(
+        {"mean": (("policy", "bin"), np.stack([o.mean(("tile_y", "tile_x")).values for o in occ]),
+                  {"units": "1", "description": "SRAM occupancy averaged over tiles"}),
+         "busiest": (("policy", "bin"), np.stack([o.max(("tile_y", "tile_x")).values for o in occ]),
+                     {"units": "1", "description": "SRAM occupancy of the fullest tile"}),
+         "bin_start_s": (("policy", "bin"), np.stack([runs[k].cube["time"].values / (runs[k].attrs["clock_ghz"] * 1e9)
+                                                      for k in labels]), {"units": "s"})},
+        coords={"policy": labels, "bin": np.arange(occ[0].sizes["time"])})
+    mix = xr.concat([runs[k].cube["traffic"] for k in labels], dim=xr.DataArray(labels, dims="policy"),
+                    join="outer", fill_value=0.0)
+    return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}

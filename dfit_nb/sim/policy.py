@@ -206,7 +206,7 @@ class Policy:
                    **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
         )
         return dataclasses.replace(policy, baselines=baselines, runs=runs,
-                                   artifacts=_artifacts(policy, runs, labels))
+                                   artifacts=memo.artifacts(policy, runs, labels))
 
     def report(self, format: str = "markdown") -> str:
         """The playbook: an accelerator review memo, as Markdown or self-contained offline HTML.
@@ -277,37 +277,6 @@ class Policy:
 
     def _repr_html_(self) -> str:
         return f"<pre>{html.escape(repr(self))}</pre>"
-
-
-def _artifacts(policy: Policy, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
-    """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`), all from the replays."""
-    # reuse: MACs per byte of each operand moved at SRAM and DRAM, as the policy's own replay moved them
-    per_op = runs["hybrid"].ops.sel(op=policy.choices["op"].values)
-    levels, operands = ("sram", "dram"), ("input", "weight", "output")
-    moved = {("sram", "input"): "sram_reads_input", ("sram", "weight"): "sram_reads_weight",
-             ("sram", "output"): "sram_writes_output", ("dram", "input"): "dram_reads_input",
-             ("dram", "weight"): "dram_reads_weight", ("dram", "output"): "dram_writes_output"}
-    macs = per_op["macs"].values
-    reuse = np.stack([np.stack([np.where(per_op[moved[lv, o]].values > 0, macs / np.maximum(
-        per_op[moved[lv, o]].values, 1.0), 0.0) for o in operands], axis=-1) for lv in levels], axis=1)
-    reuse_ds = xr.Dataset(
-        {"reuse": (("op", "level", "operand"), reuse,
-                   {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),
-         "dataflow": ("op", policy.choices["dataflow"].values, {"units": ""}),
-         "region": ("op", policy.choices["region"].values, {"units": ""})},
-        coords={"op": policy.choices["op"].values, "level": list(levels), "operand": list(operands)})
-    occ = [runs[k].cube["sram_occupancy"] for k in labels]
-    pressure = xr.Dataset(
-        {"mean": (("policy", "bin"), np.stack([o.mean(("tile_y", "tile_x")).values for o in occ]),
-                  {"units": "1", "description": "SRAM occupancy averaged over tiles"}),
-         "busiest": (("policy", "bin"), np.stack([o.max(("tile_y", "tile_x")).values for o in occ]),
-                     {"units": "1", "description": "SRAM occupancy of the fullest tile"}),
-         "bin_start_s": (("policy", "bin"), np.stack([runs[k].cube["time"].values / (runs[k].attrs["clock_ghz"] * 1e9)
-                                                      for k in labels]), {"units": "s"})},
-        coords={"policy": labels, "bin": np.arange(occ[0].sizes["time"])})
-    mix = xr.concat([runs[k].cube["traffic"] for k in labels], dim=xr.DataArray(labels, dims="policy"),
-                    join="outer", fill_value=0.0)
-    return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}
 
 
 def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Sequence[str]
