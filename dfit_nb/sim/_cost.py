@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -14,6 +13,7 @@ import numpy as np
 import xarray as xr
 
 from .. import _compile_options, _dtypes, _exported, _xarray
+from .._kept import Kept
 from .._padding import pack, padded_count, padding, rows_per_block
 from ..errors import DfitError
 from . import machine, mapping, schedule
@@ -458,9 +458,8 @@ class _Machine(NamedTuple):
 
 
 #: the machines :func:`_machine` has read, by ``id``: each entry holds its machine, so the id stays its own
-_machines: dict[int, _Machine] = {}
-_machines_lock = threading.Lock()
-#: how many machines :data:`_machines` keeps (the oldest goes first)
+_machines = Kept()
+#: how many machines :data:`_machines` keeps (the least recently used goes first)
 _MACHINES_KEPT = 16
 
 
@@ -477,10 +476,7 @@ def _machine(hw: Any) -> _Machine:
     fields.setflags(write=False)
     entry = _Machine(hw, fields, hardware_attrs(hw, fields), int(hw.tile_rows), int(hw.tile_cols))
     if all(isinstance(getattr(hw, name), (int, float, np.generic)) for name in FIELDS):
-        with _machines_lock:
-            if len(_machines) >= _MACHINES_KEPT:
-                _machines.pop(next(iter(_machines)))
-            _machines[id(hw)] = entry
+        _machines.put(id(hw), entry, _MACHINES_KEPT)
     return entry
 
 

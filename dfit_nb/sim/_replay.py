@@ -21,10 +21,8 @@ The pipeline (one jitted program per grid size and execution style):
 
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
-import threading
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _compile_options, _exported
+from .._kept import Kept
 from ..errors import DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule
@@ -165,10 +164,9 @@ def _run_program(prep: Prepared, hw: Hardware, codes: np.ndarray, pinned: dict[s
 KEPT_OUTPUTS = 8
 
 
-_kept: collections.OrderedDict[bytes, dict[str, np.ndarray]] = collections.OrderedDict()
+_kept = Kept()
 
 
-_kept_lock = threading.Lock()
 
 
 def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: np.ndarray, hw: Hardware,
@@ -189,10 +187,7 @@ def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: n
         digest.update(f"{a.dtype.str}{a.shape}".encode())
         digest.update(a.data)
     key = digest.digest() + "".join(sorted(arrays)).encode() + "".join(sorted(pinned)).encode()
-    with _kept_lock:
-        kept = _kept.get(key)
-        if kept is not None:
-            _kept.move_to_end(key)
+    kept = _kept.get(key)
     if kept is None:
         with jax.enable_x64(True):
             tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
@@ -201,10 +196,7 @@ def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: n
                 for_jit(hw), codes, pinned, reconfig=reconfig)).items()}
         for v in kept.values():
             v.setflags(write=False)
-        with _kept_lock:
-            _kept[key] = kept
-            while len(_kept) > KEPT_OUTPUTS:
-                _kept.popitem(last=False)
+        _kept.put(key, kept, KEPT_OUTPUTS)
     return {k: v.copy() for k, v in kept.items()}
 
 
