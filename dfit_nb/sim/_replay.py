@@ -18,7 +18,6 @@ The pipeline (one jitted program per grid size and execution style):
 :mod:`dfit_nb.sim._batch`.
 """
 
-
 from __future__ import annotations
 
 import functools

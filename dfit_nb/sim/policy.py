@@ -49,6 +49,12 @@ delay) is not a sum; the selection solves the weighted sum ``E + w T`` exactly
 for a sweep of weights and keeps the policy with the lowest ``E x T`` (a
 supported point of the Pareto front: the single styles are in the sweep, so
 it is never worse than them, but it can miss an unsupported optimum).
+
+Replay
+------
+:func:`replay` here is :func:`dfit_nb.replay`: ``"hybrid"`` is the exact selection (energy), replayed and
+verified against every single style by :meth:`Policy.evaluate`; every other dataflow (a style, per-op names, a
+Policy) goes straight to the one-machine replay (:mod:`dfit_nb.sim._replay`).
 """
 
 from __future__ import annotations
