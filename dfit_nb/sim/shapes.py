@@ -17,7 +17,9 @@ Programs whose structure changes with a size are refused with a clear error.
 Then :func:`shape_sensitivity` replays every single style, the hybrid chosen
 at the base shape, and the hybrid re-selected at each shape, and reports which
 GEMMs flip their best dataflow; :func:`tail_latency` turns a distribution of
-batch sizes into p50 / p95 / p99 latency and energy per policy.
+batch sizes into p50 / p95 / p99 latency and energy per policy. The rescaling itself
+(:func:`exponents`, :func:`scaled`, :func:`size_distribution`) is :mod:`dfit_nb.sim._rescale`'s, re-exported
+here: it sits below the selection, so the memo's batch variance uses it without importing this module.
 """
 
 from __future__ import annotations
