@@ -65,8 +65,8 @@ from .._version import __version__
 from ..events import binning
 from ..events.schema import KINDS, events_dataset
 from ._cost import hardware_attrs
+from ._kernel_table import running_kernel
 from .hardware import Hardware
-from .kernel_table import running_kernel
 from .machine import DATAFLOWS
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
@@ -676,8 +676,8 @@ class Run:
     @property
     def kernels(self) -> xr.Dataset:
         """The kernels the chip ran (:mod:`dfit_nb.sim.kernels`), dim ``kernel``: member ops, start, end, bytes
-        per level, energy, launch cycles, bottleneck (:func:`dfit_nb.sim.kernel_table.kernels_dataset`)."""
-        from .kernel_table import kernels_dataset
+        per level, energy, launch cycles, bottleneck (:func:`dfit_nb.sim._kernel_table.kernels_dataset`)."""
+        from ._kernel_table import kernels_dataset
 
         return kernels_dataset(self.ops)
 
