@@ -29,11 +29,12 @@ import numpy as np
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import Hardware, SpillWarning, presets, replay_batch, sweep
-from dfit_nb.sim import _cost, _replay, grid
+from dfit_nb import _padding
+from dfit_nb.sim import _batch, _cost, grid
 
 if sys.argv[1] == "exact":  # before: every size as it comes
     exact = lambda n, at_least=1: n  # noqa: E731
-    grid.padded_count = _cost.padded_count = _replay.padded_count = exact
+    grid.padded_count = _cost.padded_count = _batch.padded_count = _padding.padded_count = exact
     grid.padded_index = lambda n, size: np.arange(n)
 hw = presets.get("npu_like")
 fn, args = examples.get("mlp").build()
@@ -67,7 +68,7 @@ with warnings.catch_warnings():
         figures.append([float(np.nansum(ds[v].values)) for v in ("total_cycles", "latency_cycles") if v in ds])
 total = time.perf_counter() - t0
 compiles = sum(f._cache_size() for f in (grid._evaluate_batch, grid._evaluate_batch_fast_compile,
-                                        _replay._batch_program, _replay._batch_program_fast_compile))
+                                        _batch._batch_program, _batch._batch_program_fast_compile))
 print(json.dumps({"rows": rows, "total": total, "compiles": compiles, "figures": figures}))
 """
 

@@ -19,9 +19,10 @@ import numpy as np
 
 import dfit_nb
 from dfit_nb.sim import presets, select_dataflows
-from dfit_nb.sim._replay import prepare, summarize
+from dfit_nb.sim._batch import summarize
+from dfit_nb.sim._prepare import prepare
+from dfit_nb.sim._rescale import _codes, exponents, scaled
 from dfit_nb.sim.memo import replay_sizes
-from dfit_nb.sim.shapes import _codes, exponents, scaled
 
 
 def main() -> None:

@@ -34,8 +34,10 @@ import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import presets, select_dataflows
 from dfit_nb.sim import schedule as sch
+from dfit_nb.sim._batch import _styles_program
 from dfit_nb.sim._cost import for_jit
-from dfit_nb.sim._replay import _styles_program, padded, pinned_layouts, prepare, program
+from dfit_nb.sim._prepare import padded, pinned_layouts, prepare
+from dfit_nb.sim._replay import program
 from dfit_nb.sim.machine import DATAFLOWS
 
 

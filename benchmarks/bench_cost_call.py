@@ -18,7 +18,7 @@ trivial jitted call, the model's program, or a write over 4 MB of memory (more t
 own program as cost() calls it (on the grid it compiles for, ``_cost.cost_grid``, its inputs and outputs in
 blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings), and the same program
 with float64 grid tables (576 bytes each, past XLA's threshold for running kernels in order on the calling
-thread, ``_cost.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
+thread, ``dfit_nb._padding.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
 program and the Dataset of its outputs and nothing else (no op table, no checks), what a ``cost()`` of 3 ops
 could take on this machine if every other step were free.
 
@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from dfit_nb import _xarray
 from dfit_nb.sim import _cost as C
 from dfit_nb.sim import cost, presets, schedule
 from dfit_nb.sim.calibration import predictor, vector_predictor
@@ -212,8 +213,8 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
     ds = cost(ops, hw)
     data = {k: (v.dims, v.values, dict(v.attrs)) for k, v in ds.data_vars.items()}
     index = {k: ds[k].values for k in ds.indexes}
-    rows[DATASET] = best_us(lambda: C.assemble(data, index, dict(ds.attrs)), n, r)
-    rows[DATASET_BEFORE] = best_us(lambda: C.assemble_public(data, index, dict(ds.attrs)), n, r)
+    rows[DATASET] = best_us(lambda: _xarray.assemble(data, index, dict(ds.attrs)), n, r)
+    rows[DATASET_BEFORE] = best_us(lambda: _xarray.assemble_public(data, index, dict(ds.attrs)), n, r)
     rows.update(host_in_situ(ops, hw, ds, n, r))
     rows[COPY] = best_us(lambda: C.for_jit(hw), n, r)
     rows[COPY_BEFORE] = best_us(lambda: dataclasses.replace(

@@ -79,7 +79,7 @@ from jax import ad_checkpoint
 import dfit_nb
 from dfit_nb.examples import resnet18
 from dfit_nb.sim import presets
-from dfit_nb.sim._replay import prepare
+from dfit_nb.sim._prepare import prepare
 
 MODES = ("none", "rules", "compiler")
 DEFAULT = "rules"

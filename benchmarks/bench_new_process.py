@@ -4,7 +4,7 @@ A new kernel (or a second ``dfit-nb`` command) finds every compiled program in J
 but still traces and lowers each jitted program in Python before JAX can look it up: 0.5-1.5 s for a sweep's or a
 batch replay's program on 2 cores. The one-machine replay and cost programs have been kept traced on disk
 (:mod:`dfit_nb._exported`) since an earlier round; a sweep's (``grid._evaluate_batch``), ``replay_batch``'s
-(``_replay._batch_program``) and a batch selection's (``_replay._styles_program``) now are too.
+(``_batch._batch_program``) and a batch selection's (``_batch._styles_program``) now are too.
 
 This fills a fresh cache directory once (a first process runs the sequence below), then runs the same sequence in
 new processes against it, alternating: exported programs on (today) and off (``DFIT_NB_EXPORTED=0``: every program

@@ -19,7 +19,8 @@ import numpy as np
 
 import dfit_nb
 from dfit_nb.sim import cost, presets, reconcile
-from dfit_nb.sim._replay import SpillWarning, prepare
+from dfit_nb.sim._prepare import prepare
+from dfit_nb.sim._replay import SpillWarning
 
 
 def one_op_programs(trace):

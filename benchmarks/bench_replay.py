@@ -6,7 +6,7 @@ The 12-layer bundled encoder replayed on ``cerebras_like`` (64 x 64 tiles, layer
   and one step of its Dataset assembly beside the composition it replaced;
 * ``replay_batch()``: the same program vmapped over ``--machines`` variants of the preset (PE array, SRAM,
   DRAM and NoC bandwidth, clock), reduced to per-machine scalars inside the program;
-* the plain-Python event loop (``dfit_nb.sim.reference.run``: the same schedule, op by op and tile by tile)
+* the plain-Python event loop (``tests/sim/reference.py``'s ``run``: the same schedule, op by op and tile by tile)
   given the per-op mapping *for free* (computed by the jitted code), so the ratio understates the gap.
 
 Each machine's Python result is checked against the scan (rtol 1e-9).
@@ -17,17 +17,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
 
 import dfit_nb
 from dfit_nb import examples
-from dfit_nb.sim import Hardware, presets, reference, replay_batch
+from dfit_nb.sim import Hardware, presets, replay_batch
 from dfit_nb.sim._cost import for_jit
-from dfit_nb.sim._replay import padded, pinned_layouts, prepare, program
+from dfit_nb.sim._prepare import padded, pinned_layouts, prepare
+from dfit_nb.sim._replay import program
 from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the oracle is the tests' (tests/sim/reference.py)
+from tests.sim import reference
 
 
 def variants(base: Hardware, n: int, seed: int = 0) -> Hardware:

@@ -323,7 +323,7 @@ OPS = ("softmax", "layernorm", "gelu", "matmul")
 
 def family_of(trace: Any) -> str:
     """The op family ``calibrate`` reports a program row under (``dfit_nb.sim.kernel_predictor.family``)."""
-    from dfit_nb.sim._replay import prepare
+    from dfit_nb.sim._prepare import prepare
     from dfit_nb.sim.kernel_predictor import family
 
     prep = prepare(trace, "rules")

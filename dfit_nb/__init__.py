@@ -21,7 +21,7 @@ from . import sim as sim
 from .capture import Trace as Trace
 from .capture import capture as capture
 from .capture import load_trace as load_trace
-from .sim._replay import replay as replay
+from .sim import replay as replay
 from .precision_study import PrecisionStudy as PrecisionStudy
 from .precision_study import precision as precision
 from .precision_study import precision_verdict as precision_verdict

@@ -6,13 +6,9 @@ XLA's CPU backend turns each fusion into machine code with one of two emitters: 
 optimisation pipeline over it (``xla_backend_optimization_level``, 2 by default). dfit_nb's replay, cost and
 selection programs are hundreds of small element-wise fusions on arrays of a few hundred to a few thousand
 elements: what a first call of them waits for is their compile, and LLVM's vectorising and unrolling buys their
-run little. With both options, in fresh processes with JAX's compilation cache off, on 2 cores
-(``python benchmarks/bench_compile_options.py``, best of 2 processes per mode, modes alternating): the first
-replay of the default ``bert_block`` takes 1.16-1.33 s (three grid buckets) against 1.66-2.07 s with the loop
-emitters alone and 2.77-3.11 s with XLA's defaults; its first ``cost()`` on three dataflows 1.15 s against 1.86
-and 2.42 s; a cold ``dfit-nb report`` 13.8-14.4 s against 15.2-18.1 and 24.5-25.5 s. The programs run somewhat
-slower: a warm replay of ``bert_block`` 12-52 ms against 12-38 ms with XLA's defaults (``tpu_like`` to
-``cerebras_like``), a warm ``cost()`` of it on three dataflows 13 ms against 5 ms. So the programs whose run time
+run little. With both options a first replay, a first ``cost()`` and a cold ``dfit-nb report`` wait markedly
+less, and the programs run somewhat slower (figures in benchmarks/README.md; ``python
+benchmarks/bench_compile_options.py`` measures both ways in fresh processes). So the programs whose run time
 is what counts keep XLA's defaults: the thermal model's, ``cost()`` of up to :data:`~dfit_nb.sim._cost.COST_OPS`
 ops (a latency figure), and the batched programs (a sweep's, ``replay_batch``'s and a batch selection's, vmapped
 over machines, which run 2-4x slower with the options) for calls past :data:`COMPILE_BOUND_WORK` element
@@ -51,13 +47,10 @@ ENV = "DFIT_NB_XLA_OPTIONS"
 #: what dfit_nb's model programs are compiled with (on the CPU backend, where XLA knows the option)
 OPTIONS: dict[str, Any] = {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0}
 #: element evaluations per call (machines x dataflow assignments x padded ops) up to which a batched model program
-#: (a sweep's, a batch replay's, a batch selection's) is compiled with :data:`OPTIONS`. ``bert_block`` (128 padded
-#: ops) on ``tpu_like``, 2 cores, fresh processes (``python benchmarks/bench_compile_options.py --batches``):
-#: ``replay_batch`` of 4, 16 and 64 machines took 1.45, 1.29 and 1.70 s on its first call against 2.28, 3.12 and
-#: 3.13 s with XLA's defaults, and 17, 52 and 208 ms warm against 9, 19 and 50 ms; a sweep of 4 and 16 machines on
-#: 2 dataflows 1.29 and 1.32 s first against 2.18 and 2.49 s, 34 and 79 ms warm against 13 and 20 ms. Up to here
-#: a call is ahead from its first run to about its tenth; past it (a replay_batch of 256 machines: 674 against
-#: 191 ms warm) the defaults' faster run soon pays for their longer compile
+#: (a sweep's, a batch replay's, a batch selection's) is compiled with :data:`OPTIONS`: up to here a call with the
+#: options is ahead (their shorter compile against their slower run) from its first run to about its tenth; past
+#: it the defaults' faster run soon pays for their longer compile (figures in benchmarks/README.md;
+#: ``python benchmarks/bench_compile_options.py --batches``)
 COMPILE_BOUND_WORK = 8192
 
 

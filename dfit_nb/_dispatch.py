@@ -3,9 +3,8 @@
 Since jax 0.4.31 the CPU backend dispatches asynchronously by default: each call of a compiled program is handed
 to a worker thread and the caller waits on a future when it reads the result. dfit_nb's model runs as many small
 programs whose results are read at once (a warm ``cost()`` on 3 ops, a calibration step, an Explorer slider), and
-for those the hand-off and the wake-up cost more than the program: on 2 cores a warm ``cost()`` on 3 ops takes
-0.39-0.41 ms synchronously against 0.41-0.46 ms asynchronously, and the pure-array entry point's seconds 19.5 us
-against 52 us (``python benchmarks/bench_cost_call.py``, which runs both side by side). Large programs (a replay, a
+for those the hand-off and the wake-up cost more than the program (figures in benchmarks/README.md;
+``python benchmarks/bench_cost_call.py`` runs both side by side). Large programs (a replay, a
 sweep of 2,000 machines) are unchanged within noise, because they run far longer than the hand-off. Synchronous
 dispatch was JAX's only CPU mode before 0.4.31, and ``jax_cpu_enable_async_dispatch=False`` keeps it.
 

@@ -53,6 +53,8 @@ _loaded: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _signed: dict[tuple[Any, Hashable], tuple[dict[tuple[Any, ...], Callable[..., Any]], Callable[..., Any]]] = {}
 _warned = False
 _registered = threading.Event()
+#: the classes :func:`serializable` was given that JAX has not been told of yet: class -> serialized name
+_pending: dict[type, str] = {}
 
 
 def enabled() -> bool:
@@ -88,22 +90,32 @@ def source_fingerprint() -> str:
     return h.hexdigest()
 
 
+def serializable(cls: type, name: str) -> None:
+    """Let :mod:`jax.export` serialize ``cls`` (a pytree node class of dfit_nb's own, such as ``Hardware``) among
+    the arguments of the programs :func:`call` keeps, under the stable ``name``. Its static metadata (the aux
+    data) is written as JSON text, never pickled. Called by the class' own module; JAX is told on the first
+    export, so registering one changes nothing until a program is kept."""
+    with _lock:
+        _pending[cls] = name
+        _registered.clear()
+
+
 def _register_pytrees() -> None:
-    """Let :mod:`jax.export` serialize the argument trees of dfit_nb's programs (a Hardware among the arrays;
-    static arguments such as the grid are baked into the program, not serialized)."""
+    """Hand the classes of :func:`serializable` to :mod:`jax.export` (static arguments such as the grid are baked
+    into the program, not serialized)."""
     if _registered.is_set():
         return
-    from .sim.hardware import Hardware
-
-    try:
-        jax.export.register_pytree_node_serialization(
-            Hardware, serialized_name="dfit_nb.sim.Hardware",
-            serialize_auxdata=lambda aux: json.dumps([str(a) for a in aux]).encode(),  # no pickle: data only
-            deserialize_auxdata=lambda data: tuple(json.loads(data)))
-    except ValueError:  # registered already (a reloaded module, or another thread just now)
-        pass
-    _registered.set()
-
+    with _lock:  # held throughout: no thread exports before every pending class is registered
+        for cls, name in _pending.items():
+            try:
+                jax.export.register_pytree_node_serialization(
+                    cls, serialized_name=name,
+                    serialize_auxdata=lambda aux: json.dumps([str(a) for a in aux]).encode(),  # no pickle: data only
+                    deserialize_auxdata=lambda data: tuple(json.loads(data)))
+            except ValueError:  # registered already (a reloaded module)
+                pass
+        _pending.clear()
+        _registered.set()
 
 
 def _key(fn: Callable[..., Any], static: dict[str, Any], leaves: list[Any], tree: Any) -> str:

@@ -133,7 +133,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     # Another thread's save of this path waits, then replaces this one whole. The target is checked inside: a
     # store another thread has moved aside for a moment must not read as a foreign one.
     with _path_lock(path):
-        _check_target(path, zarr)
+        check_target(path, zarr)
         _clean_leftovers(path)
         existed = os.path.lexists(path)
         tmp = _sibling(path, _TMP)
@@ -527,7 +527,7 @@ def _path_lock(path: Path) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------- the target
 
 
-def _check_target(path: Path, zarr: bool) -> None:
+def check_target(path: Path, zarr: bool) -> None:
     """Refuse a path whose replacement could destroy what dfit_nb did not write; nothing is written."""
     valid = (f"give a new path (such as {path / 'result.nc'} to save inside it) or the path of a previous "
              "dfit_nb save")

@@ -48,12 +48,12 @@ import numpy as np
 
 from . import examples
 from ._extras import MissingExtraError
-from ._files import _check_target, refuse_shared_folder
+from ._files import check_target, refuse_shared_folder
 from ._setup import setup
 from .capture import MODES, capture
 from .errors import DfitError, SaveError, SaveRefusedError
-from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets
-from .sim._reconcile import LEVELS, reconcile
+from .events.schema import KINDS
+from .sim import DATAFLOWS, REPLAY_DATAFLOWS, cost, presets, reconcile
 from .sim.kernels import DEFAULT_FUSION, FUSION_MODES
 from .sim.machine import utilization
 from .sim.policy import OBJECTIVES
@@ -417,7 +417,7 @@ def check_save_path(save: str | os.PathLike[str], out_dir: Path | None) -> Path:
     if created:
         return path
     try:
-        _check_target(path, zarr=path.suffix == ".zarr")
+        check_target(path, zarr=path.suffix == ".zarr")
     except SaveError as err:  # names the missing directory (not a temporary inside it), or what it will not replace
         raise UsageError(f"{label}: {err}") from None
     if not _writable(parent):
@@ -580,7 +580,8 @@ def reconcile_table(trace: Any, results: Sequence[Any], alone: dict[str, Any] | 
     instead of costing the ops again."""
     lines = ["ops alone vs the replay (one machine model; energy is additive, so the difference is what the program "
              "context changes):",
-             f"{'preset':16s} {'alone mJ':>10s} {'replay mJ':>10s} " + " ".join(f"{'d ' + k:>10s}" for k in LEVELS)
+             # reconcile's levels are the kinds a replay charges energy to
+             f"{'preset':16s} {'alone mJ':>10s} {'replay mJ':>10s} " + " ".join(f"{'d ' + k:>10s}" for k in KINDS)
              + f" {'overlap us':>10s}"]
     for r in results:
         rc = reconcile(trace, presets.get(r.name), r.run, alone=(alone or {}).get(r.name))

@@ -62,10 +62,8 @@ from IPython.display import display
 from .capture import capture
 from .capture.api import MODES
 from .errors import DfitWarning
-from .sim import REPLAY_DATAFLOWS, presets
-from .sim._compare import CompareError
-from .sim._compare import compare as compare_runs
-from .sim._replay import replay
+from .sim import REPLAY_DATAFLOWS, CompareError, presets, replay
+from .sim import compare as compare_runs
 from .sim.hardware import Hardware, check_hardware
 from .sim.kernels import FUSION_MODES
 from .sim.machine import peak_flops_per_s

@@ -66,14 +66,14 @@ import numpy as np
 import xarray as xr
 from jax import lax
 
+from ._dtypes import SHAPE_TOKEN, itemsize
 from ._html import render
 from ._version import __version__
 from .capture import Trace, capture
-from .capture.api import _is_dynamic
+from .capture.api import is_dynamic
 from .capture.walk import Walk, walk_closed_jaxpr
 from .errors import DfitError, OpaquePrimitiveWarning
 from .sim import REPLAY_DATAFLOWS, SpillWarning, replay
-from .sim._cost import _SHAPE, _itemsize
 from .sim.hardware import check_hardware
 from .sim.machine import word_and_mac_energy
 
@@ -111,7 +111,7 @@ class Format:
     @property
     def itemsize(self) -> int:
         """Bytes per element."""
-        return int(_itemsize(self.dtype))
+        return int(itemsize(self.dtype))
 
     def quantise(self, x: Any, channel_axes: tuple[int, ...] | None = None) -> Any:
         """``x`` rounded to the format and back to its own dtype (non-floating ``x`` unchanged).
@@ -298,7 +298,7 @@ def _trace_and_args(trace_or_fn: Any, args: tuple[Any, ...], kwargs: dict[str, A
     else:
         raise PrecisionError(f"precision() needs a function or a dfit_nb Trace, got {type(trace_or_fn).__name__}")
     leaves = jax.tree_util.tree_leaves((args, kwargs))
-    dyn = [leaf for leaf in leaves if _is_dynamic(leaf)]
+    dyn = [leaf for leaf in leaves if is_dynamic(leaf)]
     specs = [i for i, leaf in enumerate(dyn) if isinstance(leaf, jax.ShapeDtypeStruct)]
     if specs:
         raise PrecisionError(f"precision() runs the function, so every traced argument must be a concrete array; "
@@ -406,20 +406,20 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
     written = ops_ds["bytes_written"].values.copy()
     operand_scale: dict[tuple[int, int], float] = {}
     for o in ids:
-        tokens = _SHAPE.findall(str(shapes[o]))
+        tokens = SHAPE_TOKEN.findall(str(shapes[o]))
         new_read = 0.0
         for pos, (dt, dims) in enumerate(tokens):
             size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
             if _floating(dt):
-                operand_scale[(int(o), pos)] = width / max(_itemsize(dt), 1.0)
+                operand_scale[(int(o), pos)] = width / max(itemsize(dt), 1.0)
                 new_read += size * width
             else:
-                new_read += size * _itemsize(dt)
-        shapes[o] = _SHAPE.sub(lambda m: f"{fmt.dtype if _floating(m.group(1)) else m.group(1)}[{m.group(2)}]",
+                new_read += size * itemsize(dt)
+        shapes[o] = SHAPE_TOKEN.sub(lambda m: f"{fmt.dtype if _floating(m.group(1)) else m.group(1)}[{m.group(2)}]",
                                str(shapes[o]))
         read[o] = round(new_read)
-        if _floating(str(dtype[o])) and _itemsize(str(dtype[o])) > 0:
-            written[o] = round(written[o] * width / _itemsize(str(dtype[o])))
+        if _floating(str(dtype[o])) and itemsize(str(dtype[o])) > 0:
+            written[o] = round(written[o] * width / itemsize(str(dtype[o])))
             dtype[o] = fmt.dtype
     ops_ds["in_shapes"] = (ops_ds["in_shapes"].dims, shapes.astype(str), ops_ds["in_shapes"].attrs)
     ops_ds["dtype"] = (ops_ds["dtype"].dims, dtype.astype(str), ops_ds["dtype"].attrs)

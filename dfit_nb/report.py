@@ -66,8 +66,7 @@ from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
 from ._html import render, trusted
 from .capture.trace import describe_arguments
 from .errors import DfitError, DfitWarning, SaveRefusedError
-from .sim import presets
-from .sim._replay import SpillWarning, replay, warm
+from .sim import SpillWarning, presets, replay, warm
 from .sim.hardware import Hardware, check_hardware
 from .sim.machine import DATAFLOWS
 from .sim.playbook import document as playbook_document
@@ -216,8 +215,8 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
     out = []
     bar = tqdm(machines, desc="replaying", unit="preset", disable=not progress, leave=False)
     # The next machine's replay program is loaded (or compiled) and run once on a second thread while this one is
-    # analysed (_replay.warm): XLA releases the GIL while it loads, compiles and runs, and the selection's pricing
-    # then reads that run's outputs (kept by _replay._one_machine) instead of running it again.
+    # analysed (dfit_nb.sim.warm): XLA releases the GIL while it loads, compiles and runs, and the selection's pricing
+    # then reads that run's outputs (the one-machine replay keeps its last outputs) instead of running it again.
     ahead = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-ahead")
     warmed = [ahead.submit(_warm, trace, h) for h in machines[:1]]
     try:
@@ -235,7 +234,7 @@ def analyse(trace: Any, hw: Any = None, dataflow: Any = "ws", objective: str = "
 
 
 def _warm(trace: Any, hw: Hardware) -> None:
-    """:func:`dfit_nb.sim._replay.warm`, quietly: what it would raise, the machine's own replay raises again."""
+    """:func:`dfit_nb.sim.warm`, quietly: what it would raise, the machine's own replay raises again."""
     # no catch_warnings here: it swaps the process' filters, which the analysis on the main thread is recording
     with contextlib.suppress(Exception):
         warm(trace, hw)

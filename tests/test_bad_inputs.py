@@ -880,8 +880,7 @@ def test_calibrate_refuses_a_bad_row_naming_column_and_row(column, value, tokens
 @pytest.mark.parametrize("field", ["pe_rows", "clock_ghz"])
 def test_an_empty_hardware_field_is_refused_naming_it(trace, field):
     # Hardware(pe_rows=np.array([])) then replay_batch gave a bare IndexError
-    from dfit_nb.sim import replay_batch
-    from dfit_nb.sim._replay import ReplayError
+    from dfit_nb.sim import ReplayError, replay_batch
 
     with pytest.raises(HardwareError, match=rf"Hardware\.{field} is an empty array \(shape \(0,\)\)"):
         Hardware(**{field: np.array([])})

@@ -13,18 +13,18 @@ import xarray as xr
 
 import dfit_nb
 from dfit_nb import _compile_options, _exported
-from dfit_nb.sim import _cost, _replay, _thermal, cost, grid, policy, presets, select_dataflows
+from dfit_nb.sim import _batch, _cost, _replay, _thermal, _viterbi, cost, grid, presets, select_dataflows
 
 #: the programs whose compile is what a first call waits for (module, attribute): compiled with the options; the
 #: batched programs' compiles for calls of little work (by_work) among them
-PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (policy, "_select"), (_replay, "_batch_program_fast_compile"),
-            (_replay, "_styles_program_fast_compile"), (grid, "_evaluate_batch_fast_compile"))
+PROGRAMS = ((_cost, "_evaluate"), (_replay, "program"), (_viterbi, "_select"), (_batch, "_batch_program_fast_compile"),
+            (_batch, "_styles_program_fast_compile"), (grid, "_evaluate_batch_fast_compile"))
 #: the programs whose run time matters more (vmapped over many machines, or a latency figure): XLA's defaults
-DEFAULTS = ((_cost, "_evaluate_small"), (_replay, "_styles_program"), (_replay, "_batch_program"),
+DEFAULTS = ((_cost, "_evaluate_small"), (_batch, "_styles_program"), (_batch, "_batch_program"),
             (grid, "_evaluate_batch"), (_thermal, "_simulate"))
 #: a batched program's two compiles: (module, compiled with XLA's defaults, compiled with the options)
-TWINS = ((_replay, "_batch_program", "_batch_program_fast_compile"),
-         (_replay, "_styles_program", "_styles_program_fast_compile"),
+TWINS = ((_batch, "_batch_program", "_batch_program_fast_compile"),
+         (_batch, "_styles_program", "_styles_program_fast_compile"),
          (grid, "_evaluate_batch", "_evaluate_batch_fast_compile"))
 
 
@@ -92,8 +92,8 @@ def test_a_batch_of_little_work_runs_the_fast_compile(monkeypatch, static_traces
     calls = _programs_called(monkeypatch)
     _batch_calls(static_traces["mlp"], presets.get("npu_like"))
     twins = {getattr(m, d) for m, d, _ in TWINS} | {getattr(m, f) for m, _, f in TWINS}
-    assert [c for c in calls if c in twins] == [grid._evaluate_batch_fast_compile, _replay._batch_program_fast_compile,
-                                                _replay._styles_program_fast_compile]
+    assert [c for c in calls if c in twins] == [grid._evaluate_batch_fast_compile, _batch._batch_program_fast_compile,
+                                                _batch._styles_program_fast_compile]
 
 
 @pytest.mark.slow  # compiles the three batched programs with XLA's defaults too
@@ -104,7 +104,7 @@ def test_a_batch_past_the_work_threshold_runs_xla_defaults_and_the_same_numbers(
     calls = _programs_called(monkeypatch)
     defaults = _batch_calls(trace, hw)
     assert [c for c in calls if any(c is getattr(m, f) for m, _, f in TWINS)] == []
-    assert {c for c in calls} >= {grid._evaluate_batch, _replay._batch_program, _replay._styles_program}
+    assert {c for c in calls} >= {grid._evaluate_batch, _batch._batch_program, _batch._styles_program}
     for key, value in fast.items():
         for ours, theirs in zip(_datasets(value), _datasets(defaults[key]), strict=True):
             xr.testing.assert_allclose(ours, theirs, rtol=1e-13, atol=0)

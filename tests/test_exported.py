@@ -3,7 +3,6 @@ never in the way (off switch, tracers, unreadable files, an unwritable directory
 
 from __future__ import annotations
 
-import collections
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 import dfit_nb
-from dfit_nb import _exported
+from dfit_nb import _exported, _kept
 from dfit_nb.errors import CompilationCacheWarning
 from dfit_nb.sim import _replay, presets
 
@@ -30,7 +29,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setattr(_exported, "directory", lambda: folder)
     monkeypatch.setattr(_exported, "_loaded", {})
     monkeypatch.setattr(_exported, "_signed", {})
-    monkeypatch.setattr(_replay, "_kept", collections.OrderedDict())
+    monkeypatch.setattr(_replay, "_kept", _kept.Kept())
     monkeypatch.setattr(_exported, "_warned", False)
     monkeypatch.delenv(_exported.ENV, raising=False)
     return folder

@@ -32,7 +32,7 @@ MODES = ("static", "profile", "eager")
 WhileHint = int | Mapping[int | str, int] | None
 
 
-def _is_dynamic(leaf: Any) -> bool:
+def is_dynamic(leaf: Any) -> bool:
     """Arrays and shape specs are traced; everything else is static (as equinox's filter_jit)."""
     return isinstance(leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
@@ -478,7 +478,7 @@ def capture(
                         f"them, got {type(param_args).__name__} {param_args!r}")
     param_leaves = regions_mod.parameter_leaves(fn, args, kwargs, param_args)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
-    dyn_pos = [i for i, leaf in enumerate(leaves) if _is_dynamic(leaf)]
+    dyn_pos = [i for i, leaf in enumerate(leaves) if is_dynamic(leaf)]
     dyn = [leaves[i] for i in dyn_pos]
     if mode != "static":
         specs = [f"leaf {i}: {_describe(leaves[i])}" for i in dyn_pos if isinstance(leaves[i], jax.ShapeDtypeStruct)]

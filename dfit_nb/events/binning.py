@@ -187,10 +187,8 @@ def _cumulate_bins(rates: np.ndarray) -> np.ndarray:
     """``np.cumsum(rates, axis=0)``, in place, the same sums in the same order.
 
     NumPy accumulates along the first axis of a C-ordered array element by element down each column; adding each
-    bin's row to the next is one vectorised add per bin. On ``cerebras_like``'s 64 x 64 tiles and 256 bins, the
-    default ``bert_block``'s compute events bin in 2.97 ms instead of 15.97 ms, and its whole Run assembles in 52 ms
-    instead of 68 ms (``python benchmarks/bench_binning.py``; identical bit for bit). Few groups (a narrow row)
-    keep ``np.cumsum``."""
+    bin's row to the next is one vectorised add per bin, much faster on wide rows (``python
+    benchmarks/bench_binning.py``; identical bit for bit). Few groups (a narrow row) keep ``np.cumsum``."""
     n_bins, n_groups = rates.shape
     if n_groups < _ROWWISE_GROUPS:
         return np.cumsum(rates, axis=0, out=rates)

@@ -119,7 +119,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
         at the next merged slice of its track; its args hold the summed
         ``bytes``, ``macs``, ``energy_pj``, busy time and the count of events.
     kernels : xarray.Dataset, optional
-        A Run's ``kernels`` (:func:`dfit_nb.sim.kernel_table.kernels_dataset`): one ``kernels`` track in the
+        A Run's ``kernels`` (:func:`dfit_nb.sim._kernel_table.kernels_dataset`): one ``kernels`` track in the
         chip's process, first, with a slice per kernel from its first op's start to its last op's end, named
         after the kernel, its member ops, region, bytes, energy, launch cycles and bottleneck in ``args``.
     overwrite : bool

@@ -1,8 +1,9 @@
 """The simulator of a tiled dataflow accelerator.
 
 Pure ``jax.numpy``; never imports altair or ipywidgets. The implementation modules that hold a public
-function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_reconcile``, ``_thermal``), so
-``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from ``dfit_nb.sim``.
+function of the same name are private (``_replay``, ``_batch``, ``_sweep``, ``_cost``, ``_compare``, ``_reconcile``,
+``_thermal``), so ``dfit_nb.sim.replay`` is the function, never a module it shadows; import public names from
+``dfit_nb.sim``.
 
 >>> from dfit_nb import sim
 >>> hw = sim.presets.get("scalesim_32")
@@ -12,21 +13,22 @@ function of the same name are private (``_replay``, ``_cost``, ``_compare``, ``_
 """
 
 from . import presets as presets
+from ._batch import replay_batch as replay_batch
 from ._compare import CompareError as CompareError
 from ._compare import compare as compare
 from ._cost import CostInputError as CostInputError
 from ._cost import cost as cost
+from ._prepare import REPLAY_DATAFLOWS as REPLAY_DATAFLOWS
+from ._prepare import ReplayError as ReplayError
 from ._reconcile import reconcile as reconcile
-from ._replay import REPLAY_DATAFLOWS as REPLAY_DATAFLOWS
-from ._replay import ReplayError as ReplayError
 from ._replay import SpillWarning as SpillWarning
-from ._replay import replay as replay
-from ._replay import replay_batch as replay_batch
+from ._replay import program_key as program_key
+from ._replay import warm as warm
+from ._sweep import sweep as sweep
 from ._thermal import ThermalError as ThermalError
 from ._thermal import thermal as thermal
 from .calibration import Calibration as Calibration
 from .calibration import calibrate as calibrate
-from .grid import sweep as sweep
 from .hardware import Hardware as Hardware
 from .hardware import HardwareError as HardwareError
 from .kernels import FUSION_MODES as FUSION_MODES
@@ -35,6 +37,7 @@ from .machine import DATAFLOWS as DATAFLOWS
 from .pareto import pareto_front as pareto_front
 from .policy import Policy as Policy
 from .policy import PolicyError as PolicyError
+from .policy import replay as replay
 from .policy import select_dataflows as select_dataflows
 from .run import Run as Run
 from .run import load_run as load_run
@@ -44,8 +47,8 @@ from .shapes import tail_latency as tail_latency
 __all__ = ("DATAFLOWS", "FUSION_MODES", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError",
            "FusionError", "Hardware", "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning",
            "ThermalError", "calibrate", "compare", "cost", "load_run", "open_sweep", "pareto_front", "presets",
-           "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency",
-           "thermal", "to_zarr")
+           "program_key", "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep",
+           "tail_latency", "thermal", "to_zarr", "warm")
 
 
 def __getattr__(name: str) -> object:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import re
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -14,7 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options, _exported
+from .. import _compile_options, _dtypes, _exported, _xarray
+from .._kept import Kept
+from .._padding import pack, padded_count, padding, rows_per_block
 from ..errors import DfitError
 from . import machine, mapping, schedule
 from .hardware import FIELDS, Hardware, check_hardware, field_vector, from_field_vector
@@ -106,49 +106,16 @@ def _column(table: Any, name: str) -> np.ndarray | None:
     return None if raw is None else np.asarray(raw)
 
 
-def _itemsize(dtype: Any) -> float:
-    """Bytes per element of ``dtype`` (0 when it is not a known array dtype: :func:`_known_itemsize`, lenient)."""
-    return _known_itemsize(str(dtype)) or 0.0
-
-
-#: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
-#: JAX's non-array dtypes (``float0``, tokens, PRNG keys such as ``key<fry>``); the model uses the machine's word
-_NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
 #: the dtypes named when one is refused
 KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
                 "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
                 "complex64, complex128, or '' for an op without an array output")
 
 
-@functools.lru_cache(maxsize=256)
-def _known_itemsize(name: str) -> float | None:
-    """Bytes per element of the dtype named ``name``; 0 for a non-array dtype (:data:`_NON_ARRAY_DTYPE`); None
-    when it names none: an unknown name (``float33``), or a NumPy type that is not numbers (object, text,
-    dates)."""
-    if _NON_ARRAY_DTYPE.fullmatch(name):
-        return 0.0
-    try:
-        dtype = np.dtype(name)
-    except TypeError:
-        dtype = None
-    if dtype is not None and dtype.kind in "biufc":
-        return float(dtype.itemsize)
-    import ml_dtypes  # bfloat16, int4, float8 kinds (NumPy kind "V"): ml_dtypes' types, a JAX dependency
-
-    kind = getattr(ml_dtypes, name, None)
-    if not isinstance(kind, type) or name.startswith("_"):
-        return None
-    try:
-        dtype = np.dtype(kind)
-    except TypeError:
-        return None
-    return float(dtype.itemsize) if dtype.kind == "V" and dtype.itemsize > 0 else None
-
-
 def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
                     error: type[DfitError] = CostInputError) -> np.ndarray:
     """Bytes per element of each dtype name in ``dtypes`` (0: an op without an array output, see
-    :data:`_NON_ARRAY_DTYPE`), float64.
+    :data:`dfit_nb._dtypes.NON_ARRAY_DTYPE`), float64.
 
     Raises ``error`` naming ``label``, the first row of an unknown name, the name and :data:`KNOWN_DTYPES`: an
     unknown dtype was costed as the machine's word before, silently (``float33`` as 8 bytes).
@@ -156,7 +123,7 @@ def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
     names, inverse = np.unique(np.asarray(dtypes).astype(str).reshape(-1), return_inverse=True)
     sizes = np.empty(len(names))
     for j, name in enumerate(names):
-        size = _known_itemsize(str(name))
+        size = _dtypes.known_itemsize(str(name))
         if size is None:
             row = int(np.flatnonzero(inverse.reshape(-1) == j)[0])
             raise error(f"{label} row {row} is {str(name)!r}, which is not a dtype dfit_nb knows; known: "
@@ -261,9 +228,6 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
     return np.array([code(d) for d in per_op]), None
 
 
-_SHAPE = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
-
-
 def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
     """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
     ``float32[2,3] int32[]``).
@@ -271,12 +235,13 @@ def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
     >>> operand_dims("float32[2,3] int32[]")
     [('float32', (2, 3)), ('int32', ())]
     """
-    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip())) for dtype, dims in _SHAPE.findall(shapes)]
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip()))
+            for dtype, dims in _dtypes.SHAPE_TOKEN.findall(shapes)]
 
 
 def operand_bytes(in_shapes: str) -> list[float]:
     """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    return [float(np.prod(dims or [1])) * (_itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
+    return [float(np.prod(dims or [1])) * (_dtypes.itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
             for dtype, dims in operand_dims(in_shapes)]
 
 
@@ -381,12 +346,6 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-#: the largest buffer with which XLA's CPU runtime still runs a program's kernels one after another on the
-#: calling thread (its ThunkExecutor's ``execute_sequential_buffer_threshold``): a program with any larger buffer
-#: runs them concurrently on its thread pool, whose hand-offs cost more than a small program's kernels
-SEQUENTIAL_BYTES = 512
-
-
 @functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: int, tables: tuple[Any, Any],
               ideal: bool) -> Any:
@@ -394,13 +353,14 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     outputs stacked in :data:`MODEL_OUTPUTS` order in blocks of ``block_rows`` rows (0: one block), one
     transfer to the host per block instead of one per variable.
 
-    Its inputs come packed for the same reason (:func:`pack`): the op table (row ``i`` of ``(len(keys), ops)`` is
-    column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's inputs with
-    :func:`alone_inputs`) in blocks of rows, then the machine's :func:`~dfit_nb.sim.hardware.field_vector` and
-    the dataflow codes (one per op, or one per dataflow) end to end. For a small table every input and output
-    block, like the tables (int32) and the program's own arrays, fits :data:`SEQUENTIAL_BYTES`, so XLA runs the
-    program on the calling thread (``benchmarks/bench_cost_call.py`` times it against the same program with
-    float64 tables, which runs on the pool).
+    Its inputs come packed for the same reason (:func:`~dfit_nb._padding.pack`): the op table (row ``i`` of
+    ``(len(keys), ops)`` is column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's
+    inputs with :func:`alone_inputs`) in blocks of rows, then the machine's
+    :func:`~dfit_nb.sim.hardware.field_vector` and the dataflow codes (one per op, or one per dataflow) end to end.
+    For a small table every input and output block, like the tables (int32) and the program's own arrays, fits
+    :data:`~dfit_nb._padding.SEQUENTIAL_BYTES`, so XLA runs the program on the calling thread
+    (``benchmarks/bench_cost_call.py`` times it against the same program with float64 tables, which runs on the
+    pool).
     """
     blocks, rest = inputs
     table = jnp.concatenate(blocks) if len(blocks) > 1 else blocks[0]  # rows are sliced from the blocks again
@@ -418,24 +378,10 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     return tuple(jnp.stack(rows[i:i + per]) for i in range(0, len(rows), per))
 
 
-def rows_per_block(row_values: int) -> int:
-    """How many rows of ``row_values`` float64 values a block of :data:`SEQUENTIAL_BYTES` holds (0 where one row
-    is larger: then blocks gain nothing and all rows go in one)."""
-    return SEQUENTIAL_BYTES // (8 * row_values) if 0 < 8 * row_values <= SEQUENTIAL_BYTES else 0
-
-
-def pack(table: np.ndarray, fields: np.ndarray, df: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
-    """:func:`_evaluate`'s inputs: the ``(columns, ops)`` table in blocks of :func:`rows_per_block` rows, and the
-    field vector and the dataflow codes (``(ops,)`` or ``(dataflows,)``) end to end."""
-    per = rows_per_block(table.shape[1]) or len(table)
-    return tuple(table[i:i + per] for i in range(0, len(table), per)), np.concatenate([fields, df])
-
-
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
-#: ``cost()`` of a few ops is a latency figure (issue 17's 0.3 ms), and there the default emitters' program runs
-#: faster (172 against 204 us for 8 ops on 2 cores, best of 8 rounds of 200 calls; 955 against 1,523 us for 128),
-#: while the loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`). The same function:
-#: the same numbers to rounding (``tests/test_compile_options.py``).
+#: ``cost()`` of a few ops is a latency figure, and there the default emitters' program runs faster, while the
+#: loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`; figures in benchmarks/README.md).
+#: The same function: the same numbers to rounding (``tests/test_compile_options.py``).
 _evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 
 
@@ -476,26 +422,6 @@ def batch_tables(tile_rows: np.ndarray, tile_cols: np.ndarray) -> tuple[tuple[np
     return (np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])), index.reshape(-1)
 
 
-def padded_count(n: int, at_least: int = COST_OPS) -> int:
-    """The size ``n`` ops (or machines, or grids) are compiled for: ``n`` rounded up to a power of two, at least
-    ``at_least``; the copies added repeat a real entry and are sliced off (each op is priced alone, each machine
-    on its own), so tables of similar size share one compiled program and no result changes."""
-    return max(at_least, 1 << max(n - 1, 0).bit_length())
-
-
-def padded_index(n: int, size: int) -> np.ndarray:
-    """Indexes ``0 .. n - 1`` then ``size - n`` zeros: entry 0 repeated up to ``size``."""
-    return np.concatenate([np.arange(n), np.zeros(size - n, np.int64)])
-
-
-@functools.lru_cache(maxsize=64)
-def _padding(n: int) -> np.ndarray:
-    """:func:`padded_index` of ``n`` ops to :func:`padded_count` of them, built once per ``n`` (read-only)."""
-    out = padded_index(n, padded_count(n))
-    out.setflags(write=False)
-    return out
-
-
 def for_jit(hw: Hardware) -> Hardware:
     """``hw`` with float64 leaves and no name, so one compiled program serves every machine.
 
@@ -528,9 +454,8 @@ class _Machine(NamedTuple):
 
 
 #: the machines :func:`_machine` has read, by ``id``: each entry holds its machine, so the id stays its own
-_machines: dict[int, _Machine] = {}
-_machines_lock = threading.Lock()
-#: how many machines :data:`_machines` keeps (the oldest goes first)
+_machines = Kept()
+#: how many machines :data:`_machines` keeps (the least recently used goes first)
 _MACHINES_KEPT = 16
 
 
@@ -547,10 +472,7 @@ def _machine(hw: Any) -> _Machine:
     fields.setflags(write=False)
     entry = _Machine(hw, fields, hardware_attrs(hw, fields), int(hw.tile_rows), int(hw.tile_cols))
     if all(isinstance(getattr(hw, name), (int, float, np.generic)) for name in FIELDS):
-        with _machines_lock:
-            if len(_machines) >= _MACHINES_KEPT:
-                _machines.pop(next(iter(_machines)))
-            _machines[id(hw)] = entry
+        _machines.put(id(hw), entry, _MACHINES_KEPT)
     return entry
 
 
@@ -559,7 +481,7 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
 
     ``coords``: name -> values or ``(dims, values)``; dimension coordinates take the fast path of
-    :func:`assemble`.
+    :func:`dfit_nb._xarray.assemble`.
     """
     dims = tuple(dims)
     described = _described()
@@ -574,125 +496,13 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     if any(isinstance(v, tuple) and v[0] not in (name, (name,)) for name, v in coords.items()):
         return xr.Dataset(data, coords=dict(coords), attrs=dict(attrs))  # a non-dimension coordinate
     index = {name: np.asarray(v[1] if isinstance(v, tuple) else v) for name, v in coords.items()}
-    return assemble(data, index, dict(attrs))
-
-
-def assemble(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-             index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    """An ``xr.Dataset`` of ``data`` (name -> (dims, array, attrs)) over the dimension coordinates ``index``.
-
-    ``xr.Dataset(...)`` checks and aligns every variable against every other (about 0.5 ms for cost()'s 50
-    variables, most of a warm call). These variables are built here with matching shapes by construction, so
-    they go straight to xarray's own constructor of an already-consistent Dataset, the one its methods use
-    internally. It is private API: where this xarray lacks it or it refuses, the public constructor builds the
-    same Dataset (``tests/sim/test_cost.py`` checks both are identical, and that the direct path is taken).
-    """
-    try:
-        return _assemble_direct(data, index, attrs)
-    except (AttributeError, TypeError, ValueError):  # an xarray whose internals moved: the public path
-        return assemble_public(data, index, attrs)
-
-
-def assemble_public(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-                    index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    """:func:`assemble` through the public ``xr.Dataset`` constructor (the reference the fast path must equal)."""
-    return xr.Dataset(dict(data), coords=dict(index), attrs=attrs)
-
-
-def _assemble_direct(data: Mapping[str, tuple[tuple[str, ...], np.ndarray, dict[str, str]]],
-                     index: Mapping[str, np.ndarray], attrs: dict[str, Any]) -> xr.Dataset:
-    sizes: dict[str, int] = {}
-    variables: dict[str, Any] = {}
-    checked: set[tuple[tuple[str, ...], tuple[int, ...]]] = set()  # most variables share dims and shape
-    direct = _slots_known()
-    for name, (dims, arr, var_attrs) in data.items():
-        dims = tuple(dims)
-        if (dims, arr.shape) not in checked:
-            if arr.ndim != len(dims):
-                raise ValueError(f"{name}: {arr.ndim} dims, named {dims}")
-            for dim, size in zip(dims, arr.shape, strict=True):
-                if sizes.setdefault(dim, size) != size:
-                    raise ValueError(f"{name}: {dim} has {size} values, not {sizes[dim]}")
-            checked.add((dims, arr.shape))
-        if direct and type(arr) is np.ndarray:
-            # xr.Variable(dims, arr, dict(var_attrs), fastpath=True) with its slots filled directly: the
-            # constructor's checks (dims parsed against the array, the data wrapped) cost about 2 us a variable,
-            # 44 a cost() call, and the shapes are checked above; the fast path would store this array as is
-            var = object.__new__(xr.Variable)
-            var._dims, var._data, var._attrs, var._encoding = dims, arr, dict(var_attrs) or None, None
-            variables[name] = var
-        else:  # anything else than a NumPy array, or an xarray whose Variable has other slots
-            variables[name] = xr.Variable(dims, arr, dict(var_attrs), fastpath=True)
-    indexes: dict[str, Any] = {}
-    for name, values in index.items():
-        if sizes.setdefault(name, len(values)) != len(values):
-            raise ValueError(f"coordinate {name}: {len(values)} values, not {sizes[name]}")
-        if _is_range(values):
-            indexes[name], variables[name] = _range_index(name, len(values)), _range_variable(name, len(values))
-        else:
-            indexes[name] = xr.indexes.PandasIndex(values, name)
-            variables[name] = indexes[name].create_variables()[name]
-    return xr.Dataset._construct_direct(variables, set(index), sizes, attrs, indexes)
-
-
-def _is_range(values: Any) -> bool:
-    """Whether ``values`` is ``0, 1, ..., n - 1`` as int64 (the op coordinate of a table without one)."""
-    return (type(values) is np.ndarray and values.dtype == np.int64 and values.ndim == 1
-            and np.array_equal(values, _range(len(values))))
-
-
-@functools.lru_cache(maxsize=64)
-def _range(n: int) -> np.ndarray:
-    out = np.arange(n, dtype=np.int64)
-    out.setflags(write=False)
-    return out
-
-
-@functools.lru_cache(maxsize=64)
-def _range_index(name: str, n: int) -> Any:
-    """The index of ``0 .. n - 1`` named ``name``, built once: xarray's indexes are immutable and shared between
-    Datasets (a shallow copy shares them too); each Dataset still gets its own coordinate variable."""
-    return xr.indexes.PandasIndex(_range(n), name)
-
-
-@functools.lru_cache(maxsize=64)
-def _range_template(name: str, n: int) -> xr.IndexVariable:
-    """The coordinate variable of :func:`_range_index`, built once (its data, the index's immutable adapter, is
-    what every Dataset's own copy shares)."""
-    return _range_index(name, n).create_variables()[name]
-
-
-def _range_variable(name: str, n: int) -> xr.IndexVariable:
-    """A coordinate variable of ``0 .. n - 1`` of its own (its attrs and encoding are its own; the data, which
-    xarray never lets anyone modify, is shared): 0.3 us where building it from the index took 6 us."""
-    template = _range_template(name, n)
-    if not _slots_known() or template._attrs is not None or template._encoding is not None:
-        return template.copy(deep=False)
-    var = object.__new__(xr.IndexVariable)
-    var._dims, var._data, var._attrs, var._encoding = template._dims, template._data, None, None
-    return var
-
-
-#: the slots of an ``xr.Variable`` that :func:`_assemble_direct` fills (every slot it has in the xarray this was
-#: written for)
-_VARIABLE_SLOTS = frozenset({"_attrs", "_data", "_dims", "_encoding"})
-
-
-@functools.cache
-def _slots_known() -> bool:
-    """Whether this xarray's ``Variable`` and ``IndexVariable`` have exactly the slots :func:`_assemble_direct` and
-    :func:`_range_variable` fill (and no ``__dict__``)."""
-    for kind in (xr.Variable, xr.IndexVariable):
-        slots = {s for cls in kind.__mro__ for s in getattr(cls, "__slots__", ())}
-        if slots != _VARIABLE_SLOTS or hasattr(kind(("x",), np.zeros(1)), "__dict__"):
-            return False
-    return True
+    return _xarray.assemble(data, index, dict(attrs))
 
 
 @functools.cache
 def _described() -> dict[str, dict[str, str]]:
-    """Every variable's ``units`` and ``description`` (:func:`_attrs`), one dictionary read per variable where a
-    cached call per variable cost a warm ``cost()`` 4 us."""
+    """Every variable's ``units`` and ``description`` (:func:`_attrs`), built once: a warm ``cost()`` reads one
+    dictionary per variable."""
     return {name: {"units": units, "description": description} for name, (units, description) in VARIABLES.items()}
 
 
@@ -779,7 +589,7 @@ def cost_grid(tile_rows: int, tile_cols: int, n_ops: int) -> schedule.Grid:
     (Grid(tiles=8, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8), Grid(tiles=64, rows=8, cols=8))
     """
     grid = schedule.bucket(tile_rows, tile_cols)
-    if padded_count(n_ops) <= COST_OPS and tile_rows * tile_cols <= SMALL_GRID_TILES:
+    if padded_count(n_ops, COST_OPS) <= COST_OPS and tile_rows * tile_cols <= SMALL_GRID_TILES:
         return schedule.Grid(SMALL_GRID_TILES, grid.rows, grid.cols)
     return grid
 
@@ -823,8 +633,8 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         # similar size share one compiled program; each op is priced alone, so the copies change no other op's
         # figures, and they are sliced off below
         n = len(coord)
-        index = _padding(n)  # np.pad costs ~10 us a call here
-        # np.array and take: 3 us where np.stack and fancy indexing took 8 (a warm call pays per NumPy call)
+        index = padding(n, COST_OPS)  # the source column of every padded row, cached per size
+        # one array of the columns, then the padded rows taken: the fewest NumPy calls (a warm call pays per call)
         table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
         table = table.take(index, axis=1)
         df = codes.astype(np.float64).reshape(-1) if names or n else np.zeros(1)

@@ -96,7 +96,7 @@ def _launch_cycles_alone(trace: Any, hw: Hardware, ops: xr.Dataset) -> float:
     import jax.numpy as jnp
 
     from ._cost import for_jit
-    from ._replay import prepare
+    from ._prepare import prepare
     from .machine import fixed_cycles
 
     prep = prepare(trace, "none")

@@ -117,9 +117,8 @@ def vector_predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str =
     is :func:`~dfit_nb.sim.hardware.field_vector` of a machine (one float64 per :data:`FIELDS` entry, in order).
 
     The same model as :func:`predictor` (it rebuilds the Hardware from the vector inside the function); one array
-    instead of a pytree of 32 leaves is what a jitted call dispatches fastest (about 11 us against 20 us for the
-    seconds of 3 ops, ``python benchmarks/bench_cost_call.py``), and the gradient is one vector in field order,
-    as an optimiser wants it.
+    instead of a pytree of 32 leaves is what a jitted call dispatches fastest (``python
+    benchmarks/bench_cost_call.py``), and the gradient is one vector in field order, as an optimiser wants it.
 
     >>> import jax
     >>> from dfit_nb.sim import presets

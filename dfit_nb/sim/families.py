@@ -5,7 +5,7 @@ hybrid replayed); the family's winner is the best replayed single style under th
 read from the op table, not from names: a GEMM is a ``conv`` or a ``dense`` matmul, and ``grouped conv`` /
 ``batched matmul`` when it has a batch of independent products (a depthwise convolution's groups, attention's
 heads). Per class, a candidate's cost is what the selection's table charges the class's GEMMs under it (each
-GEMM with the non-GEMM ops that follow it, :func:`dfit_nb.sim.policy.gemm_costs`); the class's winner is the
+GEMM with the non-GEMM ops that follow it, :func:`dfit_nb.sim._viterbi.gemm_costs`); the class's winner is the
 cheapest candidate summed over them.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from ._replay import prepare
+from ._prepare import prepare
 from .hardware import Hardware, check_hardware
 
 

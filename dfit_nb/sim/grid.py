@@ -1,4 +1,5 @@
-"""Machine grids and ``sweep``: the cost model over many machines and dataflows in one vmapped call."""
+"""Machine grids and the plan of a sweep: which machines, dataflows and ops, their vmapped evaluation in chunks
+and the Dataset (:func:`dfit_nb.sim.sweep`, in :mod:`dfit_nb.sim._sweep`, runs them)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from .. import _compile_options, _exported
+from .._padding import padded_count, padded_index
 from ._cost import (
     BATCH_GRIDS,
     BATCH_MACHINES,
+    COST_OPS,
     MEMORY_MODES,
     TOTALS,
     VARIABLES,
@@ -29,8 +32,6 @@ from ._cost import (
     finish,
     hardware_attrs,
     op_counts,
-    padded_count,
-    padded_index,
 )
 from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
@@ -235,9 +236,9 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
     total = hi - lo
     n_df, n_ops = len(p.dataflows), len(p.coord)
     # the op table padded to a power of two (cost()'s sizes): sweeps of similar tables share one program
-    ops = {k: v[padded_index(n_ops, padded_count(n_ops))] for k, v in p.arrays.items()} if n_ops else p.arrays
+    ops = {k: v[padded_index(n_ops, padded_count(n_ops, COST_OPS))] for k, v in p.arrays.items()} if n_ops else p.arrays
     devices = jax.local_devices()
-    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops)))
+    per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops, COST_OPS)))
     if fixed is not None:
         per_chunk = min(per_chunk, fixed + (-fixed) % len(devices))
     per_chunk -= per_chunk % len(devices)
@@ -259,8 +260,8 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
             if len(devices) > 1:
                 part, index = jax.device_put((part, index), sharding)
             # on one device the program kept traced on disk (a new process skips tracing it); sharded, the plain one
-            program = _compile_options.by_work(size * n_df * padded_count(n_ops), _evaluate_batch_fast_compile,
-                                               _evaluate_batch)
+            program = _compile_options.by_work(size * n_df * padded_count(n_ops, COST_OPS),
+                                               _evaluate_batch_fast_compile, _evaluate_batch)
             out = jax.device_get(_exported.call(program, {"ideal": p.ideal}, ops, part, p.codes, p.tables, index))
             out = finish({k: v[: b - a, ..., :n_ops] for k, v in out.items()},
                          np.asarray(machines.clock_ghz, np.float64)[a:b, None, None])
@@ -297,79 +298,4 @@ def dataset(p: Plan, values: dict[str, Any]) -> xr.Dataset:
     return ds
 
 
-def sweep(
-    ops: Any,
-    hw: Hardware,
-    dataflow: Sequence[str] | str = ("ws", "os", "is"),
-    memory: str = "finite",
-    progress: bool = True,
-    *,
-    chunks: int | None = None,
-    per_op: bool = True,
-    variables: Sequence[str] | None = None,
-    **grid: Any,
-) -> xr.Dataset:
-    """Cost ``ops`` on every combination of the ``grid`` axes and ``dataflow``.
-
-    Parameters
-    ----------
-    ops : Trace, Dataset, DataFrame or mapping
-        As for :func:`dfit_nb.sim._cost`.
-    hw : Hardware
-        The base machine; swept fields replace its values.
-    dataflow : str or sequence of str
-        Dataflows to evaluate (a ``dataflow`` dim).
-    memory : {"finite", "ideal"}
-    progress : bool
-        Show a progress bar when the grid is evaluated in several chunks (eager sweeps; a lazy one shows its
-        bar when computed, see :func:`dfit_nb.sim.scale.progress`).
-    chunks : int, optional
-        Machines per chunk: return a *lazy* Dataset backed by Dask arrays, one task per chunk (see
-        :mod:`dfit_nb.sim.scale`); nothing is evaluated until it is reduced, plotted or saved. Chunks are blocks
-        of whole rows of the trailing axes, so the dims are the eager ones and ``.compute()`` equals the eager
-        result exactly. Runs on an active ``dask.distributed`` client as is.
-    per_op : bool
-        ``False``: only the totals per call (``total_cycles``, ``total_energy_j``, ``total_macs``) per machine
-        and dataflow, summed over ops inside each chunk (no ``op`` dim): what a sweep of millions of machines
-        keeps.
-    variables : sequence of str, optional
-        The data variables to keep (default: all of the mode's).
-    **grid
-        Axis name -> values: any Hardware field, or ``pe=[(R, C), ...]``,
-        ``tiles=[(rows, cols), ...]``, ``sram_kb=[...]``, ``dram_bw=[...]``,
-        ``noc_bw=[...]``.
-
-    Returns
-    -------
-    xarray.Dataset
-        One dim per grid axis (in the order given), then ``dataflow`` and ``op``.
-        All machines run in one jitted ``vmap``; with several local JAX devices
-        each chunk is sharded over them.
-
-    Examples
-    --------
-    >>> from dfit_nb.sim import presets, sweep
-    >>> ds = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"),
-    ...            dataflow=["os"], memory="ideal", pe=[(8, 8), (32, 32)])
-    >>> ds["cycles"].sel(dataflow="os", op=0).values.tolist()
-    [4991.0, 503.0]
-    >>> lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), dataflow=["os"],
-    ...              memory="ideal", chunks=1, per_op=False, pe=[(8, 8), (32, 32)])
-    >>> lazy["total_cycles"].chunks, lazy["total_cycles"].sel(dataflow="os").values.tolist()
-    (((1, 1), (1,)), [4991.0, 503.0])
-    """
-    p = plan(ops, hw, dataflow, memory, grid, per_op, variables)
-    if chunks is not None:
-        from .scale import lazy_sweep
-
-        return lazy_sweep(p, chunks)
-    grid_estimate(hw, grid, len(p.dataflows), len(p.coord) if per_op else 1).check(
-        "sweep fewer machines at a time (split an axis over several calls and reduce each result), fewer "
-        "dataflows, or fewer ops (aggregate the trace by region first); or pass chunks= for a lazy sweep "
-        "(dfit_nb.sim.scale: reduce it or stream it to Zarr)")
-    out = evaluate_range(p, 0, p.machines, progress=progress)
-    full = (*p.shape, len(p.dataflows))
-    return dataset(p, {k: v.reshape(full + v.shape[2:]) for k, v in out.items()})
-
-
-__all__ = ("ALIASES", "machine_grid", "sweep")
+__all__ = ("ALIASES", "machine_grid")

@@ -59,6 +59,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .. import _exported
 from .._html import render
 from ..errors import DfitError
 
@@ -570,3 +571,5 @@ def from_provenance(attrs: dict[str, Any]) -> Hardware:
 
 # keyed like jax.tree_util.register_dataclass (GetAttrKey per field; name and execution static metadata)
 jax.tree_util.register_pytree_with_keys(Hardware, _flatten_with_keys, _unflatten, _flatten)
+# a batch of machines is an argument of the programs dfit_nb keeps traced on disk
+_exported.serializable(Hardware, "dfit_nb.sim.Hardware")

@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 
 from . import schedule
-from ._replay import BATCH_OPS, Prepared, padded, pinned_layouts, prepare, program
+from ._prepare import BATCH_OPS, Prepared, padded, pinned_layouts, prepare
+from ._replay import program
 from .hardware import Hardware, check_hardware
 from .kernels import check_mode
 

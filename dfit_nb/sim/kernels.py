@@ -180,7 +180,7 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
         Per op (program order): ``primitive``, ``op_class``, ``count``, ``gemm`` (1 for a GEMM), and for
         ``"compiler"`` ``fusion`` and ``folded_reason`` (the capture's columns).
     preds : ndarray
-        ``(ops, P)`` producer row indices, -1 padding (:class:`dfit_nb.sim._replay.Prepared`).
+        ``(ops, P)`` producer row indices, -1 padding (:class:`dfit_nb.sim._prepare.Prepared`).
     fusion : {"rules", "compiler", "none"}
     fusions : Sequence of str, optional
         The fusion names the capture's lowering records (``trace.lowering["fusion"]``): for ``"compiler"``, an

@@ -362,7 +362,7 @@ def _pieces(ops: dict[str, Any], layout: Any, gy: Any, gx: Any) -> dict[str, Any
 def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: Any, alloc: Any) -> dict[str, Any]:
     """Cost of each op (one execution) under a mapping, folded onto ``alloc`` physical tiles.
 
-    ``ops`` holds float64 arrays (see :func:`dfit_nb.sim._replay.prepare`): the
+    ``ops`` holds float64 arrays (see :func:`dfit_nb.sim._prepare.prepare`): the
     GEMM view (``m``, ``k``, ``n``, ``batch``, ``gemm``), ``flops``,
     ``transcendentals``, ``elems_in``, ``elems_out``, ``itemsize``, operand
     bytes (``lhs_bytes``, ``rhs_bytes``, ``ext_bytes``, ``bytes_written``, in

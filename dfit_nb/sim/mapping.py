@@ -113,9 +113,9 @@ def odd_part(n: Any, xp: Any = jnp) -> Any:
     """The odd part of ``n`` (``20 -> 5``, ``4096 -> 1``), elementwise on float64 arrays (``xp``: ``jax.numpy``
     inside the search, ``numpy`` on the host)."""
     q = xp.asarray(n, xp.float64)
-    # n & -n is the largest power of two dividing n: one elementwise kernel, where halving while even took one per
-    # halving (20 sequential kernels in every cost and replay program); a value that is not a positive whole
-    # number is its own odd part, as before
+    # n & -n is the largest power of two dividing n: one elementwise kernel, not one per halving (which would be
+    # 20 sequential kernels in every cost and replay program); a value that is not a positive whole number is
+    # its own odd part
     wide = xp is np or jax.config.jax_enable_x64  # int64 where JAX has it (dfit_nb's programs run in float64)
     whole = (q >= 1.0) & (q < 2.0 ** (62 if wide else 30)) & (q == xp.floor(q))
     as_int = xp.where(whole, q, 1.0).astype(xp.int64 if wide else xp.int32)

@@ -1,5 +1,5 @@
 """The review memo's facts: build and runtime tags, tail latency under batch variance, competing hypotheses,
-missing evidence and the signoff decision rule.
+missing evidence, the signoff decision rule and the playbook's artifacts (reuse, buffer pressure, traffic mix).
 
 Everything here reads results the one machine model produced (a :class:`~dfit_nb.sim.Policy`'s replays, its
 :class:`~dfit_nb.sim.Run` evidence); no figure is computed twice. :mod:`dfit_nb.sim.playbook` lays the facts out
@@ -29,11 +29,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
 from .._version import __version__
 from ..errors import DfitError
+from . import schedule
+from ._batch import batch_program
+from ._prepare import hardware_key, padded, pinned_layouts, prepare
+from ._rescale import ShapeError, _codes, _weighted_quantiles, exponents, scaled, size_distribution
+from .hardware import FIELDS, Hardware
 
 #: the model's calibrated error used by the decision rule when no Calibration is given: the held-out pooled MAPE
 #: of the calibrated ``tpu_v4`` model on measured TPU v4 matmuls (docs/validation.md, "Real hardware: TPU v4
@@ -66,7 +72,7 @@ def _sha(text: str) -> str:
 def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Build and runtime tags of a result: versions, XLA flags, backend, machine and model revision.
 
-    ``hardware_hash`` is :func:`dfit_nb.sim._replay.hardware_key` (every field and the execution style, not the
+    ``hardware_hash`` is :func:`dfit_nb.sim._prepare.hardware_key` (every field and the execution style, not the
     name); ``jaxpr_hash`` hashes the traced program's text and ``param_shapes_hash`` the arguments' shapes and
     dtypes as captured (``trace.attrs["arg_shapes"]``). ``seed`` is the workload seed if the user gives one;
     ``extra`` adds the user's own tags (e.g. a model revision name).
@@ -78,8 +84,6 @@ def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] 
     >>> tg["seed"], tg["hardware"], len(tg["jaxpr_hash"])
     ('0', 'npu_like', 16)
     """
-    from ._replay import hardware_key
-
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise MemoError(f"seed must be an int (the workload's random seed), got {seed!r}")
     attrs = getattr(trace, "attrs", {}) or {}
@@ -194,8 +198,6 @@ def hypotheses(run: Any) -> list[dict[str, Any]]:
 
 def missing_evidence(policy: Any) -> list[str]:
     """What would confirm the memo, derived from the policy and its replays (each line says what is missing)."""
-    from .hardware import FIELDS
-
     hw, run = policy.hw, policy.runs["hybrid"]
     name = getattr(hw, "name", "") or "the target"
     err, source = calibrated_error(policy.calibration)
@@ -231,9 +233,7 @@ def missing_evidence(policy: Any) -> list[str]:
 
 def _mix(mix: Mapping[int, float] | Sequence[int] | None, base: int) -> tuple[np.ndarray, np.ndarray]:
     """``(batch sizes, weights)`` from ``{size: probability}`` or a sample of sizes
-    (:func:`dfit_nb.sim.shapes.size_distribution`); ``None``: :data:`DEFAULT_BATCH_MIX`, multiples of ``base``."""
-    from .shapes import ShapeError, size_distribution
-
+    (:func:`dfit_nb.sim._rescale.size_distribution`); ``None``: :data:`DEFAULT_BATCH_MIX`, multiples of ``base``."""
     if mix is None:
         mix = {base * k: p for k, p in DEFAULT_BATCH_MIX.items()}
     try:
@@ -248,9 +248,9 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
     """Latency and energy of the policy and of its baseline (the best single style) over a distribution of batch
     sizes, with their quantiles: one vmapped replay over every (size, policy) pair.
 
-    The trace's op table is rescaled to each size by :mod:`dfit_nb.sim.shapes` (one extra capture at twice the
+    The trace's op table is rescaled to each size by :mod:`dfit_nb.sim._rescale` (one extra capture at twice the
     base size measures how each column grows); the replays are the scalar replay of
-    :func:`dfit_nb.sim._replay.summarize`, vmapped over sizes and the two assignments in one compiled call.
+    :func:`dfit_nb.sim._batch.summarize`, vmapped over sizes and the two assignments in one compiled call.
 
     Parameters
     ----------
@@ -274,8 +274,6 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
         per size, ``weight``, ``latency_q`` and ``energy_q`` (the smallest value whose cumulative probability
         reaches q), ``mean_latency_s``.
     """
-    from .shapes import _weighted_quantiles, exponents
-
     if policy.trace is None or policy.hw is None or policy.baselines is None:
         raise MemoError("batch variance needs an evaluated policy that knows its trace and machine "
                         "(select_dataflows(trace, hw, evaluate=True))")
@@ -311,13 +309,6 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     """``(latency_s, energy_j)`` shaped ``(points, 2)``: the policy and its baseline (the best single style)
     replayed on the trace's op table rescaled by each point of ``factors`` (size / base per axis, equal lengths),
     in one vmapped call of the scalar replay."""
-    import jax.numpy as jnp
-
-    from . import schedule
-    from ._replay import batch_program, padded, pinned_layouts, prepare
-    from .hardware import Hardware
-    from .shapes import _codes, scaled
-
     hw = policy.hw
     prep = prepare(policy.trace)
     n_points = len(next(iter(factors.values())))
@@ -347,3 +338,36 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
         out = jax.device_get(jax.vmap(lambda ops, pb: jax.vmap(lambda df: one(ops, pb, df))(jnp.asarray(dfs)))(
             arrays, pred_bytes))
     return np.asarray(out["latency_s"])[..., 0], np.asarray(out["energy_j"])[..., 0]
+
+
+def artifacts(policy: Any, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
+    """The playbook's artifacts of a policy (``policy.artifacts``; see :class:`~dfit_nb.sim.Policy`): reuse-factor
+    map, buffer-pressure profile and traffic mix, all from its replays ``runs`` (``labels``: the policies in order,
+    the hybrid last)."""
+    # reuse: MACs per byte of each operand moved at SRAM and DRAM, as the policy's own replay moved them
+    per_op = runs["hybrid"].ops.sel(op=policy.choices["op"].values)
+    levels, operands = ("sram", "dram"), ("input", "weight", "output")
+    moved = {("sram", "input"): "sram_reads_input", ("sram", "weight"): "sram_reads_weight",
+             ("sram", "output"): "sram_writes_output", ("dram", "input"): "dram_reads_input",
+             ("dram", "weight"): "dram_reads_weight", ("dram", "output"): "dram_writes_output"}
+    macs = per_op["macs"].values
+    reuse = np.stack([np.stack([np.where(per_op[moved[lv, o]].values > 0, macs / np.maximum(
+        per_op[moved[lv, o]].values, 1.0), 0.0) for o in operands], axis=-1) for lv in levels], axis=1)
+    reuse_ds = xr.Dataset(
+        {"reuse": (("op", "level", "operand"), reuse,
+                   {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),
+         "dataflow": ("op", policy.choices["dataflow"].values, {"units": ""}),
+         "region": ("op", policy.choices["region"].values, {"units": ""})},
+        coords={"op": policy.choices["op"].values, "level": list(levels), "operand": list(operands)})
+    occ = [runs[k].cube["sram_occupancy"] for k in labels]
+    pressure = xr.Dataset(
+        {"mean": (("policy", "bin"), np.stack([o.mean(("tile_y", "tile_x")).values for o in occ]),
+                  {"units": "1", "description": "SRAM occupancy averaged over tiles"}),
+         "busiest": (("policy", "bin"), np.stack([o.max(("tile_y", "tile_x")).values for o in occ]),
+                     {"units": "1", "description": "SRAM occupancy of the fullest tile"}),
+         "bin_start_s": (("policy", "bin"), np.stack([runs[k].cube["time"].values / (runs[k].attrs["clock_ghz"] * 1e9)
+                                                      for k in labels]), {"units": "s"})},
+        coords={"policy": labels, "bin": np.arange(occ[0].sizes["time"])})
+    mix = xr.concat([runs[k].cube["traffic"] for k in labels], dim=xr.DataArray(labels, dims="policy"),
+                    join="outer", fill_value=0.0)
+    return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}

@@ -9,7 +9,7 @@ costs
     sum_g cost[g, d_g]  +  sum_{g >= 1, d_g != d_(g-1)} switch[g]
 
 where ``cost[g, d]`` is what the replay charges under single style ``d``
-(:func:`dfit_nb.sim._replay.style_costs`: each style replayed once, with its
+(:func:`dfit_nb.sim._batch.style_costs`: each style replayed once, with its
 mapping, refetches, movement and scheduling) to GEMM ``g`` and the non-GEMM
 ops after it up to the next GEMM (their retiles depend on its layout): energy
 in pJ, or the ops' increments of the latency in cycles (they sum to the
@@ -49,6 +49,12 @@ delay) is not a sum; the selection solves the weighted sum ``E + w T`` exactly
 for a sweep of weights and keeps the policy with the lowest ``E x T`` (a
 supported point of the Pareto front: the single styles are in the sweep, so
 it is never worse than them, but it can miss an unsupported optimum).
+
+Replay
+------
+:func:`replay` here is :func:`dfit_nb.replay`: ``"hybrid"`` is the exact selection (energy), replayed and
+verified against every single style by :meth:`Policy.evaluate`; every other dataflow (a style, per-op names, a
+Policy) goes straight to the one-machine replay (:mod:`dfit_nb.sim._replay`).
 """
 
 from __future__ import annotations
@@ -60,79 +66,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options
 from .._html import render
 from ..errors import DfitError
+from . import _replay, memo, playbook
 from ._cost import for_jit
-from ._replay import hardware_key, prepare, style_costs, trace_key
-from .hardware import Hardware, check_hardware
-from .machine import DATAFLOWS, last_gemm, switch_cost
+from ._prepare import ReplayError, check_policy_target, hardware_key, policy_fusion, prepare, trace_key
+from ._viterbi import _select, gemm_costs
+from ._viterbi import viterbi as viterbi
+from .hardware import FIELDS, Hardware, check_hardware
+from .machine import DATAFLOWS
 
 OBJECTIVES = ("energy", "latency", "edp")
-EDP_WEIGHTS = 33  # weighted-sum points for the energy-delay product
 
 
 class PolicyError(DfitError, ValueError):
     """An invalid objective, candidate set, pin or switch cap."""
-
-
-def viterbi(cost: Any, switch: Any, max_switches: int | None) -> tuple[Any, Any]:
-    """Exact minimum of ``sum cost[g, d_g] + sum switch[g] [d_g != d_(g-1)]``: ``(choice (G,), total)``.
-
-    ``cost`` ``(G, D)`` may hold ``inf`` (forbidden choices); ``max_switches``
-    ``None`` means unbounded. Pure ``jax.numpy`` (``vmap`` it over machines).
-
-    >>> import numpy as np
-    >>> c = np.array([[1.0, 5.0], [5.0, 1.0], [1.0, 5.0]])
-    >>> [int(v) for v in viterbi(c, np.array([0.0, 1.0, 1.0]), None)[0]]
-    [0, 1, 0]
-    >>> [int(v) for v in viterbi(c, np.array([0.0, 9.0, 9.0]), None)[0]]
-    [0, 0, 0]
-    >>> [int(v) for v in viterbi(c, np.array([0.0, 1.0, 1.0]), 1)[0]]  # one switch cannot pay for itself
-    [0, 0, 0]
-    """
-    cost = jnp.asarray(cost)
-    switch = jnp.asarray(switch, cost.dtype)
-    d = cost.shape[1]
-    k = 1 if max_switches is None else max_switches + 1  # states: switches used so far (one state if unbounded)
-    inf = jnp.inf
-    v0 = jnp.full((d, k), inf).at[:, 0].set(cost[0])
-
-    def step(v: Any, inputs: Any) -> tuple[Any, Any]:
-        c, s = inputs
-        # the best predecessor in another dataflow, per (dataflow, switches): two smallest over dataflows
-        order = jnp.argsort(v, axis=0)
-        best, second = order[0], order[1] if d > 1 else order[0]
-        other = jnp.where(jnp.arange(d)[:, None] == best[None, :], second[None, :], best[None, :])  # (d, k)
-        from_other = jnp.take_along_axis(v, other, axis=0)
-        if max_switches is None:
-            switched = from_other + s
-        else:  # a switch into k comes from k - 1: so does the predecessor to remember
-            switched = jnp.concatenate([jnp.full((d, 1), inf), from_other[:, :-1] + s], axis=1)
-            other = jnp.concatenate([other[:, :1], other[:, :-1]], axis=1)
-        take = switched < v  # ties stay: fewer switches
-        new = jnp.where(take, switched, v) + c[:, None]
-        return new, (take, other)
-
-    v, (takes, others) = jax.lax.scan(step, v0, (cost[1:], switch[1:]))
-    flat = jnp.argmin(v.reshape(-1))
-    last_d, last_k = flat // k, flat % k
-    total = v.reshape(-1)[flat]
-
-    def back(state: Any, inputs: Any) -> tuple[Any, Any]:
-        cur_d, cur_k = state
-        take, other = inputs
-        t = take[cur_d, cur_k]
-        prev_d = jnp.where(t, other[cur_d, cur_k], cur_d)
-        prev_k = jnp.where(t & (max_switches is not None), cur_k - 1, cur_k)
-        return (prev_d, prev_k), cur_d
-
-    (first_d, _), rest = jax.lax.scan(back, (last_d, last_k), (takes, others), reverse=True)
-    return jnp.concatenate([first_d[None], rest]), total
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,8 +155,6 @@ class Policy:
         instead (named so, with the reason in ``fallback``), so a selected policy is never worse than the best
         single style. ``trace`` and ``hw`` default to the ones the policy was selected on; others raise
         :class:`PolicyError` (a policy is chosen for one program on one machine)."""
-        from ._replay import ReplayError, replay
-
         trace = self.trace if trace is None else trace
         hw = self.hw if hw is None else hw
         if trace is None or hw is None:
@@ -263,16 +212,14 @@ class Policy:
                    **{k: v for k, v in runs["hybrid"].attrs.items() if k != "dataflow"}},
         )
         return dataclasses.replace(policy, baselines=baselines, runs=runs,
-                                   artifacts=_artifacts(policy, runs, labels))
+                                   artifacts=memo.artifacts(policy, runs, labels))
 
     def report(self, format: str = "markdown") -> str:
         """The playbook: an accelerator review memo, as Markdown or self-contained offline HTML.
 
         See :func:`dfit_nb.sim.playbook.report`.
         """
-        from .playbook import report
-
-        return report(self, format)
+        return playbook.report(self, format)
 
     def with_batch_variance(self, make_args: Any, base: Mapping[str, int],
                             batch_sizes: Mapping[int, float] | Sequence[int] | None = None,
@@ -288,9 +235,7 @@ class Policy:
         >>> p.tail["size"].values.tolist(), p.tail["quantile"].values.tolist()
         ([4, 8, 16, 32, 64], [0.5, 0.95, 0.99])
         """
-        from .memo import batch_variance
-
-        return dataclasses.replace(self, tail=batch_variance(self, make_args, base, batch_sizes, axis))
+        return dataclasses.replace(self, tail=memo.batch_variance(self, make_args, base, batch_sizes, axis))
 
     def _pinned(self) -> np.ndarray:
         """Per GEMM: whether a pin fixed its dataflow."""
@@ -303,8 +248,6 @@ class Policy:
 
     def _check_target(self, trace: Any, hw: Hardware) -> None:
         """Raise ReplayError when ``trace`` or ``hw`` is not what the policy was selected on."""
-        from ._replay import check_policy_target
-
         check_policy_target(self, trace, hw)
 
     def summary_line(self) -> str:
@@ -340,93 +283,6 @@ class Policy:
 
     def _repr_html_(self) -> str:
         return render("pre.html.j2", text=repr(self))
-
-
-def _artifacts(policy: Policy, runs: dict[str, Any], labels: list[str]) -> dict[str, Any]:
-    """Reuse-factor map, buffer-pressure profile and traffic mix (see :class:`Policy`), all from the replays."""
-    # reuse: MACs per byte of each operand moved at SRAM and DRAM, as the policy's own replay moved them
-    per_op = runs["hybrid"].ops.sel(op=policy.choices["op"].values)
-    levels, operands = ("sram", "dram"), ("input", "weight", "output")
-    moved = {("sram", "input"): "sram_reads_input", ("sram", "weight"): "sram_reads_weight",
-             ("sram", "output"): "sram_writes_output", ("dram", "input"): "dram_reads_input",
-             ("dram", "weight"): "dram_reads_weight", ("dram", "output"): "dram_writes_output"}
-    macs = per_op["macs"].values
-    reuse = np.stack([np.stack([np.where(per_op[moved[lv, o]].values > 0, macs / np.maximum(
-        per_op[moved[lv, o]].values, 1.0), 0.0) for o in operands], axis=-1) for lv in levels], axis=1)
-    reuse_ds = xr.Dataset(
-        {"reuse": (("op", "level", "operand"), reuse,
-                   {"units": "MAC/B", "description": "MACs per byte of the operand moved at the level (0: none)"}),
-         "dataflow": ("op", policy.choices["dataflow"].values, {"units": ""}),
-         "region": ("op", policy.choices["region"].values, {"units": ""})},
-        coords={"op": policy.choices["op"].values, "level": list(levels), "operand": list(operands)})
-    occ = [runs[k].cube["sram_occupancy"] for k in labels]
-    pressure = xr.Dataset(
-        {"mean": (("policy", "bin"), np.stack([o.mean(("tile_y", "tile_x")).values for o in occ]),
-                  {"units": "1", "description": "SRAM occupancy averaged over tiles"}),
-         "busiest": (("policy", "bin"), np.stack([o.max(("tile_y", "tile_x")).values for o in occ]),
-                     {"units": "1", "description": "SRAM occupancy of the fullest tile"}),
-         "bin_start_s": (("policy", "bin"), np.stack([runs[k].cube["time"].values / (runs[k].attrs["clock_ghz"] * 1e9)
-                                                      for k in labels]), {"units": "s"})},
-        coords={"policy": labels, "bin": np.arange(occ[0].sizes["time"])})
-    mix = xr.concat([runs[k].cube["traffic"] for k in labels], dim=xr.DataArray(labels, dims="policy"),
-                    join="outer", fill_value=0.0)
-    return {"reuse": reuse_ds, "buffer_pressure": pressure, "traffic_mix": mix.to_dataset(name="bytes")}
-
-
-@functools.partial(_compile_options.jit, static_argnames=("objective", "max_switches"))
-def _select(energy: Any, cycles: Any, ops: dict[str, Any], hw: Hardware, allowed: Any, reconfig: Any,
-            objective: str, max_switches: int | None) -> dict[str, Any]:
-    """The DP for one machine (``vmap`` over machines): ``energy`` and ``cycles`` ``(G, D)`` are what the replay
-    charges each GEMM (and the non-GEMM ops after it) under each candidate; switches priced by
-    :func:`dfit_nb.sim.machine.switch_cost`, the price the replay charges too."""
-    sw = switch_cost(ops, hw, reconfig[0], reconfig[1])
-    sw_e, sw_c = sw["energy_pj"], sw["cycles"]
-    forbid = jnp.where(allowed, 0.0, jnp.inf)
-    if objective == "energy":
-        choice, _ = viterbi(energy + forbid, sw_e, max_switches)
-    elif objective == "latency":
-        choice, _ = viterbi(cycles + forbid, sw_c, max_switches)
-    else:
-        # E x T is not a sum: solve E + w T exactly for a sweep of w and keep the lowest product
-        scale = jnp.sum(jnp.min(energy, axis=1)) / jnp.maximum(jnp.sum(jnp.min(cycles, axis=1)), 1e-30)
-        weights = jnp.concatenate([jnp.zeros(1), scale * jnp.logspace(-4, 4, EDP_WEIGHTS - 2), jnp.full(1, 1e30)])
-
-        def solve(w: Any) -> tuple[Any, Any]:
-            c, _ = viterbi(jnp.where(w >= 1e30, cycles, energy + w * cycles) + forbid,
-                           jnp.where(w >= 1e30, sw_c, sw_e + w * sw_c), max_switches)
-            e_tot, t_tot = _totals(c, energy, cycles, sw_e, sw_c)
-            return c, e_tot * t_tot
-
-        cands, products = jax.vmap(solve)(weights)
-        choice = cands[jnp.argmin(products)]
-    e_tot, t_tot = _totals(choice, energy, cycles, sw_e, sw_c)
-    return {"choice": choice, "energy": energy, "cycles": cycles, "switch_energy": sw_e, "switch_cycles": sw_c,
-            "energy_total": e_tot, "cycles_total": t_tot}
-
-
-def gemm_costs(prep: Any, hw: Hardware, candidates: Sequence[str], execution: str | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """``(energy_pj, latency_cycles)`` shaped ``(G, D)`` (``(machines, G, D)`` for a batch): what the replay
-    charges under each candidate single style, per GEMM, with the non-GEMM ops that follow it (their retile
-    depends on its layout; ops before the first GEMM go to the first). Single-style columns sum to the replayed
-    energy and latency exactly (latency as each op's increment of the makespan, in program order)."""
-    n = len(prep.op)
-    codes = np.array([[DATAFLOWS.index(c)] * n for c in candidates], np.float64)
-    per_op = style_costs(prep, hw, codes, execution)
-    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
-    owner = last_gemm(prep.arrays["gemm"], xp=np)
-    group = (owner[None, :] == gemm[:, None]).astype(np.float64)  # (G, ops)
-    energy = np.einsum("go,...do->...gd", group, per_op["energy_pj"])
-    latency = np.einsum("go,...do->...gd", group, per_op["latency_cycles"])
-    return energy, latency
-
-
-def _totals(choice: Any, energy: Any, cycles: Any, sw_e: Any, sw_c: Any) -> tuple[Any, Any]:
-    g = jnp.arange(choice.shape[0])
-    switched = jnp.concatenate([jnp.zeros(1, bool), choice[1:] != choice[:-1]])
-    e = jnp.sum(energy[g, choice]) + jnp.sum(jnp.where(switched, sw_e, 0.0))
-    t = jnp.sum(cycles[g, choice]) + jnp.sum(jnp.where(switched, sw_c, 0.0))
-    return e, t
 
 
 def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Sequence[str]
@@ -597,22 +453,17 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
              "cycles": ("machine", np.asarray(out["cycles_total"]), {"units": "cycle"})},
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
-    from .memo import calibrated_error
-    from .memo import tags as build_tags
-
-    calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
+    memo.calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
     policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
                                  trace=trace if prepared is None else None, hw=hw,
-                                 tags=build_tags(trace, hw, seed, tags), calibration=calibration,
+                                 tags=memo.tags(trace, hw, seed, tags), calibration=calibration,
                                  fusion=prep.fusion)
     return policy.evaluate() if evaluate and prepared is None else policy
 
 
 def _fields() -> list[str]:
-    from .hardware import FIELDS
-
     return list(FIELDS)
 
 
@@ -673,3 +524,84 @@ def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any
     name = f"hybrid({objective})" if len(used) > 1 else f"{used[0] if used else 'ws'} ({objective} selection: " \
         "one style on every GEMM)"
     return Policy(name=name, per_op=per_op, choices=choices, totals=totals, objective=objective)
+
+
+def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | None = None,
+           layouts: Mapping[str, str] | None = None, time_bins: int = 256, inferences: int = 1,
+           measured: bool | None = None, fusion: str | None = None) -> Any:
+    """Map and schedule a captured program on ``hw``: the event cube.
+
+    Parameters
+    ----------
+    trace : Trace
+        From :func:`dfit_nb.capture` or :func:`dfit_nb.load_trace`.
+    hw : Hardware
+        One machine, e.g. ``dfit_nb.sim.presets.get("cerebras_like")``.
+    dataflow : {"ws", "os", "is", "hybrid"}, or a Policy
+        One dataflow for every GEMM; ``"hybrid"`` selects one per GEMM
+        (:func:`dfit_nb.sim.select_dataflows`, energy objective), replays it and
+        every single style, and returns the hybrid's run only when it beats them
+        (else the best single style's, named so); a Policy (from
+        :func:`~dfit_nb.sim.select_dataflows` on this trace and machine: others
+        are refused) chooses per op. Where the dataflow
+        changes between GEMMs adjacent in program order, the later GEMM pays the
+        switch the selection prices (:func:`dfit_nb.sim.machine.switch_cost`,
+        plus a Policy's ``reconfig_cycles`` / ``reconfig_pj``) as a ``retile``
+        before its body: energy, bytes, and a delay on its tiles.
+    execution : {"time", "spatial"}, optional
+        Overrides ``hw.execution``: time-multiplexed or layer-pipelined.
+    layouts : dict, optional
+        ``{region: "mn" | "mk" | "mn:GYxGX"}`` pins the virtual layout of the
+        ops in a region (the most specific region wins).
+    time_bins : int
+        Time bins of the cube.
+    inferences : int
+        Inferences streamed back to back: calls of the function, one after
+        another (:mod:`dfit_nb.sim.streaming`). A layer-pipelined machine
+        starts the next in each op's tiles as soon as that op is done with the
+        last, its weights staying in SRAM; a time-multiplexed one runs them one
+        after another. The summary's ``throughput_inferences_per_s``,
+        ``steady_state_utilization``, ``steady_state_period_s``,
+        ``pipeline_fill_s``, ``stream_s`` and ``bottleneck_stage`` (with its
+        region and what limits it) say what the stream reaches
+        (``run.streamed(n)`` gives them for another ``n``); the events, the
+        cube and the other figures are the first inference's.
+    measured : bool, optional
+        Add the trace's measured events (``source="measured"``); default: when
+        the trace has measured times (profile or eager mode).
+    fusion : {"rules", "compiler", "none"}, optional
+        Which ops run together as one kernel (intermediates on chip, one launch,
+        vector work beside the array): the machine's fusion rules (the default),
+        the capture's XLA fusion map, or one kernel per primitive
+        (:mod:`dfit_nb.sim.kernels`). A Policy replays with the fusion it was
+        selected with.
+
+    Returns
+    -------
+    Run
+        ``events``, ``cube``, ``summary``, ``ops``, ``regions`` (see :class:`dfit_nb.sim.run.Run`).
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, dfit_nb
+    >>> from dfit_nb.sim import presets
+    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
+    >>> run = dfit_nb.replay(t, presets.get("npu_like"), "ws")
+    >>> int(run.summary["macs"]) == 64 * 128 * 32
+    True
+    >>> sorted(set(run.events["kind"].values.tolist()))   # tanh runs in the matmul's kernel: nothing to retile
+    ['compute', 'dram', 'noc', 'sram']
+    >>> run.kernels.sizes["kernel"], sorted(set(dfit_nb.replay(t, presets.get("npu_like"), fusion="none").events[
+    ...     "kind"].values.tolist()))
+    (1, ['compute', 'dram', 'noc', 'retile', 'sram'])
+    """
+    execution = _replay.check_arguments(hw, execution, time_bins, inferences)
+    if not (isinstance(dataflow, str) and dataflow.lower() == "hybrid"):
+        return _replay.replay(trace, hw, dataflow, execution=execution, layouts=layouts, time_bins=time_bins,
+                              inferences=inferences, measured=measured, fusion=fusion)
+    fusion = policy_fusion(dataflow, fusion)
+    prepare(trace, fusion)  # a trace that cannot be replayed is refused as replay() refuses it
+    # the exact selection (energy), replayed and verified against every single style
+    policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False, fusion=fusion)
+    return policy.evaluate(layouts=layouts, time_bins=time_bins, inferences=inferences,
+                           measured=measured).runs["hybrid"]

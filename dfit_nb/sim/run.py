@@ -58,6 +58,7 @@ import jax
 import numpy as np
 import xarray as xr
 
+from .. import _xarray
 from .._files import open_tree, save_tree, text_as_objects, text_variable
 from .._html import render
 from .._version import __version__
@@ -65,8 +66,8 @@ from ..events import binning
 from ..events.schema import KINDS, events_dataset
 from . import streaming
 from ._cost import hardware_attrs
+from ._kernel_table import running_kernel
 from .hardware import Hardware
-from .kernel_table import running_kernel
 from .machine import DATAFLOWS, link_load, peak_macs_per_cycle, utilization
 from .mapping import LAYOUTS, LEVELS, TENSORS
 from .schedule import tile_order
@@ -413,7 +414,7 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
     Python strings (:func:`~dfit_nb._files.text_as_objects`).
 
     ``ds`` is consistent already and the new variables are checked against its sizes, so they go to xarray's
-    constructor of a consistent Dataset (as :func:`dfit_nb.sim._cost.assemble` does) instead of the public one,
+    constructor of a consistent Dataset (:func:`dfit_nb._xarray.consistent`) instead of the public one,
     which aligns every variable again (``_extended_public``: the reference, and the path where this xarray's
     internals refuse; ``tests/sim/test_replay.py`` checks both identical and that the direct one is taken)."""
     try:
@@ -423,8 +424,8 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
 
 
 def _extended_public(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -> xr.Dataset:
-    """:func:`_extended` through the public ``xr.Dataset`` constructor (one call: ``assign``, ``assign_coords``
-    and the text conversion each rebuilt the whole Dataset, 2.5x the time: benchmarks/bench_replay.py)."""
+    """:func:`_extended` through the public ``xr.Dataset`` constructor, in one call (``assign``,
+    ``assign_coords`` and the text conversion would each rebuild the whole Dataset)."""
     data = {n: text_variable(ds.variables[n]) for n in ds.data_vars}
     data.update({n: text_variable(xr.Variable(dims, np.asarray(values), attrs)) for n, (dims, values, attrs) in
                  new.items()})
@@ -457,7 +458,7 @@ def _extended_direct(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, st
             if sizes.get(dim) != size:
                 raise ValueError(f"{name}: {dim} has {size} values, not {sizes.get(dim)}")
         data[name] = v
-    return xr.Dataset._construct_direct({**data, **coords}, set(coords), sizes, dict(ds.attrs), indexes)
+    return _xarray.consistent({**data, **coords}, set(coords), sizes, dict(ds.attrs), indexes)
 
 
 def _transform_text(layout: np.ndarray, out: dict[str, np.ndarray], gemm: np.ndarray) -> np.ndarray:
@@ -588,7 +589,7 @@ def summary_dataset(ops: xr.Dataset, events: xr.Dataset, hw: Hardware, inference
                     attrs: dict[str, Any], stream: dict[str, Any] | None = None) -> xr.Dataset:
     """Scalars: latency, energy, utilisation, traffic by level, the dominant bottleneck, and ``inferences``
     streamed back to back (``stream``: :func:`dfit_nb.sim.streaming.steady_state`)."""
-    def total(name: str) -> float:  # xarray's sum (NaN skipped) on the array itself: 4 us, not 100 us a variable
+    def total(name: str) -> float:  # the NaN-skipping sum on the array itself, without xarray's reduction wrapper
         return float(np.nansum(ops.variables[name].values))
 
     def highest(name: str) -> float:
@@ -710,8 +711,8 @@ class Run:
     @property
     def kernels(self) -> xr.Dataset:
         """The kernels the chip ran (:mod:`dfit_nb.sim.kernels`), dim ``kernel``: member ops, start, end, bytes
-        per level, energy, launch cycles, bottleneck (:func:`dfit_nb.sim.kernel_table.kernels_dataset`)."""
-        from .kernel_table import kernels_dataset
+        per level, energy, launch cycles, bottleneck (:func:`dfit_nb.sim._kernel_table.kernels_dataset`)."""
+        from ._kernel_table import kernels_dataset
 
         return kernels_dataset(self.ops)
 

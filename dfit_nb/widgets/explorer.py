@@ -35,7 +35,7 @@ Moving a tile-grid slider past a power-of-two bucket (8 to 16 rows, say) needs a
 the larger grid: a few seconds the first time on a machine with an empty compilation cache. So once it is
 displayed, and after each update, the Explorer compiles, on one background thread shared by every Explorer, the
 programs of the grid buckets next to the one shown that its tile sliders can reach
-(:func:`dfit_nb.sim._replay.warm`); one built and never displayed compiles nothing ahead. A warm-up
+(:func:`dfit_nb.sim.warm`); one built and never displayed compiles nothing ahead. A warm-up
 starts only when no update runs and none has for :data:`IDLE_S` (a second), so it does not slow a slider being
 moved; a move into a bucket whose warm-up is compiling waits for that compile instead of starting a second one,
 and one whose warm-up has not started compiles the program itself (the warm-up is dropped). Warm-ups still
@@ -63,12 +63,11 @@ import pandas as pd
 
 from .. import views
 from .._html import macro
-from ..sim import REPLAY_DATAFLOWS, presets, replay, schedule, select_dataflows
-from ..sim._replay import SpillWarning, program_key, warm
+from ..sim import REPLAY_DATAFLOWS, SpillWarning, presets, program_key, replay, schedule, select_dataflows, warm
 from ..sim.hardware import FIELDS, Hardware, check_hardware, sram_split
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
-from ..views._common import ViewInputError, describe, expect
+from ..views import ViewInputError, describe, expect
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")
 # Slider menus; each slider also holds the shown machine's own value (see ``_menu``).

@@ -15,7 +15,7 @@ from .._html import macro
 from ..sim import DATAFLOWS
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.pareto import pareto_front
-from ..views._common import ViewInputError, describe, expect
+from ..views import ViewInputError, describe, expect
 from .explorer import Explorer
 
 _AXES = {"latency": "latency_s", "energy": "energy_j"}

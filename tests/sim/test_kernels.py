@@ -12,7 +12,7 @@ import pytest
 
 import dfit_nb
 from dfit_nb.sim import kernels, presets
-from dfit_nb.sim._replay import ReplayError, prepare
+from dfit_nb.sim._prepare import ReplayError, prepare
 
 MODES = kernels.FUSION_MODES
 

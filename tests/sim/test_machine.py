@@ -11,7 +11,8 @@ import pytest
 
 import dfit_nb
 from dfit_nb.sim import Hardware, presets, reconcile
-from dfit_nb.sim._replay import ReplayError, SpillWarning, prepare
+from dfit_nb.sim._prepare import ReplayError, prepare
+from dfit_nb.sim._replay import SpillWarning
 
 
 def _conv(x, w):

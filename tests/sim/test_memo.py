@@ -13,9 +13,10 @@ import pytest
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import CompareError, Hardware, compare, presets, select_dataflows
-from dfit_nb.sim._replay import hardware_key, prepare, summarize
+from dfit_nb.sim._batch import summarize
+from dfit_nb.sim._prepare import hardware_key, prepare
+from dfit_nb.sim._rescale import _codes, exponents, scaled
 from dfit_nb.sim.memo import CALIBRATED_ERROR, DECISIONS, OWNERS, MemoError, batch_variance, decide, hypotheses, tags
-from dfit_nb.sim.shapes import _codes, exponents, scaled
 
 
 def mlp_args(batch):

@@ -19,7 +19,8 @@ import dfit_nb
 from dfit_nb.errors import DfitError
 from dfit_nb.sim import Hardware, cost, presets, replay_batch, select_dataflows, sweep
 from dfit_nb.sim import memory as guard
-from dfit_nb.sim._replay import ONE_MACHINE_OPS, batch_chunk, padded, pinned_layouts, prepare
+from dfit_nb.sim._batch import batch_chunk
+from dfit_nb.sim._prepare import ONE_MACHINE_OPS, padded, pinned_layouts, prepare
 from dfit_nb.sim.schedule import bucket
 
 #: a Cerebras-wafer-sized grid of tiles: its tile-order tables alone are terabytes, more than any machine has

@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 import dfit_nb
 from dfit_nb.errors import DfitError
 from dfit_nb.events.schema import KINDS
-from dfit_nb.sim import Hardware, HardwareError, cost, presets, reference, replay_batch
+from dfit_nb.sim import Hardware, HardwareError, cost, presets, replay_batch
 from dfit_nb.sim._cost import for_jit
-from dfit_nb.sim._replay import ReplayError, SpillWarning, padded, pinned_layouts, prepare, program
+from dfit_nb.sim._prepare import ReplayError, padded, pinned_layouts, prepare
+from dfit_nb.sim._replay import SpillWarning, program
 from dfit_nb.sim.schedule import PER_OP, Grid, prefix_counts, tile_order
 from tests.shared import programs
+from tests.sim import reference
 
 PARTS = ("events", "cube", "summary", "ops", "regions")
 LEVEL_OF_KIND = {"sram": "sram", "noc": "noc", "dram": "dram", "retile": "retile"}
@@ -392,7 +394,7 @@ def _dense_chain(x, ws):
 def test_a_new_model_replays_on_the_program_an_earlier_one_compiled():
     """Programs up to ONE_MACHINE_OPS ops share one compiled replay per grid bucket and style: a second model of
     another size compiles nothing, and its results equal a replay padded only to its own size's bucket."""
-    from dfit_nb.sim._replay import ONE_MACHINE_OPS
+    from dfit_nb.sim._prepare import ONE_MACHINE_OPS
 
     hw = presets.get("npu_like")
     small = dfit_nb.capture(_dense_chain, jnp.ones((8, 16)), [jnp.ones((16, 16))] * 2)

@@ -10,7 +10,8 @@ import pytest
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import presets
-from dfit_nb.sim._replay import prepare, summarize
+from dfit_nb.sim._batch import summarize
+from dfit_nb.sim._prepare import prepare
 from dfit_nb.sim.shapes import ShapeError, exponents, scaled, shape_sensitivity, tail_latency
 
 BUILD = examples.get("encoder").build

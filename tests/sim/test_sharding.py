@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent('''
             np.testing.assert_array_equal(ds[c].values, plain[c].values[:n], err_msg=c)
     # the compiled program really ran on both devices: its output is sharded like its input
     import importlib
-    replay_mod = importlib.import_module("dfit_nb.sim._replay")
+    replay_mod = importlib.import_module("dfit_nb.sim._batch")
     seen = []
     original = replay_mod.batch_program  # which compile of the batch program a call runs
     def spying(machines, ops):

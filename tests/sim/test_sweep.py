@@ -91,7 +91,7 @@ def test_sweeps_of_similar_size_share_one_program_and_the_padding_changes_nothin
     shares one too, each equal to its own replay."""
     from dfit_nb import replay
     from dfit_nb.sim import Hardware, replay_batch
-    from dfit_nb.sim import _replay as replay_mod
+    from dfit_nb.sim import _batch as replay_mod
 
     hw = presets.get("npu_like")
     five = {"m": [64, 300, 7, 5, 96], "k": [64, 128, 4096, 5, 8], "n": [64, 9, 16, 5, 40]}

@@ -2,7 +2,7 @@
 
 One op after another, one tile after another, in Python floats: the oracle the
 tests hold the ``lax.scan`` to, and the baseline ``benchmarks/bench_replay.py``
-measures it against. Not used by :func:`dfit_nb.replay`.
+measures it against. Not used by :func:`dfit_nb.replay`, so it lives with the tests.
 
 >>> import numpy as np
 >>> from dfit_nb.sim import presets
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .hardware import Hardware
-from .schedule import DRAM_BINS, STREAM_CHUNKS, Grid
+from dfit_nb.sim.hardware import Hardware
+from dfit_nb.sim.schedule import DRAM_BINS, STREAM_CHUNKS, Grid
 
 
 def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Hardware, grid: Grid,

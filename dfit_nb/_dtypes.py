@@ -1,0 +1,50 @@
+"""Dtype names and shapes text as the ops tables hold them: bytes per element, and the ``dtype[d0,d1]`` tokens
+of an op's ``in_shapes`` / ``out_shapes`` (read by the cost model and by the precision study)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import numpy as np
+
+#: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
+#: JAX's non-array dtypes (``float0``, tokens, PRNG keys such as ``key<fry>``); the model uses the machine's word
+NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
+#: one array of a shapes text: its dtype name and its comma-separated dims (``float32[2,3]``, ``int32[]``)
+SHAPE_TOKEN = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
+
+
+def itemsize(dtype: Any) -> float:
+    """Bytes per element of ``dtype`` (0 when it is not a known array dtype: :func:`known_itemsize`, lenient).
+
+    >>> itemsize("bfloat16"), itemsize("float32"), itemsize("float33")
+    (2.0, 4.0, 0.0)
+    """
+    return known_itemsize(str(dtype)) or 0.0
+
+
+@functools.lru_cache(maxsize=256)
+def known_itemsize(name: str) -> float | None:
+    """Bytes per element of the dtype named ``name``; 0 for a non-array dtype (:data:`NON_ARRAY_DTYPE`); None
+    when it names none: an unknown name (``float33``), or a NumPy type that is not numbers (object, text,
+    dates)."""
+    if NON_ARRAY_DTYPE.fullmatch(name):
+        return 0.0
+    try:
+        dtype = np.dtype(name)
+    except TypeError:
+        dtype = None
+    if dtype is not None and dtype.kind in "biufc":
+        return float(dtype.itemsize)
+    import ml_dtypes  # bfloat16, int4, float8 kinds (NumPy kind "V"): ml_dtypes' types, a JAX dependency
+
+    kind = getattr(ml_dtypes, name, None)
+    if not isinstance(kind, type) or name.startswith("_"):
+        return None
+    try:
+        dtype = np.dtype(kind)
+    except TypeError:
+        return None
+    return float(dtype.itemsize) if dtype.kind == "V" and dtype.itemsize > 0 else None

@@ -1,0 +1,342 @@
+"""Preparing a replay: a captured program's op table as the arrays the replay programs take.
+
+:func:`prepare` (host, cached on the trace): the leaf ops that run, in program order (a topological order:
+every edge runs forward), with their GEMM view, operand sizes, which operands producers feed, each op's
+producers and the kernels they form; :func:`padded` pads them to the op and producer-slot buckets one compiled
+program serves; :func:`dataflow_per_op` turns a replay's ``dataflow`` argument (a style, per-op names or a
+Policy) into per-op codes. The one-machine replay (:mod:`dfit_nb.sim._replay`), batches
+(:mod:`dfit_nb.sim._batch`), the selection and the shape studies all start here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .._padding import padded_count
+from ..errors import DfitError
+from . import kernels, mapping
+from ._cost import CostInputError, dataflow_codes, operand_bytes, ops_arrays
+from .hardware import FIELDS, Hardware
+from .kernels import Kernels
+from .machine import DATAFLOWS
+
+#: what ``replay(trace, hw, dataflow)`` takes by name: a single style for every GEMM, or the verified hybrid
+REPLAY_DATAFLOWS = (*DATAFLOWS, "hybrid")
+
+
+class ReplayError(DfitError, ValueError):
+    """The trace, hardware or options cannot be replayed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """The ops a replay schedules, as arrays (one row per op, program order)."""
+
+    op: np.ndarray  # op ids in trace.ops
+    table: Any  # the replayed rows of trace.ops (xarray.Dataset)
+    region: np.ndarray
+    primitive: np.ndarray
+    arrays: dict[str, np.ndarray]  # float64 model inputs
+    preds: np.ndarray  # (ops, P) row indices of producers, -1 padding
+    pred_bytes: np.ndarray  # (ops, P) bytes each producer passes (program dtype)
+    kernels: Kernels | None = None  # which ops run as one kernel (dfit_nb.sim.kernels)
+
+    @property
+    def fusion(self) -> str:
+        """The fusion mode the kernels were grouped by."""
+        return self.kernels.mode if self.kernels is not None else "none"
+
+
+def prepare(trace: Any, fusion: str | None = None) -> Prepared:
+    """The replayable ops of ``trace`` grouped into kernels by ``fusion`` (:data:`dfit_nb.sim.kernels.FUSION_MODES`;
+    default :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), cached on the trace object per mode."""
+    mode = kernels.check_mode(fusion)
+    cached = getattr(trace, "_dfit_replay_prepared", None)
+    store = cached if isinstance(cached, dict) else {}
+    if isinstance(store.get(mode), Prepared):
+        return store[mode]
+    base = store.get("")  # the ops before kernels, shared by every mode
+    if not isinstance(base, Prepared):
+        base = _prepare_ops(trace)
+    prepared = with_kernels(base, mode, trace)
+    store.update({"": base, mode: prepared})
+    try:
+        trace._dfit_replay_prepared = store
+    except AttributeError:  # a read-only object: just do not cache
+        pass
+    return prepared
+
+
+def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
+    """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``shared_reads``) added to
+    its arrays."""
+    lowering = getattr(trace, "lowering", None)
+    known = None
+    if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
+        known = lowering["fusion"].values
+    table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
+             "elems_in": prep.arrays["elems_in"], "elems_out": prep.arrays["elems_out"],
+             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason", "in_shapes", "out_shapes")
+                if c in prep.table}}
+    try:
+        k = kernels.group(table, prep.preds, fusion, known)
+    except kernels.FusionError as err:
+        raise ReplayError(str(err)) from None
+    arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
+              "shared_reads": shared_reads(k.kernel, prep.preds),
+              "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
+              "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
+              "kernel_row": k.row.astype(np.float64)}
+    return dataclasses.replace(prep, arrays=arrays, kernels=k)
+
+
+def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Per op, a bitmask of its producer slots (bit ``s``: ``preds[:, s]``) whose result an earlier op of the same
+    kernel already reads from outside the kernel: a fused kernel brings a tensor on chip once, however many of
+    its ops use it (a softmax's max and subtract read the same scores). As float64 (exact for up to 52 slots).
+
+    >>> shared_reads(np.array([0, 1, 1]), np.array([[-1, -1], [0, -1], [0, 1]])).tolist()
+    [0.0, 0.0, 1.0]
+    """
+    n, width = preds.shape
+    if width > 52:
+        raise ReplayError(f"an op has {width} producers; the replay handles at most 52")
+    out = np.zeros(n)
+    kernel = np.asarray(kernel, np.int64)
+    op, slot = np.nonzero(preds >= 0)  # in program order, then slot order
+    producer = preds[op, slot]
+    outside = kernel[producer] != kernel[op]
+    op, slot, producer = op[outside], slot[outside], producer[outside]
+    # the first read of each (kernel, producer) brings it in; every later one finds it there
+    _, first = np.unique(kernel[op] * n + producer, return_index=True)
+    later = np.ones(op.size, bool)
+    later[first] = False
+    np.add.at(out, op[later], 2.0 ** slot[later])
+    return out
+
+
+def _prepare_ops(trace: Any) -> Prepared:
+    """The replayable ops of ``trace``, before kernels."""
+    ops = getattr(trace, "ops", None)
+    missing = [k for k in ("container", "live", "in_shapes", "bytes_read") if k not in getattr(ops, "variables", {})]
+    if ops is None or "op" not in getattr(ops, "dims", {}) or missing or getattr(trace, "edges", None) is None:
+        hint = (" (a replay's result): pass the Trace that was replayed"
+                if hasattr(trace, "events") and hasattr(trace, "cube") else "")
+        raise ReplayError(f"replay() needs a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
+                          f"{type(trace).__name__}{hint}")
+    leaf = (ops["container"].values == "") & ops["live"].values.astype(bool)
+    if not leaf.any():
+        raise ReplayError("the trace has no ops to replay (no live leaf ops: the function computes nothing)")
+    table = ops.isel(op=np.flatnonzero(leaf))
+    arrays, op_ids = ops_arrays(table)
+    n = len(op_ids)
+    row = np.full(int(ops.sizes["op"]), -1, np.int64)
+    row[op_ids] = np.arange(n)
+
+    # operand sizes (program dtype) of the GEMM's lhs and rhs
+    operand = [operand_bytes(s) for s in table["in_shapes"].values]
+    lhs = np.array([o[0] if o else 0.0 for o in operand])
+    rhs = np.array([o[1] if len(o) > 1 else 0.0 for o in operand])
+
+    e = trace.edges
+    src, dst = row[e["src"].values], row[e["dst"].values]
+    keep = (src >= 0) & (dst >= 0)
+    src, dst = src[keep], dst[keep]
+    # traces saved before edges named the consumer's operand: every tensor counts as the first operand
+    pos = e["operand"].values[keep] if "operand" in e else np.zeros(int(keep.sum()), np.int64)
+    nbytes = e["bytes"].values[keep].astype(np.float64)
+    # bytes producers feed each (op, operand): one tensor even when several producers may write it (cond)
+    fed = np.zeros((n, max(int(pos.max()) + 1, 2) if pos.size else 2))
+    np.maximum.at(fed, (dst, pos), nbytes)
+    gemm = (arrays["m"] > 0) & (arrays["k"] > 0) & (arrays["n"] > 0)
+    arrays.update(
+        gemm=gemm.astype(np.float64),
+        lhs_bytes=lhs, rhs_bytes=rhs,
+        fed0=np.where(lhs > 0, np.minimum(fed[:, 0] / np.maximum(lhs, 1.0), 1.0), 0.0),
+        fed1=np.where(rhs > 0, np.minimum(fed[:, 1] / np.maximum(rhs, 1.0), 1.0), 0.0),
+        ext_bytes=np.maximum(table["bytes_read"].values - fed.sum(axis=1), 0.0),
+        bytes_written=table["bytes_written"].values.astype(np.float64),
+        has_consumer=np.isin(np.arange(n), src).astype(np.float64),
+        # a program output is written out whatever else reads it (traces saved before the column: none known)
+        is_output=(table["program_output"].values.astype(np.float64) if "program_output" in table
+                   else np.zeros(n)),
+        count=table["count"].values.astype(np.float64),
+    )
+    # producers of each op: one row per (consumer, producer), bytes summed over the operands it feeds
+    pairs, inverse = np.unique(np.stack([dst, src], axis=1), axis=0, return_inverse=True)
+    pair_bytes = np.bincount(inverse.reshape(-1), weights=nbytes, minlength=len(pairs))
+    indeg = np.bincount(pairs[:, 0], minlength=n) if len(pairs) else np.zeros(n, np.int64)
+    width = max(int(indeg.max()) if n else 0, 1)
+    slot = np.arange(len(pairs)) - np.repeat(np.cumsum(indeg) - indeg, indeg)
+    preds = np.full((n, width), -1, np.int64)
+    pred_bytes = np.zeros((n, width))
+    if len(pairs):
+        preds[pairs[:, 0], slot] = pairs[:, 1]
+        pred_bytes[pairs[:, 0], slot] = pair_bytes
+    return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
+                    primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
+                    pred_bytes=pred_bytes)
+
+
+def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None
+                   ) -> dict[str, np.ndarray]:
+    """Per-op pinned layout (-1 free) and factors (0 free) from ``{region: "mn" | "mk" | "mk:4x8"}``; the factors
+    are checked against the split factors the search offers on a grid of ``tiles`` tiles."""
+    n = len(prep.op)
+    out = {"layout": np.full(n, -1.0), "gy": np.zeros(n), "gx": np.zeros(n)}
+    if not layouts:
+        return out
+    depth = np.full(n, -1)
+    regions = sorted({str(r) for r in prep.region})
+    for region, spec in layouts.items():
+        m = re.fullmatch(r"(mn|mk)(?::(\d+)x(\d+))?", str(spec).strip().lower())
+        if m is None:
+            raise ReplayError(f"layout {spec!r} for region {region!r} is not valid; use 'mn' or 'mk', optionally "
+                              "with split factors 'mn:GYxGX' (e.g. 'mk:4x8')")
+        gy, gx = (float(m.group(2)), float(m.group(3))) if m.group(2) else (0.0, 0.0)
+        for f in (gy, gx):
+            if f and tiles is not None and not mapping.factor_ok(f, tiles):
+                q = int(mapping.odd_part(float(tiles), np))
+                offered = "powers of two" + (f" or {q} x a power of two" if q > 1 else "")
+                raise ReplayError(f"layout {spec!r}: split factor {f:g} is not one the search offers on a grid of "
+                                  f"{tiles} tiles: {offered}, up to {2 ** mapping.MAX_LOG2}")
+        region = region.strip("/")
+        hit = np.array([str(r) == region or str(r).startswith(region + "/") or region == "" for r in prep.region])
+        if not hit.any():
+            raise ReplayError(f"layouts: no op in region {region!r}; regions: {', '.join(regions[:20])}"
+                              + (" ..." if len(regions) > 20 else ""))
+        deeper = hit & (region.count("/") + (region != "") > depth)  # the most specific region wins
+        out["layout"][deeper] = float(mapping.LAYOUTS.index(m.group(1)))
+        out["gy"][deeper], out["gx"][deeper] = gy, gx
+        depth[deeper] = region.count("/") + (region != "")
+    return out
+
+
+#: the fewest ops a one-machine replay program is compiled for: every program up to this size shares one compile
+#: per grid bucket and execution style, so a new model replays without compiling (a padded op costs the scan one
+#: cheap step, a compile costs seconds: benchmarks/bench_cold_start.py). Batches of machines keep
+#: :data:`BATCH_OPS`: there each padded op is paid once per machine.
+ONE_MACHINE_OPS = 1024
+BATCH_OPS = 32
+
+
+def padded_sizes(prep: Prepared, least: int = BATCH_OPS) -> tuple[int, int]:
+    """The op count and producer slots :func:`padded` pads ``prep`` to (part of what decides the program)."""
+    n, width = prep.preds.shape
+    return padded_count(n, least), padded_count(width, 4)
+
+
+def padded(prep: Prepared, codes: np.ndarray, pinned: dict[str, np.ndarray], least: int = BATCH_OPS
+           ) -> tuple[Any, ...]:
+    """Inputs padded to power-of-two op counts (at least ``least``) and producer slots, so programs of similar
+    size share one compilation. Padding ops come last, do nothing and depend on nothing: no real op sees them."""
+    n, width = prep.preds.shape
+    size, slots = padded_sizes(prep, least)
+    arrays = {k: np.concatenate([v, np.zeros(size - n)]) for k, v in prep.arrays.items()}
+    arrays["count"][n:] = 1.0
+    if "kernel" in arrays:  # padding ops are kernels of their own (ids past every real one)
+        arrays["kernel"][n:] = np.arange(n, size)
+        arrays["kernel_size"][n:] = 1.0
+    arrays["real"] = (np.arange(size) < n).astype(np.float64)
+    preds = np.full((size, slots), -1, np.int64)
+    preds[:n, :width] = prep.preds
+    pred_bytes = np.zeros((size, slots))
+    pred_bytes[:n, :width] = prep.pred_bytes
+    pin = {k: np.concatenate([v, np.full(size - n, -1.0 if k == "layout" else 0.0)]) for k, v in pinned.items()}
+    return arrays, preds, pred_bytes, np.concatenate([codes, np.zeros(size - n)]), pin
+
+
+def trace_key(prep: Prepared) -> str:
+    """A fingerprint of the replayed op table (ids, primitives, GEMM view, sizes, counts, edges)."""
+    h = hashlib.sha1()
+    for arr in (prep.op, *(prep.arrays[k] for k in ("m", "k", "n", "batch", "count", "bytes_written", "flops")),
+                prep.preds):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    h.update("|".join(str(p) for p in prep.primitive).encode())
+    if prep.fusion != "none":  # the kernels the policy was priced on (keys of unfused selections are unchanged)
+        h.update(prep.fusion.encode())
+    return h.hexdigest()[:16]
+
+
+def hardware_key(hw: Hardware) -> str:
+    """A fingerprint of a machine: every field's value and the execution style (not its name)."""
+    h = hashlib.sha1(hw.execution.encode())
+    for f in FIELDS:
+        h.update(np.asarray(getattr(hw, f), np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def check_policy_target(policy: Any, trace: Any, hw: Hardware) -> None:
+    """A Policy replays only on the trace and machine it was selected on: a clear error otherwise."""
+    want_trace, want_hw = getattr(policy, "trace_key", ""), getattr(policy, "hw_key", "")
+    if want_trace and want_trace != trace_key(prepare(trace, getattr(policy, "fusion", None))):
+        raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected for another trace: its "
+                          "per-op choices would not match these ops; select again with "
+                          "dfit_nb.sim.select_dataflows(trace, hw, objective)")
+    if want_hw and want_hw != hardware_key(hw):
+        raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected on machine "
+                          f"{getattr(policy, 'hw_name', '')!r}, not on {hw.name!r} (fields or execution style "
+                          "differ): its gains were priced there; select again with "
+                          "dfit_nb.sim.select_dataflows(trace, hw, objective)")
+
+
+def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> tuple[np.ndarray, str]:
+    """Dataflow codes per op and the policy's name for provenance."""
+    n = len(prep.op)
+    if isinstance(dataflow, str) and dataflow.lower() == "hybrid":
+        raise ReplayError("'hybrid' is chosen per machine: replay(trace, hw, 'hybrid') for one machine, or "
+                          "dfit_nb.sim.select_dataflows(trace, machines) for the choices over a batch")
+    per_op = getattr(dataflow, "per_op", None)
+    if per_op is not None:  # a Policy: per-op names aligned with trace.ops
+        check_policy_target(dataflow, trace, hw)
+        values = np.asarray(getattr(per_op, "values", per_op))
+        try:
+            values = values[prep.op] if len(values) != n else values
+        except IndexError as err:
+            raise ReplayError(f"the policy has {len(values)} per-op choices; the trace has {n} replayed ops") from err
+        values = np.where(values == "", "ws", values)  # non-GEMM ops have no dataflow
+        codes, _ = dataflow_codes(values, n)
+        return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
+    if isinstance(dataflow, (list, tuple)):
+        raise ReplayError(f"replay() takes one dataflow ({', '.join(REPLAY_DATAFLOWS)}) or a Policy; to compare "
+                          "several, replay once per dataflow")
+    try:
+        codes, _ = dataflow_codes(dataflow, n)
+    except CostInputError as err:
+        raise ReplayError(f"{err}, or 'hybrid', or a Policy") from None
+    return codes.astype(np.float64), dataflow if isinstance(dataflow, str) else "per-op"
+
+
+def switch_penalty(dataflow: Any) -> np.ndarray:
+    """``(reconfig_cycles, reconfig_pj)`` a Policy was selected with (charged per switch); zeros otherwise."""
+    values = np.array([float(getattr(dataflow, "reconfig_cycles", 0.0) or 0.0),
+                       float(getattr(dataflow, "reconfig_pj", 0.0) or 0.0)])
+    if not np.isfinite(values).all() or values.min() < 0:
+        raise ReplayError(f"the policy's reconfig_cycles and reconfig_pj must be finite and >= 0, got "
+                          f"{values.tolist()}")
+    return values
+
+
+def policy_fusion(dataflow: Any, fusion: str | None) -> str:
+    """The fusion a replay of ``dataflow`` runs with: a Policy's own (another one is refused), else ``fusion``."""
+    own = getattr(dataflow, "fusion", None) if getattr(dataflow, "per_op", None) is not None else None
+    mode = kernels.check_mode(fusion)
+    if own is None:
+        return mode
+    if fusion is not None and mode != own:
+        raise ReplayError(f"this Policy was selected with fusion={own!r}: its choices were priced on those kernels; "
+                          f"replay it with fusion={own!r} (or leave fusion out), or select again with "
+                          f"fusion={mode!r}")
+    return own
+
+
+#: what to do when a replay's per-tile arrays do not fit
+GRID_ADVICE = ("replay a coarser tile grid (tile_rows x tile_cols: the replay keeps arrays over tiles and over "
+               "tiles x (rows + cols), so group cores into larger tiles)")

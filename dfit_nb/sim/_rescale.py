@@ -1,0 +1,134 @@
+"""Rescaling a captured program's op table to other sizes (batch, sequence length) without tracing each one.
+
+How every op's GEMM dims, FLOPs, operand bytes, counts and the bytes passed along each edge grow with each size is
+measured once per size axis (:func:`exponents`, one more capture at ``probe`` times the base); then any size is
+an arithmetic rescale of the prepared op table (:func:`scaled`). The studies over sizes read it:
+:mod:`dfit_nb.sim.shapes` (shape sensitivity, tail latency) and the memo's batch variance
+(:func:`dfit_nb.sim.memo.batch_variance`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from ..errors import DfitError
+from ._prepare import Prepared, prepare, with_kernels
+from .machine import DATAFLOWS
+
+#: the op-table columns that scale with size (fractions and flags do not)
+FIELDS = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "lhs_bytes", "rhs_bytes",
+          "ext_bytes", "bytes_written", "count")
+
+
+DIMS = ("m", "k", "n", "batch")
+
+
+class ShapeError(DfitError, ValueError):
+    """The program cannot be rescaled (no function, bad sizes, or its structure changes with size)."""
+
+
+def _power(v1: np.ndarray, v2: np.ndarray, ratio: float) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.round(np.where((v1 > 0) & (v2 > 0), np.log(v2 / v1) / np.log(ratio), 0.0), 6)
+
+
+def exponents(trace: Any, make_args: Callable[..., Sequence[Any]], base: Mapping[str, int],
+              probe: float = 2.0) -> xr.Dataset:
+    """Per replayed op, column and producer, the exponent of each size axis (see the module docstring).
+
+    ``make_args(**sizes)`` returns the function's positional arguments at those
+    sizes (arrays or ``jax.ShapeDtypeStruct``); ``base`` holds the sizes of the
+    trace itself.
+    """
+    from ..capture import capture
+
+    fn = getattr(trace, "fn", None)
+    if fn is None:
+        raise ShapeError("the trace does not hold its function (it was loaded from a file): capture it again, "
+                         "or study shapes on a trace from dfit_nb.capture")
+    if not base:
+        raise ShapeError("base must name at least one size axis, e.g. base={'batch': 2}")
+    prep = prepare(trace)
+    cols, preds = [], []
+    for axis, size in base.items():
+        if not isinstance(size, (int, np.integer)) or size < 1:
+            raise ShapeError(f"base size {axis}={size!r} must be a positive integer")
+        bigger = round(size * probe)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = prepare(capture(fn, *make_args(**{**base, axis: bigger})))
+        if other.preds.shape != prep.preds.shape or (other.primitive != prep.primitive).any() or \
+                (other.preds != prep.preds).any():
+            raise ShapeError(f"the program's structure changes with {axis!r} ({len(prep.op)} ops at {size}, "
+                             f"{len(other.op)} at {bigger}): it cannot be rescaled without tracing each size")
+        ratio = bigger / size
+        cols.append(np.stack([_power(prep.arrays[f], other.arrays[f], ratio) for f in FIELDS], axis=1))
+        preds.append(_power(prep.pred_bytes, other.pred_bytes, ratio))
+    return xr.Dataset(
+        {"exponent": (("axis", "op", "field"), np.stack(cols),
+                      {"units": "1", "description": "the column grows as (size / base) ** exponent"}),
+         "pred_exponent": (("axis", "op", "slot"), np.stack(preds),
+                           {"units": "1", "description": "bytes passed by each producer: the same law"})},
+        coords={"axis": list(base), "op": prep.op, "field": list(FIELDS)},
+        attrs={"base": ",".join(f"{k}={v}" for k, v in base.items()), "probe": probe},
+    )
+
+
+def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Prepared:
+    """``prep`` with every op rescaled by ``factors`` (size / base per axis)."""
+    mult = np.ones((len(prep.op), len(FIELDS)))
+    pmult = np.ones(prep.pred_bytes.shape)
+    for axis, f in factors.items():
+        if axis not in exps["axis"].values:
+            raise ShapeError(f"unknown size axis {axis!r}; measured axes: {', '.join(map(str, exps['axis'].values))}")
+        if not f > 0:
+            raise ShapeError(f"scale {axis}={f!r} must be positive")
+        mult *= float(f) ** exps["exponent"].sel(axis=axis).values
+        pmult *= float(f) ** exps["pred_exponent"].sel(axis=axis).values
+    a = {k: v.copy() for k, v in prep.arrays.items()}
+    for i, f in enumerate(FIELDS):
+        v = prep.arrays[f] * mult[:, i]
+        # dims and counts are whole numbers (at least 1 where they were)
+        a[f] = np.where(prep.arrays[f] > 0, np.maximum(np.round(v), 1.0), 0.0) if f in (*DIMS, "count") else v
+    a["elems_in"], a["elems_out"] = np.ceil(a["elems_in"]), np.ceil(a["elems_out"])
+    out = dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
+    # the kernels of the rescaled program, grouped again (a kernel's working set, and what the rules fuse through
+    # a broadcast, follow the sizes)
+    return with_kernels(out, prep.fusion) if prep.kernels is not None else out
+
+
+def _codes(names: np.ndarray) -> np.ndarray:
+    return np.array([DATAFLOWS.index(n) if n in DATAFLOWS else 0 for n in names], np.float64)
+
+
+def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[float]) -> np.ndarray:
+    order = np.argsort(values)
+    v, w = values[order], weights[order]
+    cum = np.cumsum(w) / w.sum()
+    return np.array([v[min(np.searchsorted(cum, q - 1e-12), len(v) - 1)] for q in qs])
+
+
+def size_distribution(batch_sizes: Mapping[int, float] | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """``(sizes, weights)`` of a batch-size distribution: ``{size: probability}`` or a sample of sizes (each size
+    weighted by how often it occurs). Sizes are whole numbers >= 1; weights are >= 0 and sum above 0.
+
+    >>> [a.tolist() for a in size_distribution([1, 4, 1])]
+    [[1.0, 4.0], [2.0, 1.0]]
+    """
+    if isinstance(batch_sizes, Mapping):
+        sizes = np.array(list(batch_sizes), dtype=np.float64)
+        weights = np.array(list(batch_sizes.values()), dtype=np.float64)
+    else:
+        sizes, counts = np.unique(np.asarray(list(batch_sizes), dtype=np.float64), return_counts=True)
+        weights = counts.astype(np.float64)
+    if sizes.size == 0 or (sizes < 1).any() or (sizes != np.round(sizes)).any() or (weights < 0).any() \
+            or not weights.sum() > 0:
+        raise ShapeError(f"batch_sizes needs whole sizes >= 1 with weights >= 0 that sum above 0 ({{size: weight}} "
+                         f"or a sample of sizes), got {batch_sizes!r}")
+    return sizes, weights
