@@ -87,13 +87,14 @@ def batch_program(machines: int, ops: int) -> Any:
 
 @functools.partial(jax.jit, static_argnames=("grid", "spatial", "shared_grid"))
 def _styles_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, dfs: Any,
-                    pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool) -> dict[str, Any]:
+                    pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, shared_grid: bool,
+                    reconfig: Any = None) -> dict[str, Any]:
     """Per-op replayed costs (:func:`_per_op_records`) of every dataflow assignment in ``dfs`` ``(D, ops)``, on one
     machine (``shared_grid``) or a batch (leading axis of ``hw`` and, unless shared, of ``tables``)."""
     def one(tables_1: Any, hw_1: Hardware) -> dict[str, Any]:
         def style(df: Any) -> dict[str, Any]:
             return _per_op_records(program.__wrapped__(ops, preds, pred_bytes, tables_1, hw_1, df, pinned, grid,
-                                                       spatial), ops)
+                                                       spatial, reconfig), ops)
         return jax.vmap(style)(dfs)
 
     if hw.batch_shape == ():
@@ -107,15 +108,17 @@ _styles_program_fast_compile = _compile_options.jit(_styles_program.__wrapped__,
                                                     static_argnames=("grid", "spatial", "shared_grid"))
 
 
-def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None) -> dict[str, np.ndarray]:
+def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,
+                reconfig: Any = None) -> dict[str, np.ndarray]:
     """What the replay charges each op under each dataflow assignment: ``energy_pj`` and ``latency_cycles``
     (the op's increment of the latency), shaped ``(D, ops)`` (``(machines, D, ops)`` for a batch of machines).
 
     ``codes`` ``(D, ops)``: dataflow codes per op, e.g. one row per single style. This is how
     :func:`dfit_nb.sim.select_dataflows` prices its choices: with the replay's own mapping, refetch, movement
-    and scheduling.
+    and scheduling. ``reconfig``: ``(reconfig_cycles, reconfig_pj)`` paid per dataflow switch (default none).
     """
     execution = hw.execution if execution is None else execution
+    reconfig = switch_penalty(None) if reconfig is None else np.asarray(reconfig, np.float64)
     shape = hw.batch_shape
     n = len(prep.op)
     codes = np.asarray(codes, np.float64).reshape(-1, n)
@@ -137,8 +140,8 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     if shape == ():
         # one machine: the replay's own compiled program, once per assignment (a handful: the single styles), with
         # replay()'s inputs (the padded codes are dfs' rows), so a selection after a replay compiles nothing
-        records = [_per_op_records(_one_machine(arrays, preds, pred_bytes, hw, row, pin, execution,
-                                                switch_penalty(None)), arrays, np) for row in dfs]
+        records = [_per_op_records(_one_machine(arrays, preds, pred_bytes, hw, row, pin, execution, reconfig),
+                                   arrays, np) for row in dfs]
         return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
     grid, tables, shared = _batch_tables(leaves)
@@ -147,7 +150,7 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
     with jax.enable_x64(True):
         out = jax.device_get(_exported.call(
             program, {"grid": grid, "spatial": execution == "spatial", "shared_grid": shared}, arrays, preds,
-            pred_bytes, tables, machines, dfs, pin))
+            pred_bytes, tables, machines, dfs, pin, reconfig=reconfig))
     return {k: np.asarray(v)[..., :n] for k, v in out.items()}
 
 

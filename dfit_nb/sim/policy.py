@@ -44,11 +44,16 @@ include what the DP paid.
 
 Objectives
 ----------
-``"energy"`` and ``"latency"`` are sums: the DP is exact. ``"edp"`` (energy x
-delay) is not a sum; the selection solves the weighted sum ``E + w T`` exactly
-for a sweep of weights and keeps the policy with the lowest ``E x T`` (a
-supported point of the Pareto front: the single styles are in the sweep, so
-it is never worse than them, but it can miss an unsupported optimum).
+``"energy"`` is a sum, and so is ``"latency"`` on a time-multiplexed machine:
+the DP is exact. ``"edp"`` (energy x delay) is not a sum; the DP solves the
+weighted sum ``E + w T`` exactly for a sweep of weights and keeps the policy
+with the lowest ``E x T`` (a supported point of the Pareto front). Nor is
+``"latency"`` on a layer-pipelined machine, where ops overlap. For these two
+the selection then searches the replayed figure itself from the DP's choice
+(:mod:`dfit_nb.sim._search`: a local search over one-GEMM, suffix and
+single-style moves, every move replayed), and ``policy.totals.attrs["search"]``
+says what it replayed and found; :meth:`Policy.evaluate` then replays the
+result against every single style as before.
 
 Replay
 ------
@@ -74,6 +79,7 @@ from ..errors import DfitError
 from . import _replay, memo, playbook
 from ._cost import for_jit
 from ._prepare import ReplayError, check_policy_target, hardware_key, policy_fusion, prepare, trace_key
+from ._search import improve, searched
 from ._viterbi import _select, gemm_costs
 from ._viterbi import viterbi as viterbi
 from .hardware import FIELDS, Hardware, check_hardware
@@ -445,6 +451,11 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                           f"GEMM op #{int(prep.op[gemm][g])} ({regions[g] or '<root>'}) would have to break its pin "
                           f"{source[g]!r} -> {pinned[g]!r} (its costs: energy {energy[..., g, :].tolist()} pJ, "
                           f"cycles {cycles[..., g, :].tolist()})")
+    search = None
+    if batch == () and searched(objective, hw.execution):
+        # the DP's sum is not this objective here: search the replayed figure from the DP's choice
+        choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig)
+        out = {**out, "choice": choice}
     names = np.asarray(cands, dtype=object)
     if batch != ():
         return xr.Dataset(
@@ -454,7 +465,12 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
             coords={"op": prep.op[gemm], "machine": np.arange(batch[0])},
             attrs={"objective": objective, "candidates": ",".join(cands)})
     memo.calibrated_error(calibration)  # a wrong object is refused here, not when the memo is written
-    policy = dataclasses.replace(_policy(prep, gemm, regions, out, names, cands, objective, allowed),
+    selected = _policy(prep, gemm, regions, out, names, cands, objective, allowed)
+    if search is not None:
+        selected.totals.attrs["search"] = (
+            f"replayed local search from the DP's choice: {search['replayed']} assignments replayed in "
+            f"{search['rounds']} round(s), replayed {objective} {search['start']:.6g} -> {search['found']:.6g}")
+    policy = dataclasses.replace(selected,
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
                                  trace=trace if prepared is None else None, hw=hw,

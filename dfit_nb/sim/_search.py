@@ -1,0 +1,137 @@
+"""Selection on the replayed figure, where the dynamic programme's sum is not the objective.
+
+The selection's dynamic programme (:mod:`dfit_nb.sim._viterbi`) minimises a sum of per-GEMM prices. Two
+objectives are not such a sum:
+
+* ``"latency"`` on a layer-pipelined machine: ops overlap, so an op's share of the latency depends on its
+  neighbours' dataflows, and a DP that saves 17% on paper can save 1% replayed;
+* ``"edp"`` (energy x delay) anywhere: a product of two sums.
+
+There :func:`improve` searches the replayed figure itself, starting from the DP's choice: each round replays
+(:func:`replayed_objective`) every assignment one move away (one GEMM to another style, the
+GEMMs from one onwards to another style, every GEMM to one style), keeps the best if it beats the current
+one, and stops when none does or after :data:`MAX_ROUNDS`. Pins and ``max_switches`` are honoured by every
+assignment it tries. It is a local search (first improvement by the best neighbour), not an exact method: it
+never returns worse than the DP's choice or the single styles, as replayed, and says how many assignments it
+replayed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._batch import style_costs
+from .hardware import Hardware
+from .machine import DATAFLOWS
+
+#: rounds of the search at most (each replays every neighbour of the current assignment at once)
+MAX_ROUNDS = 8
+
+
+def searched(objective: str, execution: str) -> bool:
+    """Whether :func:`improve` runs for ``objective`` on a machine of ``execution`` style (the DP's sum is not
+    the objective there)."""
+    return objective == "edp" or (objective == "latency" and execution == "spatial")
+
+
+#: grids of more tiles than this replay the search's assignments in one vmapped program; smaller ones run the
+#: replay's own compiled program once per assignment. ResNet-18 (64x64 input) selected for latency, replays timed
+#: on 2 loaded cores: sambanova_like (320 tiles) 21 s vmapped against 96 s one by one, cerebras_like (4096) 26 s
+#: against 192 s; for EDP npu_like (20 tiles) 18 s against 20 s, and the bundled encoder on eyeriss_like (1 tile)
+#: 9 s one by one against 32 s vmapped, whose compile is most of it
+VMAPPED_TILES = 64
+
+
+def replayed_objective(prep: Any, hw: Hardware, codes: np.ndarray, objective: str, reconfig: Any,
+                       width: int = 0) -> np.ndarray:
+    """The replayed ``objective`` (energy pJ, latency cycles, or their product) of each row of ``codes``
+    ``(D, ops)``. On a grid of more than :data:`VMAPPED_TILES` tiles the rows run as one vmapped replay program,
+    padded to ``width`` rows (a program compiled once for every round); on a smaller one, the replay's own
+    compiled program (the one the DP's pricing ran) runs once per row."""
+    many = int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES
+    if many:
+        rows = np.concatenate([codes, np.repeat(codes[:1], max(width - len(codes), 0), axis=0)])
+        costs = {k: v[0, : len(codes)] for k, v in style_costs(prep, Hardware.stack([hw]), rows,
+                                                                execution=hw.execution, reconfig=reconfig).items()}
+    else:
+        costs = style_costs(prep, hw, codes, execution=hw.execution, reconfig=reconfig)
+    energy = costs["energy_pj"].sum(axis=-1)
+    latency = costs["latency_cycles"].sum(axis=-1)
+    return {"energy": energy, "latency": latency, "edp": energy * latency}[objective]
+
+
+def _switches(choice: np.ndarray) -> int:
+    return int(np.count_nonzero(choice[1:] != choice[:-1]))
+
+
+def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None) -> np.ndarray:
+    """Every assignment one move from ``choice`` (``(G,)`` candidate indices) that ``allowed`` ``(G, C)`` and
+    ``max_switches`` permit: one GEMM changed, a suffix changed to one style, or one style everywhere.
+
+    >>> allowed = np.ones((3, 2), bool)
+    >>> neighbours(np.array([0, 0, 0]), allowed, None).tolist()
+    [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [0, 1, 1]]
+    """
+    g_count, c_count = allowed.shape
+    out = []
+    for g in range(g_count):
+        for c in range(c_count):
+            if c != choice[g]:
+                one = choice.copy()
+                one[g] = c
+                out.append(one)
+    for g in range(g_count):
+        for c in range(c_count):
+            tail = choice.copy()
+            tail[g:] = c
+            out.append(tail)
+    for c in range(c_count):
+        out.append(np.full(g_count, c))
+    ok = []
+    seen = {tuple(choice)}
+    for a in out:
+        key = tuple(a)
+        if key in seen:
+            continue
+        seen.add(key)
+        if allowed[np.arange(g_count), a].all() and (max_switches is None or _switches(a) <= max_switches):
+            ok.append(a)
+    return np.array(ok, dtype=np.int64).reshape(-1, g_count)
+
+
+def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands: list[str], allowed: np.ndarray,
+            objective: str, max_switches: int | None, reconfig: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """The best assignment a local search of the replayed ``objective`` finds from ``choice`` (module docstring).
+
+    Returns
+    -------
+    (choice, info)
+        The assignment (candidate indices per GEMM) and ``{"start": replayed objective of the DP's choice,
+        "found": of the returned one, "replayed": assignments replayed, "rounds": rounds run}``.
+    """
+    codes_of = np.array([DATAFLOWS.index(c) for c in cands], np.float64)
+
+    def codes(choices: np.ndarray) -> np.ndarray:
+        rows = np.zeros((len(choices), len(prep.op)))
+        rows[:, gemm] = codes_of[choices]
+        return rows
+
+    best = np.asarray(choice, np.int64).copy()
+    g_count, c_count = allowed.shape
+    width = g_count * (c_count - 1) + g_count * c_count + c_count  # the most neighbours an assignment has
+    current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0])
+    start, replayed, rounds = current, 1, 0
+    while rounds < MAX_ROUNDS:
+        rounds += 1
+        near = neighbours(best, allowed, max_switches)
+        if not len(near):
+            break
+        scores = replayed_objective(prep, hw, codes(near), objective, reconfig, width)
+        replayed += len(near)
+        i = int(np.argmin(scores))
+        if not scores[i] < current * (1.0 - 1e-12):
+            break
+        best, current = near[i], float(scores[i])
+    return best, {"start": start, "found": current, "replayed": replayed, "rounds": rounds}
