@@ -106,7 +106,7 @@ class Overhead:
 
 
 #: distinct argument shapes :func:`describe_arguments` names before it summarises the rest
-ARGUMENTS_SHOWN = 6
+ARGUMENTS_SHOWN = 8
 
 
 def describe_arguments(arg_shapes: str, shown: int = ARGUMENTS_SHOWN) -> str:

@@ -132,8 +132,8 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     blocks += [("h2", "1. Symptom"), ("ul", [
         f"Failing metric: {objective} of the best single style, {figure}: the policy is {_saved(main_gain, best)} "
         f"(replayed).",
-        f"Workload slice: {attrs.get('function', '?')} with arguments "
-        f"{describe_arguments(attrs.get('arg_shapes', '')) or '(none)'}, "
+        f"Workload slice: {attrs.get('function', '?')} "
+        f"(arguments: {describe_arguments(attrs.get('arg_shapes', '')) or 'none'}); "
         f"{attrs.get('trace_mode', '?')} capture, {attrs.get('execution')} execution, "
         f"{int(base_run.summary['inferences'])} inference(s) streamed.",
         f"First failing stage: {stage}.",

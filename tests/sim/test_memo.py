@@ -48,7 +48,10 @@ def test_every_template_field_has_a_real_value(memo_policy, static_traces):
     e_best, e_pol = (float(p.baselines["energy_j"].sel(policy=k)) * 1e3 for k in (best, "hybrid"))
     assert f"Failing metric: energy of the best single style, {e_best:.4g} mJ under {best}" in md
     assert f"{e_pol:.4g} mJ under the policy" in md
-    assert "Workload slice: mlp with arguments float32" in md and "First failing stage: " in md
+    from dfit_nb.capture.trace import describe_arguments
+
+    shapes = describe_arguments(p.baselines.attrs.get("arg_shapes", "") or p.trace.attrs["arg_shapes"])
+    assert f"Workload slice: mlp (arguments: {shapes.split(':')[0]}: " in md and "First failing stage: " in md
     first = compare(p.runs[best], p.runs["hybrid"]).attrs["first_divergence"]
     assert (f"First failing stage: {first}" in md) if first else ("First failing stage: none" in md)
     # 2. mechanism: every bottleneck class of the Run ranked by its evidence, the primary first; missing evidence
