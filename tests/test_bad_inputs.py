@@ -1309,3 +1309,63 @@ def test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_
     with pytest.raises(scale.ScaleOutError, match=rf"{re.escape(repr(str(path)))} records checksums of kind "
                                                    r"'sha3'.*upgrade dfit_nb"):
         scale.to_zarr(lazy_sweep, path, progress=False)
+
+
+# ------------------------------------------------------------------------------------------- issue 42, URLs
+# to_zarr and open_sweep pass a URL to zarr, which opens it through fsspec: s3:// without s3fs raised fsspec's bare
+# ImportError ("Install s3fs to access S3", no path), open_sweep called such a URL "not a sweep store", and a
+# file:// URL failed inside fsspec (FileNotFoundError of a '.zattrs' in a folder it never created).
+
+
+@pytest.mark.parametrize(("url", "package", "tokens"), [
+    ("s3://bucket/sweep.zarr", "s3fs", ("s3:// URLs need a package that is not installed", "s3fs")),
+    ("gs://bucket/sweep.zarr", "gcsfs", ("gs:// URLs need a package that is not installed", "gcsfs")),
+    ("abc://bucket/sweep.zarr", None, ("'abc' is not a protocol fsspec", "give a local path")),
+    ("simplecache::abc://bucket/sweep.zarr", None, ("'abc' is not a protocol fsspec",)),
+    ("file://server/share/sweep.zarr", None, ("a file:// URL of the host 'server'",)),
+])
+def test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work(url, package, tokens, lazy_sweep):
+    import importlib.util
+
+    if package is not None and importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here: {url} would be opened")
+    for call, verb in ((lambda: scale.to_zarr(lazy_sweep, url, progress=False), "write a sweep to"),
+                       (lambda: scale.open_sweep(url), "open")):
+        with pytest.raises(scale.ScaleOutError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(f"cannot {verb} {url!r}: ") and all(t in message for t in tokens), message
+
+
+@pytest.mark.parametrize("url", ["http://example.com/sweep.zarr", "https://example.com/sweep.zarr"])
+def test_to_zarr_refuses_a_read_only_url_naming_it(url, lazy_sweep):
+    with pytest.raises(scale.ScaleOutError) as info:
+        scale.to_zarr(lazy_sweep, url, progress=False)
+    message = str(info.value)
+    assert message.startswith(f"cannot write a sweep to {url!r}: ") and "cannot write them" in message, message
+
+
+def test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked(tmp_path, lazy_sweep):
+    # file:// is the local path (a temporary and a rename, its folders created); memory:// stands for a remote
+    # object store: written in place, checksummed, and its damage refused as a local store's is
+    import fsspec
+    import zarr
+
+    url = (tmp_path / "sub dir" / "sweep.zarr").as_uri()  # a space: %20 in the URL
+    assert url.startswith("file://") and "%20" in url
+    assert scale.to_zarr(lazy_sweep, url, progress=False) == 2
+    assert (tmp_path / "sub dir" / "sweep.zarr" / "total_cycles").is_dir()
+    assert not [p for p in _tree(tmp_path) if "dfit-" in p]  # its temporary renamed in, nothing beside it
+    assert scale.to_zarr(lazy_sweep, url, progress=False) == 0  # resumed: nothing left to write
+    expected = lazy_sweep["total_cycles"].values.tolist()
+    assert scale.open_sweep(url)["total_cycles"].values.tolist() == expected
+    remote = f"memory://{tmp_path.name}/sweep.zarr"
+    try:
+        assert scale.to_zarr(lazy_sweep, remote, progress=False) == 2
+        assert scale.open_sweep(remote)["total_cycles"].values.tolist() == expected
+        zarr.open_group(remote, mode="r+")["total_cycles"][1, 0] = 1.0
+        with pytest.raises(IntegrityError, match=rf"refusing to read {re.escape(repr(remote))}: chunk 1 of its "
+                                                 r"variable 'total_cycles'"):
+            scale.open_sweep(remote).load()
+    finally:  # the memory file system lives as long as the process
+        fsspec.filesystem("memory").rm(f"/{tmp_path.name}", recursive=True)

@@ -24,6 +24,7 @@ import itertools
 import json
 import operator
 import os
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -297,6 +298,48 @@ def _local(store: str) -> bool:
     return "://" not in store
 
 
+#: URL protocols fsspec can only read: a store there can be opened, never written
+_READ_ONLY_PROTOCOLS = frozenset(("http", "https"))
+
+
+def _store_name(store: str, writing: bool) -> str:
+    """``store`` as zarr is to open it, checked before any work: a local path as given; a ``file://`` URL (of no
+    host, or ``localhost``) as its local path, so that it is created, refused and resumed as a path is; any other
+    URL as given, once fsspec (through which zarr opens URLs) has an implementation of each of its protocols here
+    (``simplecache::s3://...`` chains several) and, when ``writing``, none is read-only (``http``, ``https``).
+
+    Raises :class:`ScaleOutError` naming ``store`` as the user gave it and what to do: a ``file://`` URL of
+    another host, an unknown protocol, a protocol whose package is missing (fsspec's words name it: ``s3fs`` for
+    ``s3://``, ``gcsfs`` for ``gs://``), or a write to a read-only one."""
+    if _local(store):
+        return store
+    verb = "write a sweep to" if writing else "open"
+    if store.startswith("file://"):
+        parts = urllib.parse.urlsplit(store)
+        if parts.netloc not in ("", "localhost"):
+            raise ScaleOutError(f"cannot {verb} {store!r}: a file:// URL of the host {parts.netloc!r}; give a "
+                                "local path, or a path where that host's folder is mounted")
+        return urllib.parse.unquote(parts.path)  # %20 and the like, as fsspec reads them
+    import fsspec
+
+    for link in store.split("::"):
+        protocol = link.split("://", 1)[0]  # a chain's links before the last are protocols alone
+        if writing and protocol in _READ_ONLY_PROTOCOLS:  # first: installing its package would not help
+            raise ScaleOutError(f"cannot write a sweep to {store!r}: fsspec reads {protocol}:// URLs but cannot "
+                                "write them; write to a local path or to an object store (s3://, gs://, ...), "
+                                "then serve it over HTTP if you like")
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as err:  # fsspec knows it; the package that implements it is not installed
+            raise ScaleOutError(f"cannot {verb} {store!r}: {protocol}:// URLs need a package that is not "
+                                f"installed here ({err}); install it, or give a local path") from err
+        except ValueError as err:  # "Protocol not known"
+            raise ScaleOutError(f"cannot {verb} {store!r}: {protocol!r} is not a protocol fsspec (through which "
+                                "zarr opens URLs) knows; give a local path, or a URL such as s3://bucket/sweep.zarr"
+                                ) from err
+    return store
+
+
 def _check_new_store(path: Path, store: str) -> list[Path]:
     """Refuse a local ``path`` a new sweep store cannot be created at, before anything is written; create its
     missing parent folders and return them (removed again if the creation fails).
@@ -396,7 +439,10 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     ds : xarray.Dataset
         From ``sweep(..., chunks=N)`` or ``replay_batch(..., chunks=N)``.
     store : path
-        A new directory, or one a previous ``to_zarr`` of the same sweep (same inputs and chunks) started.
+        A new directory, or one a previous ``to_zarr`` of the same sweep (same inputs and chunks) started. A
+        ``file://`` URL is taken as its local path; another fsspec URL (``s3://bucket/sweep.zarr``, with
+        ``s3fs`` installed) is written in place, chunk checksums included, without the temporary and the
+        rename a local store is created with (object stores cannot rename a folder).
     progress : bool
         A progress bar over the chunks written (local scheduler).
 
@@ -415,7 +461,9 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
         ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
         again writes the rest). ``errno`` is the cause's.
     ScaleOutError
-        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start.
+        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start; or a URL of a protocol that
+        fsspec does not know, whose package is not installed (``s3fs``, ``gcsfs``), or that it cannot write
+        (``http://``, ``https://``), or a ``file://`` URL of another host; nothing is written.
 
     Examples
     --------
@@ -432,7 +480,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     import zarr
 
     lazy, lead, split = _lead(ds)
-    store = os.fspath(store)
+    store = _store_name(os.fspath(store), writing=True)
     source = ",".join(sorted(ds[v].data.name for v in lazy))
     grid = tuple(len(c) for c in split)
     n = int(np.prod(grid)) if grid else 1
@@ -525,7 +573,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     Parameters
     ----------
     store : path
-        A store :func:`to_zarr` completed.
+        A store :func:`to_zarr` completed: a local path, a ``file://`` URL, or another fsspec URL (as
+        :func:`to_zarr` takes it; ``http(s)://`` too, with fsspec's HTTP packages installed).
     check : bool
         Compare the data with the checksums (``False``: open only, as ``xarray.open_zarr`` does).
 
@@ -536,7 +585,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     LoadRefusedError
         ``store`` is a FIFO, a socket or a device.
     ScaleOutError
-        ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first).
+        ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first); or a
+        URL fsspec cannot open here (an unknown protocol, or its package not installed).
     IntegrityError
         An eager variable or a root attribute differs from its checksum (at open), or a chunk of a lazy variable
         does (when it is read); the message names the store, the variable and the chunk, or the attribute.
@@ -555,7 +605,7 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     """
     import zarr
 
-    name = os.fspath(store)
+    name = _store_name(os.fspath(store), writing=False)
     if _local(name):
         if not os.path.lexists(name):
             raise FileNotFoundError(f"no sweep store at {name!r}")
