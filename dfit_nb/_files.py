@@ -236,7 +236,8 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     FileNotFoundError
         Nothing at ``path``.
     LoadRefusedError
-        ``path`` is a FIFO, a socket or a device (:func:`special_file`); it is not opened.
+        ``path`` is a FIFO, a socket or a device (:func:`special_file`), or a store holding one
+        (:func:`special_inside`); nothing is opened.
     FormatVersionError
         The file was written by a newer major format than :data:`READS_MAJOR`.
     IntegrityError
@@ -256,6 +257,11 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
             raise LoadRefusedError(f"refusing to load {path}: it is {special}, not a file; reading it could block "
                                    f"or consume another program's data; give the path of a saved dfit_nb {what} "
                                    "(a netCDF file or a .zarr folder)")
+        inside = special_inside(path) if path.is_dir() else None
+        if inside is not None:  # zarr would open it as one of the store's files, and block the same way
+            raise LoadRefusedError(f"refusing to load {path}: {inside[0]} inside it is {inside[1]}, not a file "
+                                   "dfit_nb writes into a store; reading it could block or consume another "
+                                   f"program's data; save the {what} again, or give the path of a good copy")
         # the version is checked before xarray opens the file: a newer format may fail there misleadingly
         markers = _markers(path)
         if markers is not None:
@@ -704,6 +710,41 @@ def special_file(path: str | os.PathLike[str]) -> str:
         if test(mode):
             return kind
     return ""
+
+
+def special_inside(folder: str | os.PathLike[str]) -> tuple[Path, str] | None:
+    """The first entry under ``folder`` (a Zarr store), through links, that :func:`special_file` names, and what
+    it is; None when every entry is a regular file or a folder (or ``folder`` is not one).
+
+    Loads check a store with it before opening any file of it: zarr reads a chunk or a metadata file that is a
+    FIFO by opening it, which blocks as opening the store's own path would. Only ``scandir`` and, for what is
+    neither a file nor a folder, ``stat`` are called: 9 ms for the 1,000 entries of the large run's store
+    (``benchmarks/bench_large_run.py``), 0.2% of its load.
+    """
+    pending, seen = [Path(folder)], set()
+    while pending:
+        current = pending.pop()
+        try:
+            key = os.stat(current)
+            if (key.st_dev, key.st_ino) in seen:  # a link back up the tree: already walked
+                continue
+            seen.add((key.st_dev, key.st_ino))
+            entries = list(os.scandir(current))
+        except OSError:  # gone, or unreadable: the load that follows reports it
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():  # through links, as zarr follows them
+                    pending.append(Path(entry.path))
+                    continue
+                if entry.is_file():
+                    continue
+            except OSError:
+                continue
+            kind = special_file(entry.path)
+            if kind:
+                return Path(entry.path), kind
+    return None
 
 
 def _markers(path: Path) -> dict[str, Any] | None:

@@ -174,6 +174,35 @@ def test_files_that_are_not_files_are_refused_by_load_and_save_unopened(trace, t
         assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # nothing written beside it either
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("where", ["ops/flops/c/0", "ops/flops/zarr.json", "sweep chunk"])
+def test_a_fifo_inside_a_zarr_store_is_refused_by_load_unopened(trace, tmp_path, where):
+    """A FIFO standing for one of a store's files (a chunk, a variable's metadata) blocked the load as a FIFO at
+    the path did: zarr opens it. Loads walk a store's entries first (``_files.special_inside``)."""
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.sim import presets, scale, sweep
+
+    if where == "sweep chunk":
+        lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os"], chunks=1,
+                     per_op=False, dram_bw=[4.0, 8.0])
+        path = tmp_path / "sweep.zarr"
+        scale.to_zarr(lazy, path, progress=False)
+        inside, load = path / "total_cycles" / "1.0", scale.open_sweep
+    else:
+        path = trace.save(tmp_path / "t.zarr")
+        inside, load = path / where, dfit_nb.load_trace
+    inside.unlink()
+    os.mkfifo(inside)
+    err, thread = _without_hanging(lambda: load(path))
+    if thread.is_alive():  # blocked in open(): a writer lets it go, then the test fails
+        with open(inside, "wb") as w:
+            w.write(b"x")
+        thread.join(20)
+        pytest.fail(f"{load.__name__} opened {inside}, a FIFO, and blocked")
+    assert isinstance(err, LoadRefusedError) and isinstance(err, OSError), err
+    assert str(path) in str(err) and f"{inside} inside it is a FIFO (named pipe)" in str(err), str(err)
+
+
 @pytest.mark.parametrize("kind", ["plain_folder", "foreign_zarr", "empty_folder"])
 def test_a_zarr_path_dfit_nb_did_not_write_is_refused_and_kept(trace, tmp_path, kind):
     target = tmp_path / "store.zarr"

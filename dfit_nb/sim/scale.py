@@ -583,7 +583,7 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     FileNotFoundError
         Nothing at ``store``.
     LoadRefusedError
-        ``store`` is a FIFO, a socket or a device.
+        ``store`` is a FIFO, a socket or a device, or a store holding one; nothing is opened.
     ScaleOutError
         ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first); or a
         URL fsspec cannot open here (an unknown protocol, or its package not installed).
@@ -613,6 +613,10 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
         if special:
             raise LoadRefusedError(f"refusing to open {name!r}: it is {special}, not a Zarr store; give the path of "
                                    "a store to_zarr() wrote")
+        inside = _files.special_inside(name) if os.path.isdir(name) else None
+        if inside is not None:  # zarr would open it as a chunk or a metadata file, and block
+            raise LoadRefusedError(f"refusing to open {name!r}: {inside[0]} inside it is {inside[1]}, not a file "
+                                   "to_zarr() writes; write the sweep again, or open a good copy")
     try:
         group = zarr.open_group(name, mode="r")
     except Exception as err:
