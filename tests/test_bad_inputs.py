@@ -98,6 +98,9 @@ _HARDWARE_CASES = [
         ("clock_ghz", 5e3, ("Hardware.clock_ghz = 5000.0", "<= 1000")),
         ("dram_bytes_per_cycle", np.array([16.0, 1e-9]), ("Hardware.dram_bytes_per_cycle", "element 1",
                                                           "physically meaningful")),
+        # names: what region and op names may not hold (issue 42, item 5); a NUL was dropped by a .nc round trip
+        ("name", "a\x00b", ("Hardware.name 'a\\x00b'", "'\\x00' (U+0000)", "Cc, Zl, Zp")),
+        ("name", "npu\u2028x", ("Hardware.name 'npu\\u2028x'", "U+2028", "rename it")),
 ]
 
 
