@@ -96,6 +96,9 @@ _PATH_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
 #: numbers this process's temporaries: with the pid, a name no other call (thread or process) uses
 _CALLS = itertools.count()
+#: what a load says of a file whose values differ from their checksums or do not decode at all
+_DAMAGED = ("the file changed after dfit_nb saved it (a damaged disk, copy or download, an edited or deleted "
+            "chunk); save it again, or load a good copy")
 
 
 def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
@@ -274,6 +277,12 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
                 with HDF5_LOCK:
                     tree = _load_closed(xr.open_datatree(path, engine=NETCDF_ENGINE))
         except Exception as err:
+            if markers is not None and not (isinstance(err, OSError) and err.errno is not None):
+                # dfit_nb's mark is in its root, yet its data do not decode (a flipped byte in a compressed Zarr
+                # chunk, or in HDF5's own structures): damaged, not another program's file. An OS error with an
+                # errno (no permission on a chunk) is not damage and is told as it is.
+                raise IntegrityError(f"refusing to load {path}: it is a dfit_nb {what} (its root carries dfit_nb's "
+                                     f"mark), but its data cannot be read back: {err}; {_DAMAGED}") from err
             raise DfitError(f"{path} is not a dfit_nb {what} file: {err}") from err
     verify_checksums(tree, path, what)
     missing = [p for p in parts if p not in tree.children]
@@ -422,8 +431,7 @@ def verify_checksums(tree: xr.DataTree, path: str | os.PathLike[str], what: str)
     if kind is not None and kind != _CHECKSUM_KIND:
         raise IntegrityError(f"{path} records checksums of kind {kind!r}, which this version of dfit_nb does not "
                              f"know (it writes {_CHECKSUM_KIND!r}); upgrade dfit_nb to load this {what}")
-    damaged = ("the file changed after dfit_nb saved it (a damaged disk, copy or download, an edited or deleted "
-               "chunk); save it again, or load a good copy")
+    damaged = _DAMAGED
     saved_attrs = tree.attrs.pop(ATTRS_CHECKSUM_ATTR, None)
     if saved_attrs is not None or _format_minor(tree.attrs.get(FORMAT_ATTR)) >= (1, 1):
         verify_attrs([(node.path, node.attrs) for node in tree.subtree], saved_attrs, path, what)
