@@ -1,7 +1,8 @@
 """The catalogue of bad inputs (issue 14, items 4, 6 and 7): each is refused with the right class (the CLI: exit status
 2 and one error line) and a message naming the offending field, value or token; hostile names cannot break the HTML
 and Markdown outputs or steer file names; and random valid machines and op tables give finite, non-negative,
-conserved costs (hypothesis)."""
+conserved costs (hypothesis). Issue 42's second audit is indexed at the end (``AUDIT_42``): each case, and the
+tests here and in other files that hold it."""
 
 from __future__ import annotations
 
@@ -878,6 +879,25 @@ def test_calibrate_refuses_a_bad_row_naming_column_and_row(column, value, tokens
         assert token in str(info.value), (token, str(info.value))
 
 
+def test_a_csv_read_by_pandas_with_text_in_a_number_is_refused_naming_column_and_row(tmp_path):
+    # the audit's case as a user meets it: a CSV of measured GEMMs with a typo, read with pandas.read_csv (the
+    # column becomes text), given to calibrate and to cost
+    import pandas as pd
+
+    from dfit_nb.sim._cost import CostInputError
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    path = tmp_path / "gemms.csv"
+    path.write_text("m,k,n,batch,dtype,time_s\n64,64,64,1,float32,1e-5\n128,128,64,1,float32,2e-5\n"
+                    "4096x,256,64,1,float32,4e-5\n512,512,64,1,float32,8e-5\n")
+    rows = pd.read_csv(path)
+    assert not pd.api.types.is_numeric_dtype(rows["m"])  # pandas reads the column as text
+    with pytest.raises(CalibrationError, match=r"measured 'm'.*numeric.*row 2 is '4096x'"):
+        calibrate(rows, presets.get("npu_like"))
+    with pytest.raises(CostInputError, match=r"ops column 'm'.*numeric.*row 2.*'4096x'"):
+        cost(rows, presets.get("npu_like"))
+
+
 @pytest.mark.parametrize("field", ["pe_rows", "clock_ghz"])
 def test_an_empty_hardware_field_is_refused_naming_it(trace, field):
     # Hardware(pe_rows=np.array([])) then replay_batch gave a bare IndexError
@@ -1372,3 +1392,104 @@ def test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked(t
             scale.open_sweep(remote).load()
     finally:  # the memory file system lives as long as the process
         fsspec.filesystem("memory").rm(f"/{tmp_path.name}", recursive=True)
+
+
+# ------------------------------------------------------------------------------------------- issue 42, the index
+# Every case of the second audit (issue 42's "Why" and "What to build"), and the test that holds it; tests in
+# other files are named by file. Each asserts the exception type and that its message names the input (or, for a
+# loss, a crash or a hang, that the result is whole and nothing else happened).
+
+AUDIT_42 = {
+    # losses
+    "report -o DIR replaced the user's report.html, playbooks and Perfetto trace": [
+        "test_bad_inputs.py::test_cli_output_dir_holding_a_users_report_file_is_refused_naming_every_one",
+        "test_bad_inputs.py::test_write_report_from_python_refuses_files_dfit_nb_did_not_write"],
+    "two threads saving one Run to one .zarr destroyed the save there": [
+        "test_saves.py::test_threads_saving_one_path_leave_one_whole_save_and_lose_nothing",
+        "test_saves.py::test_loads_of_a_zarr_path_never_see_a_swap_half_done"],
+    # crash, hangs
+    "threads in Run.save/load_run with netCDF killed the process": [
+        "test_saves.py::test_threads_saving_and_loading_netcdf_files_do_not_crash_the_process"],
+    "load_trace on a FIFO blocked forever (and sockets, devices)": [
+        "test_saves.py::test_files_that_are_not_files_are_refused_by_load_and_save_unopened",
+        "test_bad_inputs.py::test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it"],
+    "a FIFO inside a Zarr store blocked its load (found in this round)": [
+        "test_saves.py::test_a_fifo_inside_a_zarr_store_is_refused_by_load_unopened"],
+    "a 150 kB %dfit line took 181 s; {expr} ran before dfit_nb parsed the line": [
+        "test_magics.py::test_an_over_long_line_is_refused_at_once",
+        "test_magics.py::test_dfit_does_not_expand_variables_in_its_line"],
+    # silent results
+    "%dfit -o __builtins__ (a builtin, a keyword, IPython's names) replaced them": [
+        "test_magics.py::test_bad_input_raises_usage_error_naming_it_and_changes_nothing"],
+    "a NUL in region names was dropped by .nc (two regions merged); control characters in names": [
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_named_scope_showing_the_name",
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_function_name_or_a_parameter_key",
+        "test_bad_inputs.py::test_hardware_refuses_a_bad_field_naming_it"],
+    "damaged stores loaded wrong values: a flipped byte in a Zarr chunk": [
+        "test_saves.py::test_a_flipped_byte_in_any_file_of_a_zarr_store_never_loads_wrong_values",
+        "test_saves.py::test_a_value_changed_in_a_netcdf_file_is_refused_naming_the_file_and_the_variable"],
+    "damaged stores: a deleted Zarr chunk read back as fill values": [
+        "test_saves.py::test_a_deleted_or_swapped_zarr_chunk_is_refused_naming_the_variable",
+        "test_bad_inputs.py::test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed"],
+    "damaged stores: 9 of 30 single-byte flips of a .nc file loaded": [
+        "test_saves.py::test_single_byte_flips_in_a_netcdf_file_never_load_wrong_values",
+        "test_bad_inputs.py::test_a_changed_attribute_is_refused_naming_the_file_and_the_attribute"],
+    "unknown dtype strings (float33) costed as 8-byte words in cost and calibrate": [
+        "test_bad_inputs.py::test_cost_refuses_an_unknown_dtype_or_text_in_a_number_naming_column_and_row",
+        "test_bad_inputs.py::test_calibrate_refuses_a_bad_row_naming_column_and_row"],
+    "a calibration row with m = 0 (non-positive, non-finite shapes and times) was fitted": [
+        "test_bad_inputs.py::test_calibrate_refuses_a_bad_row_naming_column_and_row"],
+    # poor answers
+    "a U+2028 in a region name broke two report charts": [
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_named_scope_showing_the_name",
+        "test_bad_inputs.py::test_every_chart_renders_despite_a_hostile_region_name"],
+    "nested scans whose FLOPs x count pass int64 raised a bare OverflowError": [
+        "test_bad_inputs.py::test_capture_refuses_counts_that_nested_scans_push_past_64_bits"],
+    "a 253-character file name got an OSError naming the hidden temporary": [
+        "test_saves.py::test_a_name_too_long_for_its_temporary_names_the_users_path"],
+    "to_zarr into a user's folder got zarr's \"Cannot create '' with mode 'w-'\"": [
+        "test_bad_inputs.py::test_a_save_into_a_users_folder_is_refused_naming_it_not_an_empty_name",
+        "test_bad_inputs.py::test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing"],
+    "to_zarr on a full disk got ENOSPC without a path (every save names the user's path)": [
+        "test_bad_inputs.py::test_a_failed_write_names_the_users_path_and_what_to_do_and_leaves_nothing",
+        "test_bad_inputs.py::test_a_sweep_whose_disk_fills_half_way_keeps_its_chunks_and_says_how_to_resume"],
+    "a CSV with 4096x in a numeric column got TypeError: can't multiply sequence": [
+        "test_bad_inputs.py::test_a_csv_read_by_pandas_with_text_in_a_number_is_refused_naming_column_and_row",
+        "test_bad_inputs.py::test_cost_refuses_an_unknown_dtype_or_text_in_a_number_naming_column_and_row"],
+    "Hardware(pe_rows=np.array([])) then replay_batch got a bare IndexError": [
+        "test_bad_inputs.py::test_an_empty_hardware_field_is_refused_naming_it"],
+    "two pytest workers shared JAX's persistent cache (a truncated entry read)": [
+        "test_compile_cache.py::test_an_xdist_worker_compiles_into_a_folder_of_its_own",
+        "test_compile_cache.py::test_each_worker_holds_its_own_folder_while_it_lives"],
+    # what to build, beyond the cases above
+    "-o / and -o ~ refused, for root too (the CLI and write_report)": [
+        "test_bad_inputs.py::test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root",
+        "test_bad_inputs.py::test_write_report_from_python_refuses_root_and_home_as_the_cli_does"],
+    "a previous report's files (dfit_nb's mark) are replaced": [
+        "test_bad_inputs.py::test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised"],
+    "to_zarr / open_sweep to a non-local URL (s3://, gs://, http://, file://)": [
+        "test_bad_inputs.py::test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work",
+        "test_bad_inputs.py::test_to_zarr_refuses_a_read_only_url_naming_it",
+        "test_bad_inputs.py::test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked"],
+    "a lost checksum or an unknown checksum kind": [
+        "test_saves.py::test_a_lost_checksum_or_an_unknown_kind_is_refused",
+        "test_bad_inputs.py::test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_their_own"],
+}
+
+
+def test_every_case_of_the_second_audit_names_tests_that_exist():
+    """The index above stays true: each case names at least one test, and each named test is a test function of
+    its file (a renamed or deleted test fails here, not silently out of the catalogue)."""
+    import ast
+
+    folder = Path(__file__).parent
+    defined: dict[str, set[str]] = {}
+    for case, tests in AUDIT_42.items():
+        assert tests, case
+        for test in tests:
+            file, _, name = test.partition("::")
+            if file not in defined:
+                tree = ast.parse((folder / file).read_text(encoding="utf-8"))
+                defined[file] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                                 and n.name.startswith("test_")}
+            assert name in defined[file], (case, test)
