@@ -1407,6 +1407,8 @@ AUDIT_42 = {
     "two threads saving one Run to one .zarr destroyed the save there": [
         "test_saves.py::test_threads_saving_one_path_leave_one_whole_save_and_lose_nothing",
         "test_saves.py::test_loads_of_a_zarr_path_never_see_a_swap_half_done"],
+    "threads streaming one sweep to one new store: all but one failed, 'Directory not empty' (found this round)": [
+        "test_saves.py::test_threads_streaming_one_sweep_to_one_store_take_turns"],
     # crash, hangs
     "threads in Run.save/load_run with netCDF killed the process": [
         "test_saves.py::test_threads_saving_and_loading_netcdf_files_do_not_crash_the_process"],

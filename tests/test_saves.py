@@ -458,6 +458,20 @@ def test_threads_saving_and_loading_netcdf_files_do_not_crash_the_process(run, t
     assert _names(tmp_path) == sorted([p.name for p in paths] + ["shared.nc"])
 
 
+def test_threads_streaming_one_sweep_to_one_store_take_turns(tmp_path):
+    """Four threads calling ``scale.to_zarr`` of one sweep on one new path: each saw no store and created one, and
+    all but the first failed renaming theirs in ("[Errno 39] Directory not empty ... check the disk"). Calls on
+    one local store take turns now: the first writes every chunk, the others find it complete."""
+    from dfit_nb.sim import presets, scale, sweep
+
+    lazy = sweep({"m": [64, 8], "k": [64, 8], "n": [64, 8]}, presets.get("scalesim_32"), ["os"], chunks=1,
+                 per_op=False, dram_bw=[4.0, 8.0, 16.0])
+    path, written = tmp_path / "sweep.zarr", []
+    assert not _in_threads(4, lambda i: written.append(scale.to_zarr(lazy, path, progress=False)))
+    assert sorted(written) == [0, 0, 0, 3] and _names(tmp_path) == ["sweep.zarr"]
+    assert scale.open_sweep(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
+
+
 def test_loads_of_a_zarr_path_never_see_a_swap_half_done(run, tmp_path):
     """A load on one thread while another swaps a Zarr store in: between the swap's renames nothing is at the
     path, and a load then must not move the old store back under the save (the path's lock keeps them apart)."""

@@ -403,13 +403,12 @@ def _create_store(meta: xr.Dataset, store: str, encoding: dict[str, Any]) -> Non
     path = Path(store)
     made = _check_new_store(path, store)
     tmp = _files._sibling(path, _files._TMP)
-    try:
-        with _files._path_lock(path):
-            _files._clean_leftovers(path)
-            meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
-            if path.is_dir():  # an empty folder the user made for it: replaced by the store
-                path.rmdir()
-            os.rename(tmp, path)
+    try:  # (to_zarr holds the path's lock)
+        _files._clean_leftovers(path)
+        meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
+        if path.is_dir():  # an empty folder the user made for it: replaced by the store
+            path.rmdir()
+        os.rename(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):
             _files._remove(tmp)
@@ -432,7 +431,8 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
 
     A new local store is created beside its path (``<name>.dfit-tmp-<pid>-<n>``) and renamed in once its metadata
     is written, so a failure there leaves nothing under the name; missing parent folders are created (and
-    removed again if the creation fails).
+    removed again if the creation fails). Calls on one local store (from threads) take turns in this process: a
+    later one resumes what the earlier left, which is nothing when it completed.
 
     Parameters
     ----------
@@ -477,10 +477,21 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     >>> xr.open_zarr(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
     True
     """
+    store = _store_name(os.fspath(store), writing=True)
+    if not _local(store):
+        return _stream(ds, store, progress)
+    # one call per local store at a time in this process: a second call waits, then resumes what the first left
+    # (nothing, when it completed); both creating the store raised "Directory not empty" in all but one
+    with _files._path_lock(Path(store)):
+        return _stream(ds, store, progress)
+
+
+def _stream(ds: xr.Dataset, store: str, progress: bool) -> int:
+    """:func:`to_zarr`'s work on ``store`` (as :func:`_store_name` returned it): create the store or resume it,
+    then write the chunks not yet done; the chunks written."""
     import zarr
 
     lazy, lead, split = _lead(ds)
-    store = _store_name(os.fspath(store), writing=True)
     source = ",".join(sorted(ds[v].data.name for v in lazy))
     grid = tuple(len(c) for c in split)
     n = int(np.prod(grid)) if grid else 1
