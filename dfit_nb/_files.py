@@ -120,12 +120,15 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     ------
     SaveRefusedError
         ``path`` holds something dfit_nb did not write, or is ``.``, ``..``, ``/``, the home or the working
-        directory (or one of its parents). Nothing is written.
+        directory (or one of its parents), or holds a NUL character. Nothing is written.
     SaveError
         The directory of ``path`` is missing, or writing failed (a full disk); the previous result at ``path``
         is unchanged and the temporary is removed. ``errno`` is the cause's.
     """
     path = Path(path)
+    if "\x00" in str(path):  # else os.stat's bare ValueError("embedded null byte"), naming nothing
+        raise SaveRefusedError(f"refusing to save to {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
+                               "give a path without it")
     zarr = path.suffix == ".zarr"
     stamped = tree.copy(deep=False)  # shares the arrays; only the attrs differ (each variable's are a copy)
     stamped.attrs = {**tree.attrs, FORMAT_ATTR: FORMAT_VERSION, CHECKSUM_ATTR: _CHECKSUM_KIND}
@@ -240,7 +243,7 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         Nothing at ``path``.
     LoadRefusedError
         ``path`` is a FIFO, a socket or a device (:func:`special_file`), or a store holding one
-        (:func:`special_inside`); nothing is opened.
+        (:func:`special_inside`), or ``path`` holds a NUL character; nothing is opened.
     FormatVersionError
         The file was written by a newer major format than :data:`READS_MAJOR`.
     IntegrityError
@@ -250,6 +253,9 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         The file is not a dfit_nb ``what``.
     """
     path = Path(path)
+    if "\x00" in str(path):  # no file has such a name: said so, with the NUL shown, not printed raw
+        raise LoadRefusedError(f"refusing to load {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
+                               f"give the path of a saved dfit_nb {what} without it")
     with _path_lock(path):  # a save of this path on another thread finishes first: no swap is seen half done
         if not os.path.lexists(path):
             _recover(path)
@@ -260,7 +266,7 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
             raise LoadRefusedError(f"refusing to load {path}: it is {special}, not a file; reading it could block "
                                    f"or consume another program's data; give the path of a saved dfit_nb {what} "
                                    "(a netCDF file or a .zarr folder)")
-        inside = special_inside(path) if path.is_dir() else None
+        inside = special_inside(path) if path.suffix == ".zarr" and path.is_dir() else None
         if inside is not None:  # zarr would open it as one of the store's files, and block the same way
             raise LoadRefusedError(f"refusing to load {path}: {inside[0]} inside it is {inside[1]}, not a file "
                                    "dfit_nb writes into a store; reading it could block or consume another "
@@ -720,16 +726,24 @@ def special_file(path: str | os.PathLike[str]) -> str:
     return ""
 
 
+#: the files at the root of a Zarr store (format 3; format 2's group, attributes and array metadata)
+ZARR_ROOT_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
+
+
 def special_inside(folder: str | os.PathLike[str]) -> tuple[Path, str] | None:
-    """The first entry under ``folder`` (a Zarr store), through links, that :func:`special_file` names, and what
-    it is; None when every entry is a regular file or a folder (or ``folder`` is not one).
+    """The first entry under ``folder``, a Zarr store, through links, that :func:`special_file` names, and what
+    it is; None when every entry is a regular file or a folder, or when ``folder`` is not a Zarr store (no
+    :data:`ZARR_ROOT_FILES` there: zarr opens nothing in it, and a folder such as ``/`` is never walked).
 
     Loads check a store with it before opening any file of it: zarr reads a chunk or a metadata file that is a
     FIFO by opening it, which blocks as opening the store's own path would. Only ``scandir`` and, for what is
     neither a file nor a folder, ``stat`` are called: 9 ms for the 1,000 entries of the large run's store
     (``benchmarks/bench_large_run.py``), 0.2% of its load.
     """
-    pending, seen = [Path(folder)], set()
+    root = Path(folder)
+    if not any(os.path.lexists(root / name) for name in ZARR_ROOT_FILES):
+        return None
+    pending, seen = [root], set()
     while pending:
         current = pending.pop()
         try:

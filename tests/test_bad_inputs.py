@@ -1033,6 +1033,25 @@ def test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing(ent
 
 
 @pytest.mark.parametrize("entry", _ENTRY_POINTS)
+def test_a_path_holding_a_nul_is_refused_by_every_save_and_load_naming_it(entry, tmp_path, trace, run, lazy_sweep):
+    # os.stat said ValueError("embedded null byte") and named nothing; a load printed the NUL raw
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.sim import calibration
+
+    path = tmp_path / f"a\x00b.{entry.split('.')[1]}"
+    with pytest.raises(SaveRefusedError) as info:
+        _save(entry, path, trace, run, lazy_sweep)
+    assert repr(str(path)) in str(info.value) and "cannot hold a NUL character" in str(info.value), str(info.value)
+    loads = {"trace": [dfit_nb.load_trace], "run": [dfit_nb.load_run, calibration.load],
+             "sweep": [scale.open_sweep]}[entry.split(".")[0]]
+    for load in loads:
+        with pytest.raises(LoadRefusedError) as info:
+            load(path)
+        assert repr(str(path)) in str(info.value) and "NUL" in str(info.value), str(info.value)
+    assert _tree(tmp_path) == []
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS)
 def test_a_save_into_a_users_folder_is_refused_naming_it_not_an_empty_name(entry, tmp_path, trace, run,
                                                                              lazy_sweep):
     # the sweep's to_zarr said "Cannot create '' with mode 'w-'" (zarr's words, no path)
@@ -1451,6 +1470,8 @@ AUDIT_42 = {
         "test_bad_inputs.py::test_capture_refuses_counts_that_nested_scans_push_past_64_bits"],
     "a 253-character file name got an OSError naming the hidden temporary": [
         "test_saves.py::test_a_name_too_long_for_its_temporary_names_the_users_path"],
+    "a NUL in a path: a bare ValueError('embedded null byte') from every save (found this round)": [
+        "test_bad_inputs.py::test_a_path_holding_a_nul_is_refused_by_every_save_and_load_naming_it"],
     "to_zarr into a user's folder got zarr's \"Cannot create '' with mode 'w-'\"": [
         "test_bad_inputs.py::test_a_save_into_a_users_folder_is_refused_naming_it_not_an_empty_name",
         "test_bad_inputs.py::test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing"],

@@ -175,13 +175,23 @@ def test_files_that_are_not_files_are_refused_by_load_and_save_unopened(trace, t
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
-@pytest.mark.parametrize("where", ["ops/flops/c/0", "ops/flops/zarr.json", "sweep chunk"])
+@pytest.mark.parametrize("where", ["ops/flops/c/0", "ops/flops/zarr.json", "sweep chunk", "plain folder"])
 def test_a_fifo_inside_a_zarr_store_is_refused_by_load_unopened(trace, tmp_path, where):
     """A FIFO standing for one of a store's files (a chunk, a variable's metadata) blocked the load as a FIFO at
-    the path did: zarr opens it. Loads walk a store's entries first (``_files.special_inside``)."""
+    the path did: zarr opens it. Loads walk a store's entries first (``_files.special_inside``); a folder that is
+    no Zarr store is not walked (``load_trace("/")`` must not walk the disk), and zarr opens nothing in it."""
     from dfit_nb.errors import LoadRefusedError
     from dfit_nb.sim import presets, scale, sweep
 
+    if where == "plain folder":
+        (tmp_path / "deep" / "er").mkdir(parents=True)
+        os.mkfifo(tmp_path / "deep" / "er" / "pipe")
+        for load in (dfit_nb.load_trace, scale.open_sweep):
+            err, thread = _without_hanging(lambda load=load: load(tmp_path))
+            assert not thread.is_alive()
+            assert isinstance(err, DfitError) and not isinstance(err, LoadRefusedError), err
+            assert str(tmp_path) in str(err) and "is not a" in str(err), str(err)
+        return
     if where == "sweep chunk":
         lazy = sweep({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os"], chunks=1,
                      per_op=False, dram_bw=[4.0, 8.0])

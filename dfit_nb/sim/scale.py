@@ -308,9 +308,14 @@ def _store_name(store: str, writing: bool) -> str:
     URL as given, once fsspec (through which zarr opens URLs) has an implementation of each of its protocols here
     (``simplecache::s3://...`` chains several) and, when ``writing``, none is read-only (``http``, ``https``).
 
-    Raises :class:`ScaleOutError` naming ``store`` as the user gave it and what to do: a ``file://`` URL of
+    Raises :class:`SaveRefusedError` (``writing``) or :class:`LoadRefusedError` for a NUL character in
+    ``store``, and :class:`ScaleOutError` naming ``store`` as the user gave it and what to do: a ``file://`` URL of
     another host, an unknown protocol, a protocol whose package is missing (fsspec's words name it: ``s3fs`` for
     ``s3://``, ``gcsfs`` for ``gs://``), or a write to a read-only one."""
+    if "\x00" in store:  # else a bare ValueError("embedded null byte") from the first os call, naming nothing
+        refused = SaveRefusedError if writing else LoadRefusedError
+        raise refused(f"refusing to {'write a sweep to' if writing else 'open'} {store!r}: a path cannot hold a "
+                      "NUL character ('\\x00'); give a path without it")
     if _local(store):
         return store
     verb = "write a sweep to" if writing else "open"
@@ -455,7 +460,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     ------
     SaveRefusedError
         ``store`` is a file, a folder holding other files, or a folder dfit_nb never writes into (``.``, the home
-        directory); nothing is written.
+        directory), or holds a NUL character; nothing is written.
     SaveError
         The store cannot be created (a parent that is a file, no permission, a full disk: nothing is left at
         ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
@@ -594,7 +599,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     FileNotFoundError
         Nothing at ``store``.
     LoadRefusedError
-        ``store`` is a FIFO, a socket or a device, or a store holding one; nothing is opened.
+        ``store`` is a FIFO, a socket or a device, or a store holding one, or holds a NUL character; nothing is
+        opened.
     ScaleOutError
         ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first); or a
         URL fsspec cannot open here (an unknown protocol, or its package not installed).
