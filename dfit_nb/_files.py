@@ -40,6 +40,7 @@ import stat
 import sys
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -125,7 +126,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
         The directory of ``path`` is missing, or writing failed (a full disk); the previous result at ``path``
         is unchanged and the temporary is removed. ``errno`` is the cause's.
     """
-    path = Path(path)
+    path = local_path(path, saving=True)
     if "\x00" in str(path):  # else os.stat's bare ValueError("embedded null byte"), naming nothing
         raise SaveRefusedError(f"refusing to save to {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
                                "give a path without it")
@@ -252,7 +253,7 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     DfitError
         The file is not a dfit_nb ``what``.
     """
-    path = Path(path)
+    path = local_path(path, saving=False)
     if "\x00" in str(path):  # no file has such a name: said so, with the NUL shown, not printed raw
         raise LoadRefusedError(f"refusing to load {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
                                f"give the path of a saved dfit_nb {what} without it")
@@ -297,6 +298,32 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         raise DfitError(f"{path} is not a dfit_nb {what}: groups {missing} are missing{''.join(hints)}")
     tree.attrs.pop(FORMAT_ATTR, None)  # a property of the file, not of the trace or run
     return tree
+
+
+def local_path(path: str | os.PathLike[str], saving: bool) -> Path:
+    """``path`` as a local :class:`~pathlib.Path`: a path as given, a ``file://`` URL (of no host, or
+    ``localhost``) as its path; any other URL (``s3://bucket/run.zarr``) is refused, naming it as given.
+
+    ``Path`` would have made ``s3://bucket/run.zarr`` the local ``s3:/bucket/run.zarr``, and the save failed
+    naming a folder ``s3:`` the user never gave. Saves and loads of traces, runs and calibrations are local
+    only: a save replaces atomically by renaming, which object stores cannot do (a sweep's ``to_zarr`` writes
+    URLs, in place).
+
+    >>> local_path("run.nc", saving=True), local_path("file:///tmp/a%20b.nc", saving=False)
+    (PosixPath('run.nc'), PosixPath('/tmp/a b.nc'))
+    """
+    raw = os.fspath(path)
+    if "://" not in raw:
+        return Path(raw)
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(urllib.parse.unquote(parts.path))
+    refused = SaveRefusedError if saving else LoadRefusedError
+    verb, fix = (("save to", "save to a local path, then copy the file") if saving else
+                 ("load", "copy it to a local path, then load that"))
+    raise refused(f"refusing to {verb} {raw!r}: it is a URL, and dfit_nb saves and loads traces, runs and "
+                  f"calibrations on a local file system only (a save replaces by renaming, which object stores "
+                  f"cannot do atomically); {fix}")
 
 
 def checksum(values: np.ndarray) -> str:
@@ -629,8 +656,12 @@ def refuse_shared_folder(folder: str | os.PathLike[str], label: str) -> None:
     of :func:`dfit_nb.report.write_report`'s ``out_dir``.
 
     Raises :class:`SaveRefusedError` ``"<label> is <what>; give the report a folder of its own, e.g. ..."``, where
-    ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``).
+    ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``); also for a URL
+    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there).
     """
+    if "://" in os.fspath(folder):
+        raise SaveRefusedError(f"{label} is a URL; the report is written to a folder on a local file system: give "
+                               "a folder path (copy the folder anywhere afterwards)")
     shared = root_or_home(folder)
     if shared:  # permissions do not stop root, and a report there would mix its files with the user's own
         raise SaveRefusedError(f"{label} is {shared}; give the report a folder of its own, e.g. "

@@ -629,6 +629,23 @@ def test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root(capsys, tra
     assert not tracer_module["marker"].exists() and list(home.iterdir()) == []
 
 
+@pytest.mark.parametrize("option", ["-o", "--save-trace"])
+def test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder(capsys, tracer_module, monkeypatch,
+                                                                              tmp_path, option):
+    # -o s3://b/out made a local folder 's3:' (Path collapses '//') and wrote the report there, exit 0;
+    # --save-trace s3://b/t.nc named a directory 's3:/b' the user never gave
+    monkeypatch.chdir(tmp_path)
+    url = "s3://b/out" if option == "-o" else "s3://b/t.nc"
+    extra = [option, url] if option == "-o" else [option, url, "-o", str(tmp_path / "out")]
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", *extra)
+    assert code == 2
+    line = one_error_line(err)
+    assert f"{option} {url!r}" in line and "URL" in line and "s3:/b" not in line.replace(url, ""), line
+    assert not tracer_module["marker"].exists()
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder: nothing to refuse")
 @pytest.mark.parametrize("below", ["", "new/sub"])
 def test_cli_output_dir_that_cannot_be_written_is_refused_before_any_capture(capsys, tracer_module, below):
@@ -1379,6 +1396,31 @@ def test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work(url, packag
         assert message.startswith(f"cannot {verb} {url!r}: ") and all(t in message for t in tokens), message
 
 
+@pytest.mark.parametrize("entry", _ENTRY_POINTS[:4])
+def test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_path(entry, tmp_path, trace, run,
+                                                                                   monkeypatch):
+    # Path made 's3://bucket/t.nc' the local 's3:/bucket/t.nc': the save named a folder 's3:' the user never gave
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    obj, load = (trace, dfit_nb.load_trace) if entry.startswith("trace") else (run, dfit_nb.load_run)
+    url = f"s3://bucket/{entry}"
+    with pytest.raises(SaveRefusedError) as info:
+        obj.save(url)
+    assert str(info.value).startswith(f"refusing to save to {url!r}: it is a URL"), str(info.value)
+    with pytest.raises(LoadRefusedError) as info:
+        load(url)
+    assert str(info.value).startswith(f"refusing to load {url!r}: it is a URL"), str(info.value)
+    if entry == "trace.nc":
+        with pytest.raises(SaveRefusedError, match=r"out_dir 's3://bucket/out' is a URL"):
+            write_report(trace, ["npu_like"], "s3://bucket/out", progress=False)
+    assert list(tmp_path.iterdir()) == []
+    path = obj.save((tmp_path / entry).as_uri())  # file:// is the local path
+    assert path == tmp_path / entry and _tree(tmp_path)[0] == entry
+    assert load(path.as_uri()).attrs == load(path).attrs
+
+
 @pytest.mark.parametrize("url", ["http://example.com/sweep.zarr", "https://example.com/sweep.zarr"])
 def test_to_zarr_refuses_a_read_only_url_naming_it(url, lazy_sweep):
     with pytest.raises(scale.ScaleOutError) as info:
@@ -1492,6 +1534,9 @@ AUDIT_42 = {
         "test_bad_inputs.py::test_write_report_from_python_refuses_root_and_home_as_the_cli_does"],
     "a previous report's files (dfit_nb's mark) are replaced": [
         "test_bad_inputs.py::test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised"],
+    "a URL (s3://) for a Trace/Run save or load, write_report, the CLI's -o and --save-trace (found this round)": [
+        "test_bad_inputs.py::test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_path",
+        "test_bad_inputs.py::test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder"],
     "to_zarr / open_sweep to a non-local URL (s3://, gs://, http://, file://)": [
         "test_bad_inputs.py::test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work",
         "test_bad_inputs.py::test_to_zarr_refuses_a_read_only_url_naming_it",
