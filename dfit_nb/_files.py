@@ -657,8 +657,12 @@ def refuse_shared_folder(folder: str | os.PathLike[str], label: str) -> None:
 
     Raises :class:`SaveRefusedError` ``"<label> is <what>; give the report a folder of its own, e.g. ..."``, where
     ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``); also for a URL
-    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there).
+    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there) and an empty name (the report
+    went into the working directory; ``'.'`` says so on purpose).
     """
+    if os.fspath(folder) == "":  # Path("") is the working directory: the report went there unasked
+        raise SaveRefusedError(f"{label} is empty; give the report a folder of its own, e.g. dfit_report (created "
+                               "if missing), or '.' to write it into the working directory")
     if "://" in os.fspath(folder):
         raise SaveRefusedError(f"{label} is a URL; the report is written to a folder on a local file system: give "
                                "a folder path (copy the folder anywhere afterwards)")

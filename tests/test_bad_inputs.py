@@ -629,6 +629,21 @@ def test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root(capsys, tra
     assert not tracer_module["marker"].exists() and list(home.iterdir()) == []
 
 
+def test_an_empty_report_folder_is_refused_by_the_cli_and_write_report(capsys, tracer_module, monkeypatch, tmp_path,
+                                                                        trace):
+    # -o "" and out_dir="" wrote the report into the working directory, unasked ('.' still does, on purpose)
+    from dfit_nb.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", "")
+    assert code == 2 and "-o '' is empty" in one_error_line(err) and not tracer_module["marker"].exists()
+    with pytest.raises(SaveRefusedError, match=r"out_dir '' is empty; give the report a folder of its own"):
+        write_report(trace, ["npu_like"], "", progress=False)
+    assert _tree(tmp_path) == before
+
+
 @pytest.mark.parametrize("option", ["-o", "--save-trace"])
 def test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder(capsys, tracer_module, monkeypatch,
                                                                               tmp_path, option):
@@ -1532,6 +1547,8 @@ AUDIT_42 = {
     "-o / and -o ~ refused, for root too (the CLI and write_report)": [
         "test_bad_inputs.py::test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root",
         "test_bad_inputs.py::test_write_report_from_python_refuses_root_and_home_as_the_cli_does"],
+    "an empty -o / out_dir wrote the report into the working directory (found this round)": [
+        "test_bad_inputs.py::test_an_empty_report_folder_is_refused_by_the_cli_and_write_report"],
     "a previous report's files (dfit_nb's mark) are replaced": [
         "test_bad_inputs.py::test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised"],
     "a URL (s3://) for a Trace/Run save or load, write_report, the CLI's -o and --save-trace (found this round)": [
