@@ -1321,6 +1321,29 @@ def test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it(kind, tmp_pa
         assert "my notes" in path.read_text() or '"tool":"mine"' in path.read_text()
 
 
+@pytest.mark.parametrize("case", ["missing folder", "full disk", "URL", "NUL"])
+def test_to_perfetto_names_the_users_path_when_it_cannot_write_it(case, tmp_path, run, monkeypatch):
+    # a missing folder or a URL (made a local 's3:' folder) got an OSError naming the hidden temporary
+    # ('.x.json.r4ons_7d.tmp'); a NUL, a bare ValueError("embedded null byte")
+    path = {"missing folder": str(tmp_path / "nodir" / "run.json"), "full disk": str(tmp_path / "run.json"),
+            "URL": "s3://bucket/run.json", "NUL": str(tmp_path / "a\x00b.json")}[case]
+    if case == "full disk":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "replace", full)  # the rename of the complete temporary
+    monkeypatch.chdir(tmp_path)
+    expected = SaveRefusedError if case in ("URL", "NUL") else SaveError
+    with pytest.raises(expected) as info:
+        run.to_perfetto(path)
+    message = str(info.value)
+    assert (repr(path) if case in ("URL", "NUL") else path) in message and ".tmp" not in message, message
+    advice = {"missing folder": "does not exist; create it first", "full disk": "free space on the disk holding",
+              "URL": "it is a URL", "NUL": "cannot hold a NUL character"}[case]
+    assert advice in message, message
+    assert _tree(tmp_path) == []  # no temporary left, no 's3:' folder made
+
+
 def test_to_perfetto_replaces_its_own_trace_and_a_users_file_when_told(tmp_path, run):
     from dfit_nb._files import written_by_dfit
     from dfit_nb.events.perfetto import PerfettoExportError
@@ -1558,6 +1581,8 @@ AUDIT_42 = {
         "test_bad_inputs.py::test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work",
         "test_bad_inputs.py::test_to_zarr_refuses_a_read_only_url_naming_it",
         "test_bad_inputs.py::test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked"],
+    "to_perfetto into a missing folder or a URL named its hidden temporary; a NUL in its path (this round)": [
+        "test_bad_inputs.py::test_to_perfetto_names_the_users_path_when_it_cannot_write_it"],
     "a lost checksum or an unknown checksum kind": [
         "test_saves.py::test_a_lost_checksum_or_an_unknown_kind_is_refused",
         "test_bad_inputs.py::test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_their_own"],

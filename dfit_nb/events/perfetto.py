@@ -25,6 +25,7 @@ are kept.
 
 from __future__ import annotations
 
+import errno
 import heapq
 import itertools
 import json
@@ -40,9 +41,9 @@ import pandas as pd
 import xarray as xr
 
 from .._atomic import atomic_file
-from .._files import foreign_file
+from .._files import foreign_file, local_path, os_reason, what_to_do
 from .._version import __version__
-from ..errors import DfitError, DfitWarning, SaveRefusedError
+from ..errors import DfitError, DfitWarning, SaveError, SaveRefusedError
 from .schema import KINDS, check
 
 __all__ = ["PerfettoAggregationWarning", "PerfettoExportError", "to_perfetto"]
@@ -134,7 +135,11 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     ------
     SaveRefusedError
         ``path`` holds a file dfit_nb did not write (a user's trace, notes), a link to nothing or a FIFO, and
-        ``overwrite`` is not ``True``; refused before any work, nothing is written.
+        ``overwrite`` is not ``True``; or ``path`` is a URL other than ``file://`` or holds a NUL character.
+        Refused before any work, nothing is written.
+    SaveError
+        The write failed (a missing folder, no permission, a full disk), naming ``path`` (not the temporary the
+        OS named) and what to do; nothing is left at ``path`` or beside it. ``errno`` is the cause's.
     PerfettoExportError
         Events or options that cannot be exported, or ``path`` a folder.
 
@@ -170,7 +175,10 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     >>> next(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name")
     'tpu_like (simulated, 1.05 GHz clock; 1 us = 1050 cycles)'
     """
-    target = Path(os.fspath(path))
+    target = local_path(path, saving=True)  # a URL is refused, named as given (Path would make 's3:/...')
+    if "\x00" in str(target):  # else a bare ValueError("embedded null byte"), naming nothing
+        raise SaveRefusedError(f"refusing to write a trace to {str(target)!r}: a path cannot hold a NUL character "
+                               "('\\x00'); give a path without it")
     if target.is_dir():
         raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
     if not isinstance(overwrite, bool):
@@ -226,7 +234,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     threads = ([(CHIP_PID, KERNEL_TID, "kernels")] if kernel_lines else []) + slices.threads
     meta = _metadata_lines(threads, chip, clock, has_chip=bool(counters) or bool(kernel_lines) or slices.has_chip,
                            has_host=slices.has_host)
-    return _write(Path(path), [meta, kernel_lines, slices.lines, counters], other)
+    return _write(target, [meta, kernel_lines, slices.lines, counters], other)
 
 
 #: the thread of the kernels track (sorts before every tile's)
@@ -744,12 +752,21 @@ def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
 
 def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
     path = Path(os.fspath(path))
-    with atomic_file(path, "w", permissions=0o644) as f:
-        f.write('{"traceEvents":[\n')
-        for chunk in _chunks(parts):
-            f.write(chunk)
-        # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
-        f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
-        f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
-        f.write("}\n")
+    try:
+        with atomic_file(path, "w", permissions=0o644) as f:
+            f.write('{"traceEvents":[\n')
+            for chunk in _chunks(parts):
+                f.write(chunk)
+            # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
+            f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
+            f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
+            f.write("}\n")
+    except OSError as err:  # the OS named the hidden temporary ('.run.json.x1y2.tmp'): name the user's path
+        folder = path.parent if str(path.parent) else Path(".")
+        reason = (f"the folder {folder} does not exist; create it first, or give a path in a folder that exists"
+                  if err.errno == errno.ENOENT else what_to_do(err, folder))
+        failed = SaveError(f"could not write a trace to {path}: {os_reason(err)} (nothing was written there); "
+                           f"{reason}")
+        failed.errno = err.errno
+        raise failed from err
     return path
