@@ -657,12 +657,18 @@ def refuse_shared_folder(folder: str | os.PathLike[str], label: str) -> None:
 
     Raises :class:`SaveRefusedError` ``"<label> is <what>; give the report a folder of its own, e.g. ..."``, where
     ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``); also for a URL
-    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there) and an empty name (the report
-    went into the working directory; ``'.'`` says so on purpose).
+    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there), an empty name (the report
+    went into the working directory; ``'.'`` says so on purpose) and a leading ``~`` (``'~/dfit'`` made a folder
+    named ``~`` in the working directory: only a shell expands it).
     """
     if os.fspath(folder) == "":  # Path("") is the working directory: the report went there unasked
         raise SaveRefusedError(f"{label} is empty; give the report a folder of its own, e.g. dfit_report (created "
                                "if missing), or '.' to write it into the working directory")
+    first = Path(os.fspath(folder)).parts[:1]
+    if first and first[0].startswith("~"):  # Python expands no '~': it would be a folder of that name, here
+        raise SaveRefusedError(f"{label} starts with {first[0]!r}, which is not expanded here: the report would go "
+                               f"into a folder named {first[0]!r} in {Path.cwd()}; write the path out, e.g. "
+                               f"{os.path.expanduser(os.fspath(folder))}")
     if "://" in os.fspath(folder):
         raise SaveRefusedError(f"{label} is a URL; the report is written to a folder on a local file system: give "
                                "a folder path (copy the folder anywhere afterwards)")

@@ -629,18 +629,23 @@ def test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root(capsys, tra
     assert not tracer_module["marker"].exists() and list(home.iterdir()) == []
 
 
-def test_an_empty_report_folder_is_refused_by_the_cli_and_write_report(capsys, tracer_module, monkeypatch, tmp_path,
-                                                                        trace):
-    # -o "" and out_dir="" wrote the report into the working directory, unasked ('.' still does, on purpose)
+@pytest.mark.parametrize(("out_dir", "said"), [("", "is empty; give the report a folder of its own"),
+                                               ("~/dfit", "starts with '~', which is not expanded here"),
+                                               ("~", "starts with '~'")])
+def test_an_empty_or_tilde_report_folder_is_refused_by_the_cli_and_write_report(capsys, tracer_module, monkeypatch,
+                                                                                  tmp_path, trace, out_dir, said):
+    # -o "" and out_dir="" wrote the report into the working directory, unasked ('.' still does, on purpose);
+    # -o '~/dfit' (quoted: no shell expands it) and out_dir="~/dfit" made a folder named '~' there
     from dfit_nb.report import write_report
 
     monkeypatch.chdir(tmp_path)
     before = _tree(tmp_path)
     code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
-                        "--hw", "npu_like", "-o", "")
-    assert code == 2 and "-o '' is empty" in one_error_line(err) and not tracer_module["marker"].exists()
-    with pytest.raises(SaveRefusedError, match=r"out_dir '' is empty; give the report a folder of its own"):
-        write_report(trace, ["npu_like"], "", progress=False)
+                        "--hw", "npu_like", "-o", out_dir)
+    assert code == 2 and f"-o {out_dir!r} {said}" in one_error_line(err) and not tracer_module["marker"].exists()
+    with pytest.raises(SaveRefusedError) as info:
+        write_report(trace, ["npu_like"], out_dir, progress=False)
+    assert str(info.value).startswith(f"out_dir {out_dir!r} {said}"), str(info.value)
     assert _tree(tmp_path) == before
 
 
@@ -1570,8 +1575,8 @@ AUDIT_42 = {
     "-o / and -o ~ refused, for root too (the CLI and write_report)": [
         "test_bad_inputs.py::test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root",
         "test_bad_inputs.py::test_write_report_from_python_refuses_root_and_home_as_the_cli_does"],
-    "an empty -o / out_dir wrote the report into the working directory (found this round)": [
-        "test_bad_inputs.py::test_an_empty_report_folder_is_refused_by_the_cli_and_write_report"],
+    "an empty -o / out_dir wrote the report into the working directory; '~/dfit' made a folder '~' (this round)": [
+        "test_bad_inputs.py::test_an_empty_or_tilde_report_folder_is_refused_by_the_cli_and_write_report"],
     "a previous report's files (dfit_nb's mark) are replaced": [
         "test_bad_inputs.py::test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised"],
     "a URL (s3://) for a Trace/Run save or load, write_report, the CLI's -o and --save-trace (found this round)": [
