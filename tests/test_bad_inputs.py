@@ -1464,6 +1464,16 @@ def test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_pa
     assert load(path.as_uri()).attrs == load(path).attrs
 
 
+def test_to_zarr_refuses_a_path_starting_with_a_tilde_naming_the_expanded_one(tmp_path, monkeypatch, lazy_sweep):
+    # to_zarr creates a store's missing folders: '~/sweeps/s.zarr' made a folder named '~' in the working directory
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SaveRefusedError) as info:
+        scale.to_zarr(lazy_sweep, "~/sweeps/s.zarr", progress=False)
+    message = str(info.value)
+    assert message.startswith("refusing to write a sweep to '~/sweeps/s.zarr': it starts with '~'"), message
+    assert os.path.expanduser("~/sweeps/s.zarr") in message and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("url", ["http://example.com/sweep.zarr", "https://example.com/sweep.zarr"])
 def test_to_zarr_refuses_a_read_only_url_naming_it(url, lazy_sweep):
     with pytest.raises(scale.ScaleOutError) as info:
@@ -1582,6 +1592,8 @@ AUDIT_42 = {
     "a URL (s3://) for a Trace/Run save or load, write_report, the CLI's -o and --save-trace (found this round)": [
         "test_bad_inputs.py::test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_path",
         "test_bad_inputs.py::test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder"],
+    "to_zarr to '~/sweeps/s.zarr' made a folder named '~' (found this round)": [
+        "test_bad_inputs.py::test_to_zarr_refuses_a_path_starting_with_a_tilde_naming_the_expanded_one"],
     "to_zarr / open_sweep to a non-local URL (s3://, gs://, http://, file://)": [
         "test_bad_inputs.py::test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work",
         "test_bad_inputs.py::test_to_zarr_refuses_a_read_only_url_naming_it",

@@ -309,14 +309,21 @@ def _store_name(store: str, writing: bool) -> str:
     (``simplecache::s3://...`` chains several) and, when ``writing``, none is read-only (``http``, ``https``).
 
     Raises :class:`SaveRefusedError` (``writing``) or :class:`LoadRefusedError` for a NUL character in
-    ``store``, and :class:`ScaleOutError` naming ``store`` as the user gave it and what to do: a ``file://`` URL of
-    another host, an unknown protocol, a protocol whose package is missing (fsspec's words name it: ``s3fs`` for
-    ``s3://``, ``gcsfs`` for ``gs://``), or a write to a read-only one."""
+    ``store``; :class:`SaveRefusedError` for a local path to write that starts with ``~`` (Python does not expand
+    it, and ``to_zarr`` creates missing folders: a folder named ``~`` would be made); :class:`ScaleOutError`
+    naming ``store`` as the user gave it and what to do: a ``file://`` URL of another host, an unknown protocol,
+    a protocol whose package is missing (fsspec's words name it: ``s3fs`` for ``s3://``, ``gcsfs`` for
+    ``gs://``), or a write to a read-only one."""
     if "\x00" in store:  # else a bare ValueError("embedded null byte") from the first os call, naming nothing
         refused = SaveRefusedError if writing else LoadRefusedError
         raise refused(f"refusing to {'write a sweep to' if writing else 'open'} {store!r}: a path cannot hold a "
                       "NUL character ('\\x00'); give a path without it")
     if _local(store):
+        first = Path(store).parts[:1]
+        if writing and first and first[0].startswith("~"):  # its missing folders are created: '~' among them
+            raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it starts with {first[0]!r}, which is "
+                                   f"not expanded here, so a folder named {first[0]!r} would be made in "
+                                   f"{Path.cwd()}; write the path out, e.g. {os.path.expanduser(store)}")
         return store
     verb = "write a sweep to" if writing else "open"
     if store.startswith("file://"):
@@ -460,7 +467,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     ------
     SaveRefusedError
         ``store`` is a file, a folder holding other files, or a folder dfit_nb never writes into (``.``, the home
-        directory), or holds a NUL character; nothing is written.
+        directory), or holds a NUL character, or starts with ``~`` (not expanded); nothing is written.
     SaveError
         The store cannot be created (a parent that is a file, no permission, a full disk: nothing is left at
         ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
