@@ -1349,6 +1349,30 @@ def test_to_perfetto_names_the_users_path_when_it_cannot_write_it(case, tmp_path
     assert _tree(tmp_path) == []  # no temporary left, no 's3:' folder made
 
 
+@pytest.mark.parametrize("name", ["report.html", "playbook_npu_like.md", "playbook_npu_like.html"])
+def test_write_report_names_the_file_it_cannot_write_not_its_temporary(name, tmp_path, trace, monkeypatch):
+    # a full disk while writing the page or a playbook raised the OS's OSError naming the hidden temporary
+    # ('.report.html.xyz.tmp'); every whole-file write goes through _atomic.atomic_file, which names the file
+    from dfit_nb import _atomic
+    from dfit_nb.report import write_report
+
+    make = _atomic.tempfile.mkstemp
+
+    def full(*args, prefix=None, **kwargs):
+        if prefix == f".{name}.":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{kwargs['dir']}/{prefix}xyz.tmp")
+        return make(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(_atomic.tempfile, "mkstemp", full)
+    with pytest.raises(SaveError) as info:
+        write_report(trace, ["npu_like"], tmp_path / "out", progress=False)
+    message = str(info.value)
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert message.startswith(f"could not write {tmp_path / 'out' / name}: [Errno {errno.ENOSPC}]"), message
+    assert ".tmp" not in message and "free space on the disk holding" in message, message
+    assert not [p for p in _tree(tmp_path) if p.endswith(".tmp")]
+
+
 def test_to_perfetto_replaces_its_own_trace_and_a_users_file_when_told(tmp_path, run):
     from dfit_nb._files import written_by_dfit
     from dfit_nb.events.perfetto import PerfettoExportError
@@ -1600,6 +1624,8 @@ AUDIT_42 = {
         "test_bad_inputs.py::test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked"],
     "to_perfetto into a missing folder or a URL named its hidden temporary; a NUL in its path (this round)": [
         "test_bad_inputs.py::test_to_perfetto_names_the_users_path_when_it_cannot_write_it"],
+    "write_report on a full disk named the page's or playbook's hidden temporary (found this round)": [
+        "test_bad_inputs.py::test_write_report_names_the_file_it_cannot_write_not_its_temporary"],
     "a lost checksum or an unknown checksum kind": [
         "test_saves.py::test_a_lost_checksum_or_an_unknown_kind_is_refused",
         "test_bad_inputs.py::test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_their_own"],

@@ -25,7 +25,6 @@ are kept.
 
 from __future__ import annotations
 
-import errno
 import heapq
 import itertools
 import json
@@ -41,9 +40,9 @@ import pandas as pd
 import xarray as xr
 
 from .._atomic import atomic_file
-from .._files import foreign_file, local_path, os_reason, what_to_do
+from .._files import foreign_file, local_path
 from .._version import __version__
-from ..errors import DfitError, DfitWarning, SaveError, SaveRefusedError
+from ..errors import DfitError, DfitWarning, SaveRefusedError
 from .schema import KINDS, check
 
 __all__ = ["PerfettoAggregationWarning", "PerfettoExportError", "to_perfetto"]
@@ -752,21 +751,12 @@ def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
 
 def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
     path = Path(os.fspath(path))
-    try:
-        with atomic_file(path, "w", permissions=0o644) as f:
-            f.write('{"traceEvents":[\n')
-            for chunk in _chunks(parts):
-                f.write(chunk)
-            # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
-            f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
-            f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
-            f.write("}\n")
-    except OSError as err:  # the OS named the hidden temporary ('.run.json.x1y2.tmp'): name the user's path
-        folder = path.parent if str(path.parent) else Path(".")
-        reason = (f"the folder {folder} does not exist; create it first, or give a path in a folder that exists"
-                  if err.errno == errno.ENOENT else what_to_do(err, folder))
-        failed = SaveError(f"could not write a trace to {path}: {os_reason(err)} (nothing was written there); "
-                           f"{reason}")
-        failed.errno = err.errno
-        raise failed from err
+    with atomic_file(path, "w", permissions=0o644) as f:  # a failed write names path (SaveError), not a temporary
+        f.write('{"traceEvents":[\n')
+        for chunk in _chunks(parts):
+            f.write(chunk)
+        # displayTimeUnit after traceEvents on purpose (see to_perfetto's Notes)
+        f.write('\n],\n"displayTimeUnit":"ns",\n"otherData":')
+        f.write(json.dumps(other, ensure_ascii=False, allow_nan=False))
+        f.write("}\n")
     return path
