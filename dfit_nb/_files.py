@@ -40,6 +40,7 @@ import stat
 import sys
 import threading
 import time
+import urllib.parse
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -96,6 +97,9 @@ _PATH_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
 #: numbers this process's temporaries: with the pid, a name no other call (thread or process) uses
 _CALLS = itertools.count()
+#: what a load says of a file whose values differ from their checksums or do not decode at all
+_DAMAGED = ("the file changed after dfit_nb saved it (a damaged disk, copy or download, an edited or deleted "
+            "chunk); save it again, or load a good copy")
 
 
 def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
@@ -117,12 +121,15 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
     ------
     SaveRefusedError
         ``path`` holds something dfit_nb did not write, or is ``.``, ``..``, ``/``, the home or the working
-        directory (or one of its parents). Nothing is written.
+        directory (or one of its parents), or holds a NUL character. Nothing is written.
     SaveError
         The directory of ``path`` is missing, or writing failed (a full disk); the previous result at ``path``
         is unchanged and the temporary is removed. ``errno`` is the cause's.
     """
-    path = Path(path)
+    path = local_path(path, saving=True)
+    if "\x00" in str(path):  # else os.stat's bare ValueError("embedded null byte"), naming nothing
+        raise SaveRefusedError(f"refusing to save to {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
+                               "give a path without it")
     zarr = path.suffix == ".zarr"
     stamped = tree.copy(deep=False)  # shares the arrays; only the attrs differ (each variable's are a copy)
     stamped.attrs = {**tree.attrs, FORMAT_ATTR: FORMAT_VERSION, CHECKSUM_ATTR: _CHECKSUM_KIND}
@@ -236,7 +243,8 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     FileNotFoundError
         Nothing at ``path``.
     LoadRefusedError
-        ``path`` is a FIFO, a socket or a device (:func:`special_file`); it is not opened.
+        ``path`` is a FIFO, a socket or a device (:func:`special_file`), or a store holding one
+        (:func:`special_inside`), or ``path`` holds a NUL character; nothing is opened.
     FormatVersionError
         The file was written by a newer major format than :data:`READS_MAJOR`.
     IntegrityError
@@ -245,7 +253,10 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     DfitError
         The file is not a dfit_nb ``what``.
     """
-    path = Path(path)
+    path = local_path(path, saving=False)
+    if "\x00" in str(path):  # no file has such a name: said so, with the NUL shown, not printed raw
+        raise LoadRefusedError(f"refusing to load {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
+                               f"give the path of a saved dfit_nb {what} without it")
     with _path_lock(path):  # a save of this path on another thread finishes first: no swap is seen half done
         if not os.path.lexists(path):
             _recover(path)
@@ -256,6 +267,11 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
             raise LoadRefusedError(f"refusing to load {path}: it is {special}, not a file; reading it could block "
                                    f"or consume another program's data; give the path of a saved dfit_nb {what} "
                                    "(a netCDF file or a .zarr folder)")
+        inside = special_inside(path) if path.suffix == ".zarr" and path.is_dir() else None
+        if inside is not None:  # zarr would open it as one of the store's files, and block the same way
+            raise LoadRefusedError(f"refusing to load {path}: {inside[0]} inside it is {inside[1]}, not a file "
+                                   "dfit_nb writes into a store; reading it could block or consume another "
+                                   f"program's data; save the {what} again, or give the path of a good copy")
         # the version is checked before xarray opens the file: a newer format may fail there misleadingly
         markers = _markers(path)
         if markers is not None:
@@ -268,6 +284,12 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
                 with HDF5_LOCK:
                     tree = _load_closed(xr.open_datatree(path, engine=NETCDF_ENGINE))
         except Exception as err:
+            if markers is not None and not (isinstance(err, OSError) and err.errno is not None):
+                # dfit_nb's mark is in its root, yet its data do not decode (a flipped byte in a compressed Zarr
+                # chunk, or in HDF5's own structures): damaged, not another program's file. An OS error with an
+                # errno (no permission on a chunk) is not damage and is told as it is.
+                raise IntegrityError(f"refusing to load {path}: it is a dfit_nb {what} (its root carries dfit_nb's "
+                                     f"mark), but its data cannot be read back: {err}; {_DAMAGED}") from err
             raise DfitError(f"{path} is not a dfit_nb {what} file: {err}") from err
     verify_checksums(tree, path, what)
     missing = [p for p in parts if p not in tree.children]
@@ -276,6 +298,32 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         raise DfitError(f"{path} is not a dfit_nb {what}: groups {missing} are missing{''.join(hints)}")
     tree.attrs.pop(FORMAT_ATTR, None)  # a property of the file, not of the trace or run
     return tree
+
+
+def local_path(path: str | os.PathLike[str], saving: bool) -> Path:
+    """``path`` as a local :class:`~pathlib.Path`: a path as given, a ``file://`` URL (of no host, or
+    ``localhost``) as its path; any other URL (``s3://bucket/run.zarr``) is refused, naming it as given.
+
+    ``Path`` would have made ``s3://bucket/run.zarr`` the local ``s3:/bucket/run.zarr``, and the save failed
+    naming a folder ``s3:`` the user never gave. Saves and loads of traces, runs and calibrations are local
+    only: a save replaces atomically by renaming, which object stores cannot do (a sweep's ``to_zarr`` writes
+    URLs, in place).
+
+    >>> local_path("run.nc", saving=True), local_path("file:///tmp/a%20b.nc", saving=False)
+    (PosixPath('run.nc'), PosixPath('/tmp/a b.nc'))
+    """
+    raw = os.fspath(path)
+    if "://" not in raw:
+        return Path(raw)
+    parts = urllib.parse.urlsplit(raw)
+    if parts.scheme == "file" and parts.netloc in ("", "localhost"):
+        return Path(urllib.parse.unquote(parts.path))
+    refused = SaveRefusedError if saving else LoadRefusedError
+    verb, fix = (("save to", "save to a local path, then copy the file") if saving else
+                 ("load", "copy it to a local path, then load that"))
+    raise refused(f"refusing to {verb} {raw!r}: it is a URL, and dfit_nb saves and loads traces, runs and "
+                  f"calibrations on a local file system only (a save replaces by renaming, which object stores "
+                  f"cannot do atomically); {fix}")
 
 
 def checksum(values: np.ndarray) -> str:
@@ -416,8 +464,7 @@ def verify_checksums(tree: xr.DataTree, path: str | os.PathLike[str], what: str)
     if kind is not None and kind != _CHECKSUM_KIND:
         raise IntegrityError(f"{path} records checksums of kind {kind!r}, which this version of dfit_nb does not "
                              f"know (it writes {_CHECKSUM_KIND!r}); upgrade dfit_nb to load this {what}")
-    damaged = ("the file changed after dfit_nb saved it (a damaged disk, copy or download, an edited or deleted "
-               "chunk); save it again, or load a good copy")
+    damaged = _DAMAGED
     saved_attrs = tree.attrs.pop(ATTRS_CHECKSUM_ATTR, None)
     if saved_attrs is not None or _format_minor(tree.attrs.get(FORMAT_ATTR)) >= (1, 1):
         verify_attrs([(node.path, node.attrs) for node in tree.subtree], saved_attrs, path, what)
@@ -609,8 +656,22 @@ def refuse_shared_folder(folder: str | os.PathLike[str], label: str) -> None:
     of :func:`dfit_nb.report.write_report`'s ``out_dir``.
 
     Raises :class:`SaveRefusedError` ``"<label> is <what>; give the report a folder of its own, e.g. ..."``, where
-    ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``).
+    ``label`` names the input as the user gave it (``"-o '/'"``, ``"out_dir '/'"``); also for a URL
+    (``s3://bucket/out`` made a local folder ``s3:`` and the report went there), an empty name (the report
+    went into the working directory; ``'.'`` says so on purpose) and a leading ``~`` (``'~/dfit'`` made a folder
+    named ``~`` in the working directory: only a shell expands it).
     """
+    if os.fspath(folder) == "":  # Path("") is the working directory: the report went there unasked
+        raise SaveRefusedError(f"{label} is empty; give the report a folder of its own, e.g. dfit_report (created "
+                               "if missing), or '.' to write it into the working directory")
+    first = Path(os.fspath(folder)).parts[:1]
+    if first and first[0].startswith("~"):  # Python expands no '~': it would be a folder of that name, here
+        raise SaveRefusedError(f"{label} starts with {first[0]!r}, which is not expanded here: the report would go "
+                               f"into a folder named {first[0]!r} in {Path.cwd()}; write the path out, e.g. "
+                               f"{os.path.expanduser(os.fspath(folder))}")
+    if "://" in os.fspath(folder):
+        raise SaveRefusedError(f"{label} is a URL; the report is written to a folder on a local file system: give "
+                               "a folder path (copy the folder anywhere afterwards)")
     shared = root_or_home(folder)
     if shared:  # permissions do not stop root, and a report there would mix its files with the user's own
         raise SaveRefusedError(f"{label} is {shared}; give the report a folder of its own, e.g. "
@@ -704,6 +765,49 @@ def special_file(path: str | os.PathLike[str]) -> str:
         if test(mode):
             return kind
     return ""
+
+
+#: the files at the root of a Zarr store (format 3; format 2's group, attributes and array metadata)
+ZARR_ROOT_FILES = ("zarr.json", ".zgroup", ".zattrs", ".zarray")
+
+
+def special_inside(folder: str | os.PathLike[str]) -> tuple[Path, str] | None:
+    """The first entry under ``folder``, a Zarr store, through links, that :func:`special_file` names, and what
+    it is; None when every entry is a regular file or a folder, or when ``folder`` is not a Zarr store (no
+    :data:`ZARR_ROOT_FILES` there: zarr opens nothing in it, and a folder such as ``/`` is never walked).
+
+    Loads check a store with it before opening any file of it: zarr reads a chunk or a metadata file that is a
+    FIFO by opening it, which blocks as opening the store's own path would. Only ``scandir`` and, for what is
+    neither a file nor a folder, ``stat`` are called: 9 ms for the 1,000 entries of the large run's store
+    (``benchmarks/bench_large_run.py``), 0.2% of its load.
+    """
+    root = Path(folder)
+    if not any(os.path.lexists(root / name) for name in ZARR_ROOT_FILES):
+        return None
+    pending, seen = [root], set()
+    while pending:
+        current = pending.pop()
+        try:
+            key = os.stat(current)
+            if (key.st_dev, key.st_ino) in seen:  # a link back up the tree: already walked
+                continue
+            seen.add((key.st_dev, key.st_ino))
+            entries = list(os.scandir(current))
+        except OSError:  # gone, or unreadable: the load that follows reports it
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir():  # through links, as zarr follows them
+                    pending.append(Path(entry.path))
+                    continue
+                if entry.is_file():
+                    continue
+            except OSError:
+                continue
+            kind = special_file(entry.path)
+            if kind:
+                return Path(entry.path), kind
+    return None
 
 
 def _markers(path: Path) -> dict[str, Any] | None:

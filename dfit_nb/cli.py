@@ -48,7 +48,7 @@ import numpy as np
 
 from . import examples
 from ._extras import MissingExtraError
-from ._files import check_target, refuse_shared_folder
+from ._files import check_target, local_path, refuse_shared_folder
 from ._setup import setup
 from .capture import MODES, capture
 from .errors import DfitError, SaveError, SaveRefusedError
@@ -367,8 +367,8 @@ def check_output_dir(out_dir: str | os.PathLike[str], names: Sequence[str]) -> P
 
     folder = Path(out_dir)
     label = f"-o {str(out_dir)!r}"
-    try:  # the same check as write_report's of its out_dir
-        refuse_shared_folder(folder, label)
+    try:  # the same check as write_report's of its out_dir (given as typed: Path makes 's3://b' 's3:/b')
+        refuse_shared_folder(out_dir, label)
     except SaveRefusedError as err:
         raise UsageError(str(err)) from None
     if os.path.lexists(folder) and not folder.is_dir():
@@ -406,8 +406,11 @@ def check_save_path(save: str | os.PathLike[str], out_dir: Path | None) -> Path:
     """Refuse a ``--save-trace`` path the trace could not be saved to, before any work: a missing or unwritable
     directory (named), or something there that dfit_nb did not write. ``out_dir``: the ``-o`` folder when a report
     will be written, which is created before the save (so ``-o out --save-trace out/trace.nc`` works)."""
-    path = Path(save)
     label = f"--save-trace {str(save)!r}"
+    try:  # a URL: Path would make 's3://b/t.nc' the local 's3:/b/t.nc' and name its folder 's3:'
+        path = local_path(save, saving=True)
+    except SaveRefusedError as err:
+        raise UsageError(f"{label}: {err}") from None
     parent = path.parent
     created = (out_dir is not None and not os.path.lexists(out_dir)
                and parent.resolve() == out_dir.resolve())

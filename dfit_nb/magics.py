@@ -484,6 +484,7 @@ class DfitMagics(Magics):
 
     @magic_arguments()
     @line_magic
+    @no_var_expand  # it takes no arguments: expanding a long line first took minutes, as %dfit's did
     def dfit_presets(self, line: str) -> pd.DataFrame:
         """The hardware presets, one row each: tiles, PE array, SRAM per tile, word size, clock, peak TOPS
         (a MAC is two operations), execution style, and what the machine approximates.
@@ -492,6 +493,7 @@ class DfitMagics(Magics):
         output and ``table = %dfit_presets`` keeps it. ``dfit_nb.sim.presets.get(name).describe()`` lists
         every field of one machine.
         """
+        _check_line(line, "%dfit_presets")
         _parse(self.dfit_presets, line, "%dfit_presets")
         return presets_table()
 
@@ -518,6 +520,7 @@ class DfitMagics(Magics):
             %dfit --no-explorer --dataflow os -o os_run f(x)
             %dfit_compare ws_run os_run
         """
+        _check_line(line, "%dfit_compare")  # else argparse's error repeated the whole line (150 kB)
         args = _parse(self.dfit_compare, line, "%dfit_compare")
         _check_output_name(args.output, "%dfit_compare", self.shell.user_ns_hidden)
         run_a, run_b = (self._stored_run(name) for name in (args.a, args.b))

@@ -728,7 +728,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     machines = _machines(hw) if results is None else []
     # file names come from machine names, which are a user's strings: sanitised and made unique first
     stems = _file_stems([h.name for h in machines] if results is None else [r.name for r in results])
-    check_report_folder(folder, list(stems.values()))  # before any work: never replace what the user wrote
+    check_report_folder(out_dir, list(stems.values()))  # before any work: never replace what the user wrote
     files: dict[str, dict[str, Any]] = {}
     # Each machine's files (event cube, Perfetto trace, playbooks) are written on a second thread as soon as its
     # result is ready, while the next machine replays and the charts are drawn here: netCDF's writes and the

@@ -1,7 +1,8 @@
 """The catalogue of bad inputs (issue 14, items 4, 6 and 7): each is refused with the right class (the CLI: exit status
 2 and one error line) and a message naming the offending field, value or token; hostile names cannot break the HTML
 and Markdown outputs or steer file names; and random valid machines and op tables give finite, non-negative,
-conserved costs (hypothesis)."""
+conserved costs (hypothesis). Issue 42's second audit is indexed at the end (``AUDIT_42``): each case, and the
+tests here and in other files that hold it."""
 
 from __future__ import annotations
 
@@ -98,6 +99,9 @@ _HARDWARE_CASES = [
         ("clock_ghz", 5e3, ("Hardware.clock_ghz = 5000.0", "<= 1000")),
         ("dram_bytes_per_cycle", np.array([16.0, 1e-9]), ("Hardware.dram_bytes_per_cycle", "element 1",
                                                           "physically meaningful")),
+        # names: what region and op names may not hold (issue 42, item 5); a NUL was dropped by a .nc round trip
+        ("name", "a\x00b", ("Hardware.name 'a\\x00b'", "'\\x00' (U+0000)", "Cc, Zl, Zp")),
+        ("name", "npu\u2028x", ("Hardware.name 'npu\\u2028x'", "U+2028", "rename it")),
 ]
 
 
@@ -627,6 +631,43 @@ def test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root(capsys, tra
     assert not tracer_module["marker"].exists() and list(home.iterdir()) == []
 
 
+@pytest.mark.parametrize(("out_dir", "said"), [("", "is empty; give the report a folder of its own"),
+                                               ("~/dfit", "starts with '~', which is not expanded here"),
+                                               ("~", "starts with '~'")])
+def test_an_empty_or_tilde_report_folder_is_refused_by_the_cli_and_write_report(capsys, tracer_module, monkeypatch,
+                                                                                  tmp_path, trace, out_dir, said):
+    # -o "" and out_dir="" wrote the report into the working directory, unasked ('.' still does, on purpose);
+    # -o '~/dfit' (quoted: no shell expands it) and out_dir="~/dfit" made a folder named '~' there
+    from dfit_nb.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", "-o", out_dir)
+    assert code == 2 and f"-o {out_dir!r} {said}" in one_error_line(err) and not tracer_module["marker"].exists()
+    with pytest.raises(SaveRefusedError) as info:
+        write_report(trace, ["npu_like"], out_dir, progress=False)
+    assert str(info.value).startswith(f"out_dir {out_dir!r} {said}"), str(info.value)
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("option", ["-o", "--save-trace"])
+def test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder(capsys, tracer_module, monkeypatch,
+                                                                              tmp_path, option):
+    # -o s3://b/out made a local folder 's3:' (Path collapses '//') and wrote the report there, exit 0;
+    # --save-trace s3://b/t.nc named a directory 's3:/b' the user never gave
+    monkeypatch.chdir(tmp_path)
+    url = "s3://b/out" if option == "-o" else "s3://b/t.nc"
+    extra = [option, url] if option == "-o" else [option, url, "-o", str(tmp_path / "out")]
+    code, _, err = _cli(capsys, "--module", tracer_module["target"], "--args", tracer_module["args"],
+                        "--hw", "npu_like", *extra)
+    assert code == 2
+    line = one_error_line(err)
+    assert f"{option} {url!r}" in line and "URL" in line and "s3:/b" not in line.replace(url, ""), line
+    assert not tracer_module["marker"].exists()
+    assert not (tmp_path / "s3:").exists() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only folder: nothing to refuse")
 @pytest.mark.parametrize("below", ["", "new/sub"])
 def test_cli_output_dir_that_cannot_be_written_is_refused_before_any_capture(capsys, tracer_module, below):
@@ -877,6 +918,25 @@ def test_calibrate_refuses_a_bad_row_naming_column_and_row(column, value, tokens
         assert token in str(info.value), (token, str(info.value))
 
 
+def test_a_csv_read_by_pandas_with_text_in_a_number_is_refused_naming_column_and_row(tmp_path):
+    # the audit's case as a user meets it: a CSV of measured GEMMs with a typo, read with pandas.read_csv (the
+    # column becomes text), given to calibrate and to cost
+    import pandas as pd
+
+    from dfit_nb.sim._cost import CostInputError
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    path = tmp_path / "gemms.csv"
+    path.write_text("m,k,n,batch,dtype,time_s\n64,64,64,1,float32,1e-5\n128,128,64,1,float32,2e-5\n"
+                    "4096x,256,64,1,float32,4e-5\n512,512,64,1,float32,8e-5\n")
+    rows = pd.read_csv(path)
+    assert not pd.api.types.is_numeric_dtype(rows["m"])  # pandas reads the column as text
+    with pytest.raises(CalibrationError, match=r"measured 'm'.*numeric.*row 2 is '4096x'"):
+        calibrate(rows, presets.get("npu_like"))
+    with pytest.raises(CostInputError, match=r"ops column 'm'.*numeric.*row 2.*'4096x'"):
+        cost(rows, presets.get("npu_like"))
+
+
 @pytest.mark.parametrize("field", ["pe_rows", "clock_ghz"])
 def test_an_empty_hardware_field_is_refused_naming_it(trace, field):
     # Hardware(pe_rows=np.array([])) then replay_batch gave a bare IndexError
@@ -1008,6 +1068,25 @@ def test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing(ent
     message = str(info.value)
     assert str(path) in message and "notes is " in message and "not a" in message, message
     assert _tree(tmp_path) == ["notes"] and (tmp_path / "notes").read_text() == "mine"
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS)
+def test_a_path_holding_a_nul_is_refused_by_every_save_and_load_naming_it(entry, tmp_path, trace, run, lazy_sweep):
+    # os.stat said ValueError("embedded null byte") and named nothing; a load printed the NUL raw
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.sim import calibration
+
+    path = tmp_path / f"a\x00b.{entry.split('.')[1]}"
+    with pytest.raises(SaveRefusedError) as info:
+        _save(entry, path, trace, run, lazy_sweep)
+    assert repr(str(path)) in str(info.value) and "cannot hold a NUL character" in str(info.value), str(info.value)
+    loads = {"trace": [dfit_nb.load_trace], "run": [dfit_nb.load_run, calibration.load],
+             "sweep": [scale.open_sweep]}[entry.split(".")[0]]
+    for load in loads:
+        with pytest.raises(LoadRefusedError) as info:
+            load(path)
+        assert repr(str(path)) in str(info.value) and "NUL" in str(info.value), str(info.value)
+    assert _tree(tmp_path) == []
 
 
 @pytest.mark.parametrize("entry", _ENTRY_POINTS)
@@ -1248,6 +1327,53 @@ def test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it(kind, tmp_pa
         assert "my notes" in path.read_text() or '"tool":"mine"' in path.read_text()
 
 
+@pytest.mark.parametrize("case", ["missing folder", "full disk", "URL", "NUL"])
+def test_to_perfetto_names_the_users_path_when_it_cannot_write_it(case, tmp_path, run, monkeypatch):
+    # a missing folder or a URL (made a local 's3:' folder) got an OSError naming the hidden temporary
+    # ('.x.json.r4ons_7d.tmp'); a NUL, a bare ValueError("embedded null byte")
+    path = {"missing folder": str(tmp_path / "nodir" / "run.json"), "full disk": str(tmp_path / "run.json"),
+            "URL": "s3://bucket/run.json", "NUL": str(tmp_path / "a\x00b.json")}[case]
+    if case == "full disk":
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        monkeypatch.setattr(os, "replace", full)  # the rename of the complete temporary
+    monkeypatch.chdir(tmp_path)
+    expected = SaveRefusedError if case in ("URL", "NUL") else SaveError
+    with pytest.raises(expected) as info:
+        run.to_perfetto(path)
+    message = str(info.value)
+    assert (repr(path) if case in ("URL", "NUL") else path) in message and ".tmp" not in message, message
+    advice = {"missing folder": "does not exist; create it first", "full disk": "free space on the disk holding",
+              "URL": "it is a URL", "NUL": "cannot hold a NUL character"}[case]
+    assert advice in message, message
+    assert _tree(tmp_path) == []  # no temporary left, no 's3:' folder made
+
+
+@pytest.mark.parametrize("name", ["report.html", "playbook_npu_like.md", "playbook_npu_like.html"])
+def test_write_report_names_the_file_it_cannot_write_not_its_temporary(name, tmp_path, trace, monkeypatch):
+    # a full disk while writing the page or a playbook raised the OS's OSError naming the hidden temporary
+    # ('.report.html.xyz.tmp'); every whole-file write goes through _atomic.atomic_file, which names the file
+    from dfit_nb import _atomic
+    from dfit_nb.report import write_report
+
+    make = _atomic.tempfile.mkstemp
+
+    def full(*args, prefix=None, **kwargs):
+        if prefix == f".{name}.":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{kwargs['dir']}/{prefix}xyz.tmp")
+        return make(*args, prefix=prefix, **kwargs)
+
+    monkeypatch.setattr(_atomic.tempfile, "mkstemp", full)
+    with pytest.raises(SaveError) as info:
+        write_report(trace, ["npu_like"], tmp_path / "out", progress=False)
+    message = str(info.value)
+    assert isinstance(info.value, OSError) and info.value.errno == errno.ENOSPC
+    assert message.startswith(f"could not write {tmp_path / 'out' / name}: [Errno {errno.ENOSPC}]"), message
+    assert ".tmp" not in message and "free space on the disk holding" in message, message
+    assert not [p for p in _tree(tmp_path) if p.endswith(".tmp")]
+
+
 def test_to_perfetto_replaces_its_own_trace_and_a_users_file_when_told(tmp_path, run):
     from dfit_nb._files import written_by_dfit
     from dfit_nb.events.perfetto import PerfettoExportError
@@ -1310,3 +1436,216 @@ def test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_
     with pytest.raises(scale.ScaleOutError, match=rf"{re.escape(repr(str(path)))} records checksums of kind "
                                                    r"'sha3'.*upgrade dfit_nb"):
         scale.to_zarr(lazy_sweep, path, progress=False)
+
+
+# ------------------------------------------------------------------------------------------- issue 42, URLs
+# to_zarr and open_sweep pass a URL to zarr, which opens it through fsspec: s3:// without s3fs raised fsspec's bare
+# ImportError ("Install s3fs to access S3", no path), open_sweep called such a URL "not a sweep store", and a
+# file:// URL failed inside fsspec (FileNotFoundError of a '.zattrs' in a folder it never created).
+
+
+@pytest.mark.parametrize(("url", "package", "tokens"), [
+    ("s3://bucket/sweep.zarr", "s3fs", ("s3:// URLs need a package that is not installed", "s3fs")),
+    ("gs://bucket/sweep.zarr", "gcsfs", ("gs:// URLs need a package that is not installed", "gcsfs")),
+    ("abc://bucket/sweep.zarr", None, ("'abc' is not a protocol fsspec", "give a local path")),
+    ("simplecache::abc://bucket/sweep.zarr", None, ("'abc' is not a protocol fsspec",)),
+    ("file://server/share/sweep.zarr", None, ("a file:// URL of the host 'server'",)),
+])
+def test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work(url, package, tokens, lazy_sweep):
+    import importlib.util
+
+    if package is not None and importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here: {url} would be opened")
+    for call, verb in ((lambda: scale.to_zarr(lazy_sweep, url, progress=False), "write a sweep to"),
+                       (lambda: scale.open_sweep(url), "open")):
+        with pytest.raises(scale.ScaleOutError) as info:
+            call()
+        message = str(info.value)
+        assert message.startswith(f"cannot {verb} {url!r}: ") and all(t in message for t in tokens), message
+
+
+@pytest.mark.parametrize("entry", _ENTRY_POINTS[:4])
+def test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_path(entry, tmp_path, trace, run,
+                                                                                   monkeypatch):
+    # Path made 's3://bucket/t.nc' the local 's3:/bucket/t.nc': the save named a folder 's3:' the user never gave
+    from dfit_nb.errors import LoadRefusedError
+    from dfit_nb.report import write_report
+
+    monkeypatch.chdir(tmp_path)
+    obj, load = (trace, dfit_nb.load_trace) if entry.startswith("trace") else (run, dfit_nb.load_run)
+    url = f"s3://bucket/{entry}"
+    with pytest.raises(SaveRefusedError) as info:
+        obj.save(url)
+    assert str(info.value).startswith(f"refusing to save to {url!r}: it is a URL"), str(info.value)
+    with pytest.raises(LoadRefusedError) as info:
+        load(url)
+    assert str(info.value).startswith(f"refusing to load {url!r}: it is a URL"), str(info.value)
+    if entry == "trace.nc":
+        with pytest.raises(SaveRefusedError, match=r"out_dir 's3://bucket/out' is a URL"):
+            write_report(trace, ["npu_like"], "s3://bucket/out", progress=False)
+    assert list(tmp_path.iterdir()) == []
+    path = obj.save((tmp_path / entry).as_uri())  # file:// is the local path
+    assert path == tmp_path / entry and _tree(tmp_path)[0] == entry
+    assert load(path.as_uri()).attrs == load(path).attrs
+
+
+def test_to_zarr_refuses_a_path_starting_with_a_tilde_naming_the_expanded_one(tmp_path, monkeypatch, lazy_sweep):
+    # to_zarr creates a store's missing folders: '~/sweeps/s.zarr' made a folder named '~' in the working directory
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SaveRefusedError) as info:
+        scale.to_zarr(lazy_sweep, "~/sweeps/s.zarr", progress=False)
+    message = str(info.value)
+    assert message.startswith("refusing to write a sweep to '~/sweeps/s.zarr': it starts with '~'"), message
+    assert os.path.expanduser("~/sweeps/s.zarr") in message and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("url", ["http://example.com/sweep.zarr", "https://example.com/sweep.zarr"])
+def test_to_zarr_refuses_a_read_only_url_naming_it(url, lazy_sweep):
+    with pytest.raises(scale.ScaleOutError) as info:
+        scale.to_zarr(lazy_sweep, url, progress=False)
+    message = str(info.value)
+    assert message.startswith(f"cannot write a sweep to {url!r}: ") and "cannot write them" in message, message
+
+
+def test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked(tmp_path, lazy_sweep):
+    # file:// is the local path (a temporary and a rename, its folders created); memory:// stands for a remote
+    # object store: written in place, checksummed, and its damage refused as a local store's is
+    import fsspec
+    import zarr
+
+    url = (tmp_path / "sub dir" / "sweep.zarr").as_uri()  # a space: %20 in the URL
+    assert url.startswith("file://") and "%20" in url
+    assert scale.to_zarr(lazy_sweep, url, progress=False) == 2
+    assert (tmp_path / "sub dir" / "sweep.zarr" / "total_cycles").is_dir()
+    assert not [p for p in _tree(tmp_path) if "dfit-" in p]  # its temporary renamed in, nothing beside it
+    assert scale.to_zarr(lazy_sweep, url, progress=False) == 0  # resumed: nothing left to write
+    expected = lazy_sweep["total_cycles"].values.tolist()
+    assert scale.open_sweep(url)["total_cycles"].values.tolist() == expected
+    remote = f"memory://{tmp_path.name}/sweep.zarr"
+    try:
+        assert scale.to_zarr(lazy_sweep, remote, progress=False) == 2
+        assert scale.open_sweep(remote)["total_cycles"].values.tolist() == expected
+        zarr.open_group(remote, mode="r+")["total_cycles"][1, 0] = 1.0
+        with pytest.raises(IntegrityError, match=rf"refusing to read {re.escape(repr(remote))}: chunk 1 of its "
+                                                 r"variable 'total_cycles'"):
+            scale.open_sweep(remote).load()
+    finally:  # the memory file system lives as long as the process
+        fsspec.filesystem("memory").rm(f"/{tmp_path.name}", recursive=True)
+
+
+# ------------------------------------------------------------------------------------------- issue 42, the index
+# Every case of the second audit (issue 42's "Why" and "What to build"), and the test that holds it; tests in
+# other files are named by file. Each asserts the exception type and that its message names the input (or, for a
+# loss, a crash or a hang, that the result is whole and nothing else happened).
+
+AUDIT_42 = {
+    # losses
+    "report -o DIR replaced the user's report.html, playbooks and Perfetto trace": [
+        "test_bad_inputs.py::test_cli_output_dir_holding_a_users_report_file_is_refused_naming_every_one",
+        "test_bad_inputs.py::test_write_report_from_python_refuses_files_dfit_nb_did_not_write"],
+    "two threads saving one Run to one .zarr destroyed the save there": [
+        "test_saves.py::test_threads_saving_one_path_leave_one_whole_save_and_lose_nothing",
+        "test_saves.py::test_loads_of_a_zarr_path_never_see_a_swap_half_done"],
+    "threads streaming one sweep to one new store: all but one failed, 'Directory not empty' (found this round)": [
+        "test_saves.py::test_threads_streaming_one_sweep_to_one_store_take_turns"],
+    # crash, hangs
+    "threads in Run.save/load_run with netCDF killed the process": [
+        "test_saves.py::test_threads_saving_and_loading_netcdf_files_do_not_crash_the_process"],
+    "load_trace on a FIFO blocked forever (and sockets, devices)": [
+        "test_saves.py::test_files_that_are_not_files_are_refused_by_load_and_save_unopened",
+        "test_bad_inputs.py::test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it"],
+    "a FIFO inside a Zarr store blocked its load (found in this round)": [
+        "test_saves.py::test_a_fifo_inside_a_zarr_store_is_refused_by_load_unopened"],
+    "a 150 kB %dfit line took 181 s; {expr} ran before dfit_nb parsed the line": [
+        "test_magics.py::test_an_over_long_line_is_refused_at_once",
+        "test_magics.py::test_dfit_does_not_expand_variables_in_its_line"],
+    "%dfit_presets expanded a 150 kB line for minutes; %dfit_compare's error repeated it (found this round)": [
+        "test_magics.py::test_every_magic_neither_expands_nor_reads_an_over_long_line"],
+    # silent results
+    "%dfit -o __builtins__ (a builtin, a keyword, IPython's names) replaced them": [
+        "test_magics.py::test_bad_input_raises_usage_error_naming_it_and_changes_nothing"],
+    "a NUL in region names was dropped by .nc (two regions merged); control characters in names": [
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_named_scope_showing_the_name",
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_function_name_or_a_parameter_key",
+        "test_bad_inputs.py::test_hardware_refuses_a_bad_field_naming_it"],
+    "damaged stores loaded wrong values: a flipped byte in a Zarr chunk": [
+        "test_saves.py::test_a_flipped_byte_in_any_file_of_a_zarr_store_never_loads_wrong_values",
+        "test_saves.py::test_a_value_changed_in_a_netcdf_file_is_refused_naming_the_file_and_the_variable"],
+    "damaged stores: a deleted Zarr chunk read back as fill values": [
+        "test_saves.py::test_a_deleted_or_swapped_zarr_chunk_is_refused_naming_the_variable",
+        "test_bad_inputs.py::test_a_damaged_sweep_store_is_refused_by_open_sweep_naming_what_changed"],
+    "damaged stores: 9 of 30 single-byte flips of a .nc file loaded": [
+        "test_saves.py::test_single_byte_flips_in_a_netcdf_file_never_load_wrong_values",
+        "test_bad_inputs.py::test_a_changed_attribute_is_refused_naming_the_file_and_the_attribute"],
+    "unknown dtype strings (float33) costed as 8-byte words in cost and calibrate": [
+        "test_bad_inputs.py::test_cost_refuses_an_unknown_dtype_or_text_in_a_number_naming_column_and_row",
+        "test_bad_inputs.py::test_calibrate_refuses_a_bad_row_naming_column_and_row"],
+    "a calibration row with m = 0 (non-positive, non-finite shapes and times) was fitted": [
+        "test_bad_inputs.py::test_calibrate_refuses_a_bad_row_naming_column_and_row"],
+    # poor answers
+    "a U+2028 in a region name broke two report charts": [
+        "test_bad_inputs.py::test_capture_refuses_a_control_character_in_a_named_scope_showing_the_name",
+        "test_bad_inputs.py::test_every_chart_renders_despite_a_hostile_region_name"],
+    "nested scans whose FLOPs x count pass int64 raised a bare OverflowError": [
+        "test_bad_inputs.py::test_capture_refuses_counts_that_nested_scans_push_past_64_bits"],
+    "a 253-character file name got an OSError naming the hidden temporary": [
+        "test_saves.py::test_a_name_too_long_for_its_temporary_names_the_users_path"],
+    "a NUL in a path: a bare ValueError('embedded null byte') from every save (found this round)": [
+        "test_bad_inputs.py::test_a_path_holding_a_nul_is_refused_by_every_save_and_load_naming_it"],
+    "to_zarr into a user's folder got zarr's \"Cannot create '' with mode 'w-'\"": [
+        "test_bad_inputs.py::test_a_save_into_a_users_folder_is_refused_naming_it_not_an_empty_name",
+        "test_bad_inputs.py::test_a_save_under_a_regular_file_names_the_users_path_and_writes_nothing"],
+    "to_zarr on a full disk got ENOSPC without a path (every save names the user's path)": [
+        "test_bad_inputs.py::test_a_failed_write_names_the_users_path_and_what_to_do_and_leaves_nothing",
+        "test_bad_inputs.py::test_a_sweep_whose_disk_fills_half_way_keeps_its_chunks_and_says_how_to_resume"],
+    "a CSV with 4096x in a numeric column got TypeError: can't multiply sequence": [
+        "test_bad_inputs.py::test_a_csv_read_by_pandas_with_text_in_a_number_is_refused_naming_column_and_row",
+        "test_bad_inputs.py::test_cost_refuses_an_unknown_dtype_or_text_in_a_number_naming_column_and_row"],
+    "Hardware(pe_rows=np.array([])) then replay_batch got a bare IndexError": [
+        "test_bad_inputs.py::test_an_empty_hardware_field_is_refused_naming_it"],
+    "two pytest workers shared JAX's persistent cache (a truncated entry read)": [
+        "test_compile_cache.py::test_an_xdist_worker_compiles_into_a_folder_of_its_own",
+        "test_compile_cache.py::test_each_worker_holds_its_own_folder_while_it_lives"],
+    # what to build, beyond the cases above
+    "-o / and -o ~ refused, for root too (the CLI and write_report)": [
+        "test_bad_inputs.py::test_cli_output_dir_at_the_root_or_home_is_refused_even_for_root",
+        "test_bad_inputs.py::test_write_report_from_python_refuses_root_and_home_as_the_cli_does"],
+    "an empty -o / out_dir wrote the report into the working directory; '~/dfit' made a folder '~' (this round)": [
+        "test_bad_inputs.py::test_an_empty_or_tilde_report_folder_is_refused_by_the_cli_and_write_report"],
+    "a previous report's files (dfit_nb's mark) are replaced": [
+        "test_bad_inputs.py::test_cli_output_dir_of_a_previous_report_is_replaced_and_its_marks_are_recognised"],
+    "a URL (s3://) for a Trace/Run save or load, write_report, the CLI's -o and --save-trace (found this round)": [
+        "test_bad_inputs.py::test_a_url_is_refused_by_saves_and_loads_of_results_and_a_file_url_is_its_path",
+        "test_bad_inputs.py::test_cli_a_url_for_an_output_is_refused_naming_it_not_made_a_local_folder"],
+    "to_zarr to '~/sweeps/s.zarr' made a folder named '~' (found this round)": [
+        "test_bad_inputs.py::test_to_zarr_refuses_a_path_starting_with_a_tilde_naming_the_expanded_one"],
+    "to_zarr / open_sweep to a non-local URL (s3://, gs://, http://, file://)": [
+        "test_bad_inputs.py::test_a_url_zarr_cannot_open_is_refused_naming_it_before_any_work",
+        "test_bad_inputs.py::test_to_zarr_refuses_a_read_only_url_naming_it",
+        "test_bad_inputs.py::test_a_file_url_is_written_as_its_local_path_and_a_remote_store_is_checked"],
+    "to_perfetto into a missing folder or a URL named its hidden temporary; a NUL in its path (this round)": [
+        "test_bad_inputs.py::test_to_perfetto_names_the_users_path_when_it_cannot_write_it"],
+    "write_report on a full disk named the page's or playbook's hidden temporary (found this round)": [
+        "test_bad_inputs.py::test_write_report_names_the_file_it_cannot_write_not_its_temporary"],
+    "a lost checksum or an unknown checksum kind": [
+        "test_saves.py::test_a_lost_checksum_or_an_unknown_kind_is_refused",
+        "test_bad_inputs.py::test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_their_own"],
+}
+
+
+def test_every_case_of_the_second_audit_names_tests_that_exist():
+    """The index above stays true: each case names at least one test, and each named test is a test function of
+    its file (a renamed or deleted test fails here, not silently out of the catalogue)."""
+    import ast
+
+    folder = Path(__file__).parent
+    defined: dict[str, set[str]] = {}
+    for case, tests in AUDIT_42.items():
+        assert tests, case
+        for test in tests:
+            file, _, name = test.partition("::")
+            if file not in defined:
+                tree = ast.parse((folder / file).read_text(encoding="utf-8"))
+                defined[file] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
+                                 and n.name.startswith("test_")}
+            assert name in defined[file], (case, test)

@@ -254,6 +254,25 @@ def test_an_over_long_line_is_refused_at_once(shell):
     assert _state(shell) == before and "bad" not in shell.user_ns
 
 
+@pytest.mark.parametrize("magic", ["dfit_presets", "dfit_compare"])
+def test_every_magic_neither_expands_nor_reads_an_over_long_line(shell, magic):
+    """%dfit_presets expanded its line as %dfit once did: a 150 kB line ran past two minutes before its error;
+    %dfit_compare's error repeated the whole line (150 kB of "unrecognized arguments"). Every magic of dfit_nb
+    is no_var_expand and refuses such a line at once, naming its length."""
+    import time
+
+    assert getattr(getattr(magics.DfitMagics, magic), "_ipython_magic_no_var_expand", False)
+    before = _state(shell)
+    line = "a " * 75_000
+    t0 = time.perf_counter()
+    with capture_output(), pytest.raises(UsageError) as err:
+        shell.run_line_magic(magic, line)
+    assert time.perf_counter() - t0 < 1.0
+    message = str(err.value)
+    assert message.startswith(f"%{magic}: the line is 150,000 characters long") and len(message) < 300, message
+    assert _state(shell) == before
+
+
 def test_compare_of_different_programs_is_a_usage_error(shell, runs):
     with capture_output():
         shell.run_line_magic("dfit", "--no-explorer -o other f(b.T, a.T)")

@@ -40,7 +40,7 @@ import pandas as pd
 import xarray as xr
 
 from .._atomic import atomic_file
-from .._files import foreign_file
+from .._files import foreign_file, local_path
 from .._version import __version__
 from ..errors import DfitError, DfitWarning, SaveRefusedError
 from .schema import KINDS, check
@@ -134,7 +134,11 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     ------
     SaveRefusedError
         ``path`` holds a file dfit_nb did not write (a user's trace, notes), a link to nothing or a FIFO, and
-        ``overwrite`` is not ``True``; refused before any work, nothing is written.
+        ``overwrite`` is not ``True``; or ``path`` is a URL other than ``file://`` or holds a NUL character.
+        Refused before any work, nothing is written.
+    SaveError
+        The write failed (a missing folder, no permission, a full disk), naming ``path`` (not the temporary the
+        OS named) and what to do; nothing is left at ``path`` or beside it. ``errno`` is the cause's.
     PerfettoExportError
         Events or options that cannot be exported, or ``path`` a folder.
 
@@ -170,7 +174,10 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     >>> next(e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "process_name")
     'tpu_like (simulated, 1.05 GHz clock; 1 us = 1050 cycles)'
     """
-    target = Path(os.fspath(path))
+    target = local_path(path, saving=True)  # a URL is refused, named as given (Path would make 's3:/...')
+    if "\x00" in str(target):  # else a bare ValueError("embedded null byte"), naming nothing
+        raise SaveRefusedError(f"refusing to write a trace to {str(target)!r}: a path cannot hold a NUL character "
+                               "('\\x00'); give a path without it")
     if target.is_dir():
         raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
     if not isinstance(overwrite, bool):
@@ -226,7 +233,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     threads = ([(CHIP_PID, KERNEL_TID, "kernels")] if kernel_lines else []) + slices.threads
     meta = _metadata_lines(threads, chip, clock, has_chip=bool(counters) or bool(kernel_lines) or slices.has_chip,
                            has_host=slices.has_host)
-    return _write(Path(path), [meta, kernel_lines, slices.lines, counters], other)
+    return _write(target, [meta, kernel_lines, slices.lines, counters], other)
 
 
 #: the thread of the kernels track (sorts before every tile's)
@@ -744,7 +751,7 @@ def _chunks(parts: Iterable[list[str]]) -> Iterator[str]:
 
 def _write(path: Path, parts: list[list[str]], other: dict[str, Any]) -> Path:
     path = Path(os.fspath(path))
-    with atomic_file(path, "w", permissions=0o644) as f:
+    with atomic_file(path, "w", permissions=0o644) as f:  # a failed write names path (SaveError), not a temporary
         f.write('{"traceEvents":[\n')
         for chunk in _chunks(parts):
             f.write(chunk)

@@ -61,6 +61,7 @@ import numpy as np
 
 from .. import _exported
 from .._html import render
+from ..capture.regions import refused_characters
 from ..errors import DfitError
 
 
@@ -222,6 +223,8 @@ class Hardware:
         if not isinstance(self.name, str):
             raise HardwareError(f"Hardware.name must be a str (it names the machine in results and file names), "
                                 f"got {_given(self.name)}")
+        if not self.name.isprintable():  # (every refused character is unprintable: the check costs nothing else)
+            self._check_name_characters()
         if not isinstance(self.execution, str) or self.execution not in EXECUTION_STYLES:
             raise HardwareError(f"Hardware.execution = {self.execution!r} is not an execution style; valid: "
                                 f"{', '.join(EXECUTION_STYLES)}")
@@ -232,6 +235,18 @@ class Hardware:
             _check(field, value, kind, lo, hi)
         self._check_buffers()
         self._check_thermal_limit()
+
+    def _check_name_characters(self) -> None:
+        """Refuse a name holding what region and op names may not hold (``capture.regions.REFUSED_CATEGORIES``:
+        NUL, tab, newline, escape, U+2028, U+2029, ...): one policy for every name a result carries. A NUL in a
+        machine's name was dropped by a ``.nc`` round trip ('a\\x00b' came back 'ab')."""
+        bad = refused_characters(self.name)
+        if bad:
+            chars = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in bad)
+            raise HardwareError(f"Hardware.name {self.name!r} holds {chars}; machine names, as region and op names, "
+                                "may not hold control characters, line or paragraph separators (Unicode "
+                                "categories Cc, Zl, Zp), which files drop and charts cannot show; rename it "
+                                "without them")
 
     def _check_thermal_limit(self) -> None:
         """A limit at or below ambient would throttle a chip that dissipates nothing: no real machine."""

@@ -28,6 +28,7 @@ import itertools
 import json
 import operator
 import os
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -301,6 +302,60 @@ def _local(store: str) -> bool:
     return "://" not in store
 
 
+#: URL protocols fsspec can only read: a store there can be opened, never written
+_READ_ONLY_PROTOCOLS = frozenset(("http", "https"))
+
+
+def _store_name(store: str, writing: bool) -> str:
+    """``store`` as zarr is to open it, checked before any work: a local path as given; a ``file://`` URL (of no
+    host, or ``localhost``) as its local path, so that it is created, refused and resumed as a path is; any other
+    URL as given, once fsspec (through which zarr opens URLs) has an implementation of each of its protocols here
+    (``simplecache::s3://...`` chains several) and, when ``writing``, none is read-only (``http``, ``https``).
+
+    Raises :class:`SaveRefusedError` (``writing``) or :class:`LoadRefusedError` for a NUL character in
+    ``store``; :class:`SaveRefusedError` for a local path to write that starts with ``~`` (Python does not expand
+    it, and ``to_zarr`` creates missing folders: a folder named ``~`` would be made); :class:`ScaleOutError`
+    naming ``store`` as the user gave it and what to do: a ``file://`` URL of another host, an unknown protocol,
+    a protocol whose package is missing (fsspec's words name it: ``s3fs`` for ``s3://``, ``gcsfs`` for
+    ``gs://``), or a write to a read-only one."""
+    if "\x00" in store:  # else a bare ValueError("embedded null byte") from the first os call, naming nothing
+        refused = SaveRefusedError if writing else LoadRefusedError
+        raise refused(f"refusing to {'write a sweep to' if writing else 'open'} {store!r}: a path cannot hold a "
+                      "NUL character ('\\x00'); give a path without it")
+    if _local(store):
+        first = Path(store).parts[:1]
+        if writing and first and first[0].startswith("~"):  # its missing folders are created: '~' among them
+            raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it starts with {first[0]!r}, which is "
+                                   f"not expanded here, so a folder named {first[0]!r} would be made in "
+                                   f"{Path.cwd()}; write the path out, e.g. {os.path.expanduser(store)}")
+        return store
+    verb = "write a sweep to" if writing else "open"
+    if store.startswith("file://"):
+        parts = urllib.parse.urlsplit(store)
+        if parts.netloc not in ("", "localhost"):
+            raise ScaleOutError(f"cannot {verb} {store!r}: a file:// URL of the host {parts.netloc!r}; give a "
+                                "local path, or a path where that host's folder is mounted")
+        return urllib.parse.unquote(parts.path)  # %20 and the like, as fsspec reads them
+    import fsspec
+
+    for link in store.split("::"):
+        protocol = link.split("://", 1)[0]  # a chain's links before the last are protocols alone
+        if writing and protocol in _READ_ONLY_PROTOCOLS:  # first: installing its package would not help
+            raise ScaleOutError(f"cannot write a sweep to {store!r}: fsspec reads {protocol}:// URLs but cannot "
+                                "write them; write to a local path or to an object store (s3://, gs://, ...), "
+                                "then serve it over HTTP if you like")
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as err:  # fsspec knows it; the package that implements it is not installed
+            raise ScaleOutError(f"cannot {verb} {store!r}: {protocol}:// URLs need a package that is not "
+                                f"installed here ({err}); install it, or give a local path") from err
+        except ValueError as err:  # "Protocol not known"
+            raise ScaleOutError(f"cannot {verb} {store!r}: {protocol!r} is not a protocol fsspec (through which "
+                                "zarr opens URLs) knows; give a local path, or a URL such as s3://bucket/sweep.zarr"
+                                ) from err
+    return store
+
+
 def _check_new_store(path: Path, store: str) -> list[Path]:
     """Refuse a local ``path`` a new sweep store cannot be created at, before anything is written; create its
     missing parent folders and return them (removed again if the creation fails).
@@ -364,13 +419,12 @@ def _create_store(meta: xr.Dataset, store: str, encoding: dict[str, Any]) -> Non
     path = Path(store)
     made = _check_new_store(path, store)
     tmp = _files._sibling(path, _files._TMP)
-    try:
-        with _files._path_lock(path):
-            _files._clean_leftovers(path)
-            meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
-            if path.is_dir():  # an empty folder the user made for it: replaced by the store
-                path.rmdir()
-            os.rename(tmp, path)
+    try:  # (to_zarr holds the path's lock)
+        _files._clean_leftovers(path)
+        meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
+        if path.is_dir():  # an empty folder the user made for it: replaced by the store
+            path.rmdir()
+        os.rename(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):
             _files._remove(tmp)
@@ -393,14 +447,18 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
 
     A new local store is created beside its path (``<name>.dfit-tmp-<pid>-<n>``) and renamed in once its metadata
     is written, so a failure there leaves nothing under the name; missing parent folders are created (and
-    removed again if the creation fails).
+    removed again if the creation fails). Calls on one local store (from threads) take turns in this process: a
+    later one resumes what the earlier left, which is nothing when it completed.
 
     Parameters
     ----------
     ds : xarray.Dataset
         From ``sweep(..., chunks=N)`` or ``replay_batch(..., chunks=N)``.
     store : path
-        A new directory, or one a previous ``to_zarr`` of the same sweep (same inputs and chunks) started.
+        A new directory, or one a previous ``to_zarr`` of the same sweep (same inputs and chunks) started. A
+        ``file://`` URL is taken as its local path; another fsspec URL (``s3://bucket/sweep.zarr``, with
+        ``s3fs`` installed) is written in place, chunk checksums included, without the temporary and the
+        rename a local store is created with (object stores cannot rename a folder).
     progress : bool
         A progress bar over the chunks written (local scheduler).
 
@@ -413,13 +471,15 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     ------
     SaveRefusedError
         ``store`` is a file, a folder holding other files, or a folder dfit_nb never writes into (``.``, the home
-        directory); nothing is written.
+        directory), or holds a NUL character, or starts with ``~`` (not expanded); nothing is written.
     SaveError
         The store cannot be created (a parent that is a file, no permission, a full disk: nothing is left at
         ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
         again writes the rest). ``errno`` is the cause's.
     ScaleOutError
-        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start.
+        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start; or a URL of a protocol that
+        fsspec does not know, whose package is not installed (``s3fs``, ``gcsfs``), or that it cannot write
+        (``http://``, ``https://``), or a ``file://`` URL of another host; nothing is written.
 
     Examples
     --------
@@ -433,10 +493,21 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     >>> xr.open_zarr(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
     True
     """
+    store = _store_name(os.fspath(store), writing=True)
+    if not _local(store):
+        return _stream(ds, store, progress)
+    # one call per local store at a time in this process: a second call waits, then resumes what the first left
+    # (nothing, when it completed); both creating the store raised "Directory not empty" in all but one
+    with _files._path_lock(Path(store)):
+        return _stream(ds, store, progress)
+
+
+def _stream(ds: xr.Dataset, store: str, progress: bool) -> int:
+    """:func:`to_zarr`'s work on ``store`` (as :func:`_store_name` returned it): create the store or resume it,
+    then write the chunks not yet done; the chunks written."""
     import zarr
 
     lazy, lead, split = _lead(ds)
-    store = os.fspath(store)
     source = ",".join(sorted(ds[v].data.name for v in lazy))
     grid = tuple(len(c) for c in split)
     n = int(np.prod(grid)) if grid else 1
@@ -529,7 +600,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     Parameters
     ----------
     store : path
-        A store :func:`to_zarr` completed.
+        A store :func:`to_zarr` completed: a local path, a ``file://`` URL, or another fsspec URL (as
+        :func:`to_zarr` takes it; ``http(s)://`` too, with fsspec's HTTP packages installed).
     check : bool
         Compare the data with the checksums (``False``: open only, as ``xarray.open_zarr`` does).
 
@@ -538,9 +610,11 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     FileNotFoundError
         Nothing at ``store``.
     LoadRefusedError
-        ``store`` is a FIFO, a socket or a device.
+        ``store`` is a FIFO, a socket or a device, or a store holding one, or holds a NUL character; nothing is
+        opened.
     ScaleOutError
-        ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first).
+        ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first); or a
+        URL fsspec cannot open here (an unknown protocol, or its package not installed).
     IntegrityError
         An eager variable or a root attribute differs from its checksum (at open), or a chunk of a lazy variable
         does (when it is read); the message names the store, the variable and the chunk, or the attribute.
@@ -559,7 +633,7 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     """
     import zarr
 
-    name = os.fspath(store)
+    name = _store_name(os.fspath(store), writing=False)
     if _local(name):
         if not os.path.lexists(name):
             raise FileNotFoundError(f"no sweep store at {name!r}")
@@ -567,6 +641,10 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
         if special:
             raise LoadRefusedError(f"refusing to open {name!r}: it is {special}, not a Zarr store; give the path of "
                                    "a store to_zarr() wrote")
+        inside = _files.special_inside(name) if os.path.isdir(name) else None
+        if inside is not None:  # zarr would open it as a chunk or a metadata file, and block
+            raise LoadRefusedError(f"refusing to open {name!r}: {inside[0]} inside it is {inside[1]}, not a file "
+                                   "to_zarr() writes; write the sweep again, or open a good copy")
     try:
         group = zarr.open_group(name, mode="r")
     except Exception as err:
