@@ -142,9 +142,20 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
 
 
 def of_ops(ops: Any, hw: Hardware, inferences: int) -> dict[str, Any]:
-    """:func:`steady_state` of a Run's ``ops`` Dataset (its per-op records) on ``hw``."""
-    records = {k: ops[k].values for k in ("start", "end", "section", "stage_cycles", "stage_dram_bytes",
-                                          "stage_compute_cycles", "stage_noc_cycles", "retile_cycles")}
+    """:func:`steady_state` of a Run's ``ops`` Dataset (its per-op records) on ``hw``.
+
+    Raises
+    ------
+    ValueError
+        The ops lack the per-op stage records (a run saved by a dfit_nb from before streaming): replay it again.
+    """
+    names = ("start", "end", "section", "stage_cycles", "stage_dram_bytes", "stage_compute_cycles",
+             "stage_noc_cycles", "retile_cycles")
+    missing = [k for k in names if k not in ops.variables]
+    if missing:
+        raise ValueError(f"this run has no {', '.join(missing)} (saved by a dfit_nb from before streaming): "
+                         "replay the trace again to stream it")
+    records = {k: ops[k].values for k in names}
     spatial = str(ops.attrs.get("execution", "")) == "spatial"
     return steady_state(records, np.ones(ops.sizes["op"]), float(np.nansum(ops["macs"].values)), hw, spatial,
                         inferences)

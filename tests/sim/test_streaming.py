@@ -183,5 +183,12 @@ def test_a_runs_stream_without_replaying_is_the_replays_own():
         later = dfit_nb.replay(trace, presets.get(name)).streamed(32)
         for k in later.data_vars:
             assert later[k].item() == streamed[k].item(), (name, k)
+    run = dfit_nb.replay(trace, presets.get("npu_like"))
     with pytest.raises(ValueError, match="inferences must be a whole number >= 1, got 0"):
-        dfit_nb.replay(trace, presets.get("npu_like")).streamed(0)
+        run.streamed(0)
+    from dfit_nb.sim.run import Run
+
+    old = Run(events=run.events, cube=run.cube, summary=run.summary, regions=run.regions, attrs=run.attrs,
+              ops=run.ops.drop_vars(["stage_cycles", "stage_dram_bytes"]))
+    with pytest.raises(ValueError, match=r"this run has no stage_cycles, stage_dram_bytes .* replay the trace again"):
+        old.streamed(4)
