@@ -808,3 +808,25 @@ def test_checksums_tell_text_by_its_strings_not_its_dtype():
     assert _files.checksum(np.array(["a", "bc", "", "é注"], dtype=object)) not in same
     assert _files.checksum(np.array(text).reshape(2, 2)) not in same
     assert _files.checksum(np.zeros(4)) != _files.checksum(np.zeros((2, 2)))
+
+
+def test_a_runs_large_arrays_are_saved_compressed_and_load_identical(tmp_path):
+    # a 64x64-tile machine's cube is two float64 (256, 64, 64) arrays, mostly zeros where tiles idle (issue 41,
+    # item 6: cerebras_like's cubes were most of a report folder)
+    import netCDF4
+    import numpy as np
+
+    from dfit_nb._files import COMPRESS_BYTES
+    from dfit_nb.sim import presets
+
+    fn, args = dfit_nb.examples.get("mlp").build()
+    run = dfit_nb.replay(dfit_nb.capture(fn, *args), presets.get("cerebras_like"), "ws")
+    path = run.save(tmp_path / "run.nc")
+    cube_bytes = sum(run.cube[v].nbytes for v in ("busy", "sram_occupancy"))
+    assert cube_bytes >= 2 * COMPRESS_BYTES and path.stat().st_size < cube_bytes / 4
+    with netCDF4.Dataset(path) as f:
+        assert f["cube"]["busy"].filters()["zlib"] and f["cube"]["busy"].filters()["shuffle"]
+        assert not f["summary"]["latency_s"].filters()["zlib"]  # small variables stay as they are
+    back = dfit_nb.load_run(path)
+    for v in ("busy", "sram_occupancy", "link_load"):
+        np.testing.assert_array_equal(back.cube[v].values, run.cube[v].values)
