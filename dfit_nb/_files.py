@@ -877,8 +877,7 @@ def _write_netcdf(tree: xr.DataTree, tmp: Path) -> None:
 
 
 #: numeric variables of at least this many bytes are written to netCDF compressed (zlib level 1 over byte-shuffled
-#: values): a replay's cube is mostly zeros where tiles idle (cerebras_like's busy and sram_occupancy, two float64
-#: (256, 64, 64) arrays, were 17 MB of a 28 MB file)
+#: values): a replay's cube is mostly zeros where tiles idle, and on a large grid it is most of the file
 COMPRESS_BYTES = 64 * 2**10
 
 

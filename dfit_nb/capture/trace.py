@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
+from .._dtypes import SHAPE_TOKEN, itemsize
 from .._files import open_tree, save_tree
 from .._html import render
 
@@ -128,15 +128,12 @@ def describe_arguments(arg_shapes: str, shown: int = ARGUMENTS_SHOWN) -> str:
     for p in parts:
         counts[p] = counts.get(p, 0) + 1
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:shown]  # stable: first seen first among equal counts
-    total = 0
+    total = 0.0
     for p in parts:
-        m = re.fullmatch(r"([a-z0-9]+)\[([0-9,]*)\]", p)
+        m = SHAPE_TOKEN.fullmatch(p)
         if m:
-            try:  # bfloat16 and the float8s are NumPy dtypes once ml_dtypes (a JAX dependency) is loaded
-                itemsize = np.dtype(m.group(1)).itemsize
-            except TypeError:
-                continue
-            total += int(np.prod([int(d) for d in m.group(2).split(",") if d] or [1])) * itemsize
+            dims = [int(d) for d in m.group(2).split(",") if d.strip()]
+            total += itemsize(m.group(1)) * float(np.prod(dims or [1]))
     rest = len(counts) - len(top)
     tail = f" and {rest} other shape{'s' if rest != 1 else ''}" if rest else ""
     return (f"{len(parts)} arguments, {total / 1e6:.2f} MB: " + ", ".join(f"{n} x {p}" for p, n in top) + tail)

@@ -36,11 +36,9 @@ def searched(objective: str, execution: str) -> bool:
     return objective == "edp" or (objective == "latency" and execution == "spatial")
 
 
-#: grids of more tiles than this replay the search's assignments in one vmapped program; smaller ones run the
-#: replay's own compiled program once per assignment. ResNet-18 (64x64 input) selected for latency, replays timed
-#: on 2 loaded cores: sambanova_like (320 tiles) 21 s vmapped against 96 s one by one, cerebras_like (4096) 26 s
-#: against 192 s; for EDP npu_like (20 tiles) 18 s against 20 s, and the bundled encoder on eyeriss_like (1 tile)
-#: 9 s one by one against 32 s vmapped, whose compile is most of it
+#: grids of more tiles than this replay the search's assignments in one vmapped program, whose compile the many
+#: slow one-machine runs of a large grid repay; smaller grids run the replay's own compiled program (already
+#: compiled by the DP's pricing) once per assignment (the commit that set it records the timings)
 VMAPPED_TILES = 64
 
 
