@@ -21,7 +21,9 @@ with others and the free ones (``run.ops["fused"]``, ``run.ops["free"]``), XLA's
 (``trace.lowering.sizes["fusion"]``, the same for every mode) and the ratio kernels / XLA fusions (target for the
 default "rules": within 1.25x; both readings are printed, 0.80-1.25 and at most 1.25), the launch cycles summed over
 ops as a share of the replayed latency (target for "rules": at most 15%), the latency (cycles at the preset's
-clock), DRAM bytes and energy.
+clock), DRAM bytes and energy, and what ``dfit_nb.sim.cost`` (and ``sweep``, per machine) prices for the same
+grouping, each kernel alone (``total_cycles``: inputs from DRAM, results back, nothing overlapped between
+kernels), with its ratio to the replayed latency.
 
 What ``trace.lowering`` counts (``dfit_nb/capture/lowering.py``): one row per HLO instruction the runtime executes
 as a unit in the optimized HLO of the *capture backend* (this machine's CPU, not a TPU): every fusion and every
@@ -78,7 +80,7 @@ from jax import ad_checkpoint
 
 import dfit_nb
 from dfit_nb.examples import resnet18
-from dfit_nb.sim import presets
+from dfit_nb.sim import cost, presets
 from dfit_nb.sim._prepare import prepare
 
 MODES = ("none", "rules", "compiler")
@@ -241,14 +243,17 @@ def measure(name: str, fn: Any, args: tuple[Any, ...]) -> tuple[dict[str, dict[s
             "us": latency / (hw.clock_ghz * 1e3), "dram": float(run.summary["dram_bytes"]),
             "energy": float(run.summary["energy_j"]), "fused": int(np.asarray(run.ops["fused"].values, bool).sum()),
             "free": int(np.asarray(run.ops["free"].values, bool).sum()), "seconds": seconds,
+            # sim.cost of the same kernels, each alone (what sweep() prices per machine)
+            "alone": float(cost(trace, hw, "ws", fusion=mode)["total_cycles"]),
         }
     print(f"{'fusion':9s} {'kernels':>8s} {'(all)':>6s} {'/XLA':>6s} {'fused ops':>9s} {'free ops':>8s} "
           f"{'launch cyc':>11s} {'latency cyc':>12s} {'launch %':>8s} {'latency us':>10s} {'DRAM MB':>9s} "
-          f"{'energy mJ':>9s} {'replay s':>8s}")
+          f"{'energy mJ':>9s} {'replay s':>8s} {'cost cyc':>12s} {'/latency':>8s}")
     for mode, r in rows.items():
         print(f"{mode:9s} {r['kernels']:8d} {r['all_kernels']:6d} {r['kernels'] / xla:6.2f} {r['fused']:9d} "
               f"{r['free']:8d} {r['launch']:11,.0f} {r['latency']:12,.0f} {r['share']:8.1%} {r['us']:10.1f} "
-              f"{r['dram'] / 1e6:9.1f} {r['energy'] * 1e3:9.3f} {r['seconds']:8.2f}")
+              f"{r['dram'] / 1e6:9.1f} {r['energy'] * 1e3:9.3f} {r['seconds']:8.2f} {r['alone']:12,.0f} "
+              f"{r['alone'] / r['latency']:8.2f}")
     d = rows[DEFAULT]
     ratio = d["kernels"] / xla
     print(f"targets ({DEFAULT}): kernels / XLA fusions {ratio:.2f} (within 1.25x either way, 0.80-1.25: "

@@ -534,7 +534,8 @@ def _report(args: argparse.Namespace) -> int:
     # after both), and a warning it gives while analyse() records warnings is passed on by analyse() as its own.
     # write_report writes each preset's files on a thread of its own as soon as the preset is replayed.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dfit-nb-cost") as pool:
-        pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS)) for name in names})
+        pending = pool.submit(lambda: {name: cost(trace, presets.get(name), list(DATAFLOWS), fusion="none")
+                                             for name in names})
         # a SaveError or OSError here (a full disk, a file put in -o since the check) reaches main: one line, status 2
         report = write_report(trace, names, out_dir, dataflow=args.dataflow, objective=args.objective,
                               charts=args.charts, progress=not args.no_progress, fusion=args.fusion,

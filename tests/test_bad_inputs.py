@@ -1554,6 +1554,8 @@ AUDIT_42 = {
     "load_trace on a FIFO blocked forever (and sockets, devices)": [
         "test_saves.py::test_files_that_are_not_files_are_refused_by_load_and_save_unopened",
         "test_bad_inputs.py::test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it"],
+    "read_hlo_op_timings on a FIFO blocked forever": [
+        "capture/test_lowering.py::test_read_hlo_op_timings_refuses_a_fifo_unopened_and_names_a_missing_file"],
     "a FIFO inside a Zarr store blocked its load (found in this round)": [
         "test_saves.py::test_a_fifo_inside_a_zarr_store_is_refused_by_load_unopened"],
     "a 150 kB %dfit line took 181 s; {expr} ran before dfit_nb parsed the line": [

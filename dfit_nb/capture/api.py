@@ -602,6 +602,6 @@ def capture(
          "rounds": m.rounds, **dict(zip(("paired_ratio", "ratio_low", "ratio_high"), m.ratio or (), strict=False))}
         if m else {}))
     return Trace(
-        ops=ops, edges=tables.edges_dataset(walk.edges), regions=tables.regions_dataset(ops),
+        ops=ops, edges=tables.edges_dataset(walk.edges, walk.input_edges), regions=tables.regions_dataset(ops),
         lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed, fn=fn,
     )

@@ -153,6 +153,15 @@ def _load(source: str | Path | bytes | Any) -> Any:
     if isinstance(source, str | Path):
         from jax.profiler import ProfileData
 
+        from .._files import special_file
+        from ..errors import LoadRefusedError
+
+        # a FIFO would block the read forever, a device or socket be consumed by it: refused before opening
+        kind = special_file(source)
+        if kind:
+            raise LoadRefusedError(f"{str(source)!r} is {kind}, not an .xplane.pb file; nothing was read")
+        if not Path(source).is_file():
+            raise FileNotFoundError(f"no .xplane.pb file at {str(source)!r}")
         return ProfileData.from_file(str(source))
     return source  # already a ProfileData
 

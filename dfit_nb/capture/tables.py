@@ -144,9 +144,12 @@ def ops_dataset(
     return xr.Dataset(data_vars, coords={"op": np.arange(len(recs), dtype=np.int64)})
 
 
-def edges_dataset(edges: Sequence[tuple[int, int, int, int]]) -> xr.Dataset:
-    """The ``trace.edges`` Dataset (dataflow between leaf ops)."""
+def edges_dataset(edges: Sequence[tuple[int, int, int, int]],
+                  input_edges: Sequence[tuple[int, int, int, int]] = ()) -> xr.Dataset:
+    """The ``trace.edges`` Dataset: dataflow between leaf ops (dim ``edge``) and from the program's arguments into
+    the ops that read them as they are (dim ``input_edge``)."""
     arr = np.asarray(sorted(set(edges)), dtype=np.int64).reshape(-1, 4)
+    inputs = np.asarray(sorted(set(input_edges), key=lambda e: (e[1], e[2])), dtype=np.int64).reshape(-1, 4)
     return xr.Dataset(
         {
             "src": _with_attrs(arr[:, 0], "edge", ("", "producing op id")),
@@ -154,8 +157,14 @@ def edges_dataset(edges: Sequence[tuple[int, int, int, int]]) -> xr.Dataset:
             "operand": _with_attrs(arr[:, 2], "edge", ("", "input position of the tensor in the consuming op "
                                                           "(dot_general/conv: 0 lhs, 1 rhs)")),
             "bytes": _with_attrs(arr[:, 3], "edge", ("B", "bytes of the tensor passed, per execution")),
+            "input_arg": _with_attrs(inputs[:, 0], "input_edge", (
+                "", "the argument read: its position among the program's flattened array arguments")),
+            "input_dst": _with_attrs(inputs[:, 1], "input_edge", ("", "the op that reads it as it is")),
+            "input_operand": _with_attrs(inputs[:, 2], "input_edge", ("", "its input position in that op")),
+            "input_bytes": _with_attrs(inputs[:, 3], "input_edge", ("B", "bytes of the argument")),
         },
-        coords={"edge": np.arange(len(arr), dtype=np.int64)},
+        coords={"edge": np.arange(len(arr), dtype=np.int64),
+                "input_edge": np.arange(len(inputs), dtype=np.int64)},
     )
 
 

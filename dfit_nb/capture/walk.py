@@ -134,6 +134,7 @@ class Walk:
 
     records: list[OpRecord]
     edges: list[tuple[int, int, int, int]]  # (src, dst, operand position in dst, bytes)
+    input_edges: list[tuple[int, int, int, int]]  # (argument leaf, dst, operand position in dst, bytes)
     tagged: jcore.ClosedJaxpr
     eqn_op: dict[int, int]  # id(tagged eqn) -> op id, for interpreters
     live: set[int]  # ops whose outputs are used (or are outputs)
@@ -218,6 +219,7 @@ class _Walker:
     def __init__(self) -> None:
         self.records: list[OpRecord] = []
         self.edges: list[tuple[int, int, int, int]] = []
+        self.input_edges: list[tuple[int, int, int, int]] = []  # (argument leaf, op, operand, bytes)
         self.eqn_op: dict[int, int] = {}
         self.live: set[int] = set()
         self.constant: set[int] = set()
@@ -352,6 +354,10 @@ class _Walker:
                 for position, (producers, var) in enumerate(zip(in_prod, eqn.invars, strict=True)):
                     for src in producers:
                         self.edges.append((src, op_id, position, aval_nbytes(var.aval)))
+                    # an argument read as it is (no op made it here): which one, so that a kernel whose ops
+                    # read the same argument brings it on chip once
+                    if not producers and not isinstance(var, jcore.Literal) and var in leaf:
+                        self.input_edges.append((leaf[var], op_id, position, aval_nbytes(var.aval)))
                 out_prod = [frozenset({op_id})] * len(eqn.outvars)
             # after its nested jaxprs: an array too big is named at the innermost op that makes it
             self._note((v.aval for v in eqn.outvars), op_id, "output")
@@ -558,6 +564,7 @@ def walk_closed_jaxpr(closed: jcore.ClosedJaxpr) -> Walk:
     return Walk(
         records=walker.records,
         edges=walker.edges,
+        input_edges=walker.input_edges,
         tagged=jcore.ClosedJaxpr(tagged, closed.consts),
         eqn_op=walker.eqn_op,
         live=walker.live,

@@ -16,8 +16,8 @@ from . import presets as presets
 from ._batch import replay_batch as replay_batch
 from ._compare import CompareError as CompareError
 from ._compare import compare as compare
-from ._cost import CostInputError as CostInputError
 from ._cost import cost as cost
+from ._optable import CostInputError as CostInputError
 from ._prepare import REPLAY_DATAFLOWS as REPLAY_DATAFLOWS
 from ._prepare import ReplayError as ReplayError
 from ._reconcile import reconcile as reconcile

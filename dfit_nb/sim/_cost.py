@@ -12,13 +12,19 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options, _dtypes, _exported, _xarray
+from .. import _compile_options, _exported, _xarray
 from .._kept import Kept
 from .._padding import pack, padded_count, padding, rows_per_block
-from ..errors import DfitError
 from . import machine, mapping, schedule
+from ._optable import (
+    CostInputError,
+    alone_columns,
+    alone_inputs,
+    dataflow_codes,
+    op_counts,
+)
+from ._prepare import Priced, priced_ops, pricing_mode, take_rows
 from .hardware import FIELDS, Hardware, check_hardware, field_vector, from_field_vector
-from .machine import DATAFLOWS
 from .memory import available_bytes, sweep_estimate
 
 MEMORY_MODES = ("finite", "ideal")
@@ -81,223 +87,6 @@ TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": 
 MODEL_OUTPUTS = tuple(k for k in VARIABLES if k not in ("seconds", "energy_j", "count", *TOTALS))
 
 
-class CostInputError(DfitError, ValueError):
-    """The ops table or the dataflow argument is invalid."""
-
-
-def _raw_columns(table: Any) -> Any:
-    """``name -> the column as the table holds it`` (``None`` when absent) for one table, its kind checked once: a
-    warm :func:`cost` reads a dozen columns and checks each mapping against ``Mapping`` only once."""
-    if isinstance(table, xr.Dataset):
-        return lambda name: table[name].values if name in table else None
-    if isinstance(table, Mapping):
-        return table.get
-    columns = getattr(table, "columns", None)  # pandas.DataFrame
-    if columns is not None:
-        return lambda name: table[name].to_numpy() if name in columns else None
-    raise CostInputError(
-        f"ops must be a dfit_nb Trace, an xarray Dataset, a pandas DataFrame or a mapping of columns; "
-        f"got {type(table).__name__}"
-    )
-
-
-def _column(table: Any, name: str) -> np.ndarray | None:
-    raw = _raw_columns(table)(name)
-    return None if raw is None else np.asarray(raw)
-
-
-#: the dtypes named when one is refused
-KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
-                "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
-                "complex64, complex128, or '' for an op without an array output")
-
-
-def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
-                    error: type[DfitError] = CostInputError) -> np.ndarray:
-    """Bytes per element of each dtype name in ``dtypes`` (0: an op without an array output, see
-    :data:`dfit_nb._dtypes.NON_ARRAY_DTYPE`), float64.
-
-    Raises ``error`` naming ``label``, the first row of an unknown name, the name and :data:`KNOWN_DTYPES`: an
-    unknown dtype was costed as the machine's word before, silently (``float33`` as 8 bytes).
-    """
-    names, inverse = np.unique(np.asarray(dtypes).astype(str).reshape(-1), return_inverse=True)
-    sizes = np.empty(len(names))
-    for j, name in enumerate(names):
-        size = _dtypes.known_itemsize(str(name))
-        if size is None:
-            row = int(np.flatnonzero(inverse.reshape(-1) == j)[0])
-            raise error(f"{label} row {row} is {str(name)!r}, which is not a dtype dfit_nb knows; known: "
-                        f"{KNOWN_DTYPES}")
-        sizes[j] = size
-    return sizes[inverse.reshape(-1)]
-
-
-def numeric(values: Any, label: str, error: type[DfitError] = CostInputError) -> np.ndarray:
-    """``values`` as a flat float64 array; refused with ``error`` naming ``label``, the row and the value when one
-    is not a number (a CSV's ``4096x`` read as text; NumPy reads ``"4096"`` as 4096, as pandas does)."""
-    try:
-        return np.asarray(values, dtype=np.float64).reshape(-1)
-    except (TypeError, ValueError) as err:
-        flat = np.asarray(values, dtype=object).reshape(-1)
-        for i, value in enumerate(flat):
-            try:
-                float(value)
-            except (TypeError, ValueError):
-                raise error(f"{label} must be numeric; row {i} is {value!r}") from err
-        raise error(f"{label} must be numeric, got {np.asarray(values).dtype}") from err
-
-
-#: the numeric columns of an ops table, in the order they are checked
-_NUMERIC = ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written")
-
-
-def _table(ops: Any) -> Any:
-    """The ops table of ``ops`` (a Trace's ``ops`` Dataset, or ``ops`` itself)."""
-    return ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
-
-
-def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Normalise ``ops`` to float64 columns for the model, plus the op coordinate."""
-    table = _table(ops)
-    return _ops_arrays(table, _raw_columns(table))
-
-
-def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """:func:`ops_arrays` of ``table``, its columns read by ``column`` (:func:`_raw_columns`)."""
-    raw = {name: column(name) for name in _NUMERIC}
-    missing = [name for name in ("m", "k", "n") if raw[name] is None]
-    if missing:
-        raise CostInputError(f"the ops table has no {', '.join(missing)} column(s); cost() needs m, k, n "
-                             "(and optionally batch, dtype, flops, transcendentals, bytes_read, bytes_written)")
-    given: dict[str, np.ndarray] = {}
-    for name, col in raw.items():
-        if col is not None:
-            given[name] = numeric(col, f"ops column {name!r}")
-    size = len(given["m"])
-    if any(len(v) != size for v in given.values()):
-        lengths = {name: len(given[name]) if name in given else size for name in _NUMERIC}
-        raise CostInputError(f"ops columns must have one value per op; lengths {lengths}")
-    # one block, one row per column (absent ones: batch 1, the rest 0), checked in one pass: a small table pays
-    # per NumPy call, not per value
-    stacked = np.zeros((len(_NUMERIC), size))
-    stacked[_NUMERIC.index("batch")] = 1.0
-    for name, values in given.items():
-        stacked[_NUMERIC.index(name)] = values
-    # whole and non-negative; NaN fails both comparisons and +-inf the first (inf - inf is NaN)
-    ok = (stacked >= 0) & (stacked - np.floor(stacked) == 0)
-    if not ok.all():
-        col, i = (int(x[0]) for x in np.nonzero(~ok))
-        raise CostInputError(f"ops column {_NUMERIC[col]!r} must hold finite non-negative whole numbers; "
-                             f"row {i} is {stacked[col, i]:g}")
-    out = dict(zip(_NUMERIC, stacked, strict=True))
-    dtypes = column("dtype")
-    if dtypes is None:
-        itemsize, per_elem = np.zeros(size), 4.0  # bytes columns without a dtype: float32, JAX's default
-    else:
-        itemsize = dtype_itemsizes(dtypes)
-        if len(itemsize) != size:
-            raise CostInputError(f"ops columns must have one value per op; 'dtype' has {len(itemsize)}, m {size}")
-        per_elem = np.where(itemsize > 0, itemsize, 4.0)
-    for name, elems in (("bytes_read", "elems_in"), ("bytes_written", "elems_out")):
-        values = out.pop(name)
-        out[elems] = np.ceil(values / per_elem) if name in given else values  # no column: zeros, as divided
-    out["itemsize"] = itemsize  # 0: unknown, the machine's native word is used
-    coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
-    return out, coord
-
-
-def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | None]:
-    """Codes (0 ws, 1 os, 2 is) shaped ``(n_ops,)`` or ``(n_dataflows, 1)``, and the names for a dim."""
-    def code(name: Any) -> int:
-        try:
-            return DATAFLOWS.index(str(name).lower())
-        except ValueError:
-            raise CostInputError(f"unknown dataflow {name!r}; valid: {', '.join(DATAFLOWS)}") from None
-
-    if isinstance(dataflow, str):
-        return np.full(n_ops, code(dataflow)), None
-    if isinstance(dataflow, (list, tuple)):
-        if not dataflow:
-            raise CostInputError(f"dataflow list is empty; give one or more of {', '.join(DATAFLOWS)}")
-        names = [str(d).lower() for d in dataflow]
-        return np.array([[code(d)] for d in names]), names
-    per_op = np.asarray(getattr(dataflow, "values", dataflow)).reshape(-1)
-    if per_op.size != n_ops:
-        raise CostInputError(f"a per-op dataflow array needs one entry per op ({n_ops}), got {per_op.size}; "
-                             "pass a list or tuple to ask for several dataflows instead")
-    return np.array([code(d) for d in per_op]), None
-
-
-def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
-    """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
-    ``float32[2,3] int32[]``).
-
-    >>> operand_dims("float32[2,3] int32[]")
-    [('float32', (2, 3)), ('int32', ())]
-    """
-    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip()))
-            for dtype, dims in _dtypes.SHAPE_TOKEN.findall(shapes)]
-
-
-def operand_bytes(in_shapes: str) -> list[float]:
-    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    return [float(np.prod(dims or [1])) * (_dtypes.itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
-            for dtype, dims in operand_dims(in_shapes)]
-
-
-def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """The model's inputs for every op of ``ops`` taken alone: as a one-op program replays it.
-
-    Operands come from DRAM (nothing feeds them on chip), results go back to it
-    (nothing consumes them on chip). Operand sizes come from ``in_shapes`` when
-    the table has them (a Trace), else from the GEMM view (``B M K`` and
-    ``B K N`` elements, ``B M N`` written).
-    """
-    columns, coord = alone_columns(ops)
-    return alone_inputs(columns, np), coord
-
-
-def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """What :func:`alone_inputs` derives the model's inputs from: :func:`ops_arrays`' columns, plus ``lhs_given``
-    and ``rhs_given``, the bytes of an op's first two operands from its ``in_shapes`` (NaN where the table has
-    none: the GEMM view's are used)."""
-    table = _table(ops)
-    column = _raw_columns(table)
-    arrays, coord = _ops_arrays(table, column)
-    shapes = column("in_shapes")
-    if shapes is None:
-        arrays["lhs_given"] = arrays["rhs_given"] = np.full(len(coord), np.nan)
-    else:
-        parsed = [operand_bytes(str(t)) for t in np.asarray(shapes)]
-        arrays["lhs_given"] = np.array([o[0] if o else np.nan for o in parsed], dtype=np.float64)
-        arrays["rhs_given"] = np.array([o[1] if len(o) > 1 else np.nan for o in parsed], dtype=np.float64)
-    return arrays, coord
-
-
-def alone_inputs(columns: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
-    """The model's inputs of every op alone (see :func:`alone_arrays`) from :func:`alone_columns`: one formula,
-    run on the host (``xp`` NumPy) or inside :func:`cost`'s compiled program (``jax.numpy``, where a warm call's
-    host work is what it costs). Every step is exact in float64 (products, maxima, selections): both give the
-    same numbers."""
-    m, k, n = columns["m"], columns["k"], columns["n"]
-    b = xp.maximum(columns["batch"], 1.0)
-    unit = xp.where(columns["itemsize"] > 0, columns["itemsize"], machine.DEFAULT_ITEMSIZE)
-    gemm = (m > 0) & (k > 0) & (n > 0)
-    bm = b * m
-    lhs = xp.where(xp.isnan(columns["lhs_given"]), bm * k * unit, columns["lhs_given"])
-    rhs = xp.where(xp.isnan(columns["rhs_given"]), b * k * n * unit, columns["rhs_given"])
-    read, written = columns["elems_in"] * unit, columns["elems_out"] * unit
-    zeros, ones = xp.zeros_like(m), xp.ones_like(m)
-    out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given")}
-    out.update(
-        gemm=gemm.astype(xp.float64), lhs_bytes=xp.where(gemm, lhs, 0.0), rhs_bytes=xp.where(gemm, rhs, 0.0),
-        fed0=zeros, fed1=zeros, ext_bytes=read,
-        bytes_written=xp.where(gemm & (written <= 0), bm * n * unit, written),
-        has_consumer=zeros, count=ones, real=ones,
-    )
-    return out
-
-
 def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool = False
           ) -> dict[str, Any]:
     """Every op alone on ``hw`` (pure ``jax.numpy``; ``vmap`` it over machines or dataflows).
@@ -314,6 +103,9 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     free = {"layout": jnp.full(n, -1.0), "gy": jnp.zeros(n), "gx": jnp.zeros(n)}
     best = mapping.search(ops, hw, df, n_tiles, free, tables)
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], n_tiles)
+    # a kernel's vector work under its GEMM's array work, its DRAM latency waited once (nothing changes for ops
+    # without kernel columns: each its own kernel)
+    m = machine.kernel_overlap(m, ops, hw)
     row_pre, col_pre = (jnp.asarray(t, jnp.float64) for t in tables)
     cols_at = jnp.arange(col_pre.shape[1], dtype=jnp.float64)
 
@@ -323,7 +115,7 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
         return machine.op_body(mi, 1.0, 0.0, row_share, col_n > 0, hw, cols_at)
 
     b = jax.vmap(body)({k: v for k, v in m.items() if k != "traffic"})
-    t = machine.alone_cycles(b, hw, ideal)
+    t = machine.alone_cycles(b, hw, ideal, m["latency_share"])
     cycles = t["cycles"]
     levels = {lv: m[f"energy_{lv}_pj"] for lv in machine.ENERGY_LEVELS}
     out = {
@@ -364,7 +156,9 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     """
     blocks, rest = inputs
     table = jnp.concatenate(blocks) if len(blocks) > 1 else blocks[0]  # rows are sliced from the blocks again
-    ops = alone_inputs({key: table[i] for i, key in enumerate(keys)}, jnp)
+    columns = {key: table[i] for i, key in enumerate(keys)}
+    # an op table's columns, from which the model's inputs are derived here; a Trace's kernels come as those inputs
+    ops = alone_inputs(columns, jnp) if "lhs_given" in keys else columns
     hw = from_field_vector(rest[: len(FIELDS)])
     df = rest[len(FIELDS):]
     if dataflows:
@@ -512,10 +306,6 @@ def _attrs(name: str) -> dict[str, str]:
     return _described()[name]
 
 
-def op_counts(ops: Any, n_ops: int) -> np.ndarray:
-    """Executions per call from the ops table's ``count`` column (1 when it has none)."""
-    count = _column(_table(ops), "count")
-    return np.ones(n_ops) if count is None else np.asarray(count, dtype=np.float64)
 
 
 _HW_ATTRS = tuple(f"hw_{f}" for f in FIELDS)
@@ -527,16 +317,23 @@ def hardware_attrs(hw: Hardware, fields: np.ndarray | None = None) -> dict[str, 
     return {"hardware": hw.name, **dict(zip(_HW_ATTRS, values, strict=True))}
 
 
-def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> xr.Dataset:
-    """Per-op cycles, traffic and energy of ``ops`` on ``hw``, each op alone.
+def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", fusion: str | None = None
+         ) -> xr.Dataset:
+    """Per-op cycles, traffic and energy of ``ops`` on ``hw``: each kernel of a Trace alone, each op of a table
+    alone.
 
-    Each op is priced exactly as :func:`dfit_nb.replay` prices a one-op
-    program (operands from DRAM, the result written back): the replay's
+    Each op of a table is priced exactly as :func:`dfit_nb.replay` prices a
+    one-op program (operands from DRAM, the result written back): the replay's
     mapping search over the whole grid, the one machine model
     (:mod:`dfit_nb.sim.machine`), and the body time on the tiles the op is
-    placed on. On a whole program the replay differs only by what the program
-    adds (results kept on chip, retiles, overlap): :func:`dfit_nb.sim._reconcile`
-    names it.
+    placed on. A Trace's ops are grouped into the kernels the replay runs
+    (``fusion``), and each op is priced as a member of its kernel run alone:
+    the kernel's inputs from DRAM, its results back there except those only its
+    own ops use (on chip while it runs fused), one fixed cost, the DRAM latency
+    waited once, its vector work under its GEMM's (a one-kernel program costs
+    what its replay does). On a whole program the replay differs only by what
+    the program adds (results kept on chip between kernels, retiles, overlap):
+    :func:`dfit_nb.sim._reconcile` names it.
 
     Parameters
     ----------
@@ -551,12 +348,18 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
         ``dataflow`` dim); an array with one name per op chooses per op.
     memory : {"finite", "ideal"}
         ``"ideal"``: SRAM and DRAM never stall (SCALE-Sim's computed-bandwidth mode).
+    fusion : {"rules", "compiler", "none"}, optional
+        How a Trace's ops are grouped into kernels, as for :func:`dfit_nb.replay`
+        (default ``"rules"``); ``"none"`` prices every row of its ``ops`` table
+        alone. A table of ops has no dataflow to group by: ``"none"`` only.
 
     Returns
     -------
     xarray.Dataset
         Dims ``op`` (and ``dataflow``); every variable of
-        :data:`VARIABLES`, per single execution, with units.
+        :data:`VARIABLES`, per single execution, with units. For a Trace's
+        kernels, ``op`` holds the ops the replay prices, with a ``kernel``
+        coordinate (its kernel's first op); ``attrs["fusion"]`` says which.
 
     Examples
     --------
@@ -565,12 +368,16 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -
     >>> ds["cycles"].values.tolist()
     [[503.0], [631.0]]
     """
-    out, names, coord, _, _ = model_outputs(ops, hw, dataflow, memory)
+    mode = pricing_mode(ops, fusion)
+    priced = priced_ops(ops, mode) if mode != "none" else None
+    out, names, coord, _, _ = model_outputs(ops, hw, dataflow, memory, priced)
     dims = ("dataflow", "op") if names else ("op",)
-    coords = {"op": coord, **({"dataflow": names} if names else {})}
-    attrs = {**_machine(hw).attrs, "memory": memory,
+    coords = {"op": coord, **({"dataflow": names} if names else {}),
+              **({"kernel": ("op", priced.kernel)} if priced is not None else {})}
+    attrs = {**_machine(hw).attrs, "memory": memory, "fusion": mode,
              "dataflow": ",".join(names) if names else (dataflow if isinstance(dataflow, str) else "per-op")}
-    return to_dataset(out, dims, coords, attrs, op_counts(ops, len(coord)))  # every output: one row of a block
+    counts = priced.count if priced is not None else op_counts(ops, len(coord))
+    return to_dataset(out, dims, coords, attrs, counts)  # every output: one row of a block
 
 
 def cost_grid(tile_rows: int, tile_cols: int, n_ops: int) -> schedule.Grid:
@@ -607,7 +414,7 @@ def _estimated_bytes(ops: int, dataflows: int, rows: int, cols: int) -> float:
     return sweep_estimate("", 1, dataflows, ops, 0, rows, cols, 1).total
 
 
-def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
+def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", priced: Priced | None = None
                   ) -> tuple[dict[str, np.ndarray], list[str] | None, np.ndarray, np.ndarray, np.ndarray]:
     """What :func:`cost` computes before it builds its Dataset: ``(outputs, dataflow names or None, op
     coordinate, dataflow codes, the machine's field vector)``, the outputs as NumPy arrays (``(dataflows, ops)``
@@ -617,7 +424,10 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     read = _machine(hw)
     hw, rows, cols = read.hw, read.rows, read.cols
-    arrays, coord = alone_columns(ops)  # the program derives the model's inputs from them (alone_inputs)
+    if priced is None:
+        arrays, coord = alone_columns(ops)  # the program derives the model's inputs from them (alone_inputs)
+    else:  # a Trace's kernels, each alone: the model's inputs themselves (kernel_alone)
+        arrays, coord = priced.arrays, priced.coord
     codes, names = dataflow_codes(dataflow, len(coord))
     sizes = (len(coord), len(names or ()) or 1, rows, cols)
     if _estimated_bytes(*sizes) > available_bytes():  # the Estimate, which names the sizes, built only to refuse
@@ -635,8 +445,11 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         n = len(coord)
         index = padding(n, COST_OPS)  # the source column of every padded row, cached per size
         # one array of the columns, then the padded rows taken: the fewest NumPy calls (a warm call pays per call)
-        table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced off
-        table = table.take(index, axis=1)
+        if priced is None:
+            table = np.array([arrays[k] for k in keys]) if n else np.zeros((len(keys), 1))  # no op: zeros, sliced
+            table = table.take(index, axis=1)
+        else:  # the copies are kernels of their own
+            table = np.array([v for v in take_rows(arrays, index, n).values()])
         df = codes.astype(np.float64).reshape(-1) if names or n else np.zeros(1)
         df = df if names else df[index]
         fields = read.fields

@@ -21,7 +21,7 @@ import numpy as np
 from .._padding import padded_count
 from ..errors import DfitError
 from . import kernels, mapping
-from ._cost import CostInputError, dataflow_codes, operand_bytes, ops_arrays
+from ._optable import CostInputError, alone_arrays, dataflow_codes, op_counts, operand_bytes, ops_arrays
 from .hardware import FIELDS, Hardware
 from .kernels import Kernels
 from .machine import DATAFLOWS
@@ -46,6 +46,13 @@ class Prepared:
     preds: np.ndarray  # (ops, P) row indices of producers, -1 padding
     pred_bytes: np.ndarray  # (ops, P) bytes each producer passes (program dtype)
     kernels: Kernels | None = None  # which ops run as one kernel (dfit_nb.sim.kernels)
+    # (reads, 3): (row, operand position, argument) of each program argument an op reads as it is (none known in
+    # traces saved before the capture recorded them)
+    arg_reads: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    # (edges, 3): (consumer row, producer row, operand position) of every edge between replayed ops, and the
+    # bytes each passes (program dtype)
+    feeds: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    feed_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
     @property
     def fusion(self) -> str:
@@ -91,6 +98,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
               "shared_reads": shared_reads(k.kernel, prep.preds),
+              **shared_arguments(k.kernel, prep.arg_reads, prep.table["in_shapes"].values, prep.arrays["gemm"]),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
               "kernel_row": k.row.astype(np.float64)}
@@ -120,6 +128,150 @@ def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
     later[first] = False
     np.add.at(out, op[later], 2.0 ** slot[later])
     return out
+
+
+def shared_arguments(kernel: np.ndarray, arg_reads: np.ndarray, in_shapes: Any, gemm: np.ndarray
+                     ) -> dict[str, np.ndarray]:
+    """What each op reads of a program argument that an earlier op of its kernel (or an earlier operand of its
+    own) already brought on chip: a fused kernel loads an argument once, however many of its ops use it (a
+    softmax of a program input reads it for its max and again for its subtract). ``ext_shared``: those bytes of
+    a non-GEMM op (program dtype, at most its external reads); ``lhs_shared``, ``rhs_shared``: 1 where a GEMM's
+    operand is such an argument. The model takes them off the op's DRAM reads only where its kernel runs fused.
+
+    >>> reads = np.array([[0, 0, 7], [1, 0, 7], [1, 1, 3]])  # op 0 reads argument 7; op 1 reads 7 and 3
+    >>> out = shared_arguments(np.array([0, 0]), reads, ["f32[4]", "f32[4] f32[4]"], np.zeros(2))
+    >>> out["ext_shared"].tolist(), out["lhs_shared"].tolist()
+    ([0.0, 16.0], [0.0, 0.0])
+    """
+    row, position, arg = np.asarray(arg_reads, np.int64).reshape(-1, 3).T
+    sizes = [operand_bytes(in_shapes[r]) for r in row]
+    nbytes = np.array([b[p] if p < len(b) else 0.0 for b, p in zip(sizes, position, strict=True)])
+    return _later_reads(kernel, row, position, arg, nbytes, gemm)
+
+
+def _later_reads(kernel: np.ndarray, row: np.ndarray, position: np.ndarray, source: np.ndarray,
+                 nbytes: np.ndarray, gemm: np.ndarray) -> dict[str, np.ndarray]:
+    """``ext_shared`` / ``lhs_shared`` / ``rhs_shared`` (see :func:`shared_arguments`) of reads of ``source``
+    tensors from outside the kernel: op ``row`` reads ``nbytes`` of ``source`` as its input ``position``; the
+    first read of each (kernel, source), in program order then operand order, brings it in."""
+    n = len(kernel)
+    out = {"ext_shared": np.zeros(n), "lhs_shared": np.zeros(n), "rhs_shared": np.zeros(n)}
+    if not len(row):
+        return out
+    kernel = np.asarray(kernel, np.int64)
+    order = np.lexsort((position, row))
+    row, position, source, nbytes = row[order], position[order], source[order], nbytes[order]
+    _, first = np.unique(kernel[row] * (int(source.max()) + 1) + source, return_index=True)
+    later = np.ones(row.size, bool)
+    later[first] = False
+    gemm_op = np.asarray(gemm)[row] > 0
+    out["lhs_shared"][row[later & gemm_op & (position == 0)]] = 1.0
+    out["rhs_shared"][row[later & gemm_op & (position == 1)]] = 1.0
+    vector = later & ~gemm_op
+    np.add.at(out["ext_shared"], row[vector], nbytes[vector])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Priced:
+    """The ops :func:`dfit_nb.sim.cost` and :func:`dfit_nb.sim.sweep` price, as the model's inputs."""
+
+    arrays: dict[str, np.ndarray]  # the model's inputs, per execution (float64)
+    coord: np.ndarray  # op ids
+    count: np.ndarray  # executions per call
+    fusion: str  # how the ops were grouped into kernels ("none": each op alone)
+    kernel: np.ndarray | None = None  # per op, the op id of its kernel's first op (None: no kernels)
+
+
+def pricing_mode(ops: Any, fusion: str | None) -> str:
+    """The fusion :func:`priced_ops` groups ``ops`` by: ``fusion`` checked, or by default
+    :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION` for a Trace and ``"none"`` for a table of ops (which has no
+    dataflow between its rows to group by; any other mode is refused for one)."""
+    is_trace = hasattr(ops, "edges") and hasattr(ops, "ops")
+    mode = (kernels.DEFAULT_FUSION if is_trace else "none") if fusion is None else kernels.check_mode(fusion)
+    if mode != "none" and not is_trace:
+        raise CostInputError(f"fusion={mode!r} groups a Trace's ops into kernels by the dataflow between them; an "
+                             "op table has none: pass the Trace (dfit_nb.capture), or fusion='none' to price each "
+                             "row alone")
+    return mode
+
+
+def priced_ops(ops: Any, fusion: str | None = None) -> Priced:
+    """What :func:`~dfit_nb.sim.cost` and :func:`~dfit_nb.sim.sweep` price: a Trace's replayed ops, each a member
+    of its kernel run alone (:func:`kernel_alone`; ``fusion`` as for :func:`dfit_nb.replay`, default
+    :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), or every row of an op table alone (``fusion="none"``, the
+    default for a table, which has no dataflow between its ops to group by; a Trace's every row too)."""
+    mode = pricing_mode(ops, fusion)
+    if mode == "none":
+        arrays, coord = alone_arrays(ops)
+        return Priced(arrays, coord, op_counts(ops, len(coord)), mode)
+    try:
+        prep = prepare(ops, mode)
+    except ReplayError as err:
+        raise CostInputError(str(err)) from None
+    return Priced(kernel_alone(prep), prep.op, prep.arrays["count"].copy(), mode,
+                  prep.op[np.asarray(prep.arrays["kernel"], np.int64)])
+
+
+def take_rows(arrays: Mapping[str, np.ndarray], index: np.ndarray, real: int) -> dict[str, np.ndarray]:
+    """The rows ``index`` of the model's inputs ``arrays``, the positions from ``real`` on being copies that pad
+    the table to a compiled size: each copy is a kernel of its own (an id past every real one), so no kernel's
+    sums (its launch, its overlap, its latency) see it.
+
+    >>> take_rows({"kernel": np.array([0.0, 0.0]), "kernel_size": np.array([2.0, 2.0])}, np.array([0, 1, 0]), 2)
+    {'kernel': array([0., 0., 2.]), 'kernel_size': array([2., 2., 1.])}
+    """
+    out = {key: value[index] for key, value in arrays.items()}
+    if "kernel" in out:
+        pad = np.arange(len(index)) >= real
+        out["kernel"] = np.where(pad, np.arange(len(index), dtype=np.float64), out["kernel"])
+        for key, value in (("kernel_size", 1.0), ("payer", 1.0), ("internal", 0.0)):
+            if key in out:
+                out[key] = np.where(pad, value, out[key])
+    return out
+
+
+def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
+    """The model's inputs of every op of ``prep`` (grouped into kernels) priced as a member of its kernel run
+    alone: what :func:`dfit_nb.sim.cost` and :func:`dfit_nb.sim.sweep` price for a Trace. A kernel alone reads
+    its inputs from DRAM (program arguments, and results of ops in other kernels) and writes its results there,
+    except those only its own ops consume, which stay on chip while the kernel runs fused; it pays one fixed
+    cost and waits the DRAM latency once. The producers inside the kernel feed an op on chip where the kernel
+    runs fused (``kernel_fed0``, ``kernel_fed1``, ``kernel_fed_bytes``: what comes from DRAM instead where it does
+    not, :func:`dfit_nb.sim.machine.model`), and an input two ops of the kernel read comes in once. Every
+    figure is per execution (``count`` 1), as :func:`~dfit_nb.sim.cost` reports."""
+    a = prep.arrays
+    n = len(prep.op)
+    kernel = np.asarray(a["kernel"], np.int64)
+    dst, src, pos = prep.feeds.T if len(prep.feeds) else (np.zeros(0, np.int64),) * 3
+    inside = kernel[src] == kernel[dst]
+    # bytes producers inside the kernel feed each (op, operand): one tensor however many may write it (cond)
+    width = max(int(pos.max()) + 1 if pos.size else 0, 2)
+    fed = np.zeros((n, width))
+    np.maximum.at(fed, (dst[inside], pos[inside]), prep.feed_bytes[inside])
+    lhs, rhs = a["lhs_bytes"], a["rhs_bytes"]
+    kernel_fed0 = np.where(lhs > 0, np.minimum(fed[:, 0] / np.maximum(lhs, 1.0), 1.0), 0.0)
+    kernel_fed1 = np.where(rhs > 0, np.minimum(fed[:, 1] / np.maximum(rhs, 1.0), 1.0), 0.0)
+    read = np.asarray(prep.table["bytes_read"].values, np.float64)
+    # inputs from outside the kernel, read once per kernel: program arguments, and other kernels' results
+    # (sources numbered past the arguments)
+    arg_row, arg_pos, arg = np.asarray(prep.arg_reads, np.int64).reshape(-1, 3).T
+    first_source = int(arg.max()) + 1 if arg.size else 0
+    shapes = prep.table["in_shapes"].values
+    arg_bytes = np.array([(lambda b, p: b[p] if p < len(b) else 0.0)(operand_bytes(shapes[r]), p)
+                          for r, p in zip(arg_row, arg_pos, strict=True)])
+    outside = ~inside
+    shared = _later_reads(kernel, np.concatenate([arg_row, dst[outside]]), np.concatenate([arg_pos, pos[outside]]),
+                          np.concatenate([arg, first_source + src[outside]]),
+                          np.concatenate([arg_bytes, prep.feed_bytes[outside]]), a["gemm"])
+    keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", "gemm",
+            "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
+            "internal", "kernel_ws", "kernel_row")
+    ones = np.ones(n)
+    return {**{key: np.asarray(a[key], np.float64) for key in keep}, **shared,
+            "fed0": kernel_fed0, "fed1": kernel_fed1, "kernel_fed0": kernel_fed0, "kernel_fed1": kernel_fed1,
+            "ext_bytes": np.maximum(read - fed.sum(axis=1), 0.0), "kernel_fed_bytes": fed.sum(axis=1),
+            "has_consumer": 0.0 * ones, "count": ones, "real": ones}
 
 
 def _prepare_ops(trace: Any) -> Prepared:
@@ -180,9 +332,17 @@ def _prepare_ops(trace: Any) -> Prepared:
     if len(pairs):
         preds[pairs[:, 0], slot] = pairs[:, 1]
         pred_bytes[pairs[:, 0], slot] = pair_bytes
+    # arguments each op reads as they are (traces saved before the capture recorded them: none known)
+    arg_reads = np.zeros((0, 3), np.int64)
+    if "input_dst" in e:
+        reader = row[e["input_dst"].values]
+        known = reader >= 0
+        arg_reads = np.stack([reader[known], e["input_operand"].values[known], e["input_arg"].values[known]],
+                             axis=1).astype(np.int64)
     return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
                     primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
-                    pred_bytes=pred_bytes)
+                    pred_bytes=pred_bytes, arg_reads=arg_reads,
+                    feeds=np.stack([dst, src, pos], axis=1).astype(np.int64), feed_bytes=nbytes)
 
 
 def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None

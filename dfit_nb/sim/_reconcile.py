@@ -70,6 +70,9 @@ def _own_dataflows(alone: xr.Dataset, trace: Any, hw: Hardware, names: np.ndarra
     if "dataflow" not in alone.dims or "op" not in alone.dims:
         raise ValueError("reconcile: alone= must be cost(trace, hw, [styles]) with a dataflow dim, got dims "
                          f"{dict(alone.sizes)}")
+    if alone.attrs.get("fusion", "none") != "none":
+        raise ValueError(f"reconcile: alone= prices kernels (fusion={alone.attrs['fusion']!r}); it compares each op "
+                         "alone with the replay: cost it with fusion='none'")
     if alone.attrs.get("memory") != "finite":
         raise ValueError(f"reconcile: alone= was costed with memory={alone.attrs.get('memory')!r}; the replay "
                          "prices finite memory: cost it with memory='finite'")
@@ -118,7 +121,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     run : Run
         From :func:`dfit_nb.replay`; its per-op dataflows are the ones costed alone.
     alone : xarray.Dataset, optional
-        ``cost(trace, hw, [...])`` already computed over a ``dataflow`` dim that holds every dataflow the run
+        ``cost(trace, hw, [...], fusion="none")`` already computed over a ``dataflow`` dim that holds every dataflow the run
         uses (the CLI's cost table): each op is read from it under its own dataflow instead of costed again.
         It must be ``trace``'s ops on ``hw`` in finite memory; anything else raises ``ValueError``.
 
@@ -155,7 +158,7 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
     per_op = ops["dataflow"].values.astype(object)
     names[ids] = np.where(per_op == "", "ws", per_op)
-    alone = cost(trace, hw, names).sel(op=ids) if alone is None else _own_dataflows(alone, trace, hw, names, ids)
+    alone = cost(trace, hw, names, fusion="none").sel(op=ids) if alone is None else _own_dataflows(alone, trace, hw, names, ids)
     count = alone["count"].values
     lv_alone = {
         "compute": (alone["energy_mac_pj"] + alone["energy_rf_pj"]).values,

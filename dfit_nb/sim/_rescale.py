@@ -100,7 +100,14 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
     out = dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
     # the kernels of the rescaled program, grouped again (a kernel's working set, and what the rules fuse through
     # a broadcast, follow the sizes)
-    return with_kernels(out, prep.fusion) if prep.kernels is not None else out
+    if prep.kernels is None:
+        return out
+    out = with_kernels(out, prep.fusion)
+    # the argument bytes a kernel shares are read from the base shapes: they scale as the op's external reads
+    base = prep.arrays["ext_bytes"]
+    out.arrays["ext_shared"] = out.arrays["ext_shared"] * np.where(base > 0, a["ext_bytes"] / np.maximum(base, 1.0),
+                                                                   0.0)
+    return out
 
 
 def _codes(names: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ def sweep(
     chunks: int | None = None,
     per_op: bool = True,
     variables: Sequence[str] | None = None,
+    fusion: str | None = None,
     **grid: Any,
 ) -> xr.Dataset:
     """Cost ``ops`` on every combination of the ``grid`` axes and ``dataflow``.
@@ -52,6 +53,12 @@ def sweep(
         keeps.
     variables : sequence of str, optional
         The data variables to keep (default: all of the mode's).
+    fusion : {"rules", "compiler", "none"}, optional
+        How a Trace's ops are grouped into kernels, as for :func:`dfit_nb.replay` (default ``"rules"``): each
+        op is priced as a member of its kernel run alone (intermediates on chip, one fixed cost, the DRAM
+        latency waited once; :func:`dfit_nb.sim._prepare.kernel_alone`), and the ``op`` dim holds the ops the
+        replay prices, with a ``kernel`` coordinate (its kernel's first op). ``"none"``: every op of the
+        table alone (the default for a table of ops, which has no dataflow to group by).
     **grid
         Axis name -> values: any Hardware field, or ``pe=[(R, C), ...]``,
         ``tiles=[(rows, cols), ...]``, ``sram_kb=[...]``, ``dram_bw=[...]``,
@@ -76,7 +83,7 @@ def sweep(
     >>> lazy["total_cycles"].chunks, lazy["total_cycles"].sel(dataflow="os").values.tolist()
     (((1, 1), (1,)), [4991.0, 503.0])
     """
-    p = plan(ops, hw, dataflow, memory, grid, per_op, variables)
+    p = plan(ops, hw, dataflow, memory, grid, per_op, variables, fusion)
     if chunks is not None:
         from .scale import lazy_sweep  # Dask is loaded by the first lazy sweep, not by `import dfit_nb`
 

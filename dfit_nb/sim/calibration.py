@@ -34,7 +34,8 @@ import xarray as xr
 from .._files import open_tree, save_tree
 from .._html import render, trusted
 from ..errors import DfitError, DfitWarning
-from ._cost import alone, alone_arrays, dataflow_codes, dtype_itemsizes, for_jit, grid_tables, model_outputs, numeric
+from ._cost import alone, for_jit, grid_tables, model_outputs
+from ._optable import alone_arrays, dataflow_codes, dtype_itemsizes, numeric
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the

@@ -23,16 +23,14 @@ from ._cost import (
     MEMORY_MODES,
     TOTALS,
     VARIABLES,
-    CostInputError,
     _attrs,
     alone,
-    alone_arrays,
     batch_tables,
-    dataflow_codes,
     finish,
     hardware_attrs,
-    op_counts,
 )
+from ._optable import CostInputError, dataflow_codes
+from ._prepare import priced_ops, take_rows
 from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
 from .memory import Estimate, sweep_estimate
@@ -163,6 +161,8 @@ class Plan:
     key_base: int
     per_op: bool
     variables: tuple[str, ...]
+    fusion: str = "none"  # how the ops were grouped into kernels, each priced alone
+    kernel: np.ndarray | None = None  # per op, the op id of its kernel's first op
 
     @property
     def machines(self) -> int:
@@ -189,13 +189,15 @@ def variables_for(per_op: bool) -> tuple[str, ...]:
 
 
 def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, grid: dict[str, Any],
-         per_op: bool = True, variables: Sequence[str] | None = None) -> Plan:
-    """Check a sweep's inputs and gather what evaluating any chunk of it needs (nothing is evaluated)."""
+         per_op: bool = True, variables: Sequence[str] | None = None, fusion: str | None = None) -> Plan:
+    """Check a sweep's inputs and gather what evaluating any chunk of it needs (nothing is evaluated); the ops
+    as :func:`dfit_nb.sim._prepare.priced_ops` prices them."""
     if memory not in MEMORY_MODES:
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     check_hardware(hw, "sweep()", error=CostInputError, batch_hint="; sweep() takes one base machine and the "
                    "values to sweep in keyword axes (e.g. pe=[(16, 16), (32, 32)])")
-    arrays, coord = alone_arrays(ops)
+    priced = priced_ops(ops, fusion)
+    arrays, coord = priced.arrays, priced.coord
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))
     axes = _axes(hw, grid)
@@ -215,9 +217,8 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
                                  f"per_op={per_op}: {', '.join(valid)}")
     tables, keys, key_base = _grid_tables(hw, axes)
     shape = tuple(len(labels) for _, labels in axes.values())
-    count = op_counts(ops, len(coord))
-    return Plan(arrays, coord, count, hw, axes, shape, names, codes[:, 0].astype(np.float64), memory == "ideal",
-                tables, keys, key_base, per_op, kept)
+    return Plan(arrays, coord, priced.count, hw, axes, shape, names, codes[:, 0].astype(np.float64),
+                memory == "ideal", tables, keys, key_base, per_op, kept, priced.fusion, priced.kernel)
 
 
 def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress: bool = False
@@ -236,7 +237,7 @@ def evaluate_range(p: Plan, lo: int, hi: int, fixed: int | None = None, progress
     total = hi - lo
     n_df, n_ops = len(p.dataflows), len(p.coord)
     # the op table padded to a power of two (cost()'s sizes): sweeps of similar tables share one program
-    ops = {k: v[padded_index(n_ops, padded_count(n_ops, COST_OPS))] for k, v in p.arrays.items()} if n_ops else p.arrays
+    ops = take_rows(p.arrays, padded_index(n_ops, padded_count(n_ops, COST_OPS)), n_ops) if n_ops else p.arrays
     devices = jax.local_devices()
     per_chunk = max(len(devices), CHUNK_EVALS // max(1, n_df * padded_count(n_ops, COST_OPS)))
     if fixed is not None:
@@ -282,7 +283,10 @@ def dataset(p: Plan, values: dict[str, Any]) -> xr.Dataset:
     dims = (*labels, "dataflow", "op")
     coords = {**{k: (k, np.asarray(v, dtype=object if isinstance(v[0], str) else None)) for k, v in labels.items()},
               "dataflow": p.dataflows, "op": p.coord}
-    attrs = {**hardware_attrs(p.base), "memory": "ideal" if p.ideal else "finite", "swept": ",".join(labels),
+    if p.kernel is not None:
+        coords["kernel"] = ("op", p.kernel)
+    attrs = {**hardware_attrs(p.base), "memory": "ideal" if p.ideal else "finite", "fusion": p.fusion,
+             "swept": ",".join(labels),
              **{f"axis_{k}": ALIASES[k][1] if k in ALIASES else FIELDS[k][1] for k in labels}}
     data = {}
     for name in p.variables:
@@ -290,7 +294,7 @@ def dataset(p: Plan, values: dict[str, Any]) -> xr.Dataset:
             data[name] = xr.Variable(("op",), p.count, _attrs(name))
         else:
             data[name] = xr.Variable(dims[:-1] if name in TOTALS else dims, values[name], _attrs(name))
-    ds = xr.Dataset(data, coords=coords if p.per_op else {k: v for k, v in coords.items() if k != "op"},
+    ds = xr.Dataset(data, coords=coords if p.per_op else {k: v for k, v in coords.items() if k not in ("op", "kernel")},
                     attrs=attrs)
     for key in labels:
         ds[key].attrs["units"] = "" if key in ("pe", "tiles") else ("KiB" if key == "sram_kb" else

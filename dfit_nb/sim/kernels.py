@@ -90,7 +90,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DfitError
-from ._cost import operand_dims
+from ._optable import operand_dims
 
 #: the ways :func:`group` decides kernels (the first is the default)
 FUSION_MODES = ("rules", "compiler", "none")

@@ -367,7 +367,11 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     ``transcendentals``, ``elems_in``, ``elems_out``, ``itemsize``, operand
     bytes (``lhs_bytes``, ``rhs_bytes``, ``ext_bytes``, ``bytes_written``, in
     program bytes), the fractions of the operands producers feed (``fed0``,
-    ``fed1``) and ``has_consumer``. Every argument broadcasts. Returns per-op
+    ``fed1``), what an earlier op of a fused kernel already brought on chip
+    of the program arguments it reads (``ext_shared`` bytes, ``lhs_shared``,
+    ``rhs_shared`` flags; optional), for a kernel priced alone what its own
+    producers feed (``kernel_fed0``, ``kernel_fed1``, ``kernel_fed_bytes``;
+    optional) and ``has_consumer``. Every argument broadcasts. Returns per-op
     arrays: the mapping (``layout``, ``gy``, ``gx``, ``virtual_tiles``,
     ``tiles``, ``fold``, ``spilled_bytes``), ``compute_v`` and ``sram_cycles_v``
     per virtual tile, ``dram_bytes``, the NoC bytes the scheduler moves
@@ -459,12 +463,20 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
 
     # operands from outside the program's ops (weights, program inputs) come from DRAM; the fractions
     # fed by producers arrive by retile (scheduler) or, when the producer spilled, from DRAM too
-    ext0, ext1 = 1.0 - ops["fed0"], 1.0 - ops["fed1"]
-    ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ops["ext_bytes"] * scale)
+    # inside a fused kernel, an input an earlier op of the kernel read is on chip already; a kernel priced alone
+    # (dfit_nb.sim._prepare.kernel_alone) reads what its own producers feed from DRAM where it runs unfused
+    fused = fused_in_kernel(ops, hw)
+    on = jnp.where(fused, 1.0, 0.0)
+    ext0 = jnp.maximum(1.0 - ops["fed0"] + (1.0 - on) * ops.get("kernel_fed0", 0.0)
+                       - on * ops.get("lhs_shared", 0.0), 0.0)
+    ext1 = jnp.maximum(1.0 - ops["fed1"] + (1.0 - on) * ops.get("kernel_fed1", 0.0)
+                       - on * ops.get("rhs_shared", 0.0), 0.0)
+    ext_bytes = jnp.maximum(ops["ext_bytes"] + (1.0 - on) * ops.get("kernel_fed_bytes", 0.0)
+                            - on * ops.get("ext_shared", 0.0), 0.0)
+    ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ext_bytes * scale)
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
     # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, or
     # when they all run in its fused kernel; program outputs and results that do not fit are written to DRAM
-    fused = fused_in_kernel(ops, hw)
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
         fused & (ops.get("internal", 0.0) > 0))
@@ -485,7 +497,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     traffic = jnp.stack([
         jnp.stack([sram_in + sram_w * (1 - rhs_is_weight) + final_out,
                    jnp.where(multi, jnp.where(gemm, ext0 * deliv_in, ext_in_dram) + refetch_in + out_dram, 0.0),
-                   jnp.where(gemm, ext_in_dram, ops["ext_bytes"] * scale) + refetch_in + out_dram]),
+                   ext_in_dram + refetch_in + out_dram]),
         jnp.stack([sram_w * rhs_is_weight,
                    jnp.where(multi, ext1 * deliv_w + refetch_w, 0.0),
                    ext_w_dram + refetch_w]),
@@ -614,15 +626,17 @@ def body_demands(m: dict[str, Any], count: Any, extra_dram: Any, hw: Hardware) -
     }
 
 
-def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False) -> dict[str, Any]:
+def alone_cycles(body: dict[str, Any], hw: Hardware, ideal: bool = False, latency_share: Any = 1.0
+                 ) -> dict[str, Any]:
     """An op's cycles when nothing else runs (the DRAM channel free): :func:`body_cycles` of its demands plus its
     fixed overhead.
 
-    ``ideal``: memories never stall (SCALE-Sim's computed-bandwidth mode): compute only.
+    ``ideal``: memories never stall (SCALE-Sim's computed-bandwidth mode): compute only. ``latency_share``: the
+    share of the DRAM latency it waits (0 for the ops of a fused kernel but the first, :func:`kernel_overlap`).
     """
     compute = body["compute"]
-    dram = jnp.where(body["dram_bytes"] > 0,
-                     dram_transfer_cycles(body["dram_bytes"], hw) + field(hw, "dram_latency_cycles"), 0.0)
+    dram = jnp.where(body["dram_bytes"] > 0, dram_transfer_cycles(body["dram_bytes"], hw)
+                     + field(hw, "dram_latency_cycles") * latency_share, 0.0)
     if ideal:
         return {"cycles": compute, "dram_cycles": dram}
     busy = body_cycles(compute, body["sram"], body["noc_cycles"], dram, hw, body["blocks"])

@@ -628,3 +628,18 @@ def test_an_op_made_only_of_a_broadcast_literal_is_constant_folded():
     assert t.ops["fusion"].values[mul] != ""
     assert t.ops["fusion"].values[bcast] == ""
     assert str(t.ops["folded_reason"].values[bcast]).startswith("constant-folded")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs on this platform")
+def test_read_hlo_op_timings_refuses_a_fifo_unopened_and_names_a_missing_file(tmp_path):
+    """A FIFO given as the profile would block the read forever: it is refused before anything opens it."""
+    import os
+
+    from dfit_nb.errors import LoadRefusedError
+
+    fifo = tmp_path / "trace.xplane.pb"
+    os.mkfifo(fifo)
+    with pytest.raises(LoadRefusedError, match="FIFO"):
+        read_hlo_op_timings(fifo, "jit_f")
+    with pytest.raises(FileNotFoundError, match=r"missing\.xplane\.pb"):
+        read_hlo_op_timings(tmp_path / "missing.xplane.pb", "jit_f")

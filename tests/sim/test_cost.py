@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from dfit_nb import sim
 from dfit_nb.sim import CostInputError, Hardware, cost, presets
+from dfit_nb.sim._prepare import prepare
 from tests.shared import programs
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "scalesim_reference.csv"
@@ -66,13 +67,16 @@ def test_sram_output_writes_equal_scalesim_for_ws_and_is(reference, ours):
 def test_cost_takes_a_trace_and_reports_units(static_traces):
     t = static_traces["encoder"]
     ds = cost(t, presets.get("tpu_like"), ["ws", "os", "is"])
-    assert ds["cycles"].dims == ("dataflow", "op") and ds.sizes["op"] == t.ops.sizes["op"]
+    # a Trace is priced as the replay's kernels: the op dim holds the ops the replay prices (live leaf ops)
+    replayed = prepare(t, "rules").op
+    assert ds["cycles"].dims == ("dataflow", "op") and ds["op"].values.tolist() == replayed.tolist()
+    assert ds.attrs["fusion"] == "rules" and set(ds["kernel"].values.tolist()) <= set(replayed.tolist())
     for name, var in ds.data_vars.items():
         assert "units" in var.attrs and var.attrs["description"], name
-    dots = t.ops["primitive"].values == "dot_general"
+    dots = t.ops["primitive"].values[replayed] == "dot_general"
     assert (ds["macs"].values[:, dots] > 0).all()
     assert ds.attrs["hardware"] == "tpu_like"
-    np.testing.assert_array_equal(ds["count"].values, t.ops["count"].values)
+    np.testing.assert_array_equal(ds["count"].values, t.ops["count"].values[replayed])
     np.testing.assert_allclose(ds["total_cycles"].values, (ds["cycles"] * ds["count"]).sum("op").values)
     assert (ds["total_macs"].values == int((t.ops["m"] * t.ops["k"] * t.ops["n"] * t.ops["batch"]
                                             * t.ops["count"]).where(t.ops["m"] > 0, 0).sum())).all()
@@ -137,7 +141,7 @@ def test_tables_share_a_program_per_power_of_two_and_the_padding_changes_nothing
 
 
 def test_non_gemm_ops_use_the_vector_path(static_traces):
-    ds = cost(static_traces["encoder"], presets.get("npu_like"), "ws")
+    ds = cost(static_traces["encoder"], presets.get("npu_like"), "ws", fusion="none")  # each op alone
     ops = static_traces["encoder"].ops
     vec = (ops["m"].values == 0) & (ops["flops"].values > 0)
     assert (ds["compute_cycles"].values[vec] > 0).all() and (ds["macs"].values[vec] == 0).all()
@@ -275,12 +279,21 @@ def test_the_model_vmaps_over_machines_of_different_grids():
 def test_every_example_costs_on_every_preset(static_traces, preset):
     hw = presets.get(preset)
     for name, trace in static_traces.items():
-        ds = cost(trace, hw, ["ws", "os", "is"])
-        for var in ("cycles", "energy_pj", "utilization", "dram_reads_input"):
-            assert np.isfinite(ds[var].values).all(), (name, var)
-        computes = (trace.ops["m"].values > 0) | (trace.ops["flops"].values > 0)
-        assert (ds["cycles"].values[:, computes] > 0).all(), name
-        assert (ds["utilization"].values <= 1.0).all() and float(ds["total_energy_j"].min()) > 0, name
+        for fusion in ("rules", "none"):  # each kernel alone (the default for a Trace), each op alone
+            ds = cost(trace, hw, ["ws", "os", "is"], fusion=fusion)
+            for var in ("cycles", "energy_pj", "utilization", "dram_reads_input"):
+                assert np.isfinite(ds[var].values).all(), (name, fusion, var)
+            ops = trace.ops.sel(op=ds["op"].values)
+            computes = (ops["m"].values > 0) | (ops["flops"].values > 0)
+            # alone, every op that computes takes time; in a kernel, an epilogue may hide under its GEMM
+            kernel = ds["kernel"].values if "kernel" in ds.coords else ds["op"].values
+            per_kernel = ds["cycles"].groupby(xr.DataArray(kernel, dims="op", name="k")).sum()
+            if fusion == "none":
+                assert (ds["cycles"].values[:, computes] > 0).all(), name
+            else:
+                busy = np.isin(per_kernel["k"].values, kernel[computes])
+                assert (per_kernel.values[:, busy] > 0).all(), name
+            assert (ds["utilization"].values <= 1.0).all() and float(ds["total_energy_j"].min()) > 0, name
 
 
 @settings(max_examples=40)

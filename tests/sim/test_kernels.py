@@ -12,7 +12,7 @@ import pytest
 
 import dfit_nb
 from dfit_nb.sim import kernels, presets
-from dfit_nb.sim._prepare import ReplayError, prepare
+from dfit_nb.sim._prepare import ReplayError, prepare, shared_arguments
 
 MODES = kernels.FUSION_MODES
 
@@ -278,6 +278,53 @@ def test_a_fused_kernel_brings_a_tensor_on_chip_once(preset):
                  ) > 1.9 * scores
 
 
+@pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
+def test_a_fused_kernel_reads_a_program_argument_once(preset):
+    """A softmax of a program argument reads it for its max and again for its subtract: fused, the kernel
+    brings it from DRAM once; one kernel per primitive, twice. A layer norm's argument likewise, read by its
+    mean, its centring and (squared) its variance."""
+    hw = presets.get(preset)
+    x = jax.ShapeDtypeStruct((64, 512), jnp.float32)
+    word_bytes = 64 * 512 * float(hw.word_bytes)
+    for fn in (lambda a: jax.nn.softmax(a, axis=-1), lambda a: (a - a.mean(-1, keepdims=True)) * 2.0):
+        t = dfit_nb.capture(fn, x)
+        fused, unfused = dfit_nb.replay(t, hw), dfit_nb.replay(t, hw, fusion="none")
+        assert bool(fused.ops["fused"].any())
+        assert float(fused.ops["dram_reads_input"].sum()) == pytest.approx(word_bytes, abs=8)
+        assert float(unfused.ops["dram_reads_input"].sum()) == pytest.approx(2 * word_bytes, abs=8)
+
+
+def test_an_epilogue_reading_the_gemms_own_argument_takes_it_from_chip():
+    """The capture names the argument each op reads as it is (``trace.edges``' ``input_edge`` rows). A residual
+    epilogue reading the GEMM's lhs argument finds it on chip in the fused kernel: the kernel reads the lhs and
+    the weights once."""
+    hw = presets.get("tpu_v4")
+    t = dfit_nb.capture(lambda x, w: x @ w + x, jnp.ones((32, 64)), jnp.ones((64, 64)))
+    e, prims = t.edges, t.ops["primitive"].values
+    reads = sorted(zip(e["input_dst"].values.tolist(), e["input_operand"].values.tolist(),
+                       e["input_arg"].values.tolist(), e["input_bytes"].values.tolist(), strict=True))
+    assert [(str(prims[d]), o, g, b) for d, o, g, b in reads] == [
+        ("dot_general", 0, 0, 32 * 64 * 4), ("dot_general", 1, 1, 64 * 64 * 4), ("add", 1, 0, 32 * 64 * 4)]
+    prep = prepare(t, "rules")
+    assert prep.arrays["ext_shared"].tolist() == [0.0, 32 * 64 * 4.0]
+    fused, unfused = dfit_nb.replay(t, hw), dfit_nb.replay(t, hw, fusion="none")
+    assert bool(fused.ops["fused"].all())
+    moved = {run: float((r.ops["dram_reads_input"] + r.ops["dram_reads_weight"]).sum())
+             for run, r in (("fused", fused), ("unfused", unfused))}
+    assert moved == {"fused": (32 * 64 + 64 * 64) * 2.0, "unfused": (2 * 32 * 64 + 64 * 64) * 2.0}
+
+
+def test_shared_arguments_marks_later_reads_per_kernel_and_operand():
+    """The first read of an argument in a kernel brings it in; later reads in that kernel are shared, a GEMM's
+    as its lhs or rhs flag, another op's as bytes of that operand; a read in another kernel is not."""
+    reads = np.array([[0, 0, 5], [1, 0, 5], [1, 1, 6], [2, 1, 6], [3, 0, 5]])
+    shapes = ["f32[8]", "f32[8,4] f32[4,4]", "f32[8] f32[4,4]", "f32[8]"]
+    out = shared_arguments(np.array([0, 0, 0, 1]), reads, shapes, np.array([0.0, 1.0, 0.0, 0.0]))
+    assert out["lhs_shared"].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert out["rhs_shared"].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert out["ext_shared"].tolist() == [0.0, 0.0, 64.0, 0.0]
+
+
 def test_policy_replays_with_its_fusion(encoder):
     hw = presets.get("npu_like")
     policy = dfit_nb.sim.select_dataflows(encoder, hw, "energy", fusion="none")
@@ -334,3 +381,88 @@ def test_gradients_through_a_kernel_without_vector_work_are_finite():
                                                            "op_overhead_cycles", "dram_bytes_per_cycle"))
     assert float(g.vector_rate) < 0  # a faster vector unit, less time
     assert float(g.transcendental_cycles) > 0  # a slower tanh, more time: a field a calibration can move
+
+
+def _gelu_residual():
+    return dfit_nb.capture(lambda x, w: jax.nn.gelu(x @ w) + x, jax.ShapeDtypeStruct((256, 512), jnp.float32),
+                           jax.ShapeDtypeStruct((512, 512), jnp.float32))
+
+
+def test_a_sweep_prices_a_trace_as_its_kernels_each_alone():
+    """sweep() of a Trace prices each kernel alone (default fusion "rules"): a program that is one kernel costs
+    what its replay does, to rounding; where a tile's SRAM cannot hold the kernel's working set it runs as its
+    ops, each alone, exactly as fusion="none" prices them; MACs are the same in every mode."""
+    t = _gelu_residual()
+    hw = presets.get("tpu_v4")
+    sweeps = {mode: dfit_nb.sim.sweep(t, hw, dataflow="ws", fusion=mode, progress=False, sram_kb=[64, 4096])
+              for mode in ("rules", "none")}
+    rules, none = sweeps["rules"], sweeps["none"]
+    assert rules.attrs["fusion"] == "rules" and none.attrs["fusion"] == "none"
+    assert prepare(t, "rules").kernels.count == 1 and len(set(rules["kernel"].values.tolist())) == 1
+    replayed = float(dfit_nb.replay(t, hw, "ws").summary["latency_cycles"])
+    assert float(rules["total_cycles"].sel(sram_kb=4096).item()) == pytest.approx(replayed, rel=1e-9)
+    # too small: the kernel runs unfused, and each op costs what it costs alone
+    small = rules.sel(sram_kb=64, dataflow="ws")
+    np.testing.assert_allclose(small["cycles"].values, none.sel(sram_kb=64, dataflow="ws", op=rules["op"].values)[
+        "cycles"].values, rtol=1e-12)
+    assert float(rules["total_macs"].sel(sram_kb=64).item()) == float(none["total_macs"].sel(sram_kb=64).item())
+    # fused, the kernel moves less and launches once
+    big = rules.sel(sram_kb=4096, dataflow="ws")
+    assert float(big["energy_pj"].sum()) < float(none.sel(sram_kb=4096, dataflow="ws")["energy_pj"].sum())
+
+
+def test_the_three_fusion_modes_of_a_sweep_agree_where_nothing_fuses():
+    """A program of one GEMM is one kernel in every mode: the sweeps are equal."""
+    t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((64, 128)), jnp.ones((128, 32)))
+    hw = presets.get("npu_like")
+    got = [dfit_nb.sim.sweep(t, hw, dataflow=["ws", "os"], fusion=mode, progress=False, pe=[(8, 8), (16, 16)])
+           for mode in ("rules", "compiler", "none")]
+    for other in got[1:]:
+        np.testing.assert_array_equal(other["cycles"].values, got[0]["cycles"].values)
+        np.testing.assert_array_equal(other["energy_pj"].values, got[0]["energy_pj"].values)
+
+
+def test_a_sweep_of_a_table_has_no_kernels_and_says_so():
+    table = {"m": [64], "k": [64], "n": [64]}
+    hw = presets.get("scalesim_32")
+    with pytest.raises(dfit_nb.sim.CostInputError, match="pass the Trace"):
+        dfit_nb.sim.sweep(table, hw, fusion="rules", progress=False, pe=[(8, 8)])
+    with pytest.raises(kernels.FusionError, match="'rules', 'compiler', 'none'"):
+        dfit_nb.sim.sweep(_gelu_residual(), hw, fusion="xla", progress=False, pe=[(8, 8)])
+    assert dfit_nb.sim.sweep(table, hw, progress=False, pe=[(8, 8)]).attrs["fusion"] == "none"
+
+
+def test_cost_of_a_trace_prices_its_kernels_as_the_sweep_and_the_replay_do():
+    """cost() reads a Trace as the sweep does (each kernel alone, default "rules"): a one-kernel program costs
+    what its replay does; fusion="none" keeps every row of the ops table alone; a table refuses kernels."""
+    t = _gelu_residual()
+    hw = presets.get("tpu_v4")
+    fused = dfit_nb.sim.cost(t, hw)
+    assert fused.attrs["fusion"] == "rules" and "kernel" in fused.coords
+    assert fused["op"].values.tolist() == prepare(t, "rules").op.tolist()
+    replayed = float(dfit_nb.replay(t, hw, "ws").summary["latency_cycles"])
+    assert float(fused["total_cycles"]) == pytest.approx(replayed, rel=1e-9)
+    swept = dfit_nb.sim.sweep(t, hw, dataflow="ws", progress=False, pe=[(128, 128)])
+    np.testing.assert_allclose(swept["cycles"].values.reshape(-1), fused["cycles"].values, rtol=1e-12)
+    alone = dfit_nb.sim.cost(t, hw, fusion="none")
+    assert alone.attrs["fusion"] == "none" and alone.sizes["op"] == t.ops.sizes["op"]
+    assert float(alone["total_macs"]) == float(fused["total_macs"])
+    assert float(alone["total_cycles"]) > 2 * float(fused["total_cycles"])
+    with pytest.raises(dfit_nb.sim.CostInputError, match="pass the Trace"):
+        dfit_nb.sim.cost({"m": [8], "k": [8], "n": [8]}, hw, fusion="compiler")
+
+
+def test_a_trace_saved_before_input_edges_replays_reading_each_argument_per_op(tmp_path):
+    """A trace whose edges have no ``input_edge`` rows (saved before the capture recorded them) still loads and
+    replays; its kernels cannot know which argument an op reads, so each op reads its own."""
+    t = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jax.ShapeDtypeStruct((64, 512), jnp.float32))
+    old = copy.copy(t)
+    old.edges = t.edges.drop_vars(["input_arg", "input_dst", "input_operand", "input_bytes", "input_edge"])
+    path = old.save(tmp_path / "old.nc")
+    loaded = dfit_nb.load_trace(path)
+    assert "input_edge" not in loaded.edges.dims
+    assert not prepare(loaded, "rules").arrays["ext_shared"].any()
+    hw = presets.get("tpu_v4")
+    reads = {name: float(dfit_nb.replay(x, hw).ops["dram_reads_input"].sum()) for name, x in
+             (("old", loaded), ("new", t))}
+    assert reads["old"] == pytest.approx(2 * reads["new"], abs=8)  # and a 2-byte scalar, once in both

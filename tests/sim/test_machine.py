@@ -268,7 +268,7 @@ def test_reconcile_prices_each_op_alone_under_its_own_dataflow(static_traces):
     names = np.full(t.ops.sizes["op"], "ws", dtype=object)
     names[ids] = np.where(run.ops["dataflow"].values == "", "ws", run.ops["dataflow"].values)
     assert {"ws", "os", "is"} <= set(names[ids])
-    direct = cost(t, hw, names).sel(op=ids)
+    direct = cost(t, hw, names, fusion="none").sel(op=ids)
     r = reconcile(t, hw, run)
     assert float(r["alone_cycles"]) == float((direct["cycles"] * direct["count"]).sum())
     alone_sram = float((direct["energy_sram_pj"] * direct["count"]).sum()) * 1e-12
@@ -283,14 +283,16 @@ def test_reconcile_reads_a_precomputed_cost_table_under_each_ops_own_dataflow(st
 
     t, hw = static_traces["cnn"], presets.get("npu_like")
     run = dfit_nb.replay(t, hw, np.array(["ws", "os", "is"])[np.arange(len(prepare(t).op)) % 3])
-    table = cost(t, hw, ["ws", "os", "is"])
+    table = cost(t, hw, ["ws", "os", "is"], fusion="none")
     fresh, reused = reconcile(t, hw, run), reconcile(t, hw, run, alone=table)
     for v in ("alone_j", "replayed_j", "difference_j", "alone_cycles", "context_cycles"):
         np.testing.assert_array_equal(reused[v].values, fresh[v].values)
     with pytest.raises(ValueError, match="another machine"):
-        reconcile(t, hw, run, alone=cost(t, presets.get("tpu_like"), ["ws", "os", "is"]))
+        reconcile(t, hw, run, alone=cost(t, presets.get("tpu_like"), ["ws", "os", "is"], fusion="none"))
+    with pytest.raises(ValueError, match="cost it with fusion='none'"):
+        reconcile(t, hw, run, alone=cost(t, hw, ["ws", "os", "is"]))  # the kernels alone: not what it compares
     with pytest.raises(ValueError, match="memory='finite'"):
-        reconcile(t, hw, run, alone=cost(t, hw, ["ws", "os", "is"], memory="ideal"))
+        reconcile(t, hw, run, alone=cost(t, hw, ["ws", "os", "is"], memory="ideal", fusion="none"))
     with pytest.raises(ValueError, match=r"also uses \['is'\]"):
         reconcile(t, hw, run, alone=table.sel(dataflow=["ws", "os"]))
     with pytest.raises(ValueError, match="cost this trace"):

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from dfit_nb.sim import mapping, presets, schedule
-from dfit_nb.sim._cost import alone_arrays, for_jit, grid_tables
+from dfit_nb.sim._cost import for_jit, grid_tables
+from dfit_nb.sim._optable import alone_arrays
 
 
 def _valid_pairs(tiles: int) -> set[tuple[int, int, int]]:

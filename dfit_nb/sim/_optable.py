@@ -1,0 +1,242 @@
+"""An op table read and checked: a Trace's ops, an xarray Dataset, a pandas DataFrame or a mapping of columns,
+turned into float64 columns (:func:`ops_arrays`) and into the model's inputs of every op alone
+(:func:`alone_arrays`), with the errors that name a bad column or row (:class:`CostInputError`). What
+:func:`dfit_nb.sim.cost`, :func:`dfit_nb.sim.sweep`, the replay's preparation and the calibration read a user's
+ops through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import xarray as xr
+
+from .. import _dtypes
+from ..errors import DfitError
+from . import machine
+from .machine import DATAFLOWS
+
+
+class CostInputError(DfitError, ValueError):
+    """The ops table or the dataflow argument is invalid."""
+
+
+def _raw_columns(table: Any) -> Any:
+    """``name -> the column as the table holds it`` (``None`` when absent) for one table, its kind checked once: a
+    warm :func:`cost` reads a dozen columns and checks each mapping against ``Mapping`` only once."""
+    if isinstance(table, xr.Dataset):
+        return lambda name: table[name].values if name in table else None
+    if isinstance(table, Mapping):
+        return table.get
+    columns = getattr(table, "columns", None)  # pandas.DataFrame
+    if columns is not None:
+        return lambda name: table[name].to_numpy() if name in columns else None
+    raise CostInputError(
+        f"ops must be a dfit_nb Trace, an xarray Dataset, a pandas DataFrame or a mapping of columns; "
+        f"got {type(table).__name__}"
+    )
+
+
+def _column(table: Any, name: str) -> np.ndarray | None:
+    raw = _raw_columns(table)(name)
+    return None if raw is None else np.asarray(raw)
+
+
+#: the dtypes named when one is refused
+KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
+                "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
+                "complex64, complex128, or '' for an op without an array output")
+
+
+def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
+                    error: type[DfitError] = CostInputError) -> np.ndarray:
+    """Bytes per element of each dtype name in ``dtypes`` (0: an op without an array output, see
+    :data:`dfit_nb._dtypes.NON_ARRAY_DTYPE`), float64.
+
+    Raises ``error`` naming ``label``, the first row of an unknown name, the name and :data:`KNOWN_DTYPES`: an
+    unknown dtype was costed as the machine's word before, silently (``float33`` as 8 bytes).
+    """
+    names, inverse = np.unique(np.asarray(dtypes).astype(str).reshape(-1), return_inverse=True)
+    sizes = np.empty(len(names))
+    for j, name in enumerate(names):
+        size = _dtypes.known_itemsize(str(name))
+        if size is None:
+            row = int(np.flatnonzero(inverse.reshape(-1) == j)[0])
+            raise error(f"{label} row {row} is {str(name)!r}, which is not a dtype dfit_nb knows; known: "
+                        f"{KNOWN_DTYPES}")
+        sizes[j] = size
+    return sizes[inverse.reshape(-1)]
+
+
+def numeric(values: Any, label: str, error: type[DfitError] = CostInputError) -> np.ndarray:
+    """``values`` as a flat float64 array; refused with ``error`` naming ``label``, the row and the value when one
+    is not a number (a CSV's ``4096x`` read as text; NumPy reads ``"4096"`` as 4096, as pandas does)."""
+    try:
+        return np.asarray(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as err:
+        flat = np.asarray(values, dtype=object).reshape(-1)
+        for i, value in enumerate(flat):
+            try:
+                float(value)
+            except (TypeError, ValueError):
+                raise error(f"{label} must be numeric; row {i} is {value!r}") from err
+        raise error(f"{label} must be numeric, got {np.asarray(values).dtype}") from err
+
+
+#: the numeric columns of an ops table, in the order they are checked
+_NUMERIC = ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written")
+
+
+def _table(ops: Any) -> Any:
+    """The ops table of ``ops`` (a Trace's ``ops`` Dataset, or ``ops`` itself)."""
+    return ops.ops if hasattr(ops, "ops") and isinstance(ops.ops, xr.Dataset) else ops
+
+
+def ops_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Normalise ``ops`` to float64 columns for the model, plus the op coordinate."""
+    table = _table(ops)
+    return _ops_arrays(table, _raw_columns(table))
+
+
+def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """:func:`ops_arrays` of ``table``, its columns read by ``column`` (:func:`_raw_columns`)."""
+    raw = {name: column(name) for name in _NUMERIC}
+    missing = [name for name in ("m", "k", "n") if raw[name] is None]
+    if missing:
+        raise CostInputError(f"the ops table has no {', '.join(missing)} column(s); cost() needs m, k, n "
+                             "(and optionally batch, dtype, flops, transcendentals, bytes_read, bytes_written)")
+    given: dict[str, np.ndarray] = {}
+    for name, col in raw.items():
+        if col is not None:
+            given[name] = numeric(col, f"ops column {name!r}")
+    size = len(given["m"])
+    if any(len(v) != size for v in given.values()):
+        lengths = {name: len(given[name]) if name in given else size for name in _NUMERIC}
+        raise CostInputError(f"ops columns must have one value per op; lengths {lengths}")
+    # one block, one row per column (absent ones: batch 1, the rest 0), checked in one pass: a small table pays
+    # per NumPy call, not per value
+    stacked = np.zeros((len(_NUMERIC), size))
+    stacked[_NUMERIC.index("batch")] = 1.0
+    for name, values in given.items():
+        stacked[_NUMERIC.index(name)] = values
+    # whole and non-negative; NaN fails both comparisons and +-inf the first (inf - inf is NaN)
+    ok = (stacked >= 0) & (stacked - np.floor(stacked) == 0)
+    if not ok.all():
+        col, i = (int(x[0]) for x in np.nonzero(~ok))
+        raise CostInputError(f"ops column {_NUMERIC[col]!r} must hold finite non-negative whole numbers; "
+                             f"row {i} is {stacked[col, i]:g}")
+    out = dict(zip(_NUMERIC, stacked, strict=True))
+    dtypes = column("dtype")
+    if dtypes is None:
+        itemsize, per_elem = np.zeros(size), 4.0  # bytes columns without a dtype: float32, JAX's default
+    else:
+        itemsize = dtype_itemsizes(dtypes)
+        if len(itemsize) != size:
+            raise CostInputError(f"ops columns must have one value per op; 'dtype' has {len(itemsize)}, m {size}")
+        per_elem = np.where(itemsize > 0, itemsize, 4.0)
+    for name, elems in (("bytes_read", "elems_in"), ("bytes_written", "elems_out")):
+        values = out.pop(name)
+        out[elems] = np.ceil(values / per_elem) if name in given else values  # no column: zeros, as divided
+    out["itemsize"] = itemsize  # 0: unknown, the machine's native word is used
+    coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
+    return out, coord
+
+
+def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | None]:
+    """Codes (0 ws, 1 os, 2 is) shaped ``(n_ops,)`` or ``(n_dataflows, 1)``, and the names for a dim."""
+    def code(name: Any) -> int:
+        try:
+            return DATAFLOWS.index(str(name).lower())
+        except ValueError:
+            raise CostInputError(f"unknown dataflow {name!r}; valid: {', '.join(DATAFLOWS)}") from None
+
+    if isinstance(dataflow, str):
+        return np.full(n_ops, code(dataflow)), None
+    if isinstance(dataflow, (list, tuple)):
+        if not dataflow:
+            raise CostInputError(f"dataflow list is empty; give one or more of {', '.join(DATAFLOWS)}")
+        names = [str(d).lower() for d in dataflow]
+        return np.array([[code(d)] for d in names]), names
+    per_op = np.asarray(getattr(dataflow, "values", dataflow)).reshape(-1)
+    if per_op.size != n_ops:
+        raise CostInputError(f"a per-op dataflow array needs one entry per op ({n_ops}), got {per_op.size}; "
+                             "pass a list or tuple to ask for several dataflows instead")
+    return np.array([code(d) for d in per_op]), None
+
+
+def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
+    """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
+    ``float32[2,3] int32[]``).
+
+    >>> operand_dims("float32[2,3] int32[]")
+    [('float32', (2, 3)), ('int32', ())]
+    """
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip()))
+            for dtype, dims in _dtypes.SHAPE_TOKEN.findall(shapes)]
+
+
+def operand_bytes(in_shapes: str) -> list[float]:
+    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
+    return [float(np.prod(dims or [1])) * (_dtypes.itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
+            for dtype, dims in operand_dims(in_shapes)]
+
+
+def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The model's inputs for every op of ``ops`` taken alone: as a one-op program replays it.
+
+    Operands come from DRAM (nothing feeds them on chip), results go back to it
+    (nothing consumes them on chip). Operand sizes come from ``in_shapes`` when
+    the table has them (a Trace), else from the GEMM view (``B M K`` and
+    ``B K N`` elements, ``B M N`` written).
+    """
+    columns, coord = alone_columns(ops)
+    return alone_inputs(columns, np), coord
+
+
+def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """What :func:`alone_inputs` derives the model's inputs from: :func:`ops_arrays`' columns, plus ``lhs_given``
+    and ``rhs_given``, the bytes of an op's first two operands from its ``in_shapes`` (NaN where the table has
+    none: the GEMM view's are used)."""
+    table = _table(ops)
+    column = _raw_columns(table)
+    arrays, coord = _ops_arrays(table, column)
+    shapes = column("in_shapes")
+    if shapes is None:
+        arrays["lhs_given"] = arrays["rhs_given"] = np.full(len(coord), np.nan)
+    else:
+        parsed = [operand_bytes(str(t)) for t in np.asarray(shapes)]
+        arrays["lhs_given"] = np.array([o[0] if o else np.nan for o in parsed], dtype=np.float64)
+        arrays["rhs_given"] = np.array([o[1] if len(o) > 1 else np.nan for o in parsed], dtype=np.float64)
+    return arrays, coord
+
+
+def alone_inputs(columns: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
+    """The model's inputs of every op alone (see :func:`alone_arrays`) from :func:`alone_columns`: one formula,
+    run on the host (``xp`` NumPy) or inside :func:`cost`'s compiled program (``jax.numpy``, where a warm call's
+    host work is what it costs). Every step is exact in float64 (products, maxima, selections): both give the
+    same numbers."""
+    m, k, n = columns["m"], columns["k"], columns["n"]
+    b = xp.maximum(columns["batch"], 1.0)
+    unit = xp.where(columns["itemsize"] > 0, columns["itemsize"], machine.DEFAULT_ITEMSIZE)
+    gemm = (m > 0) & (k > 0) & (n > 0)
+    bm = b * m
+    lhs = xp.where(xp.isnan(columns["lhs_given"]), bm * k * unit, columns["lhs_given"])
+    rhs = xp.where(xp.isnan(columns["rhs_given"]), b * k * n * unit, columns["rhs_given"])
+    read, written = columns["elems_in"] * unit, columns["elems_out"] * unit
+    zeros, ones = xp.zeros_like(m), xp.ones_like(m)
+    out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given")}
+    out.update(
+        gemm=gemm.astype(xp.float64), lhs_bytes=xp.where(gemm, lhs, 0.0), rhs_bytes=xp.where(gemm, rhs, 0.0),
+        fed0=zeros, fed1=zeros, ext_bytes=read,
+        bytes_written=xp.where(gemm & (written <= 0), bm * n * unit, written),
+        has_consumer=zeros, count=ones, real=ones,
+    )
+    return out
+
+
+def op_counts(ops: Any, n_ops: int) -> np.ndarray:
+    """Executions per call from the ops table's ``count`` column (1 when it has none)."""
+    count = _column(_table(ops), "count")
+    return np.ones(n_ops) if count is None else np.asarray(count, dtype=np.float64)
