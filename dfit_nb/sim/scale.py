@@ -43,7 +43,7 @@ from dask.callbacks import Callback
 from dask.highlevelgraph import HighLevelGraph
 from tqdm.auto import tqdm
 
-from .. import _files
+from .. import _files, _targets
 from .._version import __version__
 from ..errors import DfitError, IntegrityError, LoadRefusedError, SaveError, SaveRefusedError
 from . import memory as _memory
@@ -362,7 +362,7 @@ def _check_new_store(path: Path, store: str) -> list[Path]:
 
     Raises :class:`SaveRefusedError` (something there that is not a store of this sweep) or :class:`SaveError`
     (a parent that is a file, or cannot be created), each naming ``store`` as the user gave it."""
-    special = _files._special_directory(path)
+    special = _targets._special_directory(path)
     if special:
         raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it is {special}, which dfit_nb never writes "
                                f"into; give a new path such as {str(path / 'sweep.zarr')!r}")
