@@ -14,7 +14,7 @@ from dfit_nb import report
 PACKAGE = Path(dfit_nb.__file__).parent
 #: modules allowed to rename files themselves: the helper, and the saves of results, which swap whole Zarr
 #: folders (a folder cannot be renamed over another) and recover what a killed process left
-RENAMERS = {"_atomic.py", "_files.py", "sim/scale.py"}
+RENAMERS = {"_atomic.py", "_files.py", "sim/_sweep_store.py"}
 
 
 def _renames(path: Path) -> list[int]:
