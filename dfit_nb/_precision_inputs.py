@@ -22,6 +22,11 @@ class PrecisionError(DfitError, ValueError):
 
 
 def check_formats(formats: Any) -> list[Format]:
+    """The :class:`Format` of each name in ``formats`` (one name or a sequence of them), in order.
+
+    >>> [f.name for f in check_formats("int8")]
+    ['int8']
+    """
     valid = ", ".join(FORMATS)
     if isinstance(formats, str):
         formats = (formats,)
@@ -41,6 +46,8 @@ def check_formats(formats: Any) -> list[Format]:
 
 
 def trace_and_args(trace_or_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Trace, list[Any]]:
+    """The trace :func:`dfit_nb.precision` runs (``trace_or_fn`` captured when it is a function) and its array
+    arguments, checked against the trace's inputs."""
     if isinstance(trace_or_fn, Trace):
         trace = trace_or_fn
         if trace.jaxpr is None:
@@ -66,6 +73,8 @@ def trace_and_args(trace_or_fn: Any, args: tuple[Any, ...], kwargs: dict[str, An
 
 
 def output_names(trace: Trace, args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> list[str]:
+    """Names of the program's ``n`` output leaves: their ``jax.tree_util.keystr`` paths when the function is at
+    hand, else ``out`` / ``out0``, ``out1``, ..."""
     names = None
     if trace.fn is not None:
         try:
@@ -81,10 +90,18 @@ def output_names(trace: Trace, args: tuple[Any, ...], kwargs: dict[str, Any], n:
 
 
 def is_logits(x: Any) -> bool:
+    """Whether an output looks like logits: floating, at least 1-D, last axis longer than 1.
+
+    >>> import jax.numpy as jnp
+    >>> is_logits(jnp.zeros((2, 10))), is_logits(jnp.zeros((2, 1))), is_logits(jnp.zeros(3, int))
+    (True, False, False)
+    """
     return bool(jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 1 and x.shape[-1] > 1)
 
 
 def logits_flags(outputs: list[Any], names: list[str], logits: Any) -> list[bool]:
+    """Per output, whether its top-1 agreement is measured: by the rule (``logits`` None), for every floating
+    output (True) or none (False), or for the outputs ``logits`` names (by name or index)."""
     if logits is None:
         return [is_logits(x) for x in outputs]
     if isinstance(logits, bool):
@@ -108,6 +125,11 @@ def logits_flags(outputs: list[Any], names: list[str], logits: Any) -> list[bool
 
 
 def region_of(path: str, depth: int | None) -> str:
+    """``path`` cut to its first ``depth`` segments (``None``: the whole path).
+
+    >>> region_of("enc/layer_0/attn", 2), region_of("enc/layer_0/attn", None), region_of("", 1)
+    ('enc/layer_0', 'enc/layer_0/attn', '')
+    """
     if depth is None:
         return path
     return "/".join(path.split("/")[:depth]) if path else path

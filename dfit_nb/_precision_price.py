@@ -19,6 +19,11 @@ from .sim import SpillWarning, replay
 
 
 def floating(dtype: str) -> bool:
+    """Whether ``dtype`` (a NumPy or ml_dtypes name) is a floating-point type; False for a name neither knows.
+
+    >>> floating("bfloat16"), floating("int8"), floating("token")
+    (True, False, False)
+    """
     try:
         return bool(jnp.issubdtype(np.dtype(getattr(ml_dtypes, dtype, dtype)), jnp.floating))
     except TypeError:
@@ -80,7 +85,10 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
 
 
 def price(trace: Trace, hw: Any, dataflow: Any, inferences: int, region_ops: list[list[int]],
-           fmts: list[Format]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+          fmts: list[Format]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """Replayed latency, energy, energy per inference and DRAM bytes of ``trace`` with each ``region_ops`` entry's
+    GEMMs in each format (arrays over (format, entry)), and of ``trace`` as captured."""
+
     def summary(t: Trace) -> dict[str, float]:
         s = replay(t, hw, dataflow, time_bins=8, measured=False).summary
         return {"latency_s": float(s["latency_s"]), "energy_j": float(s["energy_j"]),
