@@ -74,9 +74,9 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
 
 def assembly(run, repeats: int) -> None:
     """The bottleneck-class variables added to the per-op Dataset of ``run``: through xarray's constructor of a
-    consistent Dataset (today, ``run._extended``), beside one public ``xr.Dataset`` constructor call (before,
-    ``run._extended_public``) and ``assign``, ``assign_coords`` and the text conversion one after the other, each
-    rebuilding the Dataset (before that). All give the identical Dataset (checked)."""
+    consistent Dataset (today, ``_bottlenecks._extended``), beside one public ``xr.Dataset`` constructor call
+    (before, ``_bottlenecks._extended_public``) and ``assign``, ``assign_coords`` and the text conversion one after
+    the other, each rebuilding the Dataset (before that). All give the identical Dataset (checked)."""
     from dfit_nb._files import text_as_objects
     from dfit_nb.sim import _bottlenecks
 
