@@ -3,7 +3,8 @@ parts already known to be consistent (``dfit_nb._xarray.consistent``, xarray's i
 side, at the two places that build them on every call:
 
 * ``cost()``'s result (``dfit_nb._xarray.assemble`` / ``assemble_public``): about 50 variables over ``op``;
-* a replay's per-op table with the bottleneck classes added (``dfit_nb.sim.run._extended`` / ``_extended_public``).
+* a replay's per-op table with the bottleneck classes added (``dfit_nb.sim._bottlenecks._extended`` /
+  ``_extended_public``).
 
 Both paths give the identical Dataset (checked here, and in ``tests/sim/test_cost.py`` and
 ``tests/sim/test_replay.py``). Prints the best of ``--rounds`` rounds of ``--calls`` calls, in microseconds per call,
@@ -22,8 +23,7 @@ from typing import Any
 
 import dfit_nb
 from dfit_nb import _xarray, examples
-from dfit_nb.sim import cost, presets
-from dfit_nb.sim import run as run_module
+from dfit_nb.sim import _bottlenecks, cost, presets
 
 
 def best_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
@@ -59,8 +59,8 @@ def main() -> None:
     added = ("bottleneck", "bottleneck_class", "class_evidence")
     bare = run.ops.drop_vars([*added, "mechanism_class"])
     new = {k: (run.ops[k].dims, run.ops[k].values, dict(run.ops[k].attrs)) for k in added}
-    helper_run = lambda: run_module._extended(bare, new)
-    public_run = lambda: run_module._extended_public(bare, new)
+    helper_run = lambda: _bottlenecks._extended(bare, new)
+    public_run = lambda: _bottlenecks._extended_public(bare, new)
     assert helper_run().identical(public_run())
 
     print(f"{'Dataset':56s} {'public us':>10s} {'helper us':>10s} {'ratio':>7s}")

@@ -24,7 +24,7 @@ from pathlib import Path
 import xarray as xr
 
 import dfit_nb
-from dfit_nb import _files, examples
+from dfit_nb import _format, examples
 from dfit_nb.sim import presets
 
 
@@ -36,10 +36,10 @@ def checksum_s(tree: xr.DataTree) -> float:
     """Seconds to checksum every variable and every attribute of ``tree`` as a save does (a load checks the same
     values again)."""
     t0 = time.perf_counter()
-    for _, _, var in _files._own_variables(tree):
-        _files.checksum(var.values)
+    for _, _, var in _format.own_variables(tree):
+        _format.checksum(var.values)
     for node in tree.subtree:
-        _files.attrs_checksums(node.attrs)
+        _format.attrs_checksums(node.attrs)
     return time.perf_counter() - t0
 
 

@@ -74,25 +74,25 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
 
 def assembly(run, repeats: int) -> None:
     """The bottleneck-class variables added to the per-op Dataset of ``run``: through xarray's constructor of a
-    consistent Dataset (today, ``run._extended``), beside one public ``xr.Dataset`` constructor call (before,
-    ``run._extended_public``) and ``assign``, ``assign_coords`` and the text conversion one after the other, each
-    rebuilding the Dataset (before that). All give the identical Dataset (checked)."""
+    consistent Dataset (today, ``_bottlenecks._extended``), beside one public ``xr.Dataset`` constructor call
+    (before, ``_bottlenecks._extended_public``) and ``assign``, ``assign_coords`` and the text conversion one after
+    the other, each rebuilding the Dataset (before that). All give the identical Dataset (checked)."""
     from dfit_nb._files import text_as_objects
-    from dfit_nb.sim import run as run_module
+    from dfit_nb.sim import _bottlenecks
 
     added = ("bottleneck", "bottleneck_class", "class_evidence")
     bare = run.ops.drop_vars([*added, "mechanism_class"])
     new = {k: (run.ops[k].dims, run.ops[k].values, dict(run.ops[k].attrs)) for k in added}
 
     def before():
-        coords = {"mechanism_class": list(run_module.CLASSES)}
+        coords = {"mechanism_class": list(_bottlenecks.CLASSES)}
         return text_as_objects(bare.assign(new).assign_coords(coords))
 
     def today():
-        return run_module._extended(bare, new)
+        return _bottlenecks._extended(bare, new)
 
     def public():
-        return run_module._extended_public(bare, new)
+        return _bottlenecks._extended_public(bare, new)
 
     assert today().identical(before()) and today().identical(run.ops) and public().identical(run.ops)
     best = {}

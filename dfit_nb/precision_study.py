@@ -47,33 +47,38 @@ replayed (:func:`dfit_nb.replay`). The machine model charges an op's words at it
 ``hw.word_bytes`` and the MAC energy of that width (:func:`dfit_nb.sim.machine.word_and_mac_energy`), so a
 format no narrower than the machine's native word changes nothing there. The whole GEMM (its output included)
 is priced at the format's width; every other op keeps its dtype.
+
+The formats and the interpreter are :mod:`dfit_nb._quantise`, the pricing :mod:`dfit_nb._precision_price`, the
+checks of the inputs :mod:`dfit_nb._precision_inputs`; their public names are importable from here too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.extend.core as jcore
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import xarray as xr
-from jax import lax
 
-from ._dtypes import SHAPE_TOKEN, itemsize
 from ._html import render
+from ._precision_inputs import PrecisionError as PrecisionError
+from ._precision_inputs import check_formats, logits_flags, output_names, region_of, trace_and_args
+from ._precision_price import price
+from ._precision_price import reduced_trace as reduced_trace
+from ._quantise import FORMATS as FORMATS
+from ._quantise import Format as Format
+from ._quantise import Interpreter
 from ._version import __version__
-from .capture import Trace, capture
-from .capture.api import is_dynamic
-from .capture.walk import Walk, walk_closed_jaxpr
-from .errors import DfitError, OpaquePrimitiveWarning
-from .sim import REPLAY_DATAFLOWS, SpillWarning, replay
+from .capture import Trace
+from .capture.walk import walk_closed_jaxpr
+from .errors import OpaquePrimitiveWarning
+from .sim import REPLAY_DATAFLOWS
 from .sim.hardware import check_hardware
 from .sim.machine import word_and_mac_energy
 
@@ -91,70 +96,6 @@ DEFAULT_MIN_TOP1 = 0.99
 CARRIER_RULE = ("regions whose drift when reduced alone exceeds the tolerance; when none does, the fewest regions, "
                 "largest first, whose drifts sum to at least half of all regions' drifts")
 LOGITS_RULE = "floating, at least 1-D, last axis longer than 1"
-
-
-class PrecisionError(DfitError, ValueError):
-    """Bad input to :func:`precision` or :func:`precision_verdict`: an unknown format, a program without GEMMs,
-    outputs that are not floating point, arguments that do not fit the trace."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Format:
-    """A reduced number format for GEMM/conv inputs."""
-
-    name: str
-    dtype: str  # the NumPy / ml_dtypes name the machine model prices
-    scheme: str  # "cast", "scaled" (per-tensor scale to max_finite) or "int" (symmetric, per channel for weights)
-    max_finite: float
-    description: str
-
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return int(itemsize(self.dtype))
-
-    def quantise(self, x: Any, channel_axes: tuple[int, ...] | None = None) -> Any:
-        """``x`` rounded to the format and back to its own dtype (non-floating ``x`` unchanged).
-
-        ``channel_axes``: the axes one int8 scale spans (the rest index the channels); ``None``: one scale for the
-        tensor. Only the ``int`` scheme uses per-channel scales.
-
-        >>> import jax.numpy as jnp
-        >>> [float(v) for v in FORMATS["int8"].quantise(jnp.array([1.0, -0.5, 0.003]))]  # steps of 1/127
-        [1.0, -0.5039370059967041, 0.0]
-        >>> float(FORMATS["bf16"].quantise(jnp.float32(1.0 + 2.0 ** -10)))
-        1.0
-        """
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            return x
-        own = x.dtype
-        if self.scheme == "cast":
-            return x.astype(self.dtype).astype(own)
-        x32 = x.astype(jnp.float32)
-        if self.scheme == "scaled":
-            amax = jnp.max(jnp.abs(x32))
-            scale = jnp.where(amax > 0, amax / self.max_finite, 1.0)
-            q = jnp.clip(x32 / scale, -self.max_finite, self.max_finite).astype(getattr(jnp, self.dtype))
-            return (q.astype(jnp.float32) * scale).astype(own)
-        axes = tuple(range(x.ndim)) if channel_axes is None else channel_axes
-        amax = jnp.max(jnp.abs(x32), axis=axes, keepdims=True)
-        scale = jnp.where(amax > 0, amax / self.max_finite, 1.0)
-        return (jnp.clip(jnp.round(x32 / scale), -self.max_finite, self.max_finite) * scale).astype(own)
-
-
-#: the formats :func:`precision` knows, by name
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("bf16", "bfloat16", "cast", float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
-           "bfloat16: a cast (8-bit exponent, 8-bit significand)"),
-    Format("fp16", "float16", "cast", 65504.0, "IEEE half: a cast (overflows to inf beyond 65504)"),
-    Format("fp8_e4m3", "float8_e4m3fn", "scaled", 448.0,
-           "float8 e4m3fn with a per-tensor scale to its largest finite value (448)"),
-    Format("fp8_e5m2", "float8_e5m2", "scaled", 57344.0,
-           "float8 e5m2 with a per-tensor scale to its largest finite value (57344)"),
-    Format("int8", "int8", "int", 127.0,
-           "int8 symmetric fake-quantisation: per output channel for the weight-like operand, per tensor for the "
-           "activation"),
-)}
 
 
 # variable -> (units, description)
@@ -188,172 +129,7 @@ def _var(dims: Any, values: Any, name: str) -> tuple[Any, Any, dict[str, str]]:
     return (dims, values, {"units": units, "description": description})
 
 
-# ------------------------------------------------------------------------------------------------ interpreter
-_INLINED = ("jit", "call", "remat", "custom_jvp", "custom_vjp")
-
-
-class _Interpreter:
-    """Evaluates capture's tagged jaxpr, reducing the inputs of the GEMMs whose mask entry is set (traceable)."""
-
-    def __init__(self, walk: Walk, slot: Mapping[int, int], fmt: Format) -> None:
-        self.eqn_op, self.records, self.slot, self.fmt = walk.eqn_op, walk.records, slot, fmt
-        self.mask: Any = None
-
-    def __call__(self, closed: jcore.ClosedJaxpr, mask: Any, args: Sequence[Any]) -> list[Any]:
-        self.mask = mask
-        return self._sub(closed, list(args))
-
-    def _sub(self, j: Any, args: list[Any]) -> list[Any]:
-        if isinstance(j, jcore.ClosedJaxpr):
-            return self._run(j.jaxpr, list(j.consts), args)
-        return self._run(j, [], args)
-
-    def _run(self, jaxpr: jcore.Jaxpr, consts: list[Any], args: list[Any]) -> list[Any]:
-        env: dict[Any, Any] = {}
-
-        def read(v: Any) -> Any:
-            return v.val if isinstance(v, jcore.Literal) else env[v]
-
-        env.update(zip(jaxpr.constvars, consts, strict=True))
-        env.update(zip(jaxpr.invars, args, strict=True))
-        for eqn in jaxpr.eqns:
-            op = self.eqn_op[id(eqn)]
-            outs = self._eval(op, eqn, [read(v) for v in eqn.invars])
-            for v, x in zip(eqn.outvars, outs, strict=True):
-                if not isinstance(v, jcore.DropVar):
-                    env[v] = x
-        return [read(v) for v in jaxpr.outvars]
-
-    def _eval(self, op: int, eqn: Any, invals: list[Any]) -> list[Any]:
-        kind, p = self.records[op].container, eqn.params
-        if kind == "scan":
-            nc, nk = p["num_consts"], p["num_carry"]
-            consts, carry, xs = invals[:nc], invals[nc:nc + nk], invals[nc + nk:]
-
-            def body(c: Any, x: Any) -> tuple[Any, Any]:
-                outs = self._sub(p["jaxpr"], [*consts, *c, *x])
-                return outs[:nk], outs[nk:]
-
-            carry, ys = lax.scan(body, carry, xs, length=p["length"], reverse=p["reverse"],
-                                 unroll=p.get("unroll", 1))
-            return [*carry, *ys]
-        if kind == "while":
-            cn, bn = p["cond_nconsts"], p["body_nconsts"]
-            cconsts, bconsts, carry = invals[:cn], invals[cn:cn + bn], invals[cn + bn:]
-            out = lax.while_loop(lambda c: self._sub(p["cond_jaxpr"], [*cconsts, *c])[0],
-                                 lambda c: tuple(self._sub(p["body_jaxpr"], [*bconsts, *c])), tuple(carry))
-            return list(out)
-        if kind == "cond":
-            branches = [functools.partial(lambda b, *a: tuple(self._sub(b, list(a))), b) for b in p["branches"]]
-            return list(lax.switch(invals[0], branches, *invals[1:]))
-        if kind in _INLINED:
-            sub = next(v for v in p.values() if isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)))
-            n_in = len((sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub).invars)
-            return self._sub(sub, invals[len(invals) - n_in:])
-        if op in self.slot:
-            invals = self._reduce(eqn, invals, self.mask[self.slot[op]])
-        out = eqn.primitive.bind(*invals, **p)
-        return list(out) if eqn.primitive.multiple_results else [out]
-
-    def _reduce(self, eqn: Any, invals: list[Any], flag: Any) -> list[Any]:
-        lhs, rhs = invals[0], invals[1]
-        if eqn.primitive.name == "dot_general":
-            (_, rhs_contract), _ = eqn.params["dimension_numbers"]
-            axes = tuple(int(a) for a in rhs_contract)
-        else:  # conv: one scale per output feature of the kernel
-            out_feature = int(eqn.params["dimension_numbers"].rhs_spec[0])
-            axes = tuple(i for i in range(rhs.ndim) if i != out_feature)
-        return [jnp.where(flag, self.fmt.quantise(lhs), lhs), jnp.where(flag, self.fmt.quantise(rhs, axes), rhs),
-                *invals[2:]]
-
-
-# ----------------------------------------------------------------------------------------------------- inputs
-def _formats(formats: Any) -> list[Format]:
-    valid = ", ".join(FORMATS)
-    if isinstance(formats, str):
-        formats = (formats,)
-    try:
-        names = list(formats)
-    except TypeError:
-        raise PrecisionError(f"formats must be a format name or a sequence of them ({valid}), "
-                             f"got {type(formats).__name__}") from None
-    if not names:
-        raise PrecisionError(f"formats is empty; give one or more of {valid}")
-    unknown = [n for n in names if not isinstance(n, str) or n not in FORMATS]
-    if unknown:
-        raise PrecisionError(f"unknown format(s) {', '.join(map(repr, unknown))}; valid formats: {valid}")
-    if len(set(names)) != len(names):
-        raise PrecisionError(f"formats names a format twice: {names}")
-    return [FORMATS[n] for n in names]
-
-
-def _trace_and_args(trace_or_fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Trace, list[Any]]:
-    if isinstance(trace_or_fn, Trace):
-        trace = trace_or_fn
-        if trace.jaxpr is None:
-            raise PrecisionError("this Trace holds no jaxpr (a trace loaded from disk keeps only its text): "
-                                 "precision() runs the program; pass the function, dfit_nb.precision(fn, *args)")
-    elif callable(trace_or_fn):
-        trace = capture(trace_or_fn, *args, **kwargs)
-    else:
-        raise PrecisionError(f"precision() needs a function or a dfit_nb Trace, got {type(trace_or_fn).__name__}")
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    dyn = [leaf for leaf in leaves if is_dynamic(leaf)]
-    specs = [i for i, leaf in enumerate(dyn) if isinstance(leaf, jax.ShapeDtypeStruct)]
-    if specs:
-        raise PrecisionError(f"precision() runs the function, so every traced argument must be a concrete array; "
-                             f"array argument(s) {specs} are jax.ShapeDtypeStruct")
-    want = [(tuple(a.shape), str(a.dtype)) for a in trace.jaxpr.in_avals]
-    have = [(tuple(np.shape(x)), str(jax.dtypes.canonicalize_dtype(x.dtype))) for x in dyn]
-    if want != have:
-        def text(s: list[tuple[tuple[int, ...], str]]) -> str:
-            return " ".join(f"{d}[{','.join(map(str, sh))}]" for sh, d in s) or "none"
-        raise PrecisionError(f"the arguments do not fit the trace: it takes arrays {text(want)}, got {text(have)}")
-    return trace, dyn
-
-
-def _output_names(trace: Trace, args: tuple[Any, ...], kwargs: dict[str, Any], n: int) -> list[str]:
-    names = None
-    if trace.fn is not None:
-        try:
-            shapes = jax.eval_shape(trace.fn, *args, **kwargs)
-            paths = jax.tree_util.tree_flatten_with_path(shapes)[0]
-            if len(paths) == n:
-                names = [jax.tree_util.keystr(path) or "out" for path, _ in paths]
-        except Exception:  # a name is a nicety: never fail a study for it
-            names = None
-    if names is None or len(set(names)) != n:
-        names = ["out"] if n == 1 else [f"out{i}" for i in range(n)]
-    return names
-
-
-def _is_logits(x: Any) -> bool:
-    return bool(jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 1 and x.shape[-1] > 1)
-
-
-def _logits_flags(outputs: list[Any], names: list[str], logits: Any) -> list[bool]:
-    if logits is None:
-        return [_is_logits(x) for x in outputs]
-    if isinstance(logits, bool):
-        flags = [logits and jnp.issubdtype(x.dtype, jnp.floating) and x.ndim >= 1 for x in outputs]
-        return [bool(f) for f in flags]
-    if isinstance(logits, (str, int)):
-        logits = [logits]
-    chosen = set()
-    for key in logits:
-        if isinstance(key, str) and key in names:
-            chosen.add(names.index(key))
-        elif isinstance(key, int) and not isinstance(key, bool) and -len(names) <= key < len(names):
-            chosen.add(key % len(names))
-        else:
-            raise PrecisionError(f"logits names no output: {key!r}; outputs: {', '.join(names)}")
-    for i in chosen:
-        if outputs[i].ndim < 1 or not jnp.issubdtype(outputs[i].dtype, jnp.floating):
-            raise PrecisionError(f"logits: output {names[i]} ({outputs[i].dtype}{list(outputs[i].shape)}) is not a "
-                                 "floating array of at least one axis")
-    return [i in chosen for i in range(len(outputs))]
-
-
+# ---------------------------------------------------------------------------------------------------- outputs
 def _metrics(ref: Any, out: Any, logits: bool) -> tuple[float, float, float, float]:
     r, o = np.asarray(ref, np.float64).ravel(), np.asarray(out, np.float64).ravel()
     d = o - r
@@ -366,92 +142,6 @@ def _metrics(ref: Any, out: Any, logits: bool) -> tuple[float, float, float, flo
         a, b = np.asarray(ref, np.float64), np.asarray(out, np.float64)
         top1 = float(np.mean(np.argmax(a, axis=-1) == np.argmax(b, axis=-1)))
     return max_abs, rel, cos, top1
-
-
-def _region_of(path: str, depth: int | None) -> str:
-    if depth is None:
-        return path
-    return "/".join(path.split("/")[:depth]) if path else path
-
-
-# -------------------------------------------------------------------------------------------------- pricing
-def _floating(dtype: str) -> bool:
-    try:
-        return bool(jnp.issubdtype(np.dtype(getattr(ml_dtypes, dtype, dtype)), jnp.floating))
-    except TypeError:
-        return False
-
-
-def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trace:
-    """A copy of ``trace`` whose ops ``ops`` (ids of ``trace.ops``) run in ``fmt``: what the replay prices.
-
-    Their ``dtype`` becomes the format's, their floating operands in ``in_shapes`` too, ``bytes_read`` and
-    ``bytes_written`` are recounted at the format's width, and so are the bytes of the edges into their
-    floating operands. Nothing else changes; the replay reads the widths from these columns
-    (:func:`dfit_nb.sim.machine.word_and_mac_energy`).
-
-    >>> import jax.numpy as jnp, dfit_nb
-    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((4, 8)), jnp.ones((8, 2)))
-    >>> r = reduced_trace(t, [0], "int8")
-    >>> r.ops[["dtype", "in_shapes", "bytes_read", "bytes_written"]].isel(op=[0]).to_dataframe().to_dict("records")
-    [{'dtype': 'int8', 'in_shapes': 'int8[4,8] int8[8,2]', 'bytes_read': 48, 'bytes_written': 8}]
-    """
-    fmt = FORMATS[fmt] if isinstance(fmt, str) else fmt
-    ops_ds = trace.ops.copy(deep=True)
-    ids = np.asarray(sorted(int(o) for o in ops), np.int64)
-    width = float(fmt.itemsize)
-    dtype = ops_ds["dtype"].values.astype(object)
-    shapes = ops_ds["in_shapes"].values.astype(object)
-    read = ops_ds["bytes_read"].values.copy()
-    written = ops_ds["bytes_written"].values.copy()
-    operand_scale: dict[tuple[int, int], float] = {}
-    for o in ids:
-        tokens = SHAPE_TOKEN.findall(str(shapes[o]))
-        new_read = 0.0
-        for pos, (dt, dims) in enumerate(tokens):
-            size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
-            if _floating(dt):
-                operand_scale[(int(o), pos)] = width / max(itemsize(dt), 1.0)
-                new_read += size * width
-            else:
-                new_read += size * itemsize(dt)
-        shapes[o] = SHAPE_TOKEN.sub(lambda m: f"{fmt.dtype if _floating(m.group(1)) else m.group(1)}[{m.group(2)}]",
-                               str(shapes[o]))
-        read[o] = round(new_read)
-        if _floating(str(dtype[o])) and itemsize(str(dtype[o])) > 0:
-            written[o] = round(written[o] * width / itemsize(str(dtype[o])))
-            dtype[o] = fmt.dtype
-    ops_ds["in_shapes"] = (ops_ds["in_shapes"].dims, shapes.astype(str), ops_ds["in_shapes"].attrs)
-    ops_ds["dtype"] = (ops_ds["dtype"].dims, dtype.astype(str), ops_ds["dtype"].attrs)
-    ops_ds["bytes_read"].values = read
-    ops_ds["bytes_written"].values = written
-    edges = trace.edges.copy(deep=True)
-    if edges.sizes.get("edge", 0) and operand_scale:
-        pos = edges["operand"].values if "operand" in edges else np.zeros(edges.sizes["edge"], np.int64)
-        factor = np.array([operand_scale.get((int(d), int(p)), 1.0)
-                           for d, p in zip(edges["dst"].values, pos, strict=True)])
-        edges["bytes"].values = np.round(edges["bytes"].values * factor).astype(edges["bytes"].dtype)
-    return Trace(ops=ops_ds, edges=edges, regions=trace.regions, lowering=trace.lowering,
-                 attrs={**trace.attrs, "precision_format": fmt.name}, overhead=trace.overhead,
-                 jaxpr=trace.jaxpr, fn=trace.fn)
-
-
-def _price(trace: Trace, hw: Any, dataflow: Any, inferences: int, region_ops: list[list[int]],
-           fmts: list[Format]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-    def summary(t: Trace) -> dict[str, float]:
-        s = replay(t, hw, dataflow, time_bins=8, measured=False).summary
-        return {"latency_s": float(s["latency_s"]), "energy_j": float(s["energy_j"]),
-                "joules_per_inference": float(s["energy_j"]) / inferences, "dram_bytes": float(s["dram_bytes"])}
-
-    base = summary(trace)  # a SpillWarning of the program as captured reaches the user
-    out = {k: np.full((len(fmts), len(region_ops)), np.nan) for k in base}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SpillWarning)  # narrower words spill no more than the baseline
-        for i, fmt in enumerate(fmts):
-            for j, ops in enumerate(region_ops):
-                for k, v in summary(reduced_trace(trace, ops, fmt)).items():
-                    out[k][i, j] = v
-    return out, base
 
 
 # ------------------------------------------------------------------------------------------------------ study
@@ -522,7 +212,7 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     >>> verdict["backed"].values.tolist(), verdict["recommended"].values.tolist()
     ([True, False], [True, False])
     """
-    fmts = _formats(formats)
+    fmts = check_formats(formats)
     if not isinstance(dataflow, str):
         raise PrecisionError(f"dataflow must be a name ({', '.join(REPLAY_DATAFLOWS)}), got "
                              f"{type(dataflow).__name__}: a Policy is tied to the op table it was selected on, "
@@ -534,7 +224,7 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, int)
                                      or region_depth < 1):
         raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")
-    trace, dyn = _trace_and_args(trace_or_fn, args, kwargs)
+    trace, dyn = trace_and_args(trace_or_fn, args, kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OpaquePrimitiveWarning)  # capture warned already
         walk = walk_closed_jaxpr(trace.jaxpr)
@@ -564,7 +254,7 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
         warnings.warn(f"{len(gemm_all) - len(gemms)} GEMM op(s) inside primitives without a cost rule run in their "
                       "own precision (not reduced)", OpaquePrimitiveWarning, stacklevel=2)
     slot = {o: i for i, o in enumerate(gemms)}
-    region_path = [_region_of(str(ops["region"].values[o]), region_depth) for o in gemms]
+    region_path = [region_of(str(ops["region"].values[o]), region_depth) for o in gemms]
     regions = sorted(set(region_path))
     masks = np.zeros((1 + len(regions), len(gemms)), bool)
     masks[0] = True
@@ -573,20 +263,20 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
 
     # the float32 run: the captured program itself
     reference = jax.jit(jcore.jaxpr_as_fun(trace.jaxpr))(*dyn)
-    names = _output_names(trace, args, kwargs, len(reference))
+    names = output_names(trace, args, kwargs, len(reference))
     floating = [bool(jnp.issubdtype(x.dtype, jnp.floating)) for x in reference]
     if not any(floating):
         described = ", ".join(f"{n}: {x.dtype}{list(x.shape)}" for n, x in zip(names, reference, strict=True))
         raise PrecisionError(f"no output of {trace.attrs.get('function', 'the function')} is floating point "
                              f"({described or 'it returns nothing'}): drift is measured on floating outputs")
     kept = [i for i, f in enumerate(floating) if f]
-    flags = _logits_flags(list(reference), names, logits)
+    flags = logits_flags(list(reference), names, logits)
 
     shape = (len(fmts), 1 + len(regions), len(kept))
     metric = {k: np.full(shape, np.nan) for k in ("max_abs_error", "rel_error", "cosine", "top1_agreement")}
     floor = 0.0
     for i, fmt in enumerate(fmts):
-        interp = _Interpreter(walk, slot, fmt)
+        interp = Interpreter(walk, slot, fmt)
         run = jax.jit(lambda mask, *a, interp=interp: interp(walk.tagged, mask, a))
         if i == 0:  # nothing reduced: how far the interpreter lands from the program itself
             plain = run(jnp.zeros(len(gemms), bool), *dyn)
@@ -622,7 +312,7 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     }
     if hw is not None:
         region_ops = [[o for o, m in zip(gemms, mask, strict=True) if m] for mask in masks]
-        priced, base = _price(trace, hw, dataflow, inferences, region_ops, fmts)
+        priced, base = price(trace, hw, dataflow, inferences, region_ops, fmts)
         for k in ("latency_s", "energy_j", "joules_per_inference", "dram_bytes"):
             data[k] = _var(("format", "region"), priced[k], k)
             data[f"float32_{k}"] = _var((), base[k], f"float32_{k}")

@@ -34,7 +34,9 @@ chart is rendered to static SVG by vl-convert instead: still offline, not
 interactive.
 
 This module composes :mod:`dfit_nb.sim` and :mod:`dfit_nb.views` as the CLI
-does; it never imports ipywidgets.
+does; it never imports ipywidgets. The result types are :mod:`dfit_nb._report_results`, the folder's file names
+and checks :mod:`dfit_nb._report_files`, the charts and the Vega bundle :mod:`dfit_nb._report_charts`; their
+public names are importable from here too.
 """
 
 from __future__ import annotations
@@ -45,12 +47,8 @@ require("ui", "dfit_nb.report (dfit-nb report)", ("altair", "vl_convert"))
 
 import concurrent.futures
 import contextlib
-import dataclasses
 import datetime
-import functools
-import json
 import os
-import re
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -62,104 +60,33 @@ import pandas as pd
 
 from . import views
 from ._atomic import atomic_file
-from ._files import HTML_MARK, MARKDOWN_MARK, foreign_file, refuse_shared_folder
+from ._files import HTML_MARK, MARKDOWN_MARK
 from ._html import render, trusted
+from ._report_charts import NothingToShow as NothingToShow
+from ._report_charts import bundle, chart_list, page_charts
+from ._report_charts import bundle_available as bundle_available
+from ._report_charts import comparison_chart as comparison_chart
+from ._report_charts import embedded_json as embedded_json
+from ._report_charts import featured as featured
+from ._report_files import check_report_folder as check_report_folder
+from ._report_files import file_stem as file_stem
+from ._report_files import file_stems, inside, stem_files
+from ._report_files import foreign_report_files as foreign_report_files
+from ._report_files import report_file_names as report_file_names
+from ._report_results import SINGLE_STYLES as SINGLE_STYLES
+from ._report_results import PresetResult as PresetResult
+from ._report_results import Report as Report
+from ._report_results import ReportError as ReportError
+from ._report_results import ReportWarning as ReportWarning
 from .capture.trace import describe_arguments
-from .errors import DfitError, DfitWarning, SaveRefusedError
+from .errors import DfitError
 from .sim import SpillWarning, presets, replay, warm
 from .sim.hardware import Hardware, check_hardware
-from .sim.machine import DATAFLOWS
 from .sim.playbook import document as playbook_document
 from .sim.policy import OBJECTIVES, select_dataflows
 from .sim.streaming import REPORTED_STREAM
 
 __all__ = ["PresetResult", "Report", "ReportError", "ReportWarning", "analyse", "write_report"]
-
-SINGLE_STYLES = DATAFLOWS  # the single styles, defined once in sim.machine
-
-
-class ReportError(DfitError, ValueError):
-    """A report cannot be written with these arguments (unknown preset, chart mode, objective...)."""
-
-
-class ReportWarning(DfitWarning):
-    """A part of the report (one chart, one preset's policy) could not be built; the rest was written."""
-
-
-@dataclasses.dataclass
-class PresetResult:
-    """One preset's replay and hybrid policy.
-
-    Attributes
-    ----------
-    name : str
-    hw : Hardware
-    run : Run
-        The replay under the requested dataflow.
-    policy : Policy or None
-        The evaluated hybrid policy (``None`` when selection failed, e.g. a trace without GEMMs).
-    spills : bool
-        Some op re-read data through DRAM, or some kernel ran unfused, because the data exceed the SRAM (a
-        :class:`~dfit_nb.sim.SpillWarning` was caught).
-    seconds : float
-        Wall time of the replay and the selection.
-    note : str
-        Why ``policy`` is missing, if it is.
-    """
-
-    name: str
-    hw: Hardware
-    run: Any
-    policy: Any
-    spills: bool
-    seconds: float
-    note: str = ""
-
-
-@dataclasses.dataclass
-class Report:
-    """What :func:`write_report` wrote.
-
-    Attributes
-    ----------
-    directory, html : pathlib.Path
-        The output folder and its ``report.html``.
-    runs, perfetto, playbooks, playbooks_html : dict of str to pathlib.Path
-        Per preset: the event cube (netCDF), the Perfetto JSON, the playbook (Markdown, HTML).
-    results : list of PresetResult
-        The replays and policies behind the page.
-    summary : pandas.DataFrame
-        One row per preset (the page's summary table, in numbers).
-    charts : {"interactive", "svg"}
-        How the charts were embedded.
-    html_bytes : int
-        Size of ``report.html``.
-    seconds : dict of str to float
-        Wall time of the stages: ``"replay"`` (replays and policies), ``"charts"``, ``"files"`` (the wait for
-        the files past those two: each machine's files are written on a second thread from when its replays are
-        done), ``"html"``.
-    """
-
-    directory: Path
-    html: Path
-    runs: dict[str, Path]
-    perfetto: dict[str, Path]
-    playbooks: dict[str, Path]
-    playbooks_html: dict[str, Path]
-    results: list[PresetResult] = dataclasses.field(repr=False)
-    summary: pd.DataFrame = dataclasses.field(repr=False)
-    charts: str = "interactive"
-    html_bytes: int = 0
-    seconds: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def files(self) -> list[Path]:
-        """Every file written, the page first."""
-        return [self.html, *self.runs.values(), *self.perfetto.values(), *self.playbooks.values(),
-                *self.playbooks_html.values()]
-
-    def __repr__(self) -> str:
-        return (f"<dfit_nb.report.Report {self.html} ({self.html_bytes / 1e6:.2f} MB, {self.charts} charts), "
-                f"{len(self.results)} preset(s), {len(self.files())} files>")
 
 
 # ------------------------------------------------------------------------------------------------ the analysis
@@ -293,136 +220,10 @@ def summary_frame(results: Sequence[PresetResult], inferences: int = REPORTED_ST
 # ------------------------------------------------------------------------------------------------ charts
 
 
-@functools.lru_cache(maxsize=1)
-def _bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one script (about 0.9 MB), for the installed Altair's Vega-Lite version.
-
-    vl-convert bundles it with its JavaScript toolchain on every call (2-5 s, a large part of a warm
-    ``dfit-nb report``), yet it depends only on vl-convert's and Vega-Lite's versions: it is kept on disk under
-    dfit_nb's cache directory (beside JAX's compilation cache, ``$XDG_CACHE_HOME/dfit_nb/vega``), keyed by both,
-    written atomically, and rebuilt whenever the file cannot be read or written.
-    """
-    import altair as alt
-    import vl_convert as vlc
-
-    wanted = ".".join(alt.SCHEMA_VERSION.lstrip("v").split(".")[:2])
-    version = f"v{wanted}" if wanted in vlc.get_vegalite_versions() else None
-    stored = _bundle_path(str(getattr(vlc, "__version__", "unknown")), version or "default")
-    try:
-        return stored.read_text(encoding="utf-8") if stored is not None else _build_bundle(vlc, version, None)
-    except (OSError, UnicodeError):  # not there yet, or unreadable: build it, keep it if we can
-        return _build_bundle(vlc, version, stored)
-
-
-def _bundle_path(vl_convert_version: str, vl_version: str) -> Path | None:
-    """Where the bundle for these versions is kept, or ``None`` without a usable home/cache directory."""
-    from ._compile_cache import default_directory
-
-    try:
-        root = default_directory().parent
-    except RuntimeError:  # Path.home() with no home directory
-        return None
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{vl_convert_version}-{vl_version}")
-    return root / "vega" / f"bundle-{safe}.js"
-
-
-def _build_bundle(vlc: Any, version: str | None, stored: Path | None) -> str:
-    js = vlc.javascript_bundle(vl_version=version).replace("</script", "<\\/script")
-    if stored is None:
-        return js
-    # a read-only cache: the bundle is simply built again next time
-    with contextlib.suppress(OSError):
-        stored.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_file(stored, "w", permissions=0o644) as f:  # readers see the whole bundle or none
-            f.write(js)
-    return js
-
-
-def bundle_available() -> bool:
-    """Whether the interactive (inline JavaScript) charts can be built here."""
-    try:
-        return bool(_bundle())
-    except Exception:  # an older vl-convert without javascript_bundle, or its runtime failing
-        return False
-
-
-def comparison_chart(results: Sequence[PresetResult]) -> Any:
-    """Latency and energy of every preset under each single style and its hybrid policy (log scales)."""
-    import altair as alt
-
-    rows = []
-    for r in results:
-        if r.policy is None:
-            s = r.run.summary
-            rows.append({"preset": r.name, "policy": str(r.run.attrs["dataflow"]),
-                         "latency_us": float(s["latency_s"]) * 1e6, "energy_mj": float(s["energy_j"]) * 1e3})
-            continue
-        b = r.policy.baselines
-        for p in b["policy"].values:
-            rows.append({"preset": r.name, "policy": str(p), "latency_us": float(b["latency_s"].sel(policy=p)) * 1e6,
-                         "energy_mj": float(b["energy_j"].sel(policy=p)) * 1e3})
-    df = pd.DataFrame(rows)
-    order = [r.name for r in results]
-    styles = [*SINGLE_STYLES, "hybrid"]
-    base = alt.Chart(df).mark_point(filled=True, size=70, opacity=0.85).encode(
-        y=alt.Y("preset:N", sort=order, title=None),
-        color=alt.Color("policy:N", sort=styles, title="dataflow"),
-        tooltip=["preset", "policy", alt.Tooltip("latency_us:Q", format=".4g", title="latency (us)"),
-                 alt.Tooltip("energy_mj:Q", format=".4g", title="energy (mJ)")],
-    ).properties(width=320)
-    lat = base.encode(x=alt.X("latency_us:Q", scale=alt.Scale(type="log"), title="latency (us, log)"))
-    en = base.encode(x=alt.X("energy_mj:Q", scale=alt.Scale(type="log"), title="energy (mJ, log)"))
-    return alt.hconcat(lat, en).properties(title=alt.TitleParams(
-        "Presets compared", subtitle="replayed latency and energy of one call under each single dataflow and the "
-                                     "hybrid policy"))
-
-
-@dataclasses.dataclass(frozen=True)
-class NothingToShow:
-    """A chart left out because its view would be empty, and why (one line on the page instead)."""
-
-    why: str
-
-
-def featured(results: Sequence[PresetResult]) -> PresetResult:
-    """The preset the page charts: the first with more than one tile (a single tile's utilisation heatmap is
-    one square and its NoC carries nothing), else the first."""
-    return next((r for r in results if float(r.hw.tiles) > 1), results[0])
-
-
-def _chart_list(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> list[tuple[str, str, Any]]:
-    """(key, heading, builder) of every chart of the page."""
-    run, pol, hw = first.run, first.policy, first.hw
-    noc = float(run.cube["link_load"].sum()) if "link_load" in run.cube else 0.0
-    charts: list[tuple[str, str, Any]] = [
-        ("regions", "Regions: energy per named scope", lambda: views.regions(run, metric="energy")),
-        ("roofline", "Roofline", lambda: views.roofline(run, hw, trace)),
-        ("timeline", "Timeline", lambda: views.timeline(run)),
-        ("utilization", "Utilisation", lambda: views.utilization(run)),
-        ("noc_load", "NoC load", (lambda: views.noc_load(run)) if noc > 0 else (lambda: NothingToShow(
-            f"{first.name} has one tile: no data crosses its mesh" if float(hw.tiles) <= 1
-            else f"no op of this program sends data over {first.name}'s mesh"))),
-    ]
-    if pol is not None:
-        charts += [
-            ("traffic_mix", "Traffic mix per policy", lambda: views.traffic_mix(pol)),
-            ("buffer_pressure", "Buffer pressure per policy",
-             lambda: views.buffer_pressure(pol.artifacts["buffer_pressure"])),
-            ("policy", "Hybrid policy", lambda: views.policy(pol)),
-            ("reuse_map", "Reuse factors under the policy", lambda: views.reuse_map(pol)),
-        ]
-    else:
-        charts += [("traffic_mix", "Traffic mix", lambda: views.traffic_mix(run)),
-                   ("buffer_pressure", "Buffer pressure", lambda: views.buffer_pressure(run))]
-    if len(results) > 1:
-        charts.append(("compare", "Presets compared", lambda: comparison_chart(results)))
-    return charts
-
-
 def _specs(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> list[tuple[str, str, Any]]:
     """(key, heading, Vega-Lite spec dict or the error text) per chart."""
     out = []
-    for key, heading, build in _chart_list(trace, first, results):
+    for key, heading, build in chart_list(trace, first, results):
         try:
             chart = build()
             # not validated against the Vega-Lite schema here (0.34 s of the charts' ~0.9 s in a warm report,
@@ -437,112 +238,7 @@ def _specs(trace: Any, first: PresetResult, results: Sequence[PresetResult]) -> 
     return out
 
 
-def _svg(spec: dict[str, Any]) -> str:
-    import vl_convert as vlc
-
-    return vlc.vegalite_to_svg(json.dumps(spec))
-
-
 # ------------------------------------------------------------------------------------------------ the page
-
-def embedded_json(spec: Any) -> str:
-    r"""``spec`` as JSON safe inside a ``<script>`` element, whatever its strings hold (region names are a user's).
-
-    In JSON ``<``, ``>`` and ``&`` occur only inside strings, where ``\u003c``, ``\u003e`` and ``\u0026`` mean the
-    same characters to ``JSON.parse``; escaped, no ``</script>`` can close the element early and no ``<!--``
-    can switch the HTML parser into the script-data-escaped state (a region named ``<!--<script>`` stopped every
-    chart of the page from rendering).
-
-    >>> print(embedded_json({"region": "<!--<script></script>"}))
-    {"region":"\u003c!--\u003cscript\u003e\u003c/script\u003e"}
-    """
-    text = json.dumps(spec, separators=(",", ":"), allow_nan=False, default=str)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def file_stem(name: str) -> str:
-    """A file name stem from a machine's name (a user's string): letters, digits, ``.``, ``_`` and ``-`` only, no
-    leading or trailing dot, so no name (``../x``, ``/etc/passwd``, ``..``) can point outside the report's folder.
-
-    >>> file_stem("npu_like"), file_stem("../x"), file_stem("a/b c"), file_stem("..")
-    ('npu_like', 'x', 'a_b_c', 'hardware')
-    """
-    stem = re.sub(r"[^\w.-]+", "_", str(name), flags=re.ASCII).strip("._")
-    return stem[:100] or "hardware"
-
-
-def _file_stems(names: Sequence[str]) -> dict[str, str]:
-    """Machine name -> its file stem, unique (case-insensitively: macOS and Windows file systems fold case)."""
-    out: dict[str, str] = {}
-    taken: set[str] = set()
-    for name in names:
-        stem, k = file_stem(name), 2
-        base = stem
-        while stem.lower() in taken:
-            stem, k = f"{base}-{k}", k + 1
-        taken.add(stem.lower())
-        out[name] = stem
-    return out
-
-
-def _stem_files(stem: str) -> dict[str, str]:
-    """What the report writes for one machine of file stem ``stem`` -> the file's name (the one list the writer
-    and the CLI's check of its ``-o`` folder share)."""
-    return {"event cube": f"{stem}.nc", "Perfetto": f"{stem}.perfetto.json", "playbook": f"playbook_{stem}.md",
-            "playbook (HTML)": f"playbook_{stem}.html"}
-
-
-def report_file_names(names: Sequence[str]) -> list[str]:
-    """Every file name :func:`write_report` may write into its folder for the machines ``names``: ``report.html``
-    and each machine's event cube, Perfetto trace and playbooks.
-
-    >>> report_file_names(["npu_like"])
-    ['report.html', 'npu_like.nc', 'npu_like.perfetto.json', 'playbook_npu_like.md', 'playbook_npu_like.html']
-    """
-    return ["report.html", *(name for stem in _file_stems(names).values() for name in _stem_files(stem).values())]
-
-
-def foreign_report_files(folder: Path, names: Sequence[str]) -> list[Path]:
-    """The files of ``names`` in ``folder`` that dfit_nb did not write, or that are not files
-    (:func:`dfit_nb._files.foreign_file`): what a report must not replace. One check for :func:`write_report` and
-    the CLI's ``-o`` folder."""
-    return [folder / name for name in names if foreign_file(folder / name)]
-
-
-def check_report_folder(folder: str | os.PathLike[str], stems: Sequence[str]) -> None:
-    """Refuse, before any work, a report folder that is the root of the file system, the home directory or a folder
-    above it (:func:`dfit_nb._files.refuse_shared_folder`, for root too), or that holds a file of a name the report
-    writes for the machines of file stems ``stems`` (``report.html`` and each machine's files) that dfit_nb did not
-    write, or anything that is not a file there (:func:`dfit_nb._files.foreign_file`): the same checks the CLI
-    makes of its ``-o`` folder. A previous report's files carry dfit_nb's mark and are replaced.
-
-    Raises
-    ------
-    SaveRefusedError
-        Naming ``folder`` as given (``out_dir '...'``) and what it is, or every file in the way and how to
-        proceed; nothing is written.
-    """
-    refuse_shared_folder(folder, f"out_dir {os.fspath(folder)!r}")
-    folder = Path(folder)
-    if not folder.is_dir():
-        return
-    names = ["report.html", *(name for stem in stems for name in _stem_files(stem).values())]
-    foreign = foreign_report_files(folder, names)
-    if foreign:
-        listed = ", ".join(str(p) for p in foreign)
-        raise SaveRefusedError(f"refusing to write the report into {folder}: it holds {len(foreign)} file(s) that "
-                               f"dfit_nb did not write (no dfit_nb mark in them) where the report writes its own: "
-                               f"{listed}; move or delete them, or give another out_dir (a previous report's "
-                               "files are replaced)")
-
-
-def _inside(folder: Path, name: str) -> Path:
-    """``folder / name``, refused if it would resolve outside ``folder`` (file_stem makes that impossible; this
-    keeps it so if the stem rules ever change)."""
-    path = folder / name
-    if path.resolve().parent != folder.resolve():
-        raise ReportError(f"refusing to write {name!r}: it would land outside the report folder {folder}")
-    return path
 
 
 def _captured(trace: Any) -> list[tuple[str, str]]:
@@ -581,27 +277,6 @@ def _policies(results: Sequence[PresetResult]) -> tuple[list[dict[str, Any]], li
     return notes, rows
 
 
-def _charts(specs: Sequence[tuple[str, str, Any]], mode: str) -> list[dict[str, Any]]:
-    """One entry per chart for the page: its spec as script-safe JSON (interactive), its SVG (static), or the one
-    line that replaces it (nothing to show, or why it failed)."""
-    out = []
-    for key, heading, spec in specs:
-        chart: dict[str, Any] = {"key": key, "heading": heading}
-        if isinstance(spec, NothingToShow):
-            chart["nothing"] = spec.why
-        elif isinstance(spec, str):
-            chart["error"] = f"this chart could not be built: {spec}"
-        elif mode == "interactive":
-            chart["spec"] = trusted(embedded_json(spec))  # every "<", ">" and "&" escaped as JSON
-        else:
-            try:
-                chart["svg"] = trusted(_svg(spec))  # vl-convert's SVG: its text is XML-escaped
-            except Exception as err:
-                chart["error"] = f"this chart could not be rendered: {type(err).__name__}: {err}"
-        out.append(chart)
-    return out
-
-
 def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: Sequence[tuple[str, str, Any]],
           mode: str, files: dict[str, dict[str, str]], inferences: int = REPORTED_STREAM) -> str:
     """The page, rendered from ``templates/report.html.j2``; the featured preset's playbook from its document
@@ -618,9 +293,9 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
         file_kinds=list(next(iter(files.values()), {})),
         objective=next((r.policy.objective for r in results if r.policy is not None), "energy"),
         policies=notes, policy_rows=rows, featured=first.name, featured_dataflow=str(first.run.attrs["dataflow"]),
-        mode=mode, max_rows=views.MAX_ROWS, charts=_charts(specs, mode),
+        mode=mode, max_rows=views.MAX_ROWS, charts=page_charts(specs, mode),
         playbook=playbook_document(first.policy) if first.policy is not None else None, playbook_note=first.note,
-        bundle=trusted(_bundle()) if interactive else None) + "\n"
+        bundle=trusted(bundle()) if interactive else None) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------ the API
@@ -629,15 +304,15 @@ def _page(trace: Any, results: Sequence[PresetResult], df: pd.DataFrame, specs: 
 def _write_files(folder: Path, stem: str, r: PresetResult) -> dict[str, Path]:
     """One machine's files in ``folder``: its event cube (netCDF), Perfetto trace and, with a policy, its playbook
     (Markdown and HTML); what each is -> its path."""
-    names = _stem_files(stem)
-    out = {"event cube": r.run.save(_inside(folder, names["event cube"])),
-           "Perfetto": r.run.to_perfetto(_inside(folder, names["Perfetto"]))}
+    names = stem_files(stem)
+    out = {"event cube": r.run.save(inside(folder, names["event cube"])),
+           "Perfetto": r.run.to_perfetto(inside(folder, names["Perfetto"]))}
     if r.policy is not None:
         # the Markdown carries dfit_nb's mark (a Markdown comment, hidden when rendered) so that a later report may
         # replace it; the HTML playbook has its generator meta already
-        out["playbook"] = _write_text(_inside(folder, names["playbook"]),
+        out["playbook"] = _write_text(inside(folder, names["playbook"]),
                                       f"{MARKDOWN_MARK}\n\n{r.policy.report('markdown')}")
-        out["playbook (HTML)"] = _write_text(_inside(folder, names["playbook (HTML)"]), r.policy.report("html"))
+        out["playbook (HTML)"] = _write_text(inside(folder, names["playbook (HTML)"]), r.policy.report("html"))
     return out
 
 
@@ -727,7 +402,7 @@ def write_report(trace: Any, hw: Any = None, out_dir: str | os.PathLike[str] = "
     folder = Path(out_dir)
     machines = _machines(hw) if results is None else []
     # file names come from machine names, which are a user's strings: sanitised and made unique first
-    stems = _file_stems([h.name for h in machines] if results is None else [r.name for r in results])
+    stems = file_stems([h.name for h in machines] if results is None else [r.name for r in results])
     check_report_folder(out_dir, list(stems.values()))  # before any work: never replace what the user wrote
     files: dict[str, dict[str, Any]] = {}
     # Each machine's files (event cube, Perfetto trace, playbooks) are written on a second thread as soon as its

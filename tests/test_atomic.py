@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 import dfit_nb
-from dfit_nb import report
+from dfit_nb import _report_charts
 
 PACKAGE = Path(dfit_nb.__file__).parent
 #: modules allowed to rename files themselves: the helper, and the saves of results, which swap whole Zarr
 #: folders (a folder cannot be renamed over another) and recover what a killed process left
-RENAMERS = {"_atomic.py", "_files.py", "sim/scale.py"}
+RENAMERS = {"_atomic.py", "_files.py", "sim/_sweep_store.py"}
 
 
 def _renames(path: Path) -> list[int]:
@@ -49,10 +49,10 @@ def test_a_bundle_that_cannot_be_stored_leaves_no_temporary(tmp_path, monkeypatc
 
     with monkeypatch.context() as m:
         m.setattr(os, "replace", refuse)
-        js = report._build_bundle(FakeVlConvert, None, stored)
+        js = _report_charts._build_bundle(FakeVlConvert, None, stored)
     assert js == "var vega = 1; <\\/script>"  # built and returned all the same
     assert list(stored.parent.iterdir()) == []  # nothing stored, no temporary left
-    assert report._build_bundle(FakeVlConvert, None, stored) == js
+    assert _report_charts._build_bundle(FakeVlConvert, None, stored) == js
     assert stored.read_text(encoding="utf-8") == js and [p.name for p in stored.parent.iterdir()] == [stored.name]
     assert stored.stat().st_mode & 0o777 == 0o644
 

@@ -1413,14 +1413,16 @@ def test_sweep_stores_of_both_chunk_checksum_kinds_are_checked_and_resumed_with_
     # stores written with zlib's CRC32 before it (and where the C extension is missing) are checked as written
     import zarr
 
+    from dfit_nb.sim import _sweep_store
+
     for kind in ("crc32", "crc32c"):
-        monkeypatch.setattr(scale, "_new_chunk_kind", lambda kind=kind: kind)
+        monkeypatch.setattr(_sweep_store, "_new_chunk_kind", lambda kind=kind: kind)
         path = tmp_path / f"{kind}.zarr"
         with monkeypatch.context() as m:  # stopped after the first chunk: the resume must use the store's kind
-            m.setattr(scale, "_write_block", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+            m.setattr(_sweep_store, "_write_block", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
             with pytest.raises(KeyboardInterrupt):
                 scale.to_zarr(lazy_sweep, path, progress=False)
-        monkeypatch.setattr(scale, "_new_chunk_kind", lambda kind=kind: "crc32c" if kind == "crc32" else "crc32")
+        monkeypatch.setattr(_sweep_store, "_new_chunk_kind", lambda kind=kind: "crc32c" if kind == "crc32" else "crc32")
         assert scale.to_zarr(lazy_sweep, path, progress=False) == 2
         assert zarr.open_group(path, mode="r").attrs[_files.CHECKSUM_ATTR] == kind
         opened = scale.open_sweep(path)

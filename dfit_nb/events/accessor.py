@@ -8,6 +8,8 @@ variables. Every result carries ``units`` and ``description`` attrs.
 
 Everything is vectorized over events (``pandas.factorize`` and
 ``numpy.bincount``); the only Python loops run over distinct region names.
+Its building blocks are :mod:`dfit_nb.events._grouping`; the made-up events of the examples,
+:func:`demo_events` and :func:`synthetic_events`, are :mod:`dfit_nb.events._synthetic` (importable from here).
 
 >>> from dfit_nb.events.accessor import demo_events
 >>> ds = demo_events()
@@ -23,12 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import xarray as xr
 
 from ..errors import DfitError
+from ._grouping import _ancestors, _factorize, _names, _strings, _union_length
+from ._synthetic import demo_events as demo_events
+from ._synthetic import synthetic_events as synthetic_events
 from .binning import busy_fraction, time_edges
-from .schema import EVENT_VARS, KINDS, OPTIONAL_VARS, SOURCES, EventSchemaError, events_dataset
+from .schema import EVENT_VARS, KINDS, OPTIONAL_VARS, SOURCES, EventSchemaError
 
 __all__ = ["EventQueryError", "EventsAccessor", "demo_events"]
 
@@ -42,79 +46,6 @@ class EventQueryError(DfitError, ValueError):
     """A bad argument to a ``ds.dfit`` method (unknown unit, kind, source or variable)."""
 
 
-def demo_events() -> xr.Dataset:
-    """A tiny simulated events Dataset (4 events, 2×2 tiles, clock 1 GHz) for examples.
-
-    Examples
-    --------
-    >>> demo_events().sizes["event"]
-    4
-    """
-    return events_dataset({
-        "op": [0, 1, 1, 2],
-        "kind": ["compute", "compute", "dram", "compute"],
-        "region": ["enc/attn", "enc/mlp", "enc/mlp", "dec"],
-        "tile_y": [0, 0, 1, 1],
-        "tile_x": [0, 1, 0, 1],
-        "start": [0.0, 10.0, 0.0, 30.0],
-        "end": [10.0, 30.0, 20.0, 35.0],
-        "bytes": [0.0, 0.0, 64.0, 0.0],
-        "macs": [100.0, 200.0, 0.0, 50.0],
-        "energy_pj": [10.0, 20.0, 30.0, 5.0],
-        "kernel": [0, 0, 0, 1],
-    }, clock_ghz=1.0)
-
-
-def synthetic_events(n: int, grid: int = 8, seed: int = 0, *, regions: Sequence[str] | None = None,
-                     overlap_p: float = 0.05, overlap_cycles: float = 40.0, dataflow: str | None = None,
-                     clock_ghz: float = 1.0) -> xr.Dataset:
-    """About ``n`` simulated events for tests and benchmarks: ops back to back on each (tile, kind) of a grid.
-
-    Four kinds per tile (compute, sram, noc, dram), random lengths (1-49 cycles) and gaps (0-9), and a fraction
-    ``overlap_p`` of the DRAM events stretched by ``overlap_cycles`` over the next one; op ``i`` is in
-    ``regions[i % len(regions)]`` (default: four ``enc/layer_k/attn/qk`` regions).
-
-    >>> ds = synthetic_events(1000, grid=2)
-    >>> ds.sizes["event"], sorted(set(ds["kind"].values))
-    (992, ['compute', 'dram', 'noc', 'sram'])
-    """
-    rng = np.random.default_rng(seed)
-    kinds = np.array(["compute", "sram", "noc", "dram"])
-    tracks = grid * grid * len(kinds)
-    per = max(1, n // tracks)
-    tile = np.repeat(np.arange(grid * grid), len(kinds) * per)
-    kind = np.tile(np.repeat(kinds, per), grid * grid)
-    dur = rng.integers(1, 50, tile.size).astype(float)
-    step = (dur + rng.integers(0, 10, tile.size)).reshape(-1, per)
-    start = (np.cumsum(step, axis=1) - step).ravel()
-    end = start + dur + np.where((kind == "dram") & (rng.random(tile.size) < overlap_p), overlap_cycles, 0.0)
-    op = np.tile(np.arange(per), tracks)
-    names = np.asarray(regions if regions is not None else [f"enc/layer_{i}/attn/qk" for i in range(4)], dtype=object)
-    cols = {"op": op, "region": names[op % len(names)], "tile_y": tile // grid, "tile_x": tile % grid,
-            "kind": kind, "start": start, "end": end, "bytes": rng.integers(0, 4096, tile.size).astype(float),
-            "macs": np.where(kind == "compute", 1024.0, 0.0), "energy_pj": dur * 0.37}
-    if dataflow is not None:
-        cols["dataflow"] = np.full(tile.size, dataflow)
-    return events_dataset(cols, clock_ghz=clock_ghz)
-
-
-def _names(arg: str | Sequence[str] | None) -> list[str] | None:
-    if arg is None:
-        return None
-    return [arg] if isinstance(arg, str) else [str(a) for a in arg]
-
-
-def _strings(values: np.ndarray) -> np.ndarray:
-    """Fixed-width unicode (netCDF round trips may give object arrays)."""
-    return values if values.dtype.kind == "U" else values.astype(str)
-
-
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, sorted uniques) of a string array, hash-based (much faster than np.unique on strings)."""
-    codes, uniques = pd.factorize(_strings(values), sort=True)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=str)
-
-
 def _truncate(names: np.ndarray, depth: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Map region names to their first ``depth`` segments: (index into new names, new sorted names)."""
     if depth is None:
@@ -123,14 +54,6 @@ def _truncate(names: np.ndarray, depth: int | None) -> tuple[np.ndarray, np.ndar
         raise EventQueryError(f"depth must be a whole number >= 0 or None, got {depth!r}")
     cut = np.array(["/".join(n.split("/")[: int(depth)]) if n else "" for n in names.tolist()], dtype=str)
     return _factorize(cut) if cut.size else (np.zeros(0, np.int64), cut)
-
-
-def _ancestors(name: str) -> list[str]:
-    """'' and every prefix path of ``name`` on '/' boundaries, itself included."""
-    if not name:
-        return [""]
-    parts = name.split("/")
-    return ["", *("/".join(parts[: i + 1]) for i in range(len(parts)))]
 
 
 def _check_unit(unit: str) -> None:
@@ -142,20 +65,6 @@ def _check_choice(values: list[str] | None, valid: Sequence[str], what: str) -> 
     bad = sorted(set(values or ()) - set(valid))
     if bad:
         raise EventQueryError(f"unknown {what}(s) {bad}; valid: {', '.join(valid)}")
-
-
-def _union_length(codes: np.ndarray, start: np.ndarray, end: np.ndarray, n: int) -> np.ndarray:
-    """Per group, the length of the union of its intervals (sorted sweep with a per-group running max)."""
-    if codes.size == 0:
-        return np.zeros(n)
-    order = np.lexsort((start, codes))
-    c, s, e = codes[order], start[order], end[order]
-    reach = pd.Series(e).groupby(c).cummax().to_numpy()
-    prev = np.empty_like(reach)
-    prev[0] = -np.inf
-    prev[1:] = reach[:-1]
-    prev[np.r_[True, c[1:] != c[:-1]]] = -np.inf
-    return np.bincount(c, weights=np.maximum(0.0, e - np.maximum(s, prev)), minlength=n)
 
 
 @xr.register_dataset_accessor("dfit")

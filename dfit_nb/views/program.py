@@ -3,6 +3,9 @@
 Pure functions from ``Trace`` / ``Run`` / ``Policy`` / sweep Datasets to Altair charts. Every chart has a
 title, tooltips, and embeds at most :data:`dfit_nb.views._common.MAX_ROWS` rows (larger inputs are aggregated
 first, and the subtitle says so).
+
+The region tree is :mod:`dfit_nb.views._region_tree` and the sweep's chart :mod:`dfit_nb.views._sweep_chart`;
+their charts are importable from here too.
 """
 
 from __future__ import annotations
@@ -12,222 +15,36 @@ from typing import Any
 import altair as alt
 import numpy as np
 import pandas as pd
-import xarray as xr
 
 from ..events.schema import KINDS
 from ..sim.hardware import check_hardware
-from ..sim.pareto import pareto_mask as front_mask
 from ._common import (
     MAX_ROWS,
     ViewInputError,
     aggregated,
     check_count,
     check_region,
-    describe,
     expect,
     in_region,
     require,
     titled,
 )
+from ._region_tree import _path_depth, _tail
+from ._region_tree import regions as regions
+from ._sweep_chart import pareto_mask as pareto_mask
+from ._sweep_chart import sweep as sweep
 
 __all__ = ("policy", "regions", "reuse_map", "roofline", "sweep", "traffic_mix")
 
-_METRICS = ("flops", "bytes", "time", "energy")
 _LEVELS = ("sram", "noc", "dram")
 _TENSORS = ("activation", "weight", "psum")
 
 
 # ---- helpers -------------------------------------------------------------------------------------------------------
-def _is_run(obj: Any) -> bool:
-    return hasattr(obj, "cube") and hasattr(obj, "summary")
-
-
-def _tail(path: str) -> str:
-    return path.rsplit("/", 1)[-1] if path else "<root>"
-
-
-def _path_depth(path: str) -> int:
-    return 0 if not path else path.count("/") + 1
-
-
 def _hw_value(attrs: dict[str, Any], hw: Any, field: str) -> float:
     if hw is not None:
         return float(np.asarray(getattr(hw, field)))
     return float(attrs[f"hw_{field}"])
-
-
-def _parents(names: list[str], given: np.ndarray | None) -> np.ndarray:
-    """Index of each region's parent (the root points at itself); the nearest listed ancestor when one is missing."""
-    index = {n: i for i, n in enumerate(names)}
-    root = index.get("", 0)
-    out = np.empty(len(names), dtype=np.int64)
-    for i, name in enumerate(names):
-        if name == "":
-            out[i] = i
-            continue
-        p = str(given[i]) if given is not None else name.rsplit("/", 1)[0] if "/" in name else ""
-        while p not in index and p:
-            p = p.rsplit("/", 1)[0] if "/" in p else ""
-        out[i] = index.get(p, root)
-        if out[i] == i:
-            out[i] = root
-    return out
-
-
-# ---- 1. regions ----------------------------------------------------------------------------------------------------
-def _region_table(obj: Any, metric: str) -> tuple[pd.DataFrame, str]:
-    r = obj.regions
-    require(r, ("region", "n_ops") + (("macs", "start", "end", "energy_pj", "bottleneck") if _is_run(obj) else
-                                       ("flops", "bytes_read", "bytes_written", "time_s")), "regions", "regions")
-    names = [str(v) for v in r["region"].values]
-    df = pd.DataFrame({"region": names})
-    if _is_run(obj):
-        clock_hz = float(obj.attrs.get("clock_ghz", obj.attrs.get("hw_clock_ghz", 1.0))) * 1e9
-        df["flops"] = 2.0 * r["macs"].values
-        df["bytes"] = sum(r[f"bytes_{k}"].values for k in ("sram", "noc", "dram", "retile"))
-        df["time_s"] = np.nan_to_num((r["end"].values - r["start"].values) / clock_hz)
-        df["energy_j"] = r["energy_pj"].values * 1e-12
-        df["bottleneck"] = [str(v) for v in r["bottleneck"].values]
-        parent = None
-        unit = {"flops": "FLOP (2 x MACs)", "bytes": "B (all levels)", "time": "s (span)", "energy": "J"}[metric]
-    else:
-        if metric == "energy":
-            raise ValueError("a Trace has no energy: replay it first (metric='energy' needs a Run)")
-        df["flops"] = r["flops"].values.astype(np.float64)
-        df["bytes"] = (r["bytes_read"].values + r["bytes_written"].values).astype(np.float64)
-        df["time_s"] = r["time_s"].values.astype(np.float64)
-        if metric == "time" and not np.isfinite(df["time_s"]).any():
-            raise ValueError("this trace has no measured time (static mode): capture with mode='profile' or 'eager'")
-        df["time_s"] = np.nan_to_num(df["time_s"].values)
-        parent = r["parent"].values if "parent" in r else None
-        unit = {"flops": "FLOP", "bytes": "B read + written", "time": "s measured"}[metric]
-    df["n_ops"] = r["n_ops"].values
-    df["parent_index"] = _parents(names, parent)
-    df["depth"] = [_path_depth(n) for n in names] if parent is None else r["depth"].values.astype(np.int64)
-    column = {"flops": "flops", "bytes": "bytes", "time": "time_s", "energy": "energy_j"}[metric]
-    df["value"] = np.maximum(df[column].values.astype(np.float64), 0.0)
-    return df, unit
-
-
-def _icicle_layout(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """x0, x1 of each region: children laid side by side from the parent's start, scaled into the parent if needed."""
-    n = len(df)
-    par = df["parent_index"].values
-    depth = df["depth"].values
-    value = df["value"].values
-    x0, x1 = np.zeros(n), np.zeros(n)
-    is_root = par == np.arange(n)
-    x1[is_root] = value[is_root]
-    for d in np.unique(depth):
-        sel = np.flatnonzero((depth == d) & ~is_root)
-        if sel.size == 0:
-            continue
-        p = par[sel]
-        order = np.lexsort((sel, p))  # siblings in tree (row) order
-        sel, p = sel[order], p[order]
-        v = value[sel]
-        # children's sum per parent: scale down where they exceed it (overlapping spans, clipped values)
-        uniq, first, inv = np.unique(p, return_index=True, return_inverse=True)
-        sums = np.bincount(inv, weights=v, minlength=uniq.size)
-        room = x1[uniq] - x0[uniq]
-        scale = np.where(sums > room, room / np.where(sums > 0, sums, 1.0), 1.0)
-        w = v * scale[inv]
-        csum = np.cumsum(w)
-        before = csum - w - (csum[first] - w[first])[inv]
-        x0[sel] = x0[p] + before
-        x1[sel] = x0[sel] + w
-    return x0, x1
-
-
-def regions(trace_or_run: Any, metric: str = "flops", max_depth: int | None = None,
-            color: str = "depth", selected: str | None = None) -> alt.LayerChart:
-    """The region tree as an icicle: each region's width is its (inclusive) metric, children side by side.
-
-    Parameters
-    ----------
-    trace_or_run : Trace or Run
-        A captured :class:`~dfit_nb.capture.trace.Trace` or a replayed :class:`~dfit_nb.sim.run.Run`.
-    metric : {"flops", "bytes", "time", "energy"}
-        What sizes a region. A Trace has FLOPs, bytes read + written and measured time (profile/eager modes); a
-        Run has 2 x MACs, bytes moved at all levels, the span from first start to last end, and energy.
-    max_depth : int, optional
-        Deepest level drawn.
-    color : {"depth", "metric"}
-        Colour bands by depth or by the metric.
-    selected : str, optional
-        A region to highlight with its subtree (the others are dimmed).
-
-    Returns
-    -------
-    altair.LayerChart
-        Rectangles (x: cumulative extent, y: depth band) with region names on the wide ones. A region's width
-        left over by its children is its own (self) share, left empty. Clicking a rectangle sets the point
-        selection ``region`` (``[{"region": path}]``), which the Explorer reads to narrow its other views.
-
-    Examples
-    --------
-    >>> import jax.numpy as jnp, dfit_nb
-    >>> from dfit_nb.views import program
-    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((8, 16)), jnp.ones((16, 4)))
-    >>> "$schema" in program.regions(t).to_dict()
-    True
-    """
-    expect(trace_or_run, "regions", "trace_or_run", "Trace", "Run")
-    if max_depth is not None:
-        check_count(max_depth, "max_depth", "regions", low=0)
-    check_region(selected, "regions", "selected")
-    if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {_METRICS}, got {metric!r}")
-    if color not in ("depth", "metric"):
-        raise ValueError(f"color must be 'depth' or 'metric', got {color!r}")
-    df, unit = _region_table(trace_or_run, metric)
-    df["x0"], df["x1"] = _icicle_layout(df)
-    total = float(df["x1"].max() - df["x0"].min()) if len(df) else 0.0
-    if max_depth is not None:
-        df = df[df["depth"] <= max_depth]
-    n_before = len(df)
-    notes = []
-    if n_before > MAX_ROWS:  # drop the deepest levels until the tree fits
-        counts = np.cumsum(np.bincount(df["depth"].values))
-        keep = int(np.searchsorted(counts, MAX_ROWS, side="right")) - 1
-        df = df[df["depth"] <= max(keep, 0)]
-        notes.append(aggregated(n_before, len(df), f"levels below depth {max(keep, 0)} folded into their ancestors"))
-    df = df.assign(
-        name=[_tail(n) for n in df["region"]],
-        share=df["value"] / (total if total > 0 else 1.0),
-        parent=[str(df_name) for df_name in np.asarray(trace_or_run.regions["region"].values)[
-            df["parent_index"].values]],
-    )
-    df["label"] = np.where(df["share"] > 0.06, df["name"], "")
-    df = df.drop(columns=["parent_index"])
-    tooltip = [alt.Tooltip("region:N"), alt.Tooltip("depth:O"), alt.Tooltip("n_ops:Q", title="ops"),
-               alt.Tooltip("share:Q", format=".1%", title="share of total"),
-               alt.Tooltip("flops:Q", format=".4~s"), alt.Tooltip("bytes:Q", format=".4~s"),
-               alt.Tooltip("time_s:Q", format=".4~s", title="time (s)")]
-    if "energy_j" in df:
-        tooltip += [alt.Tooltip("energy_j:Q", format=".4~s", title="energy (J)"), alt.Tooltip("bottleneck:N")]
-    fill = (alt.Color("depth:O", scale=alt.Scale(scheme="blues"), legend=None) if color == "depth"
-            else alt.Color("value:Q", title=f"{metric} ({unit})", scale=alt.Scale(scheme="viridis")))
-    df["focus"] = in_region(df["region"].values, selected)
-    if selected:
-        if selected not in set(df["region"]):
-            raise ValueError(f"selected region {selected!r} is not in the region tree")
-        notes.append(f"{selected} highlighted")
-    pick = alt.selection_point(name="region", fields=["region"], on="click", clear="dblclick")
-    base = alt.Chart(df)
-    rects = base.mark_rect(stroke="white", strokeWidth=0.5, cursor="pointer").encode(
-        x=alt.X("x0:Q", title=f"{metric} ({unit}), cumulative", axis=alt.Axis(format="~s")),
-        x2="x1:Q",
-        y=alt.Y("depth:O", title="depth"),
-        color=fill,
-        opacity=alt.condition("datum.focus", alt.value(1.0), alt.value(0.25)),
-        tooltip=tooltip,
-    ).add_params(pick)
-    text = base.mark_text(align="left", dx=3, fontSize=10, color="black").encode(
-        x="x0:Q", y="depth:O", text="label:N", tooltip=tooltip)
-    chart = alt.layer(rects, text).properties(width=640, height=max(80, 26 * (int(df["depth"].max()) + 1)))
-    notes.append("children sized by the metric; empty width is the region's own (self) share; click to pick")
-    return titled(chart, f"Regions by {metric}", [n for n in notes if n])
 
 
 # ---- 2. roofline ---------------------------------------------------------------------------------------------------
@@ -640,145 +457,3 @@ def policy(policy: Any) -> alt.VConcatChart:
     notes.insert(0, f"{len(ops)} GEMMs, {n_sw} switch{'es' if n_sw != 1 else ''}; ringed: chosen")
     chart = alt.vconcat(*parts).resolve_scale(color="independent")
     return titled(chart, f"Dataflow policy: {policy.name} (objective {policy.objective})", [n for n in notes if n])
-
-
-# ---- 6. sweep ------------------------------------------------------------------------------------------------------
-def _sweep_frame(ds: xr.Dataset) -> tuple[pd.DataFrame, list[str]]:
-    """One row per configuration: latency_s, energy_j and the swept coordinates (as labels)."""
-    if "total_cycles" in ds:  # dfit_nb.sim.sweep: totals over every dim but op
-        clock = ds["clock_ghz"] if "clock_ghz" in ds.coords and "clock_ghz" in ds.dims else float(
-            ds.attrs.get("hw_clock_ghz", 1.0))
-        flat = xr.Dataset({"latency_s": ds["total_cycles"] / (clock * 1e9), "energy_j": ds["total_energy_j"],
-                           "total_cycles": ds["total_cycles"]})
-        if "total_macs" in ds:
-            flat["macs"] = ds["total_macs"]
-        dims = [d for d in flat.dims]
-        df = flat.to_dataframe().reset_index()
-    elif "latency_s" in ds and "energy_j" in ds:  # replay_batch
-        keep = [v for v in ds.data_vars if ds[v].dims == ("machine",)]
-        df = ds[keep].to_dataframe().reset_index()
-        dims = ["machine"]
-        varying = [c for c in ds.coords if c != "machine" and ds[c].dims == ("machine",)
-                   and np.unique(ds[c].values).size > 1]
-        dims += varying
-    else:
-        raise ValueError("expected a dfit_nb.sim.sweep Dataset (total_cycles, total_energy_j) or a replay_batch "
-                         f"Dataset (latency_s, energy_j); got {describe(ds)}")
-    for d in dims:
-        df[d] = df[d].map(lambda v: v if isinstance(v, str) else f"{v:g}" if isinstance(v, float) else str(v))
-    df["config"] = [", ".join(f"{d}={row[d]}" for d in dims) for _, row in df[dims].iterrows()]
-    return df, dims
-
-
-def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Points no other point beats on both ``x`` and ``y`` (lower is better; duplicates keep one): the front of
-    :func:`dfit_nb.sim.pareto_front` (one computation of it), after naming an argument that is not numbers.
-
-    >>> pareto_mask(np.array([1.0, 2.0, 3.0, 2.0]), np.array([3.0, 1.0, 2.0, 2.0])).tolist()
-    [True, True, False, False]
-    """
-    arrays = []
-    for name, values in (("x", x), ("y", y)):
-        try:
-            arrays.append(np.asarray(values, np.float64).reshape(-1))
-        except (TypeError, ValueError) as err:
-            raise ViewInputError(f"pareto_mask() needs {name} as numbers (an array), got {describe(values)}") from err
-    x, y = arrays
-    if x.size != y.size:
-        raise ValueError(f"pareto_mask() needs x and y of one length, got {x.size} and {y.size}")
-    return front_mask(x, y)
-
-
-_ALIASES = {"latency": "latency_s", "energy": "energy_j", "cycles": "total_cycles"}
-
-
-def sweep(ds: xr.Dataset, x: str = "latency", y: str = "energy", color: str | None = None) -> alt.LayerChart:
-    """Every configuration of a sweep as a point, the Pareto front (lower is better on both) highlighted.
-
-    Parameters
-    ----------
-    ds : xarray.Dataset
-        From :func:`dfit_nb.sim.sweep` (totals per machine x dataflow; the ``op`` dim is summed) or
-        :func:`dfit_nb.sim.replay_batch` (per ``machine``).
-    x, y : str
-        ``"latency"`` (seconds), ``"energy"`` (joules) or another per-configuration variable.
-    color : str, optional
-        A swept dim to colour by (default: ``dataflow`` when swept).
-
-    Returns
-    -------
-    altair.LayerChart
-        With a point selection named ``picked`` (click a point; ``config`` identifies it) for widgets to read.
-
-    Examples
-    --------
-    >>> import jax.numpy as jnp, dfit_nb
-    >>> from dfit_nb.sim import presets
-    >>> from dfit_nb.views import program
-    >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((64, 128)), jnp.ones((128, 32)))
-    >>> ds = dfit_nb.sim.sweep(t, presets.get("npu_like"), ["ws", "os"], pe=[(8, 8), (16, 16)])
-    >>> "$schema" in program.sweep(ds).to_dict()
-    True
-    """
-    expect(ds, "sweep", "ds", "Dataset", dataset="from dfit_nb.sim.sweep or dfit_nb.sim.replay_batch")
-    for name, value in (("x", x), ("y", y), ("color", color)):
-        if not isinstance(value, str) and not (name == "color" and value is None):
-            raise ViewInputError(f"sweep() needs {name} as a variable name (str{', or None' if name == 'color' else ''}"
-                                 f"), got {describe(value)}")
-    df, dims = _sweep_frame(ds)
-    xcol, ycol = _ALIASES.get(x, x), _ALIASES.get(y, y)
-    for col in (xcol, ycol):
-        if col not in df:
-            raise ValueError(f"{col!r} is not a per-configuration value; have {[c for c in df if c not in dims]}")
-    if color is None and "dataflow" in dims:
-        color = "dataflow"
-    if color is not None and color not in df:
-        raise ValueError(f"color {color!r} is not a swept dim; have {dims}")
-    df = df[np.isfinite(df[xcol]) & np.isfinite(df[ycol])].reset_index(drop=True)
-    front = pareto_mask(df[xcol].values, df[ycol].values)
-    df["pareto"] = front
-    df["n"] = 1
-    n_before = len(df)
-    notes = []
-    if n_before > MAX_ROWS:  # the front stays; other points are binned on a log grid (mean position, count)
-        rest, pf = df[~front], df[front].head(MAX_ROWS // 2)
-        bins = int(np.sqrt(MAX_ROWS // 2))
-        keys = []
-        for col in (xcol, ycol):
-            v = np.log10(np.maximum(rest[col].values.astype(np.float64), 1e-300))
-            edges = np.linspace(v.min(), v.max() + 1e-12, bins + 1)
-            keys.append(np.clip(np.digitize(v, edges) - 1, 0, bins - 1))
-        group_cols = ["_bx", "_by"] + ([color] if color else [])
-        rest = rest.assign(_bx=keys[0], _by=keys[1])
-        binned = rest.groupby(group_cols, as_index=False).agg(
-            **{xcol: (xcol, "mean"), ycol: (ycol, "mean"), "n": ("n", "sum"), "config": ("config", "first")})
-        binned["config"] = binned["config"] + np.where(binned["n"] > 1, " (+ more in bin)", "")
-        binned["pareto"] = False
-        df = pd.concat([pf, binned.drop(columns=["_bx", "_by"])], ignore_index=True)
-        notes.append(aggregated(n_before, len(df), "non-Pareto points binned on a log grid"))
-    n_front = int(df["pareto"].sum())
-    keep_cols = [c for c in dict.fromkeys([xcol, ycol, "config", "pareto", "n", *dims]) if c in df]
-    df = df[keep_cols]
-    picked = alt.selection_point(name="picked", fields=["config"], on="click", clear="dblclick")
-    names = {"latency_s": "latency (s)", "energy_j": "energy (J)", "total_cycles": "latency (cycles)"}
-    xe = alt.X(f"{xcol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(xcol, xcol),
-               axis=alt.Axis(format="~s"))
-    ye = alt.Y(f"{ycol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(ycol, ycol),
-               axis=alt.Axis(format="~s"))
-    tooltip = [alt.Tooltip("config:N"), alt.Tooltip(f"{xcol}:Q", format=".4~s"),
-               alt.Tooltip(f"{ycol}:Q", format=".4~s"), alt.Tooltip("pareto:N"), alt.Tooltip("n:Q", title="points")]
-    base = alt.Chart(df)
-    front_line = base.transform_filter(alt.datum.pareto).mark_line(color="black", strokeWidth=1.5).encode(
-        x=xe, y=ye, order=f"{xcol}:Q")
-    front_ring = base.transform_filter(alt.datum.pareto).mark_point(
-        size=160, color="black", strokeWidth=2, filled=False).encode(x=xe, y=ye, tooltip=tooltip)
-    enc: dict[str, Any] = {"x": xe, "y": ye, "tooltip": tooltip,
-                           "opacity": alt.condition(picked, alt.value(0.85), alt.value(0.25))}
-    if (df["n"] > 1).any():  # binned: the marker's area says how many configurations it stands for
-        enc["size"] = alt.Size("n:Q", title="points", scale=alt.Scale(range=[30, 300]))
-    if color:
-        enc["color"] = alt.Color(f"{color}:N", title=color)
-    points = base.mark_circle(size=60).encode(**enc).add_params(picked)
-    chart = alt.layer(front_line, points, front_ring).properties(width=420, height=300)
-    notes.insert(0, f"{n_before} configurations, {n_front} Pareto-optimal (ringed, lower is better)")
-    return titled(chart, f"Sweep: {ycol} vs {xcol}", [n for n in notes if n])

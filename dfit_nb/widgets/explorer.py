@@ -44,15 +44,15 @@ queued when the interpreter exits are dropped. ``prewarm=False`` turns it off.
 Views are Altair ``JupyterChart`` widgets
 (offline, see :mod:`dfit_nb.widgets._offline`), so an executed, trusted
 notebook keeps them without a kernel (ipywidgets state embeds them).
+
+The controls' menus and the machine they describe are :mod:`dfit_nb.widgets._controls`, the warm-ups
+:mod:`dfit_nb.widgets._prewarm`; their public names are importable from here too.
 """
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -63,234 +63,25 @@ import pandas as pd
 
 from .. import views
 from .._html import macro
-from ..sim import REPLAY_DATAFLOWS, SpillWarning, presets, program_key, replay, schedule, select_dataflows, warm
-from ..sim.hardware import FIELDS, Hardware, check_hardware, sram_split
+from ..sim import REPLAY_DATAFLOWS, SpillWarning, presets, program_key, replay, select_dataflows
+from ..sim.hardware import Hardware, check_hardware
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
 from ..views import ViewInputError, describe, expect
+from ._controls import _MENUS, _SLIDERS, _menu, _number
+from ._controls import DRAM_BW as DRAM_BW
+from ._controls import GRID as GRID
+from ._controls import NOC_BW as NOC_BW
+from ._controls import PE as PE
+from ._controls import SRAM_KB as SRAM_KB
+from ._controls import machine_from_controls as machine_from_controls
+from ._controls import modified_name as modified_name
+from ._controls import same_machine as same_machine
+from ._prewarm import IDLE_S as IDLE_S
+from ._prewarm import _await_warm, _busy, _compiled, _submit_warm
+from ._prewarm import bucket_neighbours as bucket_neighbours
 
 VIEWS = ("timeline", "utilization", "regions", "traffic_mix", "noc_load", "buffer_pressure", "roofline")
-# Slider menus; each slider also holds the shown machine's own value (see ``_menu``).
-PE = (4, 8, 12, 16, 32, 64, 128, 256)
-SRAM_KB = (8, 16, 32, 48, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-GRID = (1, 2, 4, 5, 8, 16, 20, 32, 64)
-NOC_BW = tuple(float(2 ** i) for i in range(11))  # 1 .. 1024 B/cycle per link
-DRAM_BW = tuple(float(2 ** i) for i in range(13))  # 1 .. 4096 B/cycle for the chip
-# control -> the Hardware field it sets (SRAM is the total of the three partitions, in KiB: sram_split)
-_SLIDERS = {"tile_rows": "tile_rows", "tile_cols": "tile_cols", "pe_rows": "pe_rows", "pe_cols": "pe_cols",
-            "noc_bw": "noc_link_bytes_per_cycle", "dram_bw": "dram_bytes_per_cycle"}
-_MENUS = {"tile_rows": GRID, "tile_cols": GRID, "pe_rows": PE, "pe_cols": PE, "sram_kb": SRAM_KB,
-          "noc_bw": NOC_BW, "dram_bw": DRAM_BW}
-
-
-def _number(value: Any) -> int | float:
-    """A Python number from a scalar field (a swept machine's fields are numpy floats): whole values as ``int``,
-    so slider labels and modified-machine names read ``8``, not ``8.0``."""
-    v = float(np.asarray(value))
-    return int(v) if v.is_integer() else v
-
-
-def _label(value: float) -> str:
-    # exact (repr), so two options never share a label and a label never hides a fraction
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def _menu(menu: tuple[float, ...], value: float) -> list[tuple[str, int | float]]:
-    """The slider's (label, value) options: the menu with ``value`` inserted exactly where it is not on it."""
-    values = sorted({*(_number(m) for m in menu), _number(value)})  # a set: 8 and 8.0 are one option
-    return [(_label(v), v) for v in values]
-
-
-def same_machine(a: Hardware, b: Hardware) -> bool:
-    """Whether ``a`` and ``b`` are the same machine: name, execution style and every field of ``FIELDS``.
-
-    Examples
-    --------
-    >>> from dfit_nb.sim import presets
-    >>> from dfit_nb.widgets.explorer import same_machine
-    >>> npu = presets.get("npu_like")
-    >>> same_machine(npu, npu.replace(pe_cols=16.0)), same_machine(npu, npu.replace(pe_cols=8))
-    (True, False)
-    """
-    return a.name == b.name and a.execution == b.execution and not _differing(a, b)
-
-
-def _differing(base: Hardware, hw: Hardware) -> list[str]:
-    """The fields of ``FIELDS`` whose values differ between two scalar machines, sorted by name."""
-    return sorted(f for f in FIELDS if float(np.asarray(getattr(base, f))) != float(np.asarray(getattr(hw, f))))
-
-
-def modified_name(base: Hardware, hw: Hardware) -> str:
-    """``base.name`` when ``hw`` has every field of ``base``, else a name that lists what changed.
-
-    Examples
-    --------
-    >>> from dfit_nb.sim import presets
-    >>> from dfit_nb.widgets.explorer import modified_name
-    >>> npu = presets.get("npu_like")
-    >>> modified_name(npu, npu.replace(pe_cols=32, tile_rows=2))
-    'npu_like (modified: pe_cols=32, tile_rows=2)'
-    >>> modified_name(npu, npu)
-    'npu_like'
-    """
-    changed = _differing(base, hw)
-    if not changed:
-        return base.name
-    return f"{base.name} (modified: {', '.join(f'{f}={_label(_number(getattr(hw, f)))}' for f in changed)})"
-
-
-def machine_from_controls(base: Hardware, values: dict[str, Any]) -> tuple[Hardware, list[str]]:
-    """The machine the Explorer's sliders describe over ``base``, and notes for its status line.
-
-    ``values``: slider -> value, for ``tile_rows``, ``tile_cols``, ``pe_rows``, ``pe_cols``, ``noc_bw``,
-    ``dram_bw`` and ``sram_kb``. SRAM is split by :func:`dfit_nb.sim.hardware.sram_split`, the rule
-    ``sweep(sram_kb=...)`` uses, so a slider setting and a swept value are one machine. A partition below the
-    floor the PE array needs is raised to it (a sweep refuses such a machine; the widget shows the nearest one
-    and a note says so).
-
-    Examples
-    --------
-    >>> from dfit_nb.sim import presets
-    >>> npu = presets.get("npu_like")
-    >>> hw, notes = machine_from_controls(npu, {"tile_rows": 4, "tile_cols": 5, "pe_rows": 16, "pe_cols": 16,
-    ...                                         "noc_bw": 64.0, "dram_bw": 64.0, "sram_kb": 128})
-    >>> hw.sram_input_bytes, hw.sram_weight_bytes, hw.sram_output_bytes, notes
-    (65536, 32768, 32768, [])
-    """
-    fields: dict[str, Any] = {field: values[key] for key, field in _SLIDERS.items()}
-    word = _number(base.word_bytes)
-    floor = math.ceil(2 * max(fields["pe_rows"], fields["pe_cols"]) * word)
-    parts = {f: int(v) for f, v in sram_split(base, float(values["sram_kb"])).items()}
-    total = sum(parts.values())
-    notes = []
-    if min(parts.values()) < floor:  # Hardware would refuse it: keep the widget alive, say what was raised
-        raised = [f for f, v in parts.items() if v < floor]
-        parts = {f: max(v, floor) for f, v in parts.items()}
-        notes.append(f"SRAM raised to the floor of {floor} B per partition (2 x max(PE rows, PE cols) x "
-                     f"{word} B words) in {', '.join(f.split('_')[1] for f in raised)}: "
-                     f"{sum(parts.values()) / 1024:g} KiB per tile, not {total / 1024:g}")
-    hw = base.replace(**fields, **parts)
-    return hw.replace(name=modified_name(base, hw)), notes
-
-
-# ---- compiling the next grid buckets ahead (one thread for every Explorer of the process) --------------------
-#: a warm-up starts once no Explorer has updated for this long: compiling takes a core (and the GIL while it
-#: traces), so it waits for the user to look at a chart rather than slow the slider they are moving
-IDLE_S = 1.0
-_warm_lock = threading.Lock()
-_warm_pool: ThreadPoolExecutor | None = None
-#: program key -> the warm-up compiling it, or a done future for a program an update has run (a compiled program
-#: serves every trace and machine of its key)
-_warming: dict[tuple[Any, ...], Future] = {}
-_last_update = 0.0
-_updating = 0  # Explorer updates under way
-_compiling: set[tuple[Any, ...]] = set()  # programs a warm-up has started compiling
-_taken: set[tuple[Any, ...]] = set()  # programs an update compiled before their warm-up started
-#: set when the interpreter exits: queued warm-ups are dropped (else exit would wait for each one's compile)
-_closing = threading.Event()
-
-
-def _close() -> None:
-    _closing.set()
-    with _warm_lock:
-        for pending in _warming.values():
-            pending.cancel()
-
-
-# the pool's own exit hook joins its thread after running every queued item; threading's exit hooks run in reverse
-# order of registration, so this one, registered after concurrent.futures', drops the queue first (a compile
-# already under way still finishes)
-getattr(threading, "_register_atexit", lambda fn: None)(_close)
-
-
-def _busy(updating: bool) -> None:
-    """Mark the start (``updating``) or the end of an Explorer update: warm-ups wait while one runs (it may be
-    compiling itself) and for :data:`IDLE_S` after the last one ends."""
-    global _last_update, _updating
-    with _warm_lock:
-        _updating += 1 if updating else -1
-        _last_update = time.monotonic()
-
-
-def _idle_for() -> float:
-    """Seconds a warm-up still has to wait for the Explorers to be idle (0: go)."""
-    with _warm_lock:
-        return max(IDLE_S, 0.01) if _updating > 0 else max(0.0, IDLE_S - (time.monotonic() - _last_update))
-
-
-def _warm_quietly(key: tuple[Any, ...], trace: Any, hw: Hardware) -> None:
-    """:func:`warm` once the Explorers are idle, unless an update has taken the program over meanwhile; its
-    failures dropped: a warm-up is a guess, and the replay that needs the program reports any real problem
-    itself."""
-    while (wait := _idle_for()) > 0 and not _closing.is_set():
-        _closing.wait(wait)
-    with _warm_lock:
-        if _closing.is_set() or key in _taken:
-            return
-        _compiling.add(key)
-    try:
-        warm(trace, hw)
-    except Exception:  # a guess that failed: the replay that needs this program will say why, if it ever runs
-        pass
-
-
-def _submit_warm(trace: Any, hw: Hardware) -> None:
-    global _warm_pool
-    key = program_key(trace, hw)
-    with _warm_lock:
-        if key in _warming:
-            return
-        if _warm_pool is None:
-            _warm_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dfit_nb-explorer-warm")
-        _warming[key] = _warm_pool.submit(_warm_quietly, key, trace, hw)
-
-
-def _await_warm(key: tuple[Any, ...]) -> None:
-    """Before an update replays the program ``key``: wait for a warm-up already compiling it (rather than compile
-    it a second time beside it); one not compiling yet is dropped, since the update compiles the program now."""
-    with _warm_lock:
-        pending = _warming.get(key)
-        if pending is None or pending.done():
-            return
-        if key not in _compiling:
-            _taken.add(key)  # the warm-up returns without compiling when it gets there
-            pending.cancel()
-            del _warming[key]
-            return
-    pending.result()  # _warm_quietly never raises
-
-
-def _compiled(key: tuple[Any, ...]) -> None:
-    """Record that an update has run the program ``key`` (no warm-up is queued for it later)."""
-    done: Future = Future()
-    done.set_result(None)
-    with _warm_lock:
-        _warming.setdefault(key, done)
-
-
-def bucket_neighbours(hw: Hardware, rows: tuple[int, ...], cols: tuple[int, ...]) -> list[Hardware]:
-    """``hw`` with its tile rows (then columns) moved to the nearest value of ``rows`` (``cols``) in the grid
-    bucket just above, and just below, its own: the machines whose replay programs a tile slider reaches next.
-
-    >>> from dfit_nb.sim import presets
-    >>> hw = presets.get("npu_like")  # 4 x 5 tiles: the 8 x 8 bucket, the smallest
-    >>> [(int(h.tile_rows), int(h.tile_cols)) for h in bucket_neighbours(hw, GRID, GRID)]
-    [(16, 5), (4, 16)]
-    """
-    out = []
-    for field, options in (("tile_rows", rows), ("tile_cols", cols)):
-        here = int(getattr(hw, field))
-        side = _side(here)
-        above = [v for v in options if _side(v) > side]
-        below = [v for v in options if _side(v) < side]
-        for value in ([min(above, key=_side)] if above else []) + ([max(below, key=_side)] if below else []):
-            out.append(hw.replace(**{field: int(value)}))
-    return out
-
-
-def _side(n: int) -> int:
-    """The bucket side :func:`dfit_nb.sim.schedule.bucket` rounds ``n`` tiles up to."""
-    return schedule.bucket(int(n), 1).rows
 
 
 class Explorer(w.VBox):

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import dfit_nb
 from dfit_nb.errors import DfitError, DfitWarning
-from dfit_nb.events import perfetto, schema
+from dfit_nb.events import _perfetto_tracks, perfetto, schema
 from dfit_nb.events.accessor import synthetic_events
 from dfit_nb.events.perfetto import PerfettoAggregationWarning, PerfettoExportError, to_perfetto
 
@@ -257,8 +257,8 @@ def test_link_names_with_percent_signs_quotes_and_control_characters_stay_exact(
 @settings(max_examples=300)
 @given(st.text())
 def test_thread_names_are_escaped_as_the_json_encoder_escapes_them(name):
-    assert perfetto._esc_name(name) == perfetto._esc(name)
-    line = perfetto._metadata_lines([(1, 7, name)], "chip", 1.0, has_chip=False, has_host=False)[0]
+    assert _perfetto_tracks._esc_name(name) == _perfetto_tracks._esc(name)
+    line = _perfetto_tracks._metadata_lines([(1, 7, name)], "chip", 1.0, has_chip=False, has_host=False)[0]
     assert json.loads(line) == {"ph": "M", "pid": 1, "tid": 7, "ts": 0, "name": "thread_name", "args": {"name": name}}
 
 

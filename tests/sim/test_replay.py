@@ -415,31 +415,31 @@ def test_the_bottleneck_classes_join_through_the_direct_constructor_identically(
     consistent Dataset (a third of a warm replay's host time went to the public one aligning every variable again).
     It must give exactly what the public constructor gives (variable order and text dtypes included: the saved
     files and the notebooks' reprs show both), and it must be the path taken."""
-    from dfit_nb.sim import run as run_module
+    from dfit_nb.sim import _bottlenecks
 
     built = []
-    direct, public = run_module._extended_direct, run_module._extended_public
+    direct, public = _bottlenecks._extended_direct, _bottlenecks._extended_public
 
     def both(ds, new):
         fast = direct(ds, new)
         built.append((fast, public(ds, new)))
         return fast
 
-    monkeypatch.setattr(run_module, "_extended_direct", both)
-    monkeypatch.setattr(run_module, "_extended_public", lambda *a: pytest.fail("the public constructor was used"))
+    monkeypatch.setattr(_bottlenecks, "_extended_direct", both)
+    monkeypatch.setattr(_bottlenecks, "_extended_public", lambda *a: pytest.fail("the public constructor was used"))
     run = dfit_nb.replay(static_traces["mlp"], presets.get("npu_like"), "ws")
     assert len(built) == 3
     for fast, slow in built:
         xr.testing.assert_identical(fast, slow)
         assert list(fast.variables) == list(slow.variables)
         assert {k: v.dtype for k, v in fast.variables.items()} == {k: v.dtype for k, v in slow.variables.items()}
-        assert fast["mechanism_class"].values.tolist() == list(run_module.CLASSES)
+        assert fast["mechanism_class"].values.tolist() == list(_bottlenecks.CLASSES)
     assert run.regions["region"].dtype == object and run.ops["bottleneck"].dtype == object
 
 
 def test_a_new_variable_that_does_not_fit_the_dataset_falls_back_to_the_public_constructor_which_refuses_it():
-    from dfit_nb.sim import run as run_module
+    from dfit_nb.sim import _bottlenecks
 
     ds = xr.Dataset({"a": ("op", np.arange(3.0))}, coords={"op": np.arange(3)})
     with pytest.raises(ValueError, match=r"conflicting sizes for dimension 'op'"):  # xarray's own message
-        run_module._extended(ds, {"b": (("op",), np.arange(2.0), {})})
+        _bottlenecks._extended(ds, {"b": (("op",), np.arange(2.0), {})})

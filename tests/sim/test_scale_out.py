@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dfit_nb
-from dfit_nb.sim import Hardware, presets, replay_batch, scale, sweep
+from dfit_nb.sim import Hardware, _chunks, presets, replay_batch, scale, sweep
 from dfit_nb.sim import grid as grid_mod
 from dfit_nb.sim.memory import MemoryGuardError
 from dfit_nb.sim.pareto import ReductionError, best, pareto_front, quantiles
@@ -169,7 +169,7 @@ def test_bad_chunks_oversized_chunks_and_bad_variables_are_refused(monkeypatch):
 
 
 def test_a_worker_with_another_version_fails_at_its_first_task(monkeypatch):
-    monkeypatch.setattr(scale, "versions", lambda: {"dfit_nb": "0.0.1", "jax": "0.4.0"})
+    monkeypatch.setattr(_chunks, "versions", lambda: {"dfit_nb": "0.0.1", "jax": "0.4.0"})
     lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)  # the "client" runs other versions
     monkeypatch.undo()
     with pytest.raises(ScaleOutError, match=f"this Dask worker runs dfit_nb {dfit_nb.__version__} with JAX "
@@ -180,14 +180,14 @@ def test_a_worker_with_another_version_fails_at_its_first_task(monkeypatch):
 KILLED_RUN = textwrap.dedent("""
     import sys, time, dask
     import numpy as np
-    from dfit_nb.sim import presets, scale, sweep
+    from dfit_nb.sim import _sweep_store, presets, scale, sweep
     dask.config.set(scheduler="synchronous")  # one chunk after another
-    real = scale._write_block
+    real = _sweep_store._write_block
     def slowly(*args):  # a slow chunk, so the parent can kill the run half way
         out = real(*args)
         time.sleep(0.15)
         return out
-    scale._write_block = slowly
+    _sweep_store._write_block = slowly
     ops = {ops!r}
     lazy = sweep(ops, presets.get("npu_like"), chunks=3, per_op=False, dram_bw={bw!r}, noc_bw=[8.0, 64.0])
     scale.to_zarr(lazy, sys.argv[1], progress=False)

@@ -11,7 +11,7 @@ import xarray as xr
 
 import dfit_nb
 from dfit_nb.sim import Hardware, presets
-from dfit_nb.views import _common, program
+from dfit_nb.views import _common, _region_tree, program
 
 EXAMPLES = ("encoder", "mlp", "cnn", "scan_model")
 
@@ -73,8 +73,8 @@ def test_regions_of_a_run(all_runs, metric):
 
 def test_regions_layout_nests_children_inside_parents(static_traces):
     trace = static_traces["encoder"]
-    df, _ = program._region_table(trace, "flops")
-    x0, x1 = program._icicle_layout(df)
+    df, _ = _region_tree._region_table(trace, "flops")
+    x0, x1 = _region_tree._icicle_layout(df)
     par = df["parent_index"].values
     assert np.all(x0 >= x0[par] - 1e-6) and np.all(x1 <= x1[par] + 1e-6)
     root = int(np.flatnonzero(par == np.arange(len(df)))[0])

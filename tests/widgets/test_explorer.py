@@ -316,9 +316,10 @@ def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, 
     into one then runs without a compile, while a bucket nobody warmed (prewarm=False) compiles on the move."""
     import jax
 
+    from dfit_nb.widgets import _prewarm
     from dfit_nb.widgets import explorer as module
 
-    monkeypatch.setattr(module, "IDLE_S", 0.0)
+    monkeypatch.setattr(_prewarm, "IDLE_S", 0.0)
     compiles: list[str] = []
 
     def listen(event: str, duration: float, **kw) -> None:
@@ -336,13 +337,13 @@ def test_a_tile_slider_crossing_a_warmed_bucket_compiles_nothing(static_traces, 
         assert "jit(call)" in compiles or "jit(program)" in compiles, compiles
 
         warmed = Explorer(trace, hw, views_shown=("regions",))
-        assert not any(k in module._warming for k in [module.program_key(trace, h) for h in
+        assert not any(k in _prewarm._warming for k in [module.program_key(trace, h) for h in
                                                       module.bucket_neighbours(hw, module.GRID, module.GRID)])
         warmed._repr_mimebundle_()  # displayed (IPython's call): the warm-ups start
         neighbours = [module.program_key(trace, h) for h in module.bucket_neighbours(hw, module.GRID, module.GRID)]
         assert len(neighbours) == 3  # 64 and 16 rows, 16 columns (8 columns is the smallest bucket already)
         for key in neighbours:
-            module._warming[key].result(timeout=300)
+            _prewarm._warming[key].result(timeout=300)
         compiles.clear()
         warmed.controls["tile_rows"].value = 64
         assert compiles == [] and int(warmed.run.attrs["hw_tile_rows"]) == 64
@@ -357,18 +358,19 @@ def test_a_move_never_waits_behind_an_idle_warm_up_and_exit_drops_the_queue():
     instead of compiling each before it returns: none of them runs."""
     script = textwrap.dedent("""
         import dfit_nb
+        from dfit_nb.widgets import _prewarm
         from dfit_nb.widgets import explorer as module
-        real = module.warm
+        real = _prewarm.warm
         def spy(trace, hw):
             print("warmed", int(hw.tile_rows), int(hw.tile_cols), flush=True)
             return real(trace, hw)
-        module.warm = spy
-        module.IDLE_S = 60.0  # the warm-ups are queued, waiting for an idle minute, through the move and the exit
+        _prewarm.warm = spy
+        _prewarm.IDLE_S = 60.0  # the warm-ups are queued, waiting for an idle minute, through the move and the exit
         fn, args = dfit_nb.examples.get("mlp").build()
         ex = module.Explorer(dfit_nb.capture(fn, *args), "npu_like", views_shown=("regions",))
         ex._repr_mimebundle_()  # displayed: warm-ups of 16 x 8 and 8 x 16 queued
         ex.controls["tile_rows"].value = 16  # the bucket of a queued warm-up
-        print("moved", int(ex.run.attrs["hw_tile_rows"]), len(module._warming), flush=True)
+        print("moved", int(ex.run.attrs["hw_tile_rows"]), len(_prewarm._warming), flush=True)
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          timeout=300).stdout.split("\n")
