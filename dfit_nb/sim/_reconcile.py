@@ -121,9 +121,10 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     run : Run
         From :func:`dfit_nb.replay`; its per-op dataflows are the ones costed alone.
     alone : xarray.Dataset, optional
-        ``cost(trace, hw, [...], fusion="none")`` already computed over a ``dataflow`` dim that holds every dataflow the run
-        uses (the CLI's cost table): each op is read from it under its own dataflow instead of costed again.
-        It must be ``trace``'s ops on ``hw`` in finite memory; anything else raises ``ValueError``.
+        ``cost(trace, hw, [...], fusion="none")`` already computed over a ``dataflow`` dim that holds every
+        dataflow the run uses (the CLI's cost table): each op is read from it under its own dataflow instead of
+        costed again. It must be ``trace``'s ops alone on ``hw`` in finite memory; anything else raises
+        ``ValueError``.
 
     Returns
     -------
@@ -158,7 +159,10 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)
     per_op = ops["dataflow"].values.astype(object)
     names[ids] = np.where(per_op == "", "ws", per_op)
-    alone = cost(trace, hw, names, fusion="none").sel(op=ids) if alone is None else _own_dataflows(alone, trace, hw, names, ids)
+    if alone is None:
+        alone = cost(trace, hw, names, fusion="none").sel(op=ids)  # each op alone, its own dataflow
+    else:
+        alone = _own_dataflows(alone, trace, hw, names, ids)
     count = alone["count"].values
     lv_alone = {
         "compute": (alone["energy_mac_pj"] + alone["energy_rf_pj"]).values,
