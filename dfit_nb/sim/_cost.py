@@ -110,7 +110,11 @@ def hardware_columns(table: Any) -> list[str]:
         names = table
     else:
         names = getattr(table, "columns", ())
-    return [f for f in FIELDS if f in names]
+    hits = _FIELD_NAMES.intersection(names)  # one pass over the table's few names: a warm cost() pays per call
+    return [f for f in FIELDS if f in hits] if hits else []
+
+
+_FIELD_NAMES = frozenset(FIELDS)
 
 
 def _column(table: Any, name: str) -> np.ndarray | None:
@@ -174,15 +178,15 @@ def fidelity_passes(values: Any, label: str = "ops column 'math_fidelity'",
     """Passes through the matrix engine of each op's math fidelity (:data:`FIDELITIES`: a name, any case, or a
     whole number 1-4), float64; ``error`` names ``label``, the first bad row and what is valid.
 
-    >>> fidelity_passes(["LoFi", "hifi4", 2]).tolist()
-    [1.0, 4.0, 2.0]
+    >>> fidelity_passes(["LoFi", "hifi4", 2, "3"]).tolist()
+    [1.0, 4.0, 2.0, 3.0]
     """
     names = {k.lower(): v for k, v in FIDELITIES.items()}
     flat = np.asarray(values, dtype=object).reshape(-1)
     out = np.empty(len(flat))
     for i, value in enumerate(flat):
-        passes = names.get(value.lower()) if isinstance(value, str) else None
-        if passes is None and not isinstance(value, (str, bool, np.bool_)):
+        passes = names.get(value.strip().lower()) if isinstance(value, str) else None
+        if passes is None and not isinstance(value, (bool, np.bool_)):  # a number, or one as text (a CSV's "2")
             try:
                 number = float(value)
             except (TypeError, ValueError):
