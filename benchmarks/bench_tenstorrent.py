@@ -29,9 +29,8 @@ the calibrated machine, the ideal time as published (the peer the data allows: M
 cores / clock), and that ideal time over one utilisation fitted on the same half (a factor, least squares in log
 space).
 
-Run: ``python benchmarks/bench_tenstorrent.py [--seed 0]`` (4 minutes on 2 shared cores nearly idle, 7-12 beside
-other jobs: Wormhole's calibration 26-186 s, Blackhole's 197-536 s, most of it compiling the loss; no row is
-subsampled).
+Run: ``python benchmarks/bench_tenstorrent.py [--seed 0] [--dram-only]`` (41 s on 2 shared cores at a load average
+of about 7: Wormhole's calibration 27 s, Blackhole's 14 s; no row is subsampled).
 """
 
 from __future__ import annotations
