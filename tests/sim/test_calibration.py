@@ -353,7 +353,7 @@ def test_per_row_hardware_fields_price_each_row_as_a_machine_with_that_field_set
     assert float(grad.clock_ghz) < 0 < float(grad.op_overhead_cycles)
 
 
-def test_a_mixed_table_fits_as_the_grouped_fit_by_hand():
+def test_a_mixed_table_fits_as_the_grouped_fit_by_hand(tmp_path):
     """calibrate() on rows of several machines moves one set of shared fields: the fit of the loss summed over one
     predictor per group of rows, each on its own machine (what benchmarks/bench_tenstorrent.py did by hand)."""
     from dfit_nb.sim.calibration import _bounds, _fit
@@ -386,8 +386,12 @@ def test_a_mixed_table_fits_as_the_grouped_fit_by_hand():
     for f in fields:
         np.testing.assert_allclose(float(getattr(cal.hw, f)), float(getattr(by_hand, f)), rtol=1e-6, err_msg=f)
     assert cal.loss == pytest.approx(loss, rel=1e-6)
-    for c in (*per_row, "math_fidelity", "a_on_chip"):  # the rows say what each was priced with
+    for c in (*per_row, "math_fidelity", "a_on_chip", "out_on_chip"):  # the rows say what each was priced with
         assert c in cal.rows
+    np.testing.assert_array_equal(cal.rows["math_fidelity"].values, np.tile([2.0, 1.0, 4.0, 3.0], 4))
+    again = load(cal.save(tmp_path / "mixed.nc"))
+    for c in (*per_row, "math_fidelity", "a_on_chip", "predicted_s"):
+        np.testing.assert_array_equal(again.rows[c].values, cal.rows[c].values, err_msg=c)
 
 
 TENSTORRENT = Path(__file__).resolve().parents[3] / "shared" / "data" / "tenstorrent_gemm" / "tenstorrent_gemm.csv"
