@@ -14,13 +14,17 @@ import numpy as np
 NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
 #: one array of a shapes text: its dtype name and its comma-separated dims (``float32[2,3]``, ``int32[]``)
 SHAPE_TOKEN = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
+#: block floats, bytes per element with their shared exponents: Tenstorrent's BFLOAT8_B and BFLOAT4_B hold a
+#: 32x32 tile in 1,024 or 512 bytes of signs and mantissas plus 64 bytes of exponents, one per 16 elements
+#: (tt-metal, ``tt_metal/api/tt-metalium/constants.hpp``: ``BFLOAT8_B_TILE_HW``, ``BFLOAT4_B_TILE_HW``)
+BLOCK_FLOATS = {"bfp8": 1088 / 1024, "bfp4": 576 / 1024}
 
 
 def itemsize(dtype: Any) -> float:
     """Bytes per element of ``dtype`` (0 when it is not a known array dtype: :func:`known_itemsize`, lenient).
 
-    >>> itemsize("bfloat16"), itemsize("float32"), itemsize("float33")
-    (2.0, 4.0, 0.0)
+    >>> itemsize("bfloat16"), itemsize("float32"), itemsize("float33"), itemsize("bfp8")
+    (2.0, 4.0, 0.0, 1.0625)
     """
     return known_itemsize(str(dtype)) or 0.0
 
@@ -29,7 +33,9 @@ def itemsize(dtype: Any) -> float:
 def known_itemsize(name: str) -> float | None:
     """Bytes per element of the dtype named ``name``; 0 for a non-array dtype (:data:`NON_ARRAY_DTYPE`); None
     when it names none: an unknown name (``float33``), or a NumPy type that is not numbers (object, text,
-    dates)."""
+    dates). A block float (:data:`BLOCK_FLOATS`) counts its shared exponents, so its size is not a whole number."""
+    if name in BLOCK_FLOATS:
+        return BLOCK_FLOATS[name]
     if NON_ARRAY_DTYPE.fullmatch(name):
         return 0.0
     try:

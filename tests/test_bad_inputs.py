@@ -918,6 +918,61 @@ def test_calibrate_refuses_a_bad_row_naming_column_and_row(column, value, tokens
         assert token in str(info.value), (token, str(info.value))
 
 
+def _per_row_rows():
+    import pandas as pd
+
+    return pd.DataFrame({"m": [64, 128, 256, 512] * 2, "k": [64, 128, 256, 512] * 2, "n": [64] * 8,
+                         "dtype": ["bfloat16"] * 8, "math_fidelity": ["HiFi2"] * 8, "a_on_chip": [False] * 8,
+                         "out_on_chip": [True] * 8, "tile_cols": [4, 5] * 4,
+                         "time_s": [1e-5, 2e-5, 4e-5, 8e-5] * 2})
+
+
+def test_calibrate_refuses_a_column_it_does_not_know_naming_it_and_the_known_ones():
+    # issue 39: a typo of a per-row setting (tile_row) would price every row on the unchanged machine
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    rows = _per_row_rows().rename(columns={"tile_cols": "tile_col"}).assign(source="tt-metal")
+    with pytest.raises(CalibrationError) as info:
+        calibrate(rows, presets.get("npu_like"), ["clock_ghz"])
+    for token in ("['tile_col', 'source']", "neither measurement columns nor Hardware fields",
+                  "'tile_col': did you mean 'tile_cols'?", "known: m, k, n, batch, dtype, bucket, math_fidelity, "
+                  "a_on_chip, b_on_chip, out_on_chip, time_s", "tile_rows, tile_cols, pe_rows"):
+        assert token in str(info.value), (token, str(info.value))
+
+
+@pytest.mark.parametrize(("column", "value", "tokens"), [
+    ("math_fidelity", "HiFi5", ("measured 'math_fidelity' row 2", "'HiFi5'", "LoFi (1)", "HiFi4 (4)")),
+    ("math_fidelity", 7, ("measured 'math_fidelity' row 2", "7", "passes 1-4")),
+    ("a_on_chip", "L1", ("measured 'a_on_chip' row 2", "'L1'", "not a boolean", "True or False")),
+    ("out_on_chip", 0.5, ("measured 'out_on_chip' row 2", "0.5", "not a boolean")),
+    ("dtype", "bfp16", ("measured 'dtype' row 2", "'bfp16'", "bfp8, bfp4")),
+    ("tile_cols", 0, ("measured column 'tile_cols' row 2", "Hardware.tile_cols", "out of range")),
+    ("tile_cols", 2.5, ("measured column 'tile_cols' row 2", "whole number")),
+    ("tile_cols", "4x", ("measured 'tile_cols'", "numeric", "row 2 is '4x'")),
+])
+def test_calibrate_names_the_row_of_a_bad_per_row_setting(column, value, tokens):
+    # issue 39's bad input: an unknown dtype, a fidelity out of range, a placement that is not boolean, a machine
+    # field no machine can have, each named by its row
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    rows = _per_row_rows()
+    rows[column] = rows[column].astype(object)
+    rows.loc[2, column] = value
+    with pytest.raises(CalibrationError) as info:
+        calibrate(rows, presets.get("npu_like"), ["clock_ghz"])
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))
+
+
+def test_calibrate_refuses_to_fit_a_field_the_rows_set():
+    from dfit_nb.sim.calibration import CalibrationError, calibrate
+
+    rows = _per_row_rows().assign(clock_ghz=1.0)
+    with pytest.raises(CalibrationError, match=r"\['clock_ghz'\] set those Hardware fields per row, so they cannot "
+                                               r"also be fitted"):
+        calibrate(rows, presets.get("npu_like"), ["clock_ghz", "op_overhead_cycles"])
+
+
 def test_a_csv_read_by_pandas_with_text_in_a_number_is_refused_naming_column_and_row(tmp_path):
     # the audit's case as a user meets it: a CSV of measured GEMMs with a typo, read with pandas.read_csv (the
     # column becomes text), given to calibrate and to cost

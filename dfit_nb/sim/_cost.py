@@ -340,7 +340,13 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", f
     ops : Trace, xarray.Dataset, pandas.DataFrame or mapping
         A table with ``m``, ``k``, ``n`` columns (the GEMM view; 0 for non-GEMM
         ops) and optionally ``batch``, ``dtype``, ``flops``,
-        ``transcendentals``, ``bytes_read``, ``bytes_written``.
+        ``transcendentals``, ``bytes_read``, ``bytes_written``, and per-op
+        settings: ``math_fidelity`` (:data:`FIDELITIES`: passes through the
+        array), ``a_on_chip`` / ``b_on_chip`` (a GEMM operand already in SRAM,
+        sharded over the op's tiles) and ``out_on_chip`` (the result stays
+        there): no DRAM or NoC bytes for them. A column named after a
+        Hardware field is refused: one call prices one machine (per-row
+        machines: :func:`dfit_nb.sim.calibrate`, ``calibration.predict``).
     hw : Hardware
         One machine (``dfit_nb.sim.presets.get(name)`` or your own).
     dataflow : str, list of str, or per-op array
@@ -367,6 +373,11 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", f
     >>> ds = cost({"m": [64], "k": [64], "n": [64]}, presets.get("scalesim_32"), ["os", "ws"], memory="ideal")
     >>> ds["cycles"].values.tolist()
     [[503.0], [631.0]]
+    >>> on_chip = cost({"m": [512] * 2, "k": [512] * 2, "n": [512] * 2, "dtype": ["bfp8"] * 2,
+    ...                 "math_fidelity": ["HiFi4"] * 2, "a_on_chip": [False, True]},
+    ...                presets.get("tt_wormhole_n150"), "os")
+    >>> on_chip["dram_reads_input"].values.tolist()   # 512 x 512 block-float elements, 1.0625 bytes each
+    [278528.0, 0.0]
     """
     mode = pricing_mode(ops, fusion)
     priced = priced_ops(ops, mode) if mode != "none" else None

@@ -16,6 +16,7 @@ import xarray as xr
 from .. import _dtypes
 from ..errors import DfitError
 from . import machine
+from .hardware import FIELDS
 from .machine import DATAFLOWS
 
 
@@ -39,6 +40,22 @@ def _raw_columns(table: Any) -> Any:
     )
 
 
+def hardware_columns(table: Any) -> list[str]:
+    """The columns of an ops table (a Dataset's variables, a DataFrame's columns, a mapping's keys) that name
+    :class:`~dfit_nb.sim.Hardware` fields, in field order."""
+    if isinstance(table, xr.Dataset):
+        names = table.variables
+    elif isinstance(table, Mapping):
+        names = table
+    else:
+        names = getattr(table, "columns", ())
+    hits = _FIELD_NAMES.intersection(names)  # one pass over the table's few names: a warm cost() pays per call
+    return [f for f in FIELDS if f in hits] if hits else []
+
+
+_FIELD_NAMES = frozenset(FIELDS)
+
+
 def _column(table: Any, name: str) -> np.ndarray | None:
     raw = _raw_columns(table)(name)
     return None if raw is None else np.asarray(raw)
@@ -47,7 +64,17 @@ def _column(table: Any, name: str) -> np.ndarray | None:
 #: the dtypes named when one is refused
 KNOWN_DTYPES = ("bool, int4, int8, int16, int32, int64, uint4, uint8, uint16, uint32, uint64, float8_e4m3fn, "
                 "float8_e5m2 (and ml_dtypes' other float8 and float4 kinds), bfloat16, float16, float32, float64, "
-                "complex64, complex128, or '' for an op without an array output")
+                "complex64, complex128, bfp8, bfp4 (Tenstorrent's BFLOAT8_B, BFLOAT4_B block floats), or '' for an "
+                "op without an array output")
+
+#: an op's math fidelity by name: passes of each operand pair through the matrix engine (Tenstorrent's fidelities:
+#: a 32x32x32 tile in 16 cycles per pass, tt-metal's GEMM_FLOPS report); a number 1-4 is taken as the passes
+FIDELITIES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
+#: per-op placement columns: the operand already sits in on-chip SRAM, sharded over the op's tiles (a, b), or the
+#: result stays there (out): no DRAM or NoC traffic for it
+PLACEMENTS = ("a_on_chip", "b_on_chip", "out_on_chip")
+#: the per-op machine settings an ops table may hold besides its shapes and dtype
+OP_SETTINGS = ("math_fidelity", *PLACEMENTS)
 
 
 def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",
@@ -83,6 +110,56 @@ def numeric(values: Any, label: str, error: type[DfitError] = CostInputError) ->
             except (TypeError, ValueError):
                 raise error(f"{label} must be numeric; row {i} is {value!r}") from err
         raise error(f"{label} must be numeric, got {np.asarray(values).dtype}") from err
+
+
+def fidelity_passes(values: Any, label: str = "ops column 'math_fidelity'",
+                    error: type[DfitError] = CostInputError) -> np.ndarray:
+    """Passes through the matrix engine of each op's math fidelity (:data:`FIDELITIES`: a name, any case, or a
+    whole number 1-4), float64; ``error`` names ``label``, the first bad row and what is valid.
+
+    >>> fidelity_passes(["LoFi", "hifi4", 2, "3"]).tolist()
+    [1.0, 4.0, 2.0, 3.0]
+    """
+    names = {k.lower(): v for k, v in FIDELITIES.items()}
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    out = np.empty(len(flat))
+    for i, value in enumerate(flat):
+        passes = names.get(value.strip().lower()) if isinstance(value, str) else None
+        if passes is None and not isinstance(value, (bool, np.bool_)):  # a number, or one as text (a CSV's "2")
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                number = np.nan
+            passes = int(number) if number in (1.0, 2.0, 3.0, 4.0) else None
+        if passes is None:
+            valid = ", ".join(f"{k} ({v})" for k, v in FIDELITIES.items())
+            raise error(f"{label} row {i} is {value!r}, which is not a math fidelity; valid: {valid}, or the passes "
+                        "1-4 as a number")
+        out[i] = passes
+    return out
+
+
+def placement_flags(values: Any, label: str, error: type[DfitError] = CostInputError) -> np.ndarray:
+    """A placement column (:data:`PLACEMENTS`) as 0.0 / 1.0: booleans, 0 and 1, or the text ``True`` / ``False``
+    (any case, as a CSV holds them); ``error`` names ``label``, the first other row and what is valid.
+
+    >>> placement_flags([True, 0, "false"], "a_on_chip").tolist()
+    [1.0, 0.0, 0.0]
+    """
+    flat = np.asarray(values, dtype=object).reshape(-1)
+    if np.asarray(values).dtype.kind == "b":
+        return flat.astype(np.float64)
+    out = np.empty(len(flat))
+    for i, value in enumerate(flat):
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            out[i] = value.strip().lower() == "true"
+        elif isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, float, np.integer, np.floating))
+                                                     and value in (0, 1)):
+            out[i] = float(value)
+        else:
+            raise error(f"{label} row {i} is {value!r}, which is not a boolean; valid: True or False (1 or 0): "
+                        "whether the operand sits in on-chip SRAM, or the result stays there")
+    return out
 
 
 #: the numeric columns of an ops table, in the order they are checked
@@ -140,6 +217,17 @@ def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndar
         values = out.pop(name)
         out[elems] = np.ceil(values / per_elem) if name in given else values  # no column: zeros, as divided
     out["itemsize"] = itemsize  # 0: unknown, the machine's native word is used
+    # per-op machine settings, only where the table has them (a table without compiles as before)
+    fidelity = column("math_fidelity")
+    if fidelity is not None:
+        out["passes"] = fidelity_passes(fidelity)
+    for name in PLACEMENTS:
+        flags = column(name)
+        if flags is not None:
+            out[name] = placement_flags(flags, f"ops column {name!r}")
+    lengths = {name: len(out[name]) for name in ("passes", *PLACEMENTS) if name in out}
+    if any(v != size for v in lengths.values()):
+        raise CostInputError(f"ops columns must have one value per op; m has {size}, {lengths}")
     coord = table["op"].values if isinstance(table, xr.Dataset) and "op" in table.coords else np.arange(size)
     return out, coord
 
@@ -201,6 +289,12 @@ def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     none: the GEMM view's are used)."""
     table = _table(ops)
     column = _raw_columns(table)
+    fields = hardware_columns(table)
+    if fields:
+        raise CostInputError(
+            f"ops column(s) {fields} name Hardware fields: cost() prices every op on one machine, hw; set them "
+            f"there (hw.replace({fields[0]}=...)), price several machines with dfit_nb.sim.sweep(), or give "
+            "per-row machine settings to dfit_nb.sim.calibrate() / dfit_nb.sim.calibration.predict()")
     arrays, coord = _ops_arrays(table, column)
     shapes = column("in_shapes")
     if shapes is None:
@@ -226,10 +320,12 @@ def alone_inputs(columns: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
     rhs = xp.where(xp.isnan(columns["rhs_given"]), b * k * n * unit, columns["rhs_given"])
     read, written = columns["elems_in"] * unit, columns["elems_out"] * unit
     zeros, ones = xp.zeros_like(m), xp.ones_like(m)
-    out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given")}
+    out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given", *PLACEMENTS[:2])}
+    # an operand already in SRAM (a_on_chip, b_on_chip) is one the model's fed fractions say arrives on chip; alone,
+    # nothing moves it there, so no DRAM or NoC byte is charged for it
     out.update(
         gemm=gemm.astype(xp.float64), lhs_bytes=xp.where(gemm, lhs, 0.0), rhs_bytes=xp.where(gemm, rhs, 0.0),
-        fed0=zeros, fed1=zeros, ext_bytes=read,
+        fed0=columns.get("a_on_chip", zeros), fed1=columns.get("b_on_chip", zeros), ext_bytes=read,
         bytes_written=xp.where(gemm & (written <= 0), bm * n * unit, written),
         has_consumer=zeros, count=ones, real=ones,
     )

@@ -33,10 +33,21 @@ import xarray as xr
 
 from .._files import open_tree, save_tree
 from .._html import render, trusted
+from .._padding import padded_count, padded_index
 from ..errors import DfitError, DfitWarning
-from ._cost import alone, for_jit, grid_tables, model_outputs
-from ._optable import alone_arrays, dataflow_codes, dtype_itemsizes, numeric
-from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_field_vector
+from ._cost import alone, batch_tables, for_jit, grid_tables, model_outputs
+from ._optable import (
+    OP_SETTINGS,
+    PLACEMENTS,
+    alone_arrays,
+    dataflow_codes,
+    dtype_itemsizes,
+    fidelity_passes,
+    hardware_columns,
+    numeric,
+    placement_flags,
+)
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware, HardwareError, check_hardware, from_field_vector
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
 #: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
@@ -52,7 +63,10 @@ KERNEL_FIELDS = (*DEFAULT_FIELDS, "vector_rate", "transcendental_cycles", "vecto
 #: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
 RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds
-TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6}
+TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6, "time_ns": 1e-9}
+#: the columns of measured GEMM rows besides the time and the Hardware fields (each of which, as a column, sets
+#: that field for its row): the shapes, the dtype, the size bucket and the per-op settings of the op table
+MEASURED_COLUMNS = ("m", "k", "n", "batch", "dtype", "bucket", *OP_SETTINGS)
 
 
 class CalibrationError(DfitError, ValueError):
@@ -72,7 +86,9 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
 
     The grid (tile rows and columns) of ``hw`` is fixed in the function (it
     shapes the mapping search); every other field comes from the Hardware it
-    is called with, so gradients flow to them. Outputs are those of
+    is called with, so gradients flow to them. Columns of ``ops`` named after
+    Hardware fields set those fields per row (:func:`row_machines`): each
+    group of rows on its own machine, one vmapped model over the groups. Outputs are those of
     :func:`dfit_nb.sim.cost` (``cycles``, ``energy_pj``, ...) plus ``seconds``.
     Call it under ``jax.enable_x64(True)`` (the model counts in float64).
 
@@ -91,23 +107,128 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
     """
     if memory not in ("finite", "ideal"):
         raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
+    ideal = memory == "ideal"
+    machines = row_machines(ops, hw)
+    if machines is not None:
+        return _grouped_predictor(machines, hw, dataflow, ideal)
     arrays, coord = alone_arrays(ops)
     codes, names = dataflow_codes(dataflow, len(coord))
     tables = grid_tables(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)))
-    ideal = memory == "ideal"
 
     def predict_with(h: Hardware) -> dict[str, Any]:
         table = {k: jnp.asarray(v, jnp.float64) for k, v in arrays.items()}
-        if names:  # the fastest of several dataflows per op: the compiler picks which operand stays
-            every = jax.vmap(lambda d: alone(table, h, d[0], tables, ideal))(jnp.asarray(codes, jnp.float64))
-            best = jnp.argmin(every["cycles"], axis=0)
-            out = {k: jnp.take_along_axis(v, best[None, :], axis=0)[0] for k, v in every.items()}
-            out["dataflow"] = jnp.asarray(codes, jnp.float64)[:, 0][best]
-        else:
-            out = alone(table, h, jnp.asarray(codes, jnp.float64), tables, ideal)
-            out["dataflow"] = jnp.asarray(codes, jnp.float64)
-        out["seconds"] = out["cycles"] / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
-        return out
+        return _alone_seconds(table, h, codes, names, tables, ideal)
+
+    return predict_with
+
+
+def _alone_seconds(table: dict[str, Any], h: Hardware, codes: Any, names: list[str] | None, tables: Any,
+                   ideal: bool) -> dict[str, Any]:
+    """:func:`~dfit_nb.sim._cost.alone` of every op of ``table`` on ``h`` (per op the fastest of several
+    dataflows when ``names``), with ``dataflow`` (its code) and ``seconds``."""
+    if names:  # the fastest of several dataflows per op: the compiler picks which operand stays
+        every = jax.vmap(lambda d: alone(table, h, d[0], tables, ideal))(jnp.asarray(codes, jnp.float64))
+        best = jnp.argmin(every["cycles"], axis=0)
+        out = {k: jnp.take_along_axis(v, best[None, :], axis=0)[0] for k, v in every.items()}
+        out["dataflow"] = jnp.asarray(codes, jnp.float64)[:, 0][best]
+    else:
+        out = alone(table, h, jnp.asarray(codes, jnp.float64), tables, ideal)
+        out["dataflow"] = jnp.asarray(codes, jnp.float64)
+    out["seconds"] = out["cycles"] / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RowMachines:
+    """An op table whose rows set Hardware fields (:func:`row_machines`): the table without those columns, the
+    fields, and per group of rows that set them alike the values and the rows (in table order)."""
+
+    table: pd.DataFrame
+    fields: tuple[str, ...]
+    values: np.ndarray  # (groups, fields)
+    rows: tuple[np.ndarray, ...]  # per group, its row indexes
+
+    def machine(self, hw: Hardware, group: int) -> Hardware:
+        """``hw`` with group ``group``'s fields set."""
+        return hw.replace(**{f: _field_value(f, v) for f, v in zip(self.fields, self.values[group], strict=True)})
+
+
+def _field_value(field: str, value: float) -> float | int:
+    """A field's value as the Hardware constructor expects it: whole-number fields (grid, arrays, buffers,
+    words) as ints, the rest as floats."""
+    return int(value) if FIELDS[field][2] in ("count", "size", "word") and float(value).is_integer() else value
+
+
+def row_machines(ops: Any, hw: Hardware, error: type[DfitError] = CalibrationError,
+                 label: str = "ops") -> RowMachines | None:
+    """The groups of rows of ``ops`` (a DataFrame or a mapping of columns) that set :class:`Hardware` fields as
+    columns, each a machine of its own: ``hw`` with that row's values; None when no column names a field.
+
+    Each group's machine is checked as the constructor checks it: a bad value is refused with ``error``, naming
+    the column, its first row of that value and why.
+
+    >>> from dfit_nb.sim import presets
+    >>> g = row_machines({"m": [64] * 3, "k": [64] * 3, "n": [64] * 3, "tile_cols": [4, 2, 4]},
+    ...                  presets.get("tpu_like"))
+    >>> g.fields, g.values.tolist(), [r.tolist() for r in g.rows]
+    (('tile_cols',), [[2.0], [4.0]], [[1], [0, 2]])
+    """
+    if isinstance(ops, pd.DataFrame):
+        frame = ops
+    elif isinstance(ops, Mapping):
+        frame = None
+    else:
+        return None  # a Trace or a Dataset: a program's ops, which set no machine field
+    fields = tuple(hardware_columns(ops))
+    if not fields:
+        return None
+    frame = frame if frame is not None else pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in ops.items()})
+    columns = np.stack([numeric(frame[f], f"{label} column {f!r}", error) for f in fields], axis=1)
+    values, inverse = np.unique(columns, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    rows = tuple(np.flatnonzero(inverse == g) for g in range(len(values)))
+    out = RowMachines(frame.drop(columns=list(fields)).reset_index(drop=True), fields, values, rows)
+    for g in range(len(values)):
+        try:
+            out.machine(hw, g)
+        except HardwareError as err:
+            field = next((f for f in fields if f"Hardware.{f} " in str(err)), fields[0])
+            raise error(f"{label} column {field!r} row {int(rows[g][0])}: {err}") from None
+    return out
+
+
+def _grouped_predictor(machines: RowMachines, hw: Hardware, dataflow: Any, ideal: bool
+                       ) -> Callable[[Hardware], dict[str, Any]]:
+    """:func:`predictor` of rows on machines of their own (:func:`row_machines`): every group's rows, padded to
+    one power-of-two count (copies of its first row, priced alone and dropped), on its machine, in one vmapped
+    model over the groups, the grid tables padded to the largest grid's bucket (as a sweep's): one compiled
+    model whatever the groups' grids."""
+    arrays, coord = alone_arrays(machines.table)
+    codes, names = dataflow_codes(dataflow, len(coord))
+    size = padded_count(max(len(r) for r in machines.rows), 1)
+    index = np.stack([r[padded_index(len(r), size)] for r in machines.rows])  # (groups, size): source rows
+    table = {k: np.asarray(v, np.float64)[index] for k, v in arrays.items()}
+    df = codes if names else np.asarray(codes, np.float64)[index]
+    where = np.empty(len(coord), np.int64)  # each row's place in the flattened (groups, size) outputs
+    for g, r in enumerate(machines.rows):
+        where[r] = g * size + np.arange(len(r))
+    values = {f: machines.values[:, i] for i, f in enumerate(machines.fields)}
+    rows = values.get("tile_rows", np.full(len(machines.rows), float(np.asarray(hw.tile_rows))))
+    cols = values.get("tile_cols", np.full(len(machines.rows), float(np.asarray(hw.tile_cols))))
+    (row_tables, col_tables), which = batch_tables(rows, cols)
+    groups = len(machines.rows)
+
+    def predict_with(h: Hardware) -> dict[str, Any]:
+        every = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64), (groups,)), h)
+        every = dataclasses.replace(every, **{f: jnp.asarray(v, jnp.float64) for f, v in values.items()})
+
+        def one(part: dict[str, Any], h_g: Hardware, t_rows: Any, t_cols: Any, df_g: Any) -> dict[str, Any]:
+            return _alone_seconds(part, h_g, codes if names else df_g, names, (t_rows, t_cols), ideal)
+
+        part = {k: jnp.asarray(v) for k, v in table.items()}
+        out = jax.vmap(one, in_axes=(0, 0, 0, 0, None if names else 0))(
+            part, every, row_tables[which], col_tables[which], jnp.asarray(df, jnp.float64))
+        return {k: v.reshape(-1)[where] for k, v in out.items()}
 
     return predict_with
 
@@ -141,6 +262,9 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     """Per-op seconds, cycles and the rest of :func:`dfit_nb.sim.cost`'s outputs as NumPy arrays, plus
     ``dataflow`` (the code of the dataflow used: with several, per op the fastest, as :func:`predictor` picks it).
 
+    Columns named after :class:`Hardware` fields set that field per row (:func:`row_machines`): each group of
+    rows is priced on its own machine.
+
     It runs :func:`~dfit_nb.sim.cost`'s compiled program (op count padded to a power of two, grid to its bucket),
     so after a ``cost()`` or another prediction of a similar-sized table it compiles nothing; :func:`predictor`
     is the same model as a pure function for ``jax.grad`` (``tests/sim/test_calibration.py`` checks both equal).
@@ -152,6 +276,16 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     >>> bool(p["seconds"][1] > p["seconds"][0] > 0)
     True
     """
+    machines = row_machines(ops, hw)
+    if machines is not None:  # rows on machines of their own: each group of them on its machine
+        parts = [(r, predict(machines.table.iloc[r], machines.machine(hw, g), dataflow, memory))
+                 for g, r in enumerate(machines.rows)]
+        joined = {}
+        for key in parts[0][1]:
+            joined[key] = np.empty(len(machines.table))
+            for r, part in parts:
+                joined[key][r] = part[key]
+        return joined
     # cost()'s own compiled program (padded op count, grid bucket): a prediction after a cost() call, or of a
     # table of similar size, compiles nothing; it checks the inputs (a bad memory mode is named with the valid ones)
     out, names, _, codes, _ = model_outputs(ops, hw, dataflow, memory)
@@ -177,7 +311,8 @@ class Calibration:
         The fitted fields.
     rows : xarray.Dataset
         Dim ``row``: ``m``, ``k``, ``n``, ``batch``, ``measured_s``, ``predicted_s`` (fitted machine),
-        ``base_predicted_s``, ``fitted`` (the row was fitted), ``bucket``.
+        ``base_predicted_s``, ``fitted`` (the row was fitted), ``bucket``, and the per-row settings the
+        measurements gave (``math_fidelity`` as passes, the placements as 0 / 1, Hardware fields).
     metrics : xarray.Dataset
         ``mape``, ``pearson``, ``spearman`` over (``machine``: base / fitted, ``split``: fitted / held_out,
         ``bucket``: each bucket and ``pooled``), and ``rows``.
@@ -272,7 +407,18 @@ def measured_table(measured: Any) -> pd.DataFrame:
     time_col = next((c for c in TIME_COLUMNS if c in measured.columns), None)
     if missing or time_col is None:
         raise CalibrationError(f"measured lacks {missing + ([] if time_col else ['a time column'])}; it needs m, k, "
-                               f"n and one of {', '.join(TIME_COLUMNS)} (optional: batch, dtype, bucket)")
+                               f"n and one of {', '.join(TIME_COLUMNS)} (optional: batch, dtype, bucket, "
+                               f"{', '.join(OP_SETTINGS)}, and Hardware fields set per row)")
+    known = (*MEASURED_COLUMNS, *TIME_COLUMNS, *FIELDS)
+    unknown = [str(c) for c in measured.columns if c not in known]
+    if unknown:  # a typo (tile_row, math_fidelty) would otherwise price every row on the unchanged machine
+        import difflib
+
+        near = {c: difflib.get_close_matches(c, known, 1) for c in unknown}
+        hints = "".join(f"; {c!r}: did you mean {m[0]!r}?" for c, m in near.items() if m)
+        raise CalibrationError(f"measured column(s) {unknown} are neither measurement columns nor Hardware fields"
+                               f"{hints}; known: {', '.join((*MEASURED_COLUMNS, *TIME_COLUMNS))}, and any Hardware "
+                               f"field, which sets that field for its row ({', '.join(FIELDS)})")
     # every row checked by column before any work: a row of m = 0, a time of 0 or "4096x" read from a CSV would
     # otherwise be fitted (moving the held-out error) or fail deep inside with a TypeError
     t = numeric(measured[time_col], f"measured {time_col!r}", CalibrationError) * TIME_COLUMNS[time_col]
@@ -296,6 +442,15 @@ def measured_table(measured: Any) -> pd.DataFrame:
                         "dtype": dtype, "time_s": t})
     if "bucket" in measured:
         out["bucket"] = measured["bucket"].astype(str).to_numpy()
+    if "math_fidelity" in measured:
+        out["math_fidelity"] = fidelity_passes(measured["math_fidelity"].to_numpy(), "measured 'math_fidelity'",
+                                               CalibrationError)
+    for c in PLACEMENTS:
+        if c in measured:
+            out[c] = placement_flags(measured[c].to_numpy(), f"measured {c!r}", CalibrationError)
+    for c in FIELDS:
+        if c in measured:
+            out[c] = numeric(measured[c], f"measured {c!r}", CalibrationError)
     return out
 
 
@@ -374,7 +529,14 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         One of:
 
         * GEMM rows: ``m``, ``k``, ``n`` (optional ``batch``, ``dtype``, ``bucket``) and a time in ``time_s``,
-          ``seconds`` or ``time_us``; each priced alone (:func:`dfit_nb.sim.cost`);
+          ``seconds``, ``time_us`` or ``time_ns``; each priced alone (:func:`dfit_nb.sim.cost`), with its own
+          settings where the rows give them: the op table's ``dtype`` (``bfp8``, ``bfp4`` included),
+          ``math_fidelity`` (LoFi, HiFi2, HiFi3, HiFi4 or 1-4 passes through the array), ``a_on_chip``,
+          ``b_on_chip``, ``out_on_chip`` (booleans: the operand already sits in on-chip SRAM, sharded over the
+          op's tiles, or the result stays there); and any column named after a :class:`Hardware` field, which
+          sets that field for its row (``tile_rows``, ``tile_cols``, ``pe_rows``, ...): rows that set them alike
+          run on one machine, each group on its own, and the fit moves the shared ``fields`` over all of them.
+          Any other column is refused by name;
         * program rows, of any op: a ``trace`` column (Traces) or ``fn`` (JAX functions) with ``args`` (a tuple
           of their arguments or ``jax.ShapeDtypeStruct``), a time column, optional ``name``, ``family``,
           ``bucket``; each priced as :func:`dfit_nb.replay` prices the program (its kernels by ``fusion``);
@@ -421,6 +583,16 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     >>> round(float(cal.hw.clock_ghz), 2), float(cal.metrics["mape"].sel(machine="fitted", split="held_out",
     ...                                                                  bucket="pooled")) < 0.01
     (0.8, True)
+
+    Rows measured on different settings of one chip (core grids, fidelities, where an operand lives):
+
+    >>> tt = presets.get("tt_wormhole_n150")
+    >>> rows = pd.DataFrame({"m": sizes, "k": sizes[::-1], "n": sizes, "dtype": ["bfloat16", "bfp8"] * 7,
+    ...                      "math_fidelity": ["HiFi2", "LoFi"] * 7, "a_on_chip": [True, False] * 7,
+    ...                      "tile_cols": [8, 4] * 7})                 # two grids: 8x8 and 4x8
+    >>> rows["time_ns"] = predict(rows, tt.replace(clock_ghz=0.8), "os")["seconds"] * 1e9
+    >>> round(float(calibrate(rows, tt, ["clock_ghz"], "os").hw.clock_ghz), 2)
+    0.8
     """
     kernel_rows = _kernel_rows(measured, fusion)
     table = measured_table(measured) if kernel_rows is None else kernel_rows.table
@@ -436,8 +608,16 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {len(fields)} field(s): give at "
                                f"least {len(fields)} rows to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
     box = _bounds(hw, fields, bounds)
+    set_per_row = [f for f in fields if f in table.columns]
+    if set_per_row:
+        raise CalibrationError(f"measured column(s) {set_per_row} set those Hardware fields per row, so they cannot "
+                               "also be fitted: drop them from fields, or from the measured columns")
+    loss_rows = fit
     if kernel_rows is None:
-        f = predictor(table, hw, dataflow)
+        row_machines(table, hw, label="measured")  # checks every row's machine before any fit
+        # the loss prices the fitted rows only (the held-out ones would be priced at every step for nothing)
+        f = predictor(table[fit].reset_index(drop=True), hw, dataflow)
+        loss_rows = np.ones(int(fit.sum()), bool)
 
         def seconds_of(h: Hardware) -> Any:
             return f(h)["seconds"]
@@ -454,7 +634,8 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
             with jax.enable_x64(True):
                 return np.asarray(compiled(for_jit(h)))
     y = np.log(table["time_s"].to_numpy(np.float64))
-    fitted_hw, converged, final, status = _fit(seconds_of, y, fit, hw, fields, box, max_iterations)
+    fitted_hw, converged, final, status = _fit(seconds_of, y[fit] if kernel_rows is None else y, loss_rows, hw,
+                                               fields, box, max_iterations)
     pred = predicted(fitted_hw)
     base_pred = predicted(hw)
     if not converged:
@@ -469,6 +650,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
          "measured_s": ("row", np.exp(y), {"units": "s"}), "predicted_s": ("row", pred, {"units": "s"}),
          "base_predicted_s": ("row", base_pred, {"units": "s"}), "fitted": ("row", fit),
          "bucket": ("row", buckets.astype(object)),
+         **{c: ("row", table[c].to_numpy(np.float64)) for c in (*OP_SETTINGS, *FIELDS) if c in table},
          **({} if kernel_rows is None else {"name": ("row", table["name"].astype(str).to_numpy().astype(object)),
                                             "family": ("row", table["family"].astype(str).to_numpy().astype(object))})},
         coords={"row": np.arange(len(table))})
@@ -538,8 +720,10 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
     with jax.enable_x64(True):
         from jax.scipy.optimize import minimize
 
-        objective = jax.jit(loss)
-        result = minimize(objective, jnp.asarray(z0), method="BFGS", options={"maxiter": int(max_iterations)})
+        # one compiled BFGS for the first run and every restart: called outside jit, minimize's loop is traced and
+        # compiled again on each call (seconds each for a model of a few hundred rows)
+        solve = jax.jit(lambda z: minimize(loss, z, method="BFGS", options={"maxiter": int(max_iterations)}))
+        result = solve(jnp.asarray(z0))
         # BFGS stops where its line search finds no descent along its own curvature estimate (status 3), often
         # early on this piecewise model (a field the others mask moves little); started again from there, with
         # the estimate reset, it goes on while that still lowers the loss (not after running out of iterations:
@@ -547,7 +731,7 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         for _ in range(RESTARTS):
             if int(result.status) != 3:
                 break
-            again = minimize(objective, result.x, method="BFGS", options={"maxiter": int(max_iterations)})
+            again = solve(result.x)
             if not float(again.fun) < float(result.fun) * (1.0 - 1e-6):
                 break
             result = again

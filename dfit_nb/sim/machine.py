@@ -38,7 +38,8 @@ is     K           M           N
 The array runs ``ceil(Sr / R) * ceil(Sc / C)`` folds back to back; a fold costs
 ``T + R + C - 2`` cycles for OS and ``2R + C + T - 2`` for WS and IS (the
 stationary operand is loaded first); like SCALE-Sim's "Total Cycles", a GEMM's
-count is that product minus one. An array that double-buffers its stationary
+count is that product minus one. An op of ``passes`` passes (its math fidelity)
+streams each fold that many times. An array that double-buffers its stationary
 operand (``fold_overlap`` 1, a TPU MXU) hides each fold's fill under the previous
 fold's stream: it pays the fill once per GEMM (see :func:`fold_cycles`). A K split (``mk``) reduces its partial sums on
 the vector units (a ``log2(gx)``-deep tree). Non-GEMM work runs on ``vector_lanes``
@@ -71,7 +72,10 @@ delivered over the mesh from the grid's west edge (``(tile_cols + 1) / 2`` hops
 on average; a piece several tiles share is multicast: it crosses each link once).
 A tensor a producer kept on chip arrives over the NoC (a retile, priced by the
 schedule); a result stays on chip for its consumers when its pieces fit half the
-output partitions of its tiles, else it is written to DRAM.
+output partitions of its tiles, else it is written to DRAM. An op table may say
+an operand already sits in SRAM, sharded over the op's tiles (``fed0`` / ``fed1``
+1, from :func:`dfit_nb.sim.cost`'s ``a_on_chip`` / ``b_on_chip``), or that the
+result stays there (``out_on_chip``): no DRAM or NoC traffic for it.
 
 **Time** (:func:`op_body`). With double buffering, compute, SRAM ports, NoC
 delivery and DRAM overlap; the op takes the slowest of
@@ -306,8 +310,8 @@ def floor_div(a: Any, b: Any, xp: Any = jnp) -> Any:
     return xp.where(q * b > a, q - 1.0, q)
 
 
-def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, preload: Any = 0.0
-                ) -> tuple[Any, Any, Any]:
+def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, preload: Any = 0.0,
+                passes: Any = 1.0) -> tuple[Any, Any, Any]:
     """Cycles of one GEMM on one R x C array: ``(cycles, row folds, col folds)``.
 
     ``df`` is a dataflow code (:data:`DATAFLOWS` index), elementwise.
@@ -316,7 +320,9 @@ def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, 
     fold's stream. 0 is SCALE-Sim: folds run back to back. 1 is a
     double-buffered array: the fill is paid once per GEMM, and a fold lasts
     its stream, or, when a next fold follows, the ``R`` cycles of loading
-    its stationary block if the stream is shorter.
+    its stationary block if the stream is shorter. ``passes``: times each
+    operand pair goes through the array (an op's math fidelity: Tenstorrent's
+    LoFi 1, HiFi2 2, HiFi3 3, HiFi4 4), which lengthens every fold's stream.
 
     >>> fold_cycles(256.0, 256.0, 256.0, WS, 128.0, 128.0, np)[0]   # 2 x 2 folds of 2R + C + T - 2
     np.float64(2551.0)
@@ -325,7 +331,7 @@ def fold_cycles(m: Any, k: Any, n: Any, df: Any, r: Any, c: Any, xp: Any = jnp, 
     """
     sr = xp.where(df == OS, m, k)
     sc = xp.where(df == IS, m, n)
-    t = xp.where(df == WS, m, xp.where(df == OS, k, n))
+    t = xp.where(df == WS, m, xp.where(df == OS, k, n)) * passes
     fr, fc = ceil_div(sr, r, xp), ceil_div(sc, c, xp)
     fill = xp.where(df == OS, r + c - 2, 2 * r + c - 2)
     folds = fr * fc
@@ -395,7 +401,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     mk = (layout == MK) & gemm
 
     # ---- compute: per virtual tile
-    one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c, preload=field(hw, "fold_overlap"))
+    one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c, preload=field(hw, "fold_overlap"),
+                            passes=ops.get("passes", 1.0))
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
     reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
@@ -477,9 +484,10 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
     # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, or
     # when they all run in its fused kernel; program outputs and results that do not fit are written to DRAM
+    # or when the op table says it stays there (out_on_chip: a measured op whose result was kept sharded in SRAM)
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
-        fused & (ops.get("internal", 0.0) > 0))
+        fused & (ops.get("internal", 0.0) > 0)) | (ops.get("out_on_chip", 0.0) > 0)
     # a program output leaves the chip whatever else reads it
     out_dram = jnp.where(out_onchip & (ops.get("is_output", 0.0) <= 0), 0.0, ops["bytes_written"] * scale)
     spilled = refetch_in + refetch_w + psum_spill

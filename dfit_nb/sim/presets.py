@@ -214,46 +214,47 @@ register(
             "air-cooled like tpu_like, 0.29 K/W to 35 degC inlet air, 3 J/K.",
 )
 register(
-    Hardware(name="tt_wormhole_n150", tile_rows=8, tile_cols=8, pe_rows=32, pe_cols=32, sram_input_bytes=512 * KB,
+    Hardware(name="tt_wormhole_n150", tile_rows=8, tile_cols=8, pe_rows=64, pe_cols=32, sram_input_bytes=512 * KB,
              sram_weight_bytes=512 * KB, sram_output_bytes=512 * KB, word_bytes=2, vector_lanes=32,
              noc_link_bytes_per_cycle=64.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=288.0,
              dram_latency_cycles=500.0, clock_ghz=1.0, op_overhead_cycles=2000.0, fold_overlap=1.0,
              memory_overlap=0.0, thermal_resistance_k_per_w=0.31, heat_capacity_j_per_k=3.0, ambient_c=35.0,
              thermal_limit_c=85.0),
     approximates="one Tenstorrent Wormhole n150 card (Wormhole B0) as TT-Metalium runs a matmul on it: the 8x8 "
-                 "Tensix cores of its compute grid on a 2-D mesh NoC, each core's matrix engine at the BF16 HiFi2 "
-                 "rate (a 32x32x32 tile in 32 cycles), 1.5 MB of L1 per core, outputs accumulated in place "
+                 "Tensix cores of its compute grid on a 2-D mesh NoC, each core's matrix engine at its one-pass "
+                 "rate (LoFi: a 32x32x32 tile in 16 cycles; an op's math_fidelity adds passes), 1.5 MB of L1 per "
+                 "core, outputs accumulated in place "
                  "(output-stationary), GDDR6 at the mesh's edge",
     sources="Public: Tenstorrent's Wormhole specifications (docs.tenstorrent.com/aibs/wormhole/specifications): n150 "
             "72 Tensix cores, 1 GHz AI clock, 1.5 MB SRAM per Tensix core, 12 GB GDDR6 at 12 GT/s on a 192-bit bus, "
             "288 GB/s, 160 W board power; tt-metal's GEMM_FLOPS tech report (tech_reports/GEMM_FLOPS/GEMM_FLOPS.md): "
             "an 8x8 compute grid on Wormhole, a matrix engine of 8x16 x 16x16 per cycle, 16 / 32 / 64 cycles per "
             "32x32x32 tile at LoFi / HiFi2 / HiFi4; tt-metal's data-movement guide "
-            "(tests/tt_metal/tt_metal/data_movement/documentation/intro_to_dm.md): two NoCs of 32 B per cycle each "
-            "on Wormhole. Derived: HiFi2, the BF16 fidelity of the report's tables, is 32 x 32 x 32 MACs in 32 "
-            "cycles = 1,024 MACs per cycle per core -> a 32x32 PE array (pe_rows = 1,024 / cycles per tile: 64 at "
-            "LoFi, 16 at HiFi4, as benchmarks/bench_tenstorrent.py prices each row); 8 x 8 x 1,024 x 2 x 1 GHz = "
-            "131 TFLOP/s at HiFi2; 288 GB/s / 1 GHz = 288 B/cycle; the two NoCs as one mesh of 2 x 32 = 64 B/cycle "
-            "links. Assumptions: L1 split 512/512/512 KiB input/weight/output (the 1.5 MB, evenly; TT-Metalium "
-            "allocates circular buffers per kernel); bf16 partial sums (accumulator_bytes 0: the report runs with "
-            "fp32_dest_acc_en off); circular buffers double-buffer the reader, compute and writer kernels, so a "
-            "tile's next operands load while it computes (fold_overlap = 1) and a lone op pays its fill and drain "
-            "(memory_overlap = 0); 32 vector lanes (the SFPU), 1 cycle per NoC hop, 500 cycles of DRAM latency and "
-            "2,000 cycles of launch and sync per op (no public figures: dfit_nb.sim.calibrate fits them). Measured "
-            "against 117 Wormhole GEMMs in benchmarks/bench_tenstorrent.py. Thermal (assumption): the card's cooler "
-            "holds its 160 W board power at (85 degC junction limit - 35 degC inlet) / 160 W ~ 0.31 K/W; 3 J/K (die "
-            "and lid share, as tpu_like).",
+            "(tests/tt_metal/tt_metal/data_movement/documentation/intro_to_dm.md): two NoCs of 32 B per cycle each on "
+            "Wormhole. Derived: one pass (LoFi) is 32 x 32 x 32 MACs in 16 cycles = 2,048 MACs per cycle per core "
+            "(the engine's 8x16 x 16x16) -> a 64x32 PE array; HiFi2 and HiFi4 are 2 and 4 passes, an op's "
+            "math_fidelity column (dfit_nb.sim.cost); 8 x 8 x 2,048 x 2 x 1 GHz = 262 TFLOP/s at LoFi, 131 at HiFi2; "
+            "288 GB/s / 1 GHz = 288 B/cycle; the two NoCs as one mesh of 2 x 32 = 64 B/cycle links. Assumptions: L1 "
+            "split 512/512/512 KiB input/weight/output (the 1.5 MB, evenly; TT-Metalium allocates circular buffers "
+            "per kernel); bf16 partial sums (accumulator_bytes 0: the report runs with fp32_dest_acc_en off); "
+            "circular buffers double-buffer the reader, compute and writer kernels, so a tile's next operands load "
+            "while it computes (fold_overlap = 1) and a lone op pays its fill and drain (memory_overlap = 0); 32 "
+            "vector lanes (the SFPU), 1 cycle per NoC hop, 500 cycles of DRAM latency and 2,000 cycles of launch and "
+            "sync per op (no public figures: dfit_nb.sim.calibrate fits them). Measured against 117 Wormhole GEMMs in "
+            "benchmarks/bench_tenstorrent.py. Thermal (assumption): the card's cooler holds its 160 W board power at "
+            "(85 degC junction limit - 35 degC inlet) / 160 W ~ 0.31 K/W; 3 J/K (die and lid share, as tpu_like).",
 )
 register(
-    Hardware(name="tt_blackhole_p150", tile_rows=10, tile_cols=13, pe_rows=32, pe_cols=32,
+    Hardware(name="tt_blackhole_p150", tile_rows=10, tile_cols=13, pe_rows=64, pe_cols=32,
              sram_input_bytes=512 * KB, sram_weight_bytes=512 * KB, sram_output_bytes=512 * KB, word_bytes=2,
              vector_lanes=32, noc_link_bytes_per_cycle=128.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=379.3,
              dram_latency_cycles=675.0, clock_ghz=1.35, op_overhead_cycles=2700.0, fold_overlap=1.0,
              memory_overlap=0.0, thermal_resistance_k_per_w=0.17, heat_capacity_j_per_k=3.0, ambient_c=35.0,
              thermal_limit_c=85.0),
     approximates="one Tenstorrent Blackhole p150 card as TT-Metalium runs a matmul on it: the 13x10 Tensix cores of "
-                 "its compute grid on a 2-D mesh NoC, each core's matrix engine at the BF16 HiFi2 rate (a 32x32x32 "
-                 "tile in 32 cycles), 1.5 MB of L1 per core, outputs accumulated in place (output-stationary), "
+                 "its compute grid on a 2-D mesh NoC, each core's matrix engine at its one-pass rate (LoFi: a "
+                 "32x32x32 tile in 16 cycles; an op's math_fidelity adds passes), 1.5 MB of L1 per core, outputs "
+                 "accumulated in place (output-stationary), "
                  "GDDR6 at the mesh's edge",
     sources="Public: Tenstorrent's Blackhole specifications (docs.tenstorrent.com/aibs/blackhole/specifications): "
             "p150 140 Tensix cores, AI clock up to 1.35 GHz, 1.5 MB SRAM per Tensix core, 32 GB GDDR6 at 16 GT/s on "
@@ -262,8 +263,9 @@ register(
             "matrix engine as Wormhole's (8x16 x 16x16 per cycle; 16 / 32 / 64 cycles per 32x32x32 tile at LoFi / "
             "HiFi2 / HiFi4) at 1.35 GHz; tt-metal's data-movement guide "
             "(tests/tt_metal/tt_metal/data_movement/documentation/intro_to_dm.md): two NoCs of 64 B per cycle each "
-            "on Blackhole. Derived: 1,024 MACs per cycle per core at HiFi2 -> a 32x32 PE array (pe_rows 64 at LoFi, "
-            "16 at HiFi4); 130 x 1,024 x 2 x 1.35 GHz = 359 TFLOP/s at HiFi2; 512 GB/s / 1.35 GHz = 379.3 B/cycle; "
+            "on Blackhole. Derived: 2,048 MACs per cycle per core in one pass (LoFi) -> a 64x32 PE array, HiFi2 "
+            "and HiFi4 as 2 and 4 passes (an op's math_fidelity); 130 x 2,048 x 2 x 1.35 GHz = 719 TFLOP/s at LoFi, "
+            "359 at HiFi2; 512 GB/s / 1.35 GHz = 379.3 B/cycle; "
             "the two NoCs as one mesh of 2 x 64 = 128 B/cycle links. Assumptions as tt_wormhole_n150 (L1 split "
             "512/512/512 KiB, bf16 partial sums, fold_overlap = 1, memory_overlap = 0, 32 vector lanes, 1 cycle per "
             "hop), and its 0.5 us of DRAM latency and 2 us of launch and sync per op, at this clock 675 and 2,700 "

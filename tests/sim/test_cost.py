@@ -506,3 +506,91 @@ def test_for_jit_copies_the_machine_without_revalidating_it():
         assert np.asarray(getattr(fast, field)).dtype == np.float64
         assert float(getattr(fast, field)) == float(getattr(hw, field))
     assert jax.tree.structure(fast) == jax.tree.structure(for_jit(presets.get("npu_like")))  # one compiled shape
+
+
+# ---------------------------------------------------------------- per-op settings: placement, fidelity, block floats
+
+#: GEMMs whose pieces fit tpu_like's buffers (nothing re-read or spilled): their DRAM bytes are the operands' and
+#: the result's alone
+SMALL = pd.DataFrame({"m": [128, 256, 512, 96], "k": [256, 128, 512, 200], "n": [128, 512, 256, 64],
+                      "dtype": ["bfloat16", "float32", "bfloat16", "float16"]})
+
+
+@pytest.mark.parametrize(("flag", "operand", "variable"), [("a_on_chip", "lhs", "dram_reads_input"),
+                                                            ("b_on_chip", "rhs", "dram_reads_weight"),
+                                                            ("out_on_chip", "out", "dram_writes_output")])
+def test_an_on_chip_flag_removes_exactly_its_operands_dram_bytes(flag, operand, variable):
+    """An operand that sits in SRAM (or a result that stays there) moves no DRAM byte; the other operands' DRAM
+    bytes do not change."""
+    hw = presets.get("tpu_like")
+    base = cost(SMALL, hw, "ws")
+    flagged = cost(SMALL.assign(**{flag: [True, False, True, True]}), hw, "ws")
+    itemsize = 2.0  # tpu_like's 2-byte word: the float32 op moves its values cast down to it
+    m, k, n = (SMALL[c].to_numpy(float) for c in "mkn")
+    nbytes = {"lhs": m * k, "rhs": k * n, "out": m * n}[operand] * itemsize
+    on = np.array([True, False, True, True])
+    assert (base["dram_reads_output"].values == 0).all()  # nothing spilled: the operands' bytes are all there is
+    np.testing.assert_array_equal(base[variable].values, nbytes)
+    np.testing.assert_array_equal(flagged[variable].values, np.where(on, 0.0, nbytes))
+    every = ("dram_reads_input", "dram_reads_weight", "dram_reads_output", "dram_writes_output")
+    total = [sum(ds[v].values for v in every) for ds in (base, flagged)]
+    np.testing.assert_array_equal(total[0] - total[1], np.where(on, nbytes, 0.0))
+    # where the mapping search keeps its choice (fewer DRAM bytes may make another split the fastest), the array's
+    # work is the same
+    kept = np.all([flagged[v].values == base[v].values for v in ("layout", "gy", "gx")], axis=0)
+    assert kept[~on].all() and kept.any()
+    for same in ("compute_cycles", "sram_reads_input", "sram_reads_weight", "sram_writes_output"):
+        np.testing.assert_array_equal(flagged[same].values[kept], base[same].values[kept], err_msg=same)
+
+
+def test_math_fidelity_is_passes_through_the_array():
+    """LoFi, HiFi2, HiFi3 and HiFi4 are 1-4 passes: each fold of the array streams its operands that many times
+    (SCALE-Sim's fold count, one array: scalesim_32, ideal memory); names and numbers give the same figures."""
+    from dfit_nb.sim import machine
+
+    hw = presets.get("scalesim_32")
+    shapes = {"m": [64, 100, 256, 33], "k": [64, 300, 128, 512], "n": [64, 96, 256, 40]}
+    names = cost({**shapes, "math_fidelity": ["LoFi", "HiFi2", "HiFi3", "HiFi4"]}, hw, "os", memory="ideal")
+    numbers = cost({**shapes, "math_fidelity": [1, 2, 3, 4]}, hw, "os", memory="ideal")
+    np.testing.assert_array_equal(names["cycles"].values, numbers["cycles"].values)
+    m, k, n = (np.array(shapes[c], float) for c in "mkn")
+    want = machine.fold_cycles(m, k, n, machine.OS, 32.0, 32.0, np, passes=np.arange(1.0, 5.0))[0]
+    np.testing.assert_array_equal(names["compute_cycles"].values, want)
+    one = cost(shapes, hw, "os", memory="ideal")
+    np.testing.assert_array_equal(one["compute_cycles"].values[:1], names["compute_cycles"].values[:1])
+    assert (names["compute_cycles"].values[1:] > one["compute_cycles"].values[1:]).all()
+
+
+def test_block_floats_are_priced_as_their_bytes_with_shared_exponents():
+    """bfp8 and bfp4 (Tenstorrent's BFLOAT8_B, BFLOAT4_B) move 1,088 and 576 bytes per 32x32 tile: 1.0625 and
+    0.5625 bytes per element, in DRAM and in SRAM (a 2-byte machine keeps them at their own width)."""
+    hw = presets.get("tt_wormhole_n150")
+    ops = {"m": [512] * 3, "k": [1024] * 3, "n": [256] * 3, "dtype": ["bfp8", "bfp4", "bfloat16"]}
+    ds = cost(ops, hw, "os")
+    per = np.array([1088 / 1024, 576 / 1024, 2.0])
+    np.testing.assert_array_equal(ds["dram_reads_input"].values, 512 * 1024 * per)
+    np.testing.assert_array_equal(ds["dram_reads_weight"].values, 1024 * 256 * per)
+    np.testing.assert_array_equal(ds["dram_writes_output"].values, 512 * 256 * per)
+    np.testing.assert_allclose(ds["sram_reads_input"].values / ds["sram_reads_input"].values[2], per / 2.0)
+
+
+def test_cost_refuses_a_hardware_field_column_naming_it_and_where_per_row_machines_go():
+    with pytest.raises(CostInputError, match=r"\['tile_rows', 'pe_rows'\] name Hardware fields.*one machine.*"
+                                             r"hw.replace\(tile_rows=.*sweep\(\).*calibrate\(\)"):
+        cost({"m": [64], "k": [64], "n": [64], "pe_rows": [16], "tile_rows": [2]}, presets.get("npu_like"))
+
+
+@pytest.mark.parametrize(("column", "value", "tokens"), [
+    ("math_fidelity", "HiFi5", ("'math_fidelity' row 1", "'HiFi5'", "LoFi (1)", "HiFi4 (4)")),
+    ("math_fidelity", 0, ("'math_fidelity' row 1", "0", "1-4")),
+    ("a_on_chip", "L1", ("'a_on_chip' row 1", "'L1'", "not a boolean", "True or False")),
+    ("out_on_chip", 2, ("'out_on_chip' row 1", "2", "not a boolean")),
+    ("dtype", "bfp16", ("'dtype' row 1", "'bfp16'", "bfp8, bfp4")),
+])
+def test_cost_names_the_row_of_a_bad_per_op_setting(column, value, tokens):
+    good = {"math_fidelity": "HiFi2", "a_on_chip": True, "out_on_chip": False, "dtype": "bfp8"}[column]
+    table = pd.DataFrame({"m": [64, 64], "k": [64, 64], "n": [64, 64], column: [good, value]})
+    with pytest.raises(CostInputError) as info:
+        cost(table, presets.get("npu_like"))
+    for token in tokens:
+        assert token in str(info.value), (token, str(info.value))

@@ -18,12 +18,12 @@ TENSTORRENT = {"N150": "tt_wormhole_n150", "P150": "tt_blackhole_p150"}
 
 @pytest.mark.parametrize("name", TENSTORRENT.values())
 def test_tenstorrent_presets_exist_and_validate(name):
-    """Listed, valid (rebuilt through the constructor's checks), and built from the cited figures: the HiFi2 rate
-    of 1,024 MACs per cycle per Tensix core, 1.5 MB of L1 per core, the public DRAM bandwidth."""
+    """Listed, valid (rebuilt through the constructor's checks), and built from the cited figures: the one-pass
+    (LoFi) rate of 2,048 MACs per cycle per Tensix core, 1.5 MB of L1 per core, the public DRAM bandwidth."""
     assert name in presets.names()
     hw = presets.get(name)
     assert Hardware(**{f.name: getattr(hw, f.name) for f in dataclasses.fields(hw)}) == hw
-    assert hw.pe_rows * hw.pe_cols == 32 * 32 * 32 // 32  # a 32x32x32 tile in 32 cycles
+    assert hw.pe_rows * hw.pe_cols == 32 * 32 * 32 // 16  # a 32x32x32 tile in 16 cycles, one pass
     assert hw.sram_bytes == 1536 * 1024
     gb_per_s = hw.dram_bytes_per_cycle * hw.clock_ghz
     assert gb_per_s == pytest.approx({"tt_wormhole_n150": 288.0, "tt_blackhole_p150": 512.0}[name], rel=1e-3)
@@ -45,14 +45,16 @@ def test_the_tenstorrent_presets_rank_real_gemms(tenstorrent_rows, board):
     """The uncalibrated preset on the 13 out-of-box BFLOAT16 HiFi2 GEMMs of its board's full grid (512^3 to
     4096^3, all in DRAM: the settings the preset is built for, nothing per row to change) orders them by measured
     device time: Spearman 0.973 on Wormhole, 1.000 on Blackhole (measured 2026-12-03; the bar is 0.95), and errs by
-    under 40% (32.2% and 16.5%: the model has no cost for the automatic program config's poor choices on the
-    smallest shapes, docs/validation.md)."""
+    under 40% (28.6% and 27.6%: the model has no cost for the automatic program config's poor choices on the
+    smallest shapes, docs/validation.md; on Blackhole's largest shapes the one-pass 64-row array, HiFi2 as two
+    passes, moves more DRAM bytes than the 32-row one it replaced, 16.5% before)."""
     d = tenstorrent_rows
     hw = presets.get(TENSTORRENT[board])
     rows = d[(d["board"] == board) & (d["config"] == "out_of_box") & (d["dtype"] == "BFLOAT16")
              & (d["math_fidelity"] == "HiFi2") & (d["grid"] == f"{hw.tile_cols}x{hw.tile_rows}")]
     assert len(rows) == 13
-    ops = pd.DataFrame({"m": rows["M"], "k": rows["K"], "n": rows["N"], "dtype": "bfloat16"})
+    ops = pd.DataFrame({"m": rows["M"], "k": rows["K"], "n": rows["N"], "dtype": "bfloat16",
+                        "math_fidelity": "HiFi2"})
     pred = predict(ops, hw, "os")["seconds"]
     m = metrics(pred, rows["device_kernel_time_ns_derived"].to_numpy() * 1e-9)
     assert m["spearman"] > 0.95, m
