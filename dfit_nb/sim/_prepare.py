@@ -144,9 +144,13 @@ def shared_arguments(kernel: np.ndarray, arg_reads: np.ndarray, in_shapes: Any, 
     ([0.0, 16.0], [0.0, 0.0])
     """
     row, position, arg = np.asarray(arg_reads, np.int64).reshape(-1, 3).T
+    return _later_reads(kernel, row, position, arg, _operand_sizes(in_shapes, row, position), gemm)
+
+
+def _operand_sizes(in_shapes: Any, row: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """Bytes (program dtype) of input ``position`` of each op ``row``, from its ``in_shapes``."""
     sizes = [operand_bytes(in_shapes[r]) for r in row]
-    nbytes = np.array([b[p] if p < len(b) else 0.0 for b, p in zip(sizes, position, strict=True)])
-    return _later_reads(kernel, row, position, arg, nbytes, gemm)
+    return np.array([b[p] if p < len(b) else 0.0 for b, p in zip(sizes, position, strict=True)])
 
 
 def _later_reads(kernel: np.ndarray, row: np.ndarray, position: np.ndarray, source: np.ndarray,
@@ -257,9 +261,7 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
     # (sources numbered past the arguments)
     arg_row, arg_pos, arg = np.asarray(prep.arg_reads, np.int64).reshape(-1, 3).T
     first_source = int(arg.max()) + 1 if arg.size else 0
-    shapes = prep.table["in_shapes"].values
-    arg_bytes = np.array([(lambda b, p: b[p] if p < len(b) else 0.0)(operand_bytes(shapes[r]), p)
-                          for r, p in zip(arg_row, arg_pos, strict=True)])
+    arg_bytes = _operand_sizes(prep.table["in_shapes"].values, arg_row, arg_pos)
     outside = ~inside
     shared = _later_reads(kernel, np.concatenate([arg_row, dst[outside]]), np.concatenate([arg_pos, pos[outside]]),
                           np.concatenate([arg, first_source + src[outside]]),
