@@ -469,8 +469,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     psum_noc = jnp.where(mk, (gx - 1.0) * p["rows"] * ops["n"] * acc, 0.0)
 
     # operands from outside the program's ops (weights, program inputs) come from DRAM; the fractions
-    # fed by producers arrive by retile (scheduler) or, when the producer spilled, from DRAM too
-    # inside a fused kernel, an input an earlier op of the kernel read is on chip already; a kernel priced alone
+    # fed by producers arrive by retile (scheduler) or, when the producer spilled, from DRAM too. Inside a fused
+    # kernel, an input an earlier op of the kernel read is on chip already; a kernel priced alone
     # (dfit_nb.sim._prepare.kernel_alone) reads what its own producers feed from DRAM where it runs unfused
     fused = fused_in_kernel(ops, hw)
     on = jnp.where(fused, 1.0, 0.0)
@@ -482,9 +482,9 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
                             - on * ops.get("ext_shared", 0.0), 0.0)
     ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ext_bytes * scale)
     ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
-    # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, or
-    # when they all run in its fused kernel; program outputs and results that do not fit are written to DRAM
-    # or when the op table says it stays there (out_on_chip: a measured op whose result was kept sharded in SRAM)
+    # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, when
+    # they all run in its fused kernel, or when the op table says it stays there (out_on_chip: a measured op whose
+    # result was kept sharded in SRAM); program outputs and results that do not fit are written to DRAM
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
         fused & (ops.get("internal", 0.0) > 0)) | (ops.get("out_on_chip", 0.0) > 0)
