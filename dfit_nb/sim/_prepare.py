@@ -249,13 +249,9 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
     kernel = np.asarray(a["kernel"], np.int64)
     dst, src, pos = prep.feeds.T if len(prep.feeds) else (np.zeros(0, np.int64),) * 3
     inside = kernel[src] == kernel[dst]
-    # bytes producers inside the kernel feed each (op, operand): one tensor however many may write it (cond)
-    width = max(int(pos.max()) + 1 if pos.size else 0, 2)
-    fed = np.zeros((n, width))
-    np.maximum.at(fed, (dst[inside], pos[inside]), prep.feed_bytes[inside])
-    lhs, rhs = a["lhs_bytes"], a["rhs_bytes"]
-    kernel_fed0 = np.where(lhs > 0, np.minimum(fed[:, 0] / np.maximum(lhs, 1.0), 1.0), 0.0)
-    kernel_fed1 = np.where(rhs > 0, np.minimum(fed[:, 1] / np.maximum(rhs, 1.0), 1.0), 0.0)
+    # what producers inside the kernel feed each (op, operand)
+    fed = _fed_bytes(n, dst[inside], pos[inside], prep.feed_bytes[inside])
+    kernel_fed0, kernel_fed1 = _fed_share(fed[:, 0], a["lhs_bytes"]), _fed_share(fed[:, 1], a["rhs_bytes"])
     read = np.asarray(prep.table["bytes_read"].values, np.float64)
     # inputs from outside the kernel, read once per kernel: program arguments, and other kernels' results
     # (sources numbered past the arguments)
@@ -274,6 +270,19 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
             "fed0": kernel_fed0, "fed1": kernel_fed1, "kernel_fed0": kernel_fed0, "kernel_fed1": kernel_fed1,
             "ext_bytes": np.maximum(read - fed.sum(axis=1), 0.0), "kernel_fed_bytes": fed.sum(axis=1),
             "has_consumer": 0.0 * ones, "count": ones, "real": ones}
+
+
+def _fed_bytes(n: int, dst: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """``(ops, operands)``: the bytes producers feed each (op, operand position), at least two positions (a
+    GEMM's lhs and rhs); one tensor however many producers may write it (a cond's branches)."""
+    fed = np.zeros((n, max(int(pos.max()) + 1 if pos.size else 0, 2)))
+    np.maximum.at(fed, (dst, pos), nbytes)
+    return fed
+
+
+def _fed_share(fed: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """The share (0-1) of an operand of ``size`` bytes that producers feed (0 where the operand is empty)."""
+    return np.where(size > 0, np.minimum(fed / np.maximum(size, 1.0), 1.0), 0.0)
 
 
 def _prepare_ops(trace: Any) -> Prepared:
@@ -306,15 +315,12 @@ def _prepare_ops(trace: Any) -> Prepared:
     # traces saved before edges named the consumer's operand: every tensor counts as the first operand
     pos = e["operand"].values[keep] if "operand" in e else np.zeros(int(keep.sum()), np.int64)
     nbytes = e["bytes"].values[keep].astype(np.float64)
-    # bytes producers feed each (op, operand): one tensor even when several producers may write it (cond)
-    fed = np.zeros((n, max(int(pos.max()) + 1, 2) if pos.size else 2))
-    np.maximum.at(fed, (dst, pos), nbytes)
+    fed = _fed_bytes(n, dst, pos, nbytes)
     gemm = (arrays["m"] > 0) & (arrays["k"] > 0) & (arrays["n"] > 0)
     arrays.update(
         gemm=gemm.astype(np.float64),
         lhs_bytes=lhs, rhs_bytes=rhs,
-        fed0=np.where(lhs > 0, np.minimum(fed[:, 0] / np.maximum(lhs, 1.0), 1.0), 0.0),
-        fed1=np.where(rhs > 0, np.minimum(fed[:, 1] / np.maximum(rhs, 1.0), 1.0), 0.0),
+        fed0=_fed_share(fed[:, 0], lhs), fed1=_fed_share(fed[:, 1], rhs),
         ext_bytes=np.maximum(table["bytes_read"].values - fed.sum(axis=1), 0.0),
         bytes_written=table["bytes_written"].values.astype(np.float64),
         has_consumer=np.isin(np.arange(n), src).astype(np.float64),
