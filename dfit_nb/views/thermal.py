@@ -13,7 +13,7 @@ import pandas as pd
 import xarray as xr
 
 from ._common import MAX_ROWS, ViewInputError, aggregated, check_count, describe, require, titled
-from .run import _pool_factor, _pool_grid, _round
+from ._pooling import _pool_factor, _pool_grid, _round
 
 __all__ = ["temperature"]
 
