@@ -29,7 +29,7 @@ import numpy as np
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.sim import Hardware, SpillWarning, presets, replay_batch, sweep
-from dfit_nb import _padding
+from dfit_nb._runtime import padding as _padding
 from dfit_nb.sim import _batch, _cost, grid
 
 if sys.argv[1] == "exact":  # before: every size as it comes

@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dfit_nb import _compile_cache, _exported
+from dfit_nb._runtime import compile_cache as _compile_cache
+from dfit_nb._runtime import exported as _exported
 
 
 def _entries(cache: Path) -> tuple[int, float]:

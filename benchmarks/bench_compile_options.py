@@ -1,6 +1,6 @@
 """dfit_nb's compile-bound model programs compiled with its XLA options vs XLA's defaults, in one run.
 
-``dfit_nb._compile_options`` compiles the programs a first call waits for (the replay's, ``cost()``'s past
+``dfit_nb._runtime.compile_options`` compiles the programs a first call waits for (the replay's, ``cost()``'s past
 ``COST_OPS`` ops, the selection's DP) with XLA's CPU loop emitters (``xla_cpu_use_fusion_emitters=False``) and
 LLVM's optimisation passes off (``xla_backend_optimization_level=0``), and the batched programs (sweeps, batch
 replays, batch selections) so too for calls of little work (``_compile_options.by_work``); the thermal program and
@@ -36,12 +36,12 @@ import sys
 import tempfile
 import time
 
-from dfit_nb._compile_options import OPTIONS
+from dfit_nb._runtime.compile_options import OPTIONS
 
 #: run first in every child: a subset of dfit_nb's options (``BENCH_OPTIONS``), to show what each one brings
 SUBSET = r"""
 import json, os
-from dfit_nb import _compile_options
+from dfit_nb._runtime import compile_options as _compile_options
 if os.environ.get("BENCH_OPTIONS"):
     _compile_options.OPTIONS.clear()
     _compile_options.OPTIONS.update(json.loads(os.environ["BENCH_OPTIONS"]))
@@ -106,7 +106,8 @@ BATCH_CHILD = r"""
 import json, sys, time, warnings
 import numpy as np
 import dfit_nb
-from dfit_nb import _compile_options, examples
+from dfit_nb import examples
+from dfit_nb._runtime import compile_options as _compile_options
 from dfit_nb.sim import Hardware, presets, replay_batch, sweep
 
 warnings.simplefilter("ignore")
@@ -140,7 +141,7 @@ BATCH_SIZES = (4, 16, 64, 256)
 
 def batches(repeats: int) -> None:
     """The batched programs' two compiles side by side (``--batches``), and which one ``by_work`` picks."""
-    from dfit_nb._compile_options import COMPILE_BOUND_WORK, by_work
+    from dfit_nb._runtime.compile_options import COMPILE_BOUND_WORK, by_work
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_", "BENCH_"))}
     env["DFIT_NB_COMPILATION_CACHE"] = "0"

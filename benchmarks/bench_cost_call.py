@@ -18,13 +18,13 @@ trivial jitted call, the model's program, or a write over 4 MB of memory (more t
 own program as cost() calls it (on the grid it compiles for, ``_cost.cost_grid``, its inputs and outputs in
 blocks: the rows above use the 8 x 8 bucket and 3 unpadded ops to compare the packings), and the same program
 with float64 grid tables (576 bytes each, past XLA's threshold for running kernels in order on the calling
-thread, ``dfit_nb._padding.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
+thread, ``dfit_nb._runtime.padding.SEQUENTIAL_BYTES``: it runs on the pool); and the floor: that
 program and the Dataset of its outputs and nothing else (no op table, no checks), what a ``cost()`` of 3 ops
 could take on this machine if every other step were free.
 
 JAX fixes a process's CPU dispatch when it creates its CPU client, so ``--dispatch both`` (the default) runs the
 whole table twice in two fresh processes, alternating: synchronous dispatch (what ``import dfit_nb`` asks for,
-:mod:`dfit_nb._dispatch`) and JAX's asynchronous default (``DFIT_NB_SYNC_CPU_DISPATCH=0``), and prints them side
+:mod:`dfit_nb._runtime.dispatch`) and JAX's asynchronous default (``DFIT_NB_SYNC_CPU_DISPATCH=0``), and prints them side
 by side with the better of ``--repeats`` processes of each.
 
 ``--first``: instead, the first call of each of three presets in a fresh process with an empty compilation cache,
@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dfit_nb import _xarray
+from dfit_nb._runtime import datasets as _xarray
 from dfit_nb.sim import _cost as C
 from dfit_nb.sim import cost, presets, schedule
 from dfit_nb.sim.calibration import predictor, vector_predictor
@@ -154,7 +154,7 @@ def print_speedups(rows: dict[str, float]) -> None:
 
 def measure(a: argparse.Namespace) -> dict[str, float]:
     """Every row of the table, in this process (its CPU dispatch chosen by ``DFIT_NB_SYNC_CPU_DISPATCH``)."""
-    from dfit_nb import _dispatch
+    from dfit_nb._runtime import dispatch as _dispatch
 
     want = a.dispatch == "sync"
     if _dispatch.synchronous() != want:

@@ -1,8 +1,8 @@
 """Building the model's Datasets through xarray's public constructor against the one helper that builds them from
-parts already known to be consistent (``dfit_nb._xarray.consistent``, xarray's internal constructor), side by
+parts already known to be consistent (``dfit_nb._runtime.datasets.consistent``, xarray's internal constructor), side by
 side, at the two places that build them on every call:
 
-* ``cost()``'s result (``dfit_nb._xarray.assemble`` / ``assemble_public``): about 50 variables over ``op``;
+* ``cost()``'s result (``dfit_nb._runtime.datasets.assemble`` / ``assemble_public``): about 50 variables over ``op``;
 * a replay's per-op table with the bottleneck classes added (``dfit_nb.sim._bottlenecks._extended`` /
   ``_extended_public``).
 
@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 import dfit_nb
-from dfit_nb import _xarray, examples
+from dfit_nb import examples
+from dfit_nb._runtime import datasets as _xarray
 from dfit_nb.sim import _bottlenecks, cost, presets
 
 

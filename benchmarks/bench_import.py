@@ -12,7 +12,8 @@ environments are built once under a temporary folder and deleted), the releases 
 ``--repeats`` processes each, and their ratios to the first.
 
 Where ``rfc3987_syntax`` is installed (JupyterLab brings it in), it then prints ``import dfit_nb.report`` (Altair,
-hence jsonschema) after ``dfit_nb.setup()``, with its deferred import of that module (:mod:`dfit_nb._deferred_iri`)
+hence jsonschema) after ``dfit_nb.setup()``, deferring that module's import
+(:mod:`dfit_nb._runtime.deferred_iri`)
 beside ``DFIT_NB_DEFER_IRI=0`` (jsonschema imports it, building its parsers), alternating fresh processes.
 
 Run: ``python benchmarks/bench_import.py [--repeats 5] [--versions 0.6.0 0.7.0]``

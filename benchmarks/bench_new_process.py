@@ -3,7 +3,7 @@
 A new kernel (or a second ``dfit-nb`` command) finds every compiled program in JAX's persistent compilation cache,
 but still traces and lowers each jitted program in Python before JAX can look it up: 0.5-1.5 s for a sweep's or a
 batch replay's program on 2 cores. The one-machine replay and cost programs have been kept traced on disk
-(:mod:`dfit_nb._exported`) since an earlier round; a sweep's (``grid._evaluate_batch``), ``replay_batch``'s
+(:mod:`dfit_nb._runtime.exported`) since an earlier round; a sweep's (``grid._evaluate_batch``), ``replay_batch``'s
 (``_batch._batch_program``) and a batch selection's (``_batch._styles_program``) now are too.
 
 This fills a fresh cache directory once (a first process runs the sequence below), then runs the same sequence in

@@ -84,7 +84,7 @@ HOOK_ENV = "DFIT_NB_SAVE_TEST_HOOK"
 #: ~150 variables it writes 4x and reads 6x faster (``python benchmarks/bench_saves.py``); the files are the same
 #: netCDF4/HDF5 format, so files h5netcdf wrote (dfit_nb before 2026-12) load unchanged.
 NETCDF_ENGINE = "netcdf4"
-_TMP, _OLD = "dfit-tmp", "dfit-old"
+TMP, OLD = "dfit-tmp", "dfit-old"
 #: per path (its resolved folder and its name): the lock its saves and loads hold, and how many calls want it
 _PATH_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
@@ -129,11 +129,11 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
         {node.path: attrs_checksums(node.attrs) for node in stamped.subtree}, separators=(",", ":"), sort_keys=True)
     # Another thread's save of this path waits, then replaces this one whole. The target is checked inside: a
     # store another thread has moved aside for a moment must not read as a foreign one.
-    with _path_lock(path):
+    with path_lock(path):
         check_target(path, zarr)
-        _clean_leftovers(path)
+        clean_leftovers(path)
         existed = os.path.lexists(path)
-        tmp = _sibling(path, _TMP)
+        tmp = sibling(path, TMP)
         try:
             if zarr:
                 _write_zarr(stamped.map_over_datasets(text_as_objects), tmp)
@@ -151,7 +151,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
                 extra = len(os.fsencode(tmp.name)) - len(os.fsencode(path.name))
                 failed = SaveError(f"could not save {path}: its name is {len(os.fsencode(path.name))} bytes, and "
                                    f"a save writes its temporary beside it under the name plus {extra} bytes "
-                                   f"(.{_TMP}-<pid>-<n>), which is too long for this file system; give a name "
+                                   f"(.{TMP}-<pid>-<n>), which is too long for this file system; give a name "
                                    f"{extra} bytes shorter than its limit (usually 255 bytes) ({before})")
             else:
                 failed = SaveError(f"could not save {path}: {os_reason(err)} ({before}; the temporary {tmp.name} "
@@ -160,7 +160,7 @@ def save_tree(tree: xr.DataTree, path: str | os.PathLike[str]) -> Path:
             raise failed from err
         finally:
             with contextlib.suppress(OSError):  # never mask the error that brought us here
-                _remove(tmp)
+                remove_ours(tmp)
     return path
 
 
@@ -247,7 +247,7 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
     if "\x00" in str(path):  # no file has such a name: said so, with the NUL shown, not printed raw
         raise LoadRefusedError(f"refusing to load {str(path)!r}: a path cannot hold a NUL character ('\\x00'); "
                                f"give the path of a saved dfit_nb {what} without it")
-    with _path_lock(path):  # a save of this path on another thread finishes first: no swap is seen half done
+    with path_lock(path):  # a save of this path on another thread finishes first: no swap is seen half done
         if not os.path.lexists(path):
             _recover(path)
         if not path.exists():
@@ -299,7 +299,7 @@ def _load_closed(opened: xr.DataTree) -> xr.DataTree:
 
 
 @contextlib.contextmanager
-def _path_lock(path: Path) -> Iterator[None]:
+def path_lock(path: Path) -> Iterator[None]:
     """Hold the lock of ``path``: saves and loads of one path (written any way: relative, through a linked folder)
     run one at a time in this process. Other processes are kept apart by the temporaries' pids instead.
 
@@ -406,7 +406,7 @@ def _swap_in(tmp: Path, path: Path) -> None:
     A directory cannot be renamed over another, so the swap is three steps; at every moment the old store is
     at ``path`` or aside (restored by :func:`_recover`), or the new one is at ``path``.
     """
-    old = _sibling(path, _OLD)
+    old = sibling(path, OLD)
     had_old = os.path.lexists(path)
     if had_old:
         os.rename(path, old)
@@ -418,13 +418,13 @@ def _swap_in(tmp: Path, path: Path) -> None:
             os.rename(old, path)
         raise
     _test_hook("replaced")
-    _remove(old)
+    remove_ours(old)
 
 
 # ---------------------------------------------------------------------------------------------- leftovers
 
 
-def _sibling(path: Path, kind: str) -> Path:
+def sibling(path: Path, kind: str) -> Path:
     """A new temporary (``kind`` "dfit-tmp") or aside ("dfit-old") name for a save of ``path``, used by no other
     call: ``<name>.<kind>-<pid>-<n>``, ``n`` counting this process's calls (threads share the count)."""
     return path.with_name(f"{path.name}.{kind}-{os.getpid()}-{next(_CALLS)}")
@@ -436,7 +436,7 @@ def _leftovers(path: Path) -> list[tuple[str, int, Path]]:
     Also the names of older dfit_nb: ``<name>.<kind>-<pid>`` (one per process) and, before the format version,
     ``.<name>.tmp-<pid>``.
     """
-    ours = re.compile(rf"{re.escape(path.name)}\.({_TMP}|{_OLD})-(\d+)(?:-\d+)?")
+    ours = re.compile(rf"{re.escape(path.name)}\.({TMP}|{OLD})-(\d+)(?:-\d+)?")
     legacy = re.compile(rf"\.{re.escape(path.name)}\.tmp-(\d+)")
     found = []
     with contextlib.suppress(OSError), os.scandir(path.parent) as entries:
@@ -444,7 +444,7 @@ def _leftovers(path: Path) -> list[tuple[str, int, Path]]:
             if m := ours.fullmatch(entry.name):
                 found.append((m.group(1), int(m.group(2)), Path(entry.path)))
             elif m := legacy.fullmatch(entry.name):
-                found.append((_TMP, int(m.group(1)), Path(entry.path)))
+                found.append((TMP, int(m.group(1)), Path(entry.path)))
     return sorted(found, key=lambda f: _mtime(f[2]), reverse=True)
 
 
@@ -479,14 +479,14 @@ def _alive(pid: int) -> bool:
 def _recover(path: Path) -> bool:
     """Move back the newest old store left aside by a killed Zarr save of the missing ``path``."""
     for kind, pid, leftover in _leftovers(path):
-        if kind == _OLD and not _alive(pid) and not os.path.lexists(path):
+        if kind == OLD and not _alive(pid) and not os.path.lexists(path):
             with contextlib.suppress(OSError):  # another process recovered it first
                 os.rename(leftover, path)
                 return True
     return False
 
 
-def _clean_leftovers(path: Path) -> None:
+def clean_leftovers(path: Path) -> None:
     """Before a save: restore an old store left aside (so a failed save keeps it), then remove stale leftovers.
 
     Only names of our own naming whose process is gone are removed: a running save's files are left alone.
@@ -496,10 +496,10 @@ def _clean_leftovers(path: Path) -> None:
     for _, pid, leftover in _leftovers(path):
         if not _alive(pid):
             with contextlib.suppress(OSError):
-                _remove(leftover)
+                remove_ours(leftover)
 
 
-def _remove(path: Path) -> None:
+def remove_ours(path: Path) -> None:
     """Delete a file, link or directory tree of ours at ``path``, if any."""
     if path.is_symlink() or path.is_file():
         path.unlink(missing_ok=True)

@@ -45,7 +45,7 @@ def bundle() -> str:
 
 def _bundle_path(vl_convert_version: str, vl_version: str) -> Path | None:
     """Where the bundle for these versions is kept, or ``None`` without a usable home/cache directory."""
-    from ._compile_cache import default_directory
+    from ._runtime.compile_cache import default_directory
 
     try:
         root = default_directory().parent

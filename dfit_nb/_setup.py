@@ -8,7 +8,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import _compile_cache, _deferred_iri, _dispatch
+from ._runtime import compile_cache as _compile_cache
+from ._runtime import deferred_iri as _deferred_iri
+from ._runtime import dispatch as _dispatch
 
 __all__ = ["SetupReport", "setup"]
 
@@ -19,7 +21,7 @@ IRI = f"sys.modules[{_deferred_iri.NAME!r}]"
 
 _lock = threading.Lock()
 
-#: why :func:`setup` leaves JAX's persistent cache alone, by :attr:`~dfit_nb._compile_cache.CacheState.source`
+#: why :func:`setup` leaves JAX's persistent cache alone, by :attr:`~dfit_nb._runtime.compile_cache.CacheState.source`
 _CACHE_LEFT = {
     "off": f"switched off by {_compile_cache.ENV}",
     "jax": "configured in JAX by the user (JAX_COMPILATION_CACHE_DIR or jax.config)",
@@ -63,8 +65,8 @@ def _cache(changed: dict[str, Any], unchanged: dict[str, str]) -> str | None:
     if state.changed:
         for name in state.changed:
             changed[name] = True if name == _compile_cache.ATOMIC_WRITES else jax.config.values[name]
-        for name, env in (("jax_persistent_cache_min_compile_time_secs", _compile_cache._JAX_TIME_ENV),
-                          ("jax_persistent_cache_min_entry_size_bytes", _compile_cache._JAX_SIZE_ENV)):
+        for name, env in (("jax_persistent_cache_min_compile_time_secs", _compile_cache.JAX_TIME_ENV),
+                          ("jax_persistent_cache_min_entry_size_bytes", _compile_cache.JAX_SIZE_ENV)):
             if name not in state.changed:
                 unchanged[name] = f"set by the user ({env} or jax.config)"
     elif state.source in ("dfit_nb", "env"):
@@ -90,7 +92,7 @@ def _iri(changed: dict[str, Any], unchanged: dict[str, str]) -> None:
     module = sys.modules.get(_deferred_iri.NAME, False)
     if value.lower() in ("0", "off", "false", "no"):
         unchanged[IRI] = f"{_deferred_iri.ENV}={value}"
-    elif isinstance(module, _deferred_iri._StandIn):
+    elif isinstance(module, _deferred_iri.StandIn):
         unchanged[IRI] = "deferred already"
     elif module is not False:
         unchanged[IRI] = "too late: imported already"

@@ -52,7 +52,7 @@ def check_target(path: Path, zarr: bool) -> None:
     """Refuse a path whose replacement could destroy what dfit_nb did not write; nothing is written."""
     valid = (f"give a new path (such as {path / 'result.nc'} to save inside it) or the path of a previous "
              "dfit_nb save")
-    special = _special_directory(path)
+    special = special_directory(path)
     if special:
         raise SaveRefusedError(f"refusing to save to {str(path)!r}: it is {special}, which dfit_nb never "
                                f"replaces; {valid}")
@@ -88,7 +88,7 @@ def check_target(path: Path, zarr: bool) -> None:
                                f"{want} (a .zarr suffix saves Zarr); give a new path, or remove {path} first")
 
 
-def _special_directory(path: Path) -> str:
+def special_directory(path: Path) -> str:
     """What makes ``path`` a directory no save may replace ("" when nothing does)."""
     if path.name in ("", ".", ".."):
         return "the current or a parent directory"

@@ -12,7 +12,7 @@ CDN) unless the user already chose an Altair renderer.
 ``%dfit_presets``
     The machines: tiles, PE array, SRAM, clock, peak TOPS, execution style.
 ``%dfit_compare A B``
-    A/B of two stored runs: :func:`dfit_nb.sim._compare` and its chart.
+    A/B of two stored runs: :func:`dfit_nb.sim.compare` and its chart.
 
 The call is evaluated like ``%timeit`` does: in the user's namespace, and only the callee and the argument
 expressions are evaluated (see :func:`evaluate_call`). Bad input raises :class:`~IPython.core.error.UsageError`
@@ -547,7 +547,7 @@ class DfitMagics(Magics):
 
 
 def compare_table(ab: Any) -> pd.DataFrame:
-    """The per-run figures of a :func:`dfit_nb.sim._compare` Dataset as a table: a, b, b - a, b / a.
+    """The per-run figures of a :func:`dfit_nb.sim.compare` Dataset as a table: a, b, b - a, b / a.
 
     >>> import xarray as xr
     >>> ab = xr.Dataset({"latency_s": ("run", [2.0, 1.0]), "delta_latency_s": -1.0, "ratio_latency_s": 0.5},

@@ -39,8 +39,8 @@ def ipython_shell() -> Iterator[Any]:
 
 def programs(*fns: Any) -> int:
     """How many programs of the jitted ``fns`` (e.g. the two compiles of one batched program) this process holds:
-    those of their plain calls (``jit``'s own cache) and those run through :func:`dfit_nb._exported.call` (kept
+    those of their plain calls (``jit``'s own cache) and those run through :func:`dfit_nb._runtime.exported.call` (kept
     traced on disk; these never enter ``jit``'s cache, so counting that alone would see no program at all)."""
-    from dfit_nb import _exported
+    from dfit_nb._runtime import exported as _exported
 
     return sum(fn._cache_size() + sum(1 for key in _exported._loaded if key[0] is fn) for fn in fns)

@@ -1,4 +1,4 @@
-"""JAX's persistent compilation cache as ``dfit_nb.setup()`` sets it up (``dfit_nb/_compile_cache.py``).
+"""JAX's persistent compilation cache as ``dfit_nb.setup()`` sets it up (``dfit_nb/_runtime/compile_cache.py``).
 
 JAX reads its cache settings once per process, at the first compile, so every case runs in a fresh subprocess
 with its own environment; traces are one small matmul. Only the first test replays (dfit_nb's own threshold
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from dfit_nb import _compile_cache
+from dfit_nb._runtime import compile_cache as _compile_cache
 from dfit_nb.errors import CompilationCacheWarning, DfitWarning
 
 #: the child: import dfit_nb and call setup() (recording warnings), capture a tiny matmul, compile one more jitted
@@ -44,7 +44,7 @@ CHILD = textwrap.dedent("""
     latency = None
     if sys.argv[1] == "replay":
         latency = float(dfit_nb.replay(trace, dfit_nb.sim.presets.get("scalesim_32"), "ws").summary["latency_cycles"])
-    state = dfit_nb._compile_cache.state()
+    state = dfit_nb._runtime.compile_cache.state()
     from jax._src import compilation_cache
     print(json.dumps({
         "cache_type": type(compilation_cache._cache).__name__,

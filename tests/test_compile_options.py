@@ -1,4 +1,4 @@
-"""How dfit_nb's model programs are compiled (dfit_nb/_compile_options.py): with XLA's CPU loop emitters, the
+"""How dfit_nb's model programs are compiled (dfit_nb/_runtime/compile_options.py): with XLA's CPU loop emitters, the
 same numbers as XLA's defaults, and XLA's defaults wherever the option is switched off or unknown."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 import xarray as xr
 
 import dfit_nb
-from dfit_nb import _compile_options, _exported
+from dfit_nb._runtime import compile_options as _compile_options
+from dfit_nb._runtime import exported as _exported
 from dfit_nb.sim import _batch, _cost, _replay, _thermal, _viterbi, cost, grid, presets, select_dataflows
 
 #: the programs whose compile is what a first call waits for (module, attribute): compiled with the options; the

@@ -1,4 +1,5 @@
-"""rfc3987_syntax waits for its first IRI check (dfit_nb._deferred_iri): the same answers, the same module after.
+"""rfc3987_syntax waits for its first IRI check (dfit_nb._runtime.deferred_iri): the same answers, the same module
+after.
 
 Each check runs in a fresh process: in this one the deferral was made by the test run's first plugin
 (``tests/early_plugin.py``), before nbval imported jsonschema, and the last test checks that. Four
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dfit_nb import _deferred_iri
+from dfit_nb._runtime import deferred_iri as _deferred_iri
 
 pytest.importorskip("rfc3987_syntax", reason="the test extras install rfc3987-syntax (pyproject.toml)")
 
@@ -45,7 +46,7 @@ VALIDATE = textwrap.dedent("""
     import dfit_nb
     dfit_nb.setup()
     import jsonschema
-    deferred = type(sys.modules.get("rfc3987_syntax")).__name__ == "_StandIn"
+    deferred = type(sys.modules.get("rfc3987_syntax")).__name__ == "StandIn"
     checker = jsonschema.Draft7Validator.FORMAT_CHECKER
     values = json.loads(sys.argv[1])
     answers = {fmt: [checker.conforms(v, fmt) for v in values] for fmt in ("iri", "iri-reference")}
@@ -75,7 +76,7 @@ def test_every_other_use_of_the_module_gets_the_real_one():
     code = DEFER + textwrap.dedent("""
         import sys
         import rfc3987_syntax as r
-        assert type(r).__name__ == "_StandIn" and "rfc3987_syntax.syntax_helpers" not in sys.modules
+        assert type(r).__name__ == "StandIn" and "rfc3987_syntax.syntax_helpers" not in sys.modules
         assert r.is_valid_syntax_iri("http://a/b") and not r.is_valid_syntax_iri("no iri")  # imports it
         assert type(sys.modules["rfc3987_syntax"]).__name__ == "module"
         import rfc3987_syntax.syntax_helpers as h
@@ -133,7 +134,7 @@ def test_a_test_run_defers_it_before_nbval_imports_jsonschema_and_dfit_nb_keeps_
         collected = {"nbformat": "nbformat" in sys.modules, "jsonschema": "jsonschema" in sys.modules,
                      "stand_in": type(sys.modules.get("rfc3987_syntax")).__name__,
                      "parsers": "rfc3987_syntax.syntax_helpers" in sys.modules}
-        loaded = sys.modules["dfit_nb._deferred_iri"]
+        loaded = sys.modules["dfit_nb._runtime.deferred_iri"]
         import dfit_nb
         print(json.dumps({**collected, "one_module": dfit_nb._setup._deferred_iri is loaded}))  # what setup() uses
     """)
@@ -141,4 +142,4 @@ def test_a_test_run_defers_it_before_nbval_imports_jsonschema_and_dfit_nb_keeps_
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {
-        "nbformat": True, "jsonschema": True, "stand_in": "_StandIn", "parsers": False, "one_module": True}
+        "nbformat": True, "jsonschema": True, "stand_in": "StandIn", "parsers": False, "one_module": True}

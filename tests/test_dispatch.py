@@ -1,4 +1,5 @@
-"""JAX's CPU dispatch as ``dfit_nb.setup()`` sets it, and ``import dfit_nb`` leaves it (``dfit_nb/_dispatch.py``).
+"""JAX's CPU dispatch as ``dfit_nb.setup()`` sets it, and ``import dfit_nb`` leaves it
+(``dfit_nb/_runtime/dispatch.py``).
 
 JAX fixes the CPU client's dispatch when it creates the client, so every case runs in a fresh subprocess. What
 is checked is the client's behaviour, not only the option: a synchronous client returns a program's result
@@ -16,7 +17,7 @@ import textwrap
 
 import pytest
 
-from dfit_nb import _dispatch
+from dfit_nb._runtime import dispatch as _dispatch
 
 #: the child: optionally compute before dfit_nb.setup() (or never call it), then time a long matmul's call and
 #: report whether its result was ready when the call returned
@@ -26,7 +27,7 @@ CHILD = textwrap.dedent("""
     if sys.argv[1] == "compute-first":
         jnp.zeros(1).block_until_ready()  # the CPU client exists before dfit_nb is imported
     import dfit_nb
-    from dfit_nb import _dispatch
+    from dfit_nb._runtime import dispatch as _dispatch
     if sys.argv[1] != "import-only":
         dfit_nb.setup()
     f = jax.jit(lambda a: (a @ a @ a @ a).sum())

@@ -1,4 +1,4 @@
-"""The exported-program cache (dfit_nb._exported): same numbers as a plain call, reused across processes, and
+"""The exported-program cache (dfit_nb._runtime.exported): same numbers as a plain call, reused across processes, and
 never in the way (off switch, tracers, unreadable files, an unwritable directory)."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import dfit_nb
-from dfit_nb import _exported, _kept
+from dfit_nb._runtime import exported as _exported
+from dfit_nb._runtime import kept as _kept
 from dfit_nb.errors import CompilationCacheWarning
 from dfit_nb.sim import _replay, presets
 

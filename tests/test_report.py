@@ -94,7 +94,7 @@ def test_the_next_machine_is_warmed_ahead_and_each_file_is_written_as_its_machin
 
     import xarray as xr
 
-    from dfit_nb import _exported
+    from dfit_nb._runtime import exported as _exported
     from dfit_nb.sim import _replay
 
     trace, results = mlp_results

@@ -16,8 +16,9 @@ import xarray as xr
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .. import _compile_options, _exported
-from .._padding import padded_count
+from .._runtime import compile_options as _compile_options
+from .._runtime import exported as _exported
+from .._runtime.padding import padded_count
 from . import machine, memory, schedule
 from ._prepare import (
     BATCH_OPS,
@@ -75,7 +76,8 @@ def _batch_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any
 
 
 #: :func:`_batch_program` compiled with dfit_nb's compiler options, for a call of little work (a few machines, or
-#: one: :func:`summarize`; :func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+#: one: :func:`summarize`; :func:`dfit_nb._runtime.compile_options.by_work`): there its compile is what the call
+#: waits for
 _batch_program_fast_compile = _compile_options.jit(_batch_program.__wrapped__,
                                                    static_argnames=("grid", "spatial", "shared_grid"))
 
@@ -103,7 +105,7 @@ def _styles_program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: An
 
 
 #: :func:`_styles_program` compiled with dfit_nb's compiler options, for a batch selection of little work
-#: (:func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+#: (:func:`dfit_nb._runtime.compile_options.by_work`): there its compile is what the call waits for
 _styles_program_fast_compile = _compile_options.jit(_styles_program.__wrapped__,
                                                     static_argnames=("grid", "spatial", "shared_grid"))
 

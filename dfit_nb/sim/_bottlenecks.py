@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .. import _xarray
 from .._files import text_variable
+from .._runtime import datasets as _xarray
 
 #: what one replay measures per op (the ``mechanism`` dimension of ``evidence``)
 MECHANISMS = ("compute", "sram", "dram", "noc", "scheduling")
@@ -173,7 +173,7 @@ def _extended(ds: xr.Dataset, new: dict[str, tuple[Any, Any, dict[str, str]]]) -
     Python strings (:func:`~dfit_nb._files.text_as_objects`).
 
     ``ds`` is consistent already and the new variables are checked against its sizes, so they go to xarray's
-    constructor of a consistent Dataset (:func:`dfit_nb._xarray.consistent`) instead of the public one,
+    constructor of a consistent Dataset (:func:`dfit_nb._runtime.datasets.consistent`) instead of the public one,
     which aligns every variable again (``_extended_public``: the reference, and the path where this xarray's
     internals refuse; ``tests/sim/test_replay.py`` checks both identical and that the direct one is taken)."""
     try:

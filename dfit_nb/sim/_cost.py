@@ -12,9 +12,11 @@ import jax.numpy as jnp
 import numpy as np
 import xarray as xr
 
-from .. import _compile_options, _exported, _xarray
-from .._kept import Kept
-from .._padding import pack, padded_count, padding, rows_per_block
+from .._runtime import compile_options as _compile_options
+from .._runtime import datasets as _xarray
+from .._runtime import exported as _exported
+from .._runtime.kept import Kept
+from .._runtime.padding import pack, padded_count, padding, rows_per_block
 from . import machine, mapping, schedule
 from ._optable import (
     CostInputError,
@@ -145,12 +147,12 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     outputs stacked in :data:`MODEL_OUTPUTS` order in blocks of ``block_rows`` rows (0: one block), one
     transfer to the host per block instead of one per variable.
 
-    Its inputs come packed for the same reason (:func:`~dfit_nb._padding.pack`): the op table (row ``i`` of
+    Its inputs come packed for the same reason (:func:`~dfit_nb._runtime.padding.pack`): the op table (row ``i`` of
     ``(len(keys), ops)`` is column ``keys[i]`` of :func:`alone_columns`, from which the program derives the model's
     inputs with :func:`alone_inputs`) in blocks of rows, then the machine's
     :func:`~dfit_nb.sim.hardware.field_vector` and the dataflow codes (one per op, or one per dataflow) end to end.
     For a small table every input and output block, like the tables (int32) and the program's own arrays, fits
-    :data:`~dfit_nb._padding.SEQUENTIAL_BYTES`, so XLA runs the program on the calling thread
+    :data:`~dfit_nb._runtime.padding.SEQUENTIAL_BYTES`, so XLA runs the program on the calling thread
     (``benchmarks/bench_cost_call.py`` times it against the same program with float64 tables, which runs on the
     pool).
     """
@@ -174,7 +176,8 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
 
 #: :func:`_evaluate` compiled with XLA's default emitters, for tables of up to :data:`COST_OPS` ops: a warm
 #: ``cost()`` of a few ops is a latency figure, and there the default emitters' program runs faster, while the
-#: loop emitters compile it faster at any size (:mod:`dfit_nb._compile_options`; figures in benchmarks/README.md).
+#: loop emitters compile it faster at any size (:mod:`dfit_nb._runtime.compile_options`; figures in
+#: benchmarks/README.md).
 #: The same function: the same numbers to rounding (``tests/test_compile_options.py``).
 _evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
 
@@ -275,7 +278,7 @@ def to_dataset(values: Mapping[str, np.ndarray], dims: Sequence[str], coords: Ma
     """Wrap model outputs with units and descriptions, plus ``count`` and per-call totals.
 
     ``coords``: name -> values or ``(dims, values)``; dimension coordinates take the fast path of
-    :func:`dfit_nb._xarray.assemble`.
+    :func:`dfit_nb._runtime.datasets.assemble`.
     """
     dims = tuple(dims)
     described = _described()

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._padding import padded_count
+from .._runtime.padding import padded_count
 from ..errors import DfitError
 from . import kernels, mapping
 from ._optable import CostInputError, alone_arrays, dataflow_codes, op_counts, operand_bytes, ops_arrays

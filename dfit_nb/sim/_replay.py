@@ -30,8 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compile_options, _exported
-from .._kept import Kept
+from .._runtime import compile_options as _compile_options
+from .._runtime import exported as _exported
+from .._runtime.kept import Kept
 from ..errors import DfitWarning
 from ..events.schema import KINDS
 from . import machine, mapping, memory, schedule

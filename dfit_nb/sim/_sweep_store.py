@@ -181,7 +181,7 @@ def _check_new_store(path: Path, store: str) -> list[Path]:
 
     Raises :class:`SaveRefusedError` (something there that is not a store of this sweep) or :class:`SaveError`
     (a parent that is a file, or cannot be created), each naming ``store`` as the user gave it."""
-    special = _targets._special_directory(path)
+    special = _targets.special_directory(path)
     if special:
         raise SaveRefusedError(f"refusing to write a sweep to {store!r}: it is {special}, which dfit_nb never writes "
                                f"into; give a new path such as {str(path / 'sweep.zarr')!r}")
@@ -237,16 +237,16 @@ def _create_store(meta: xr.Dataset, store: str, encoding: dict[str, Any]) -> Non
         return
     path = Path(store)
     made = _check_new_store(path, store)
-    tmp = _files._sibling(path, _files._TMP)
+    tmp = _files.sibling(path, _files.TMP)
     try:  # (to_zarr holds the path's lock)
-        _files._clean_leftovers(path)
+        _files.clean_leftovers(path)
         meta.to_zarr(tmp, mode="w-", compute=False, encoding=encoding, zarr_format=2)
         if path.is_dir():  # an empty folder the user made for it: replaced by the store
             path.rmdir()
         os.rename(tmp, path)
     except OSError as err:
         with contextlib.suppress(OSError):
-            _files._remove(tmp)
+            _files.remove_ours(tmp)
         _remove_empty(made)
         failed = SaveError(f"could not write a sweep to {store!r}: {_files.os_reason(err)} (nothing was written "
                            f"there; the temporary {tmp.name} was removed); {_files.what_to_do(err, path.parent)}")
@@ -317,7 +317,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
         return _stream(ds, store, progress)
     # one call per local store at a time in this process: a second call waits, then resumes what the first left
     # (nothing, when it completed); both creating the store raised "Directory not empty" in all but one
-    with _files._path_lock(Path(store)):
+    with _files.path_lock(Path(store)):
         return _stream(ds, store, progress)
 
 

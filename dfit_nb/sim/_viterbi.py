@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import _compile_options
+from .._runtime import compile_options as _compile_options
 from ._batch import style_costs
 from .hardware import Hardware
 from .machine import DATAFLOWS, last_gemm, switch_cost

@@ -33,7 +33,7 @@ import xarray as xr
 
 from .._files import open_tree, save_tree
 from .._html import render, trusted
-from .._padding import padded_count, padded_index
+from .._runtime.padding import padded_count, padded_index
 from ..errors import DfitError, DfitWarning
 from ._cost import alone, batch_tables, for_jit, grid_tables, model_outputs
 from ._optable import (

@@ -14,8 +14,9 @@ import xarray as xr
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from .. import _compile_options, _exported
-from .._padding import padded_count, padded_index
+from .._runtime import compile_options as _compile_options
+from .._runtime import exported as _exported
+from .._runtime.padding import padded_count, padded_index
 from ._cost import (
     BATCH_GRIDS,
     BATCH_MACHINES,
@@ -129,7 +130,7 @@ def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, tables: Any, ind
 
 
 #: :func:`_evaluate_batch` compiled with dfit_nb's compiler options, for a sweep call of little work
-#: (:func:`dfit_nb._compile_options.by_work`): there its compile is what the call waits for
+#: (:func:`dfit_nb._runtime.compile_options.by_work`): there its compile is what the call waits for
 _evaluate_batch_fast_compile = _compile_options.jit(_evaluate_batch.__wrapped__, static_argnames="ideal")
 
 

@@ -59,8 +59,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .. import _exported
 from .._html import render
+from .._runtime import exported as _exported
 from ..capture.regions import refused_characters
 from ..errors import DfitError
 

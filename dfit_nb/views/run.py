@@ -329,7 +329,7 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
 
 
 def compare(ab: xr.Dataset, top: int = 15, max_rows: int = MAX_ROWS) -> alt.Chart | alt.HConcatChart:
-    """A/B chart of :func:`dfit_nb.sim._compare`: region energy deltas (B - A) and, on one grid, tile busy deltas.
+    """A/B chart of :func:`dfit_nb.sim.compare`: region energy deltas (B - A) and, on one grid, tile busy deltas.
 
     Parameters
     ----------

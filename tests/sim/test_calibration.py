@@ -38,7 +38,7 @@ ROWS = pd.DataFrame({"m": np.tile(SIZES, 2), "k": np.repeat(SIZES[[1, 6]], len(S
 def test_predict_is_cost(monkeypatch):
     """predict() runs cost()'s compiled program (nothing new to compile after a cost() of the same padded size),
     and equals predictor(), the differentiable form, for one dataflow and for the fastest of several."""
-    from dfit_nb import _exported
+    from dfit_nb._runtime import exported as _exported
     from dfit_nb.sim import _cost
     from dfit_nb.sim._cost import for_jit
 

@@ -113,7 +113,7 @@ def test_per_op_dataflow_choice():
 def test_tables_share_a_program_per_power_of_two_and_the_padding_changes_nothing(monkeypatch):
     """cost() pads the op count to a power of two (at least COST_OPS) by repeating the first op: tables of 3 and 5
     ops run one compiled program, and each op's figures equal its own one-op table's, padded or not."""
-    from dfit_nb import _exported
+    from dfit_nb._runtime import exported as _exported
     from dfit_nb.sim import _cost
 
     monkeypatch.setenv(_exported.ENV, "0")  # count the plain jitted program's compiles
@@ -340,7 +340,7 @@ def test_invariants_of_the_accumulator_width(m, k, n, p, df, dtype, acc):
 
 def _public_twin(ds):
     """``ds`` rebuilt through xarray's public constructor from the same variables, coordinates and attrs."""
-    from dfit_nb._xarray import assemble_public
+    from dfit_nb._runtime.datasets import assemble_public
 
     data = {k: (v.dims, v.values, dict(v.attrs)) for k, v in ds.data_vars.items()}
     twin = assemble_public(data, {k: ds[k].values for k in ds.indexes}, dict(ds.attrs))
@@ -353,7 +353,7 @@ def test_the_fast_dataset_is_identical_to_the_public_constructors(monkeypatch):
     """cost() and sweep() build their Datasets through xarray's internal constructor (a warm cost() call is
     mostly that); it must give exactly what the public one gives, string coordinates included, and it must be
     the path taken (else the speed silently goes)."""
-    from dfit_nb import _xarray
+    from dfit_nb._runtime import datasets as _xarray
 
     hw = presets.get("npu_like")
     ops = {"m": [64, 0], "k": [32, 0], "n": [16, 0], "flops": [0, 512], "count": [3, 1]}
@@ -457,7 +457,7 @@ def test_a_machine_is_read_once_only_when_nothing_in_it_can_change():
 @pytest.mark.slow  # a fresh process compiles the program
 def test_a_small_tables_program_runs_on_the_calling_thread(tmp_path):
     """XLA's CPU runtime runs a program's kernels one after another on the calling thread only when none of its
-    buffers is over 512 bytes (dfit_nb._padding.SEQUENTIAL_BYTES), and logs which it chose; cost()'s program for
+    buffers is over 512 bytes (dfit_nb._runtime.padding.SEQUENTIAL_BYTES), and logs which it chose; cost()'s program for
     a small table on a small grid is built to be such a program (its inputs and outputs in blocks, the tables as
     int32), which halves it (benchmarks/bench_cost_call.py). One dataflow per op: a list of them vmaps the search,
     whose (ops x candidates) arrays are then kept, and that program runs on the pool."""
@@ -489,7 +489,7 @@ def test_datasets_share_no_mutable_state():
 
 
 def test_inconsistent_variables_fall_back_to_the_public_constructor_which_refuses_them():
-    from dfit_nb._xarray import assemble
+    from dfit_nb._runtime.datasets import assemble
 
     data = {"a": (("op",), np.arange(3.0), {}), "b": (("op",), np.arange(2.0), {})}
     with pytest.raises(ValueError, match=r"conflicting sizes for dimension 'op'"):  # xarray's own message

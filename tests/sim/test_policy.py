@@ -370,7 +370,7 @@ def test_the_evaluation_reads_the_single_styles_from_the_pricing_runs_and_they_e
     replay made with nothing kept, to the last bit."""
     import xarray as xr
 
-    from dfit_nb import _exported
+    from dfit_nb._runtime import exported as _exported
     from dfit_nb.sim import _replay
 
     trace, hw = static_traces["mlp"], presets.get("npu_like")

@@ -261,7 +261,7 @@ def client(cluster):
 @pytest.mark.slow
 def test_the_same_call_runs_on_a_local_cluster_compiling_once_per_worker(client, eager):
     def compiled() -> int:  # tests.shared.programs, on a worker (which may not import the tests package)
-        from dfit_nb import _exported
+        from dfit_nb._runtime import exported as _exported
         from dfit_nb.sim import grid
 
         fns = (grid._evaluate_batch, grid._evaluate_batch_fast_compile)

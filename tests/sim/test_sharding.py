@@ -34,7 +34,8 @@ SCRIPT = textwrap.dedent('''
     with jax.enable_x64(True):  # float64 leaves stay exact
         sharded_hw = jax.device_put(hw, NamedSharding(mesh, PartitionSpec("machines")))
     by_input = replay_batch(t, sharded_hw)
-    from dfit_nb import _exported  # a sharded argument runs the plain program: an exported one is for one device
+    # a sharded argument runs the plain program: an exported one is for one device
+    from dfit_nb._runtime import exported as _exported
     assert _exported._on_several_devices(sharded_hw.clock_ghz)
     assert not _exported._on_several_devices(jnp.ones(2)) and not _exported._on_several_devices(np.ones(2))
     odd = replay_batch(t, jax.tree.map(lambda x: x[:5], hw), mesh=mesh)

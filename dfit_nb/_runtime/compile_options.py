@@ -61,7 +61,7 @@ def options() -> dict[str, Any] | None:
 
     Decided once, at the first model program (it needs a backend, which importing dfit_nb must not create).
 
-    >>> from dfit_nb import _compile_options
+    >>> from dfit_nb._runtime import compile_options as _compile_options
     >>> _compile_options.options() in (None, _compile_options.OPTIONS)
     True
     """
@@ -121,7 +121,7 @@ def jit(fun: Callable[..., Any] | None = None, **jit_kwargs: Any) -> Any:
     """``jax.jit`` for dfit_nb's model programs: the same arguments, compiled with :func:`options`.
 
     >>> import functools, jax.numpy as jnp
-    >>> from dfit_nb._compile_options import jit
+    >>> from dfit_nb._runtime.compile_options import jit
     >>> @functools.partial(jit, static_argnames="power")
     ... def f(x, power):
     ...     return x ** power
@@ -141,7 +141,7 @@ def by_work(work: int, compile_bound: Any, run_bound: Any) -> Any:
     ``work``: the call's padded machines x dataflow assignments x padded ops. Both compile one function, so both
     give the same numbers to rounding (``tests/test_compile_options.py``).
 
-    >>> from dfit_nb import _compile_options
+    >>> from dfit_nb._runtime import compile_options as _compile_options
     >>> _compile_options.by_work(16 * 2 * 128, "options", "defaults")
     'options'
     >>> _compile_options.by_work(64 * 2 * 128, "options", "defaults")

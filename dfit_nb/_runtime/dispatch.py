@@ -49,7 +49,7 @@ def configure() -> bool:
     it, and :func:`reason_unchanged` says why not).
 
     >>> import jax.numpy as jnp
-    >>> from dfit_nb import _dispatch
+    >>> from dfit_nb._runtime import dispatch as _dispatch
     >>> _ = jnp.zeros(1)  # the process's first computation creates the CPU client
     >>> _dispatch.configure()  # too late now: the client's dispatch is fixed, nothing changes
     False
@@ -65,7 +65,7 @@ def configure() -> bool:
 def reason_unchanged() -> str:
     """Why :func:`configure` would leave the option as it is now (``""``: it would set it).
 
-    >>> from dfit_nb import _dispatch
+    >>> from dfit_nb._runtime import dispatch as _dispatch
     >>> isinstance(_dispatch.reason_unchanged(), str)
     True
     """
@@ -84,7 +84,7 @@ def synchronous() -> bool:
     """Whether the option asks for synchronous CPU dispatch (it applies to a CPU client created after it was
     set).
 
-    >>> from dfit_nb import _dispatch
+    >>> from dfit_nb._runtime import dispatch as _dispatch
     >>> isinstance(_dispatch.synchronous(), bool)
     True
     """

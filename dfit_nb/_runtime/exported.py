@@ -1,6 +1,6 @@
 """Traced programs kept on disk beside JAX's compilation cache, so a fresh process skips tracing them too.
 
-JAX's persistent compilation cache (:mod:`dfit_nb._compile_cache`, switched on by ``dfit_nb.setup()``) saves the
+JAX's persistent compilation cache (:mod:`dfit_nb._runtime.compile_cache`, switched on by ``dfit_nb.setup()``) saves the
 XLA compile, but every fresh process (a second ``dfit-nb report``, a new kernel, each pytest-xdist worker) still
 traces and lowers each program in Python first: 0.3-0.7 s for a replay or cost program on 2 cores, most of a warm
 first call; 0.6-0.9 s for a sweep's, ``replay_batch``'s or a batch selection's program
@@ -38,9 +38,9 @@ from typing import Any
 
 import jax
 
-from . import _compile_cache
-from ._atomic import atomic_file
-from .errors import CompilationCacheWarning
+from .._atomic import atomic_file
+from ..errors import CompilationCacheWarning
+from . import compile_cache as _compile_cache
 
 #: ``DFIT_NB_EXPORTED=0`` (or ``off``, ``false``, ``no``) switches the exported-program cache off
 ENV = "DFIT_NB_EXPORTED"
@@ -135,7 +135,7 @@ def call(fn: Callable[..., Any], static: dict[str, Any], *args: Any, **kwargs: A
     array arguments (pytrees of arrays).
 
     >>> import jax, jax.numpy as jnp
-    >>> from dfit_nb import _exported
+    >>> from dfit_nb._runtime import exported as _exported
     >>> f = jax.jit(lambda x, power: x ** power, static_argnames="power")
     >>> float(_exported.call(f, {"power": 2}, jnp.float32(3.0)))
     9.0
@@ -157,7 +157,7 @@ def call_signed(fn: Callable[..., Any], static: dict[str, Any], signature: Hasha
     be concrete arrays on one device (never tracers), as the caller knows they are.
 
     >>> import jax, numpy as np
-    >>> from dfit_nb import _exported
+    >>> from dfit_nb._runtime import exported as _exported
     >>> f = jax.jit(lambda x, power: x ** power, static_argnames="power")
     >>> float(_exported.call_signed(f, {"power": 2}, ("one float32",), np.float32(3.0)))
     9.0
@@ -249,7 +249,7 @@ def _export(fn: Callable[..., Any], static: dict[str, Any], args: tuple[Any, ...
 
 def _compiled(exported: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
     """The exported program as a jitted function, compiled as ``fn`` is (a model program: with dfit_nb's
-    :mod:`compiler options <dfit_nb._compile_options>`)."""
+    :mod:`compiler options <dfit_nb._runtime.compile_options>`)."""
     return jax.jit(exported.call, compiler_options=getattr(fn, "compiler_options", None))
 
 

@@ -38,7 +38,7 @@ NAME = "rfc3987_syntax"
 _lock = threading.RLock()
 
 
-class _StandIn(types.ModuleType):
+class StandIn(types.ModuleType):
     """``rfc3987_syntax`` before its import: any attribute it does not hold imports the real module."""
 
     def __getattr__(self, attr: str) -> Any:
@@ -57,7 +57,7 @@ def real() -> types.ModuleType:
     """The real ``rfc3987_syntax``, imported now if only the stand-in was there."""
     with _lock:  # two threads validating their first IRI import it once
         module = sys.modules.get(NAME)
-        if isinstance(module, _StandIn):
+        if isinstance(module, StandIn):
             del sys.modules[NAME]
             try:
                 module = importlib.import_module(NAME)
@@ -72,7 +72,7 @@ def is_valid_syntax(term: str, value: str) -> bool:
     return real().is_valid_syntax(term, value)
 
 
-_stand_in = _StandIn(NAME, "stand-in for rfc3987_syntax until its first use (see dfit_nb._deferred_iri)")
+_stand_in = StandIn(NAME, "stand-in for rfc3987_syntax until its first use (see dfit_nb._runtime.deferred_iri)")
 
 
 def defer() -> bool:
@@ -80,7 +80,7 @@ def defer() -> bool:
     or it or lark cannot be found; returns whether it was put there now.
 
     >>> import sys
-    >>> from dfit_nb import _deferred_iri
+    >>> from dfit_nb._runtime import deferred_iri as _deferred_iri
     >>> _ = _deferred_iri.defer()  # puts the stand-in there, unless it is there already
     >>> _deferred_iri.defer()  # at most once: the module (or its stand-in) is in sys.modules by now
     False

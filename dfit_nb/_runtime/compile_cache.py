@@ -54,8 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ._atomic import atomic_file
-from .errors import CompilationCacheWarning
+from .._atomic import atomic_file
+from ..errors import CompilationCacheWarning
 
 __all__ = ["ENV", "MIN_COMPILE_TIME_S", "CacheState", "atomic_file_cache", "configure", "default_directory",
            "requested_directory", "state"]
@@ -68,8 +68,8 @@ _ON = frozenset({"", "1", "on", "true", "yes"})
 
 #: JAX's own environment variables for the settings dfit_nb may set: when one is set, the user chose
 _JAX_DIR_ENV = "JAX_COMPILATION_CACHE_DIR"
-_JAX_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
-_JAX_SIZE_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
+JAX_TIME_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+JAX_SIZE_ENV = "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"
 #: JAX's defaults for those thresholds (jax 0.10.2): a value other than these was set by the user
 _JAX_DEFAULT_TIME_S = 1.0
 _JAX_DEFAULT_SIZE = 0
@@ -266,11 +266,11 @@ def configure() -> CacheState:
 
     changed = [ATOMIC_WRITES, "jax_compilation_cache_dir"]
     jax.config.update("jax_compilation_cache_dir", str(path))
-    if _JAX_TIME_ENV not in os.environ and \
+    if JAX_TIME_ENV not in os.environ and \
             jax.config.jax_persistent_cache_min_compile_time_secs == _JAX_DEFAULT_TIME_S:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_S)
         changed.append("jax_persistent_cache_min_compile_time_secs")
-    if _JAX_SIZE_ENV not in os.environ and \
+    if JAX_SIZE_ENV not in os.environ and \
             jax.config.jax_persistent_cache_min_entry_size_bytes == _JAX_DEFAULT_SIZE:
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", _MIN_ENTRY_SIZE_BYTES)
         changed.append("jax_persistent_cache_min_entry_size_bytes")
