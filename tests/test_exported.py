@@ -190,3 +190,19 @@ def test_a_fresh_process_loads_the_program_instead_of_tracing_it(tmp_path):
     assert outs[0][0] == "1" and outs[1][0] == "0"
     assert outs[0][1] == outs[1][1]
     assert len(list((tmp_path / "cache" / _exported.SUBDIR).glob("*.stablehlo"))) == 1
+
+
+def test_the_source_fingerprint_covers_the_whole_package():
+    """An edit anywhere in dfit_nb (the model in sim/, not only the runtime package) makes new keys: the
+    fingerprint hashes every module of the package, the runtime package's own included."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(dfit_nb.__file__).resolve().parent
+    h = hashlib.sha256()
+    files = sorted(root.rglob("*.py"))
+    for path in files:
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    assert root / "sim" / "machine.py" in files and root / "_runtime" / "exported.py" in files
+    assert _exported.source_fingerprint() == h.hexdigest()

@@ -82,7 +82,7 @@ def _folder(cache_directory: str) -> Path:
 @functools.cache
 def source_fingerprint() -> str:
     """SHA-256 of every ``.py`` file of the installed dfit_nb package (names and contents), computed once."""
-    root = Path(__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the dfit_nb package, this runtime package included
     h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         h.update(str(path.relative_to(root)).encode())
