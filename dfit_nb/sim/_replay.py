@@ -74,12 +74,12 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     n_tiles = machine.tiles(hw)
     if spatial:
         work, min_tiles = machine.pipeline_demand(ops, hw)
-        alloc = schedule.allocate(work, hw, min_tiles)
+        alloc = schedule.allocate(work, hw, min_tiles, mapping.tile_counts(hw))
     else:
         alloc = n_tiles + 0.0 * ops["m"]
     # the mapping is chosen for the tiles the op gets (its region when layer-pipelined): a virtual grid chosen for
     # the whole grid and folded onto a small region holds many pieces per tile, each paying the array's fill
-    best = mapping.search(ops, hw, df, alloc, pinned, tables)
+    best = mapping.search(ops, hw, df, alloc, pinned, tables, spatial)
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = machine.word_scale(ops["itemsize"], word)
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)

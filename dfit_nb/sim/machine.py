@@ -584,6 +584,16 @@ def pipeline_demand(ops: dict[str, Any], hw: Hardware) -> tuple[Any, Any]:
     return work, jnp.maximum(ceil_div(weights, field(hw, "sram_weight_bytes")), outs)
 
 
+def streamed(m: dict[str, Any], hw: Hardware) -> dict[str, Any]:
+    """An op's :func:`model` outputs for one more inference on a layer-pipelined machine: its weights (and the
+    parameters a non-GEMM op reads) stay in its tiles' SRAM between inferences where they fit its ``tiles`` weight
+    partitions, so they cross neither DRAM nor the mesh again; everything else moves as in the first inference.
+    The one rule the schedule's stage times (:mod:`dfit_nb.sim.schedule`) and the mapping search of a
+    layer-pipelined op (:func:`dfit_nb.sim.mapping.search`) both read."""
+    kept = jnp.where(m["weight_dram_bytes"] <= m["tiles"] * field(hw, "sram_weight_bytes"), m["weight_dram_bytes"], 0.0)
+    return {**m, "dram_bytes": m["dram_bytes"] - kept, "noc_unique_in": jnp.maximum(m["noc_unique_in"] - kept, 0.0)}
+
+
 def noc_cycles(max_link_bytes: Any, far: Any, hw: Hardware) -> Any:
     """Cycles to push ``max_link_bytes`` through the busiest link and reach the column ``far`` hops out."""
     return jnp.where(max_link_bytes > 0,

@@ -162,14 +162,26 @@ def estimate(m: dict[str, Any], hw: Hardware, tables: tuple[Any, Any]) -> Any:
     return t * (1.0 + TILE_PENALTY * jnp.log2(m["tiles"]))
 
 
+def tile_counts(hw: Hardware) -> Any:
+    """Every tile count a mapping fills exactly on ``hw``: ``gy * gx`` over the search's split factors that fit
+    its grid (``inf`` for the pairs that do not), flat. What a layer-pipelined allocation snaps to
+    (:func:`dfit_nb.sim.schedule.allocate`): tiles beyond the largest count within an op's region hold nothing."""
+    values, valid = factors(hw)
+    grid = values[:, None] * values[None, :]
+    return jnp.where(valid[:, None] & valid[None, :] & (grid <= machine.tiles(hw)), grid, jnp.inf).ravel()
+
+
 def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict[str, Any],
-           tables: tuple[Any, Any]) -> dict[str, Any]:
+           tables: tuple[Any, Any], spatial: bool = False) -> dict[str, Any]:
     """The best virtual mapping of every op: ``layout``, ``gy``, ``gx`` arrays.
 
     ``budget``: tiles an op may spread over. ``pinned``: per-op ``layout``
     (-1 free), ``gy`` and ``gx`` (0 free) from the user's per-region choices.
     ``tables``: the grid's tile-order prefix counts (where an op's tiles lie); their static length (``tiles + 1``
     of the grid the program is compiled for, padded: never fewer than ``hw``'s tiles) bounds the candidates.
+    ``spatial``: the op is a stage of a layer-pipelined machine, scored on one more inference streamed through its
+    tiles (:func:`dfit_nb.sim.machine.streamed`: weights that fit its tiles stay there), the machine's steady state,
+    rather than on its first inference.
     """
     values, valid = factors(hw)
     tried = candidates_within(jnp.shape(tables[0])[-2] - 1)
@@ -193,6 +205,6 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     alloc = budget[:, None] if jnp.ndim(budget) else budget
     m = machine.model(col, hw, jnp.asarray(df)[:, None] if jnp.ndim(df) else df, cand["layout"], cand["gy"],
                       cand["gx"], alloc)
-    score = jnp.where(ok, estimate(m, hw, tables), jnp.inf)
+    score = jnp.where(ok, estimate(machine.streamed(m, hw) if spatial else m, hw, tables), jnp.inf)
     best = jnp.argmin(score, axis=1)  # ties: the first candidate (mn before mk, smaller gy, then smaller gx)
     return {"layout": jnp.asarray(tried["layout"])[best], "gy": values[iy[best]], "gx": values[ix[best]]}

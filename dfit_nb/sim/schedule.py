@@ -175,13 +175,29 @@ def tile_order(tile_rows: int, tile_cols: int, size: int | None = None) -> np.nd
     return out
 
 
-def allocate(work: Any, hw: Hardware, min_tiles: Any) -> Any:
+def allocate(work: Any, hw: Hardware, min_tiles: Any, counts: Any = None) -> Any:
     """Tiles each op holds when layer-pipelined: proportional to its work, at least ``min_tiles``.
 
     ``max(tiles - n_ops + 1, tiles / 4)`` tiles are shared in proportion to each op's
     work and every op gets at least one (so one section holds every op when
     there are fewer ops than tiles); an op whose weights or result need more
     tiles' SRAM than that gets what they need (``min_tiles``), up to the whole grid.
+    ``counts``: the tile counts a mapping fills exactly (:func:`dfit_nb.sim.mapping.tile_counts`): a share is
+    rounded down to one of them (the tiles above it would hold nothing) and a need up to one (weights spread over
+    fewer tiles than they need would not stay on chip).
+
+    Examples
+    --------
+    Three ops on a 64-tile grid, the third's weights needing 20 tiles; any count usable, then powers of two only:
+
+    >>> import jax.numpy as jnp
+    >>> from dfit_nb.sim import Hardware
+    >>> hw = Hardware(tile_rows=8, tile_cols=8)
+    >>> allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0])).tolist()
+    [15.0, 45.0, 20.0]
+    >>> allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0]),
+    ...          jnp.array([1.0, 2, 4, 8, 16, 32, 64])).tolist()
+    [8.0, 32.0, 32.0]
     """
     f64 = jnp.float64
     tiles = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
@@ -189,7 +205,13 @@ def allocate(work: Any, hw: Hardware, min_tiles: Any) -> Any:
     # floored shares sum to at most the pool and at most n - 1 ops are raised to one tile: all fit the grid
     pool = jnp.maximum(tiles - n + 1.0, tiles / 4.0)
     share = jnp.floor(pool * work / jnp.maximum(work.sum(), 1e-30))
-    return jnp.clip(jnp.maximum(share, min_tiles), 1.0, tiles)
+    need = min_tiles
+    if counts is not None:
+        c = jnp.asarray(counts, f64)[None, :]
+        share = jnp.max(jnp.where(c <= share[:, None], c, 1.0), axis=1)
+        up = jnp.min(jnp.where(c >= need[:, None], c, jnp.inf), axis=1)
+        need = jnp.where(jnp.isfinite(up), up, tiles)
+    return jnp.clip(jnp.maximum(share, need), 1.0, tiles)
 
 
 def prefix_counts(order: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -390,11 +412,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         # cross neither DRAM nor the mesh again; its activations still move (retile, DRAM) and each inference
         # pays the fixed cost again. The DRAM latency overlaps the previous inference's work; the channel's share
         # among the stages is the section's bound (dfit_nb.sim.streaming).
-        kept = jnp.where(op["weight_dram_bytes"] <= u * machine.field(hw, "sram_weight_bytes"),
-                         op["weight_dram_bytes"], 0.0) if spatial else 0.0
-        streamed = machine.op_body({**op, "dram_bytes": op["dram_bytes"] - kept,
-                                    "noc_unique_in": jnp.maximum(op["noc_unique_in"] - kept, 0.0)},
-                                   count, extra, row_share, col_n > 0, hw, cols_at)
+        streamed = machine.op_body(machine.streamed(op, hw) if spatial else op, count, extra, row_share, col_n > 0,
+                                   hw, cols_at)
         stage_busy = machine.body_cycles(streamed["compute"], streamed["sram"], streamed["noc_cycles"],
                                          machine.dram_transfer_cycles(streamed["dram_bytes"], hw), hw,
                                          streamed["blocks"])
