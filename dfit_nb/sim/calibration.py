@@ -23,7 +23,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -638,6 +638,9 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
                                                fields, box, max_iterations)
     pred = predicted(fitted_hw)
     base_pred = predicted(hw)
+    # the loss reported is the returned machine's, priced as predict prices it (the descent's own figure for the
+    # same point, to rounding)
+    final = float(np.mean((np.log(np.maximum(pred[fit], 1e-30)) - y[fit]) ** 2))
     if not converged:
         warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
                       f"{status}); last mean squared log error {final:.4g} "
@@ -694,6 +697,87 @@ def _kernel_rows(measured: Any, fusion: str | None) -> Any:
     return None
 
 
+class _Descent(NamedTuple):
+    """Where :func:`_bfgs` ended: ``x`` and its loss ``fun`` and gradient ``jac`` (evaluated there), ``status``
+    (0: gradient below tolerance, 1: out of iterations, 3: no lower point along the search direction, 5: loss not
+    finite at the start), ``success`` (status 0) and ``nit``, the iterations run."""
+
+    x: Any
+    fun: Any
+    jac: Any
+    status: Any
+    success: Any
+    nit: Any
+
+
+def _bfgs(loss: Callable[[Any], Any], z0: Any, max_iterations: int, gtol: float = 1e-5, halvings: int = 40
+          ) -> _Descent:
+    """Minimise ``loss`` from ``z0`` by BFGS with a backtracking line search that only ever moves to the lowest
+    point it evaluated, so the point returned is the lowest the descent evaluated and ``fun`` is its loss.
+
+    ``jax.scipy.optimize.minimize``'s BFGS cannot promise that: when its line search fails (often on a piecewise
+    model), it returns a full step along the search direction, a point it never evaluated, with the loss of
+    another point. Here a search that finds no lower point ends the descent where it stands (status 3).
+
+    The line search tries steps 1, 1/2, 1/4, ... (the first iteration's from a unit-length step, the inverse
+    Hessian estimate being the identity) until one lowers the loss by Armijo's sufficient decrease, at most
+    ``halvings`` times, and moves to the lowest of its trials when that is below the current loss. The inverse
+    Hessian estimate is updated only where the step's curvature is positive, so it stays positive definite.
+    Pure ``jax.numpy`` and ``lax`` loops: jit it once for many starts.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from dfit_nb.sim.calibration import _bfgs
+    >>> with jax.enable_x64(True):
+    ...     r = jax.jit(lambda z: _bfgs(lambda x: jnp.sum((x - jnp.array([1.0, -2.0])) ** 2), z, 50))(jnp.zeros(2))
+    >>> [round(float(v), 6) for v in r.x], int(r.status)
+    ([1.0, -2.0], 0)
+    """
+    value_and_grad = jax.value_and_grad(loss)
+    f0, g0 = value_and_grad(z0)
+    eye = jnp.eye(z0.shape[0], dtype=z0.dtype)
+    c1 = 1e-4  # Armijo's sufficient-decrease constant (Nocedal and Wright's usual value)
+
+    def done_status(f: Any, g: Any, k: Any) -> Any:
+        return jnp.where(jnp.max(jnp.abs(g)) < gtol, 0, jnp.where(k >= max_iterations, 1, -1))
+
+    def step(state: tuple[Any, ...]) -> tuple[Any, ...]:
+        k, z, f, g, h, _ = state
+        p = -h @ g
+        slope = g @ p
+        steepest = ~(slope < 0)  # an estimate that lost its descent direction to rounding: the gradient's
+        p = jnp.where(steepest, -g, p)
+        slope = jnp.where(steepest, -(g @ g), slope)
+        first = jnp.where(k == 0, jnp.minimum(1.0, 1.0 / jnp.maximum(jnp.sqrt(g @ g), 1e-300)), 1.0)
+
+        def trial(s: tuple[Any, ...]) -> tuple[Any, ...]:
+            i, _, zb, fb, gb = s
+            a = first * 0.5 ** i
+            zt = z + a * p
+            ft, gt = value_and_grad(zt)
+            lower = ft < fb  # NaN is never lower
+            return (i + 1, ft <= f + c1 * a * slope, jnp.where(lower, zt, zb), jnp.where(lower, ft, fb),
+                    jnp.where(lower, gt, gb))
+
+        _, _, zb, fb, gb = jax.lax.while_loop(lambda s: ~s[1] & (s[0] < halvings), trial,
+                                              (jnp.asarray(0), jnp.asarray(False), z, f, g))
+        moved = fb < f
+        s, y = zb - z, gb - g
+        sy, yy = s @ y, y @ y
+        # the first update scales the identity to the curvature seen (Nocedal and Wright, eq. 6.20)
+        h = jnp.where((k == 0) & (sy > 0) & (yy > 0), (sy / jnp.where(yy > 0, yy, 1.0)) * eye, h)
+        rho = 1.0 / jnp.where(sy > 0, sy, 1.0)
+        w = eye - rho * jnp.outer(s, y)
+        updated = w @ h @ w.T + rho * jnp.outer(s, s)
+        curved = moved & (sy > 1e-12 * jnp.sqrt((s @ s) * yy))
+        h = jnp.where(curved, updated, h)
+        status = jnp.where(moved, done_status(fb, gb, k + 1), 3)
+        return k + 1, zb, fb, gb, h, status
+
+    start = jnp.where(jnp.isfinite(f0), done_status(f0, g0, 0), 5)
+    k, z, f, g, _, status = jax.lax.while_loop(lambda s: s[5] < 0, step, (jnp.asarray(0), z0, f0, g0, eye, start))
+    return _Descent(x=z, fun=f, jac=g, status=status, success=status == 0, nit=k)
+
+
 def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, hw: Hardware,
          fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int
          ) -> tuple[Hardware, bool, float, int]:
@@ -718,16 +802,13 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
 
     with jax.enable_x64(True):
-        from jax.scipy.optimize import minimize
-
-        # one compiled BFGS for the first run and every restart: called outside jit, minimize's loop is traced and
-        # compiled again on each call (seconds each for a model of a few hundred rows)
-        solve = jax.jit(lambda z: minimize(loss, z, method="BFGS", options={"maxiter": int(max_iterations)}))
+        # one compiled descent for the first run and every restart
+        solve = jax.jit(lambda z: _bfgs(loss, z, int(max_iterations)))
         result = solve(jnp.asarray(z0))
-        # BFGS stops where its line search finds no descent along its own curvature estimate (status 3), often
-        # early on this piecewise model (a field the others mask moves little); started again from there, with
-        # the estimate reset, it goes on while that still lowers the loss (not after running out of iterations:
-        # max_iterations is the caller's budget)
+        # the descent stops where its line search finds no lower point along its curvature estimate (status 3),
+        # often early on this piecewise model (a field the others mask moves little); started again from there,
+        # with the estimate reset, it goes on while that still lowers the loss (not after running out of
+        # iterations: max_iterations is the caller's budget)
         for _ in range(RESTARTS):
             if int(result.status) != 3:
                 break
@@ -735,12 +816,14 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
             if not float(again.fun) < float(result.fun) * (1.0 - 1e-6):
                 break
             result = again
-        z = np.asarray(result.x)
+        z = jnp.asarray(result.x)
         final = float(result.fun)
-        # BFGS status 3: the line search finds no further descent (a minimum to precision; common where the model
-        # is piecewise, e.g. the mapping search switching layouts); 1: out of iterations; 5: not finite
+        # status 3: no further descent (a minimum to precision; common where the model is piecewise, e.g. the
+        # mapping search switching layouts); 1: out of iterations; 5: not finite at the start
         converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
-        values = lo + (hi - lo) / (1.0 + np.exp(-z))
+        # the machine the loss priced at z: the same expression as machine_of's, so the values are those the
+        # descent evaluated to the last bit
+        values = np.asarray(lo + (hi - lo) * jax.nn.sigmoid(z))
         if not np.isfinite(values).all():
             bad = [k for k, v in zip(fields, values, strict=True) if not np.isfinite(v)]
             raise CalibrationError(f"the fit of {list(fields)} diverged (no finite value for {bad}; loss {final:g}): "
