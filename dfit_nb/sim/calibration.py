@@ -9,10 +9,11 @@ the tile grid and array sizes are shapes of the search and stay fixed).
 
 :func:`calibrate` fits chosen fields to measured seconds: the log error, its
 gradient through the model, BFGS (:func:`_bfgs`: it returns the lowest point it
-evaluated, with that point's loss) over unconstrained parameters mapped into each
-field's bounds (a sigmoid), so the fitted machine is always valid. It fits on a seeded, stratified half of the
-rows and reports on the other half: MAPE, Pearson and Spearman correlation,
-per size bucket and pooled.
+evaluated, with that point's loss) over unconstrained parameters mapped into
+each field's bounds (a sigmoid), so the fitted machine is always valid; a field
+may be fitted once per group of rows (``per_group``). It fits on a seeded,
+stratified half of the rows and reports on the other half: MAPE, Pearson and
+Spearman correlation, per size bucket and pooled.
 """
 
 from __future__ import annotations
