@@ -429,6 +429,8 @@ class Calibration:
                                            values=["mape", "spearman", "pearson"])
         fields = [(f, float(np.asarray(getattr(self.base, f))), float(np.asarray(getattr(self.hw, f))))
                   for f in self.fields]
+        fields += [(f"{f} [{per.column} = {g}]", float(np.asarray(getattr(self.base, f))), v)
+                   for f, per in self.per_group.items() for g, v in per.values.items()]
         # pandas escapes the table's text itself (to_html's escape=True)
         metrics = trusted(table.to_html(float_format=lambda v: f"{v:.3f}"))
         return render("calibration.html.j2", name=self.base.name, converged=self.converged, loss=self.loss,

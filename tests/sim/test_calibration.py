@@ -371,6 +371,7 @@ def test_a_field_fitted_per_group_recovers_each_groups_value(tmp_path):
     assert one.loss > 100 * cal.loss
     again = load(cal.save(tmp_path / "per_group.nc"))
     assert again.per_group == cal.per_group and "op_overhead_cycles[eager]=" in repr(again)
+    assert "op_overhead_cycles [harness = compiled]" in again._repr_html_()
 
 
 def test_program_rows_fit_a_field_per_group():
