@@ -8,11 +8,12 @@ continuous fields (clock, bandwidths, latencies, the per-op overhead, energies;
 the tile grid and array sizes are shapes of the search and stay fixed).
 
 :func:`calibrate` fits chosen fields to measured seconds: the log error, its
-gradient through the model, BFGS (``jax.scipy.optimize.minimize``) over
-unconstrained parameters mapped into each field's bounds (a sigmoid), so the
-fitted machine is always valid. It fits on a seeded, stratified half of the
-rows and reports on the other half: MAPE, Pearson and Spearman correlation,
-per size bucket and pooled.
+gradient through the model, BFGS (:func:`_bfgs`: it returns the lowest point it
+evaluated, with that point's loss) over unconstrained parameters mapped into
+each field's bounds (a sigmoid), so the fitted machine is always valid; a field
+may be fitted once per group of rows (``per_group``). It fits on a seeded,
+stratified half of the rows and reports on the other half: MAPE, Pearson and
+Spearman correlation, per size bucket and pooled.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -77,8 +78,8 @@ class CalibrationWarning(DfitWarning):
     """The fit did not converge: the machine returned is the last iterate, flagged so."""
 
 
-def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
-              ) -> Callable[[Hardware], dict[str, Any]]:
+def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", *,
+              groups: Mapping[str, np.ndarray] | None = None) -> Callable[[Hardware], dict[str, Any]]:
     """A pure function ``Hardware -> per-op outputs`` of ``ops`` alone, for ``jax.grad`` / ``jax.jacfwd``.
 
     ``dataflow``: one name, one per op, or a list or tuple: per op the fastest
@@ -91,6 +92,11 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
     group of rows on its own machine, one vmapped model over the groups. Outputs are those of
     :func:`dfit_nb.sim.cost` (``cycles``, ``energy_pj``, ...) plus ``seconds``.
     Call it under ``jax.enable_x64(True)`` (the model counts in float64).
+
+    ``groups`` (``{field: per-row group index}``): fields given per group of rows. The Hardware the function is
+    called with holds each of those fields as a vector, one value per group, and each row is priced with its
+    group's value, its rows on a machine of their own as for a field set by a column (what :func:`calibrate`'s
+    ``per_group`` fits).
 
     Examples
     --------
@@ -108,7 +114,7 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
     if memory not in ("finite", "ideal"):
         raise CalibrationError(f"unknown memory mode {memory!r}; valid: finite, ideal")
     ideal = memory == "ideal"
-    machines = row_machines(ops, hw)
+    machines = row_machines(ops, hw, by=groups)
     if machines is not None:
         return _grouped_predictor(machines, hw, dataflow, ideal)
     arrays, coord = alone_arrays(ops)
@@ -147,6 +153,8 @@ class RowMachines:
     fields: tuple[str, ...]
     values: np.ndarray  # (groups, fields)
     rows: tuple[np.ndarray, ...]  # per group, its row indexes
+    #: fields given per group of rows (``row_machines``' ``by``): per field, each machine's group index
+    by: Mapping[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
     def machine(self, hw: Hardware, group: int) -> Hardware:
         """``hw`` with group ``group``'s fields set."""
@@ -160,9 +168,12 @@ def _field_value(field: str, value: float) -> float | int:
 
 
 def row_machines(ops: Any, hw: Hardware, error: type[DfitError] = CalibrationError,
-                 label: str = "ops") -> RowMachines | None:
+                 label: str = "ops", by: Mapping[str, np.ndarray] | None = None) -> RowMachines | None:
     """The groups of rows of ``ops`` (a DataFrame or a mapping of columns) that set :class:`Hardware` fields as
     columns, each a machine of its own: ``hw`` with that row's values; None when no column names a field.
+
+    ``by`` (``{field: per-row group index}``, fields given per group of rows, see :func:`predictor`): rows of
+    different groups are machines of their own too, and :attr:`RowMachines.by` says each machine's group.
 
     Each group's machine is checked as the constructor checks it: a bad value is refused with ``error``, naming
     the column, its first row of that value and why.
@@ -180,14 +191,18 @@ def row_machines(ops: Any, hw: Hardware, error: type[DfitError] = CalibrationErr
     else:
         return None  # a Trace or a Dataset: a program's ops, which set no machine field
     fields = tuple(hardware_columns(ops))
-    if not fields:
+    by = dict(by or {})
+    if not fields and not by:
         return None
     frame = frame if frame is not None else pd.DataFrame({k: np.asarray(v).reshape(-1) for k, v in ops.items()})
-    columns = np.stack([numeric(frame[f], f"{label} column {f!r}", error) for f in fields], axis=1)
+    keyed = [numeric(frame[f], f"{label} column {f!r}", error) for f in fields]
+    keyed += [np.asarray(v, np.float64).reshape(-1) for v in by.values()]
+    columns = np.stack(keyed, axis=1) if keyed else np.zeros((len(frame), 0))
     values, inverse = np.unique(columns, axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
     rows = tuple(np.flatnonzero(inverse == g) for g in range(len(values)))
-    out = RowMachines(frame.drop(columns=list(fields)).reset_index(drop=True), fields, values, rows)
+    out = RowMachines(frame.drop(columns=list(fields)).reset_index(drop=True), fields, values[:, :len(fields)], rows,
+                      {f: values[:, len(fields) + i].astype(np.int64) for i, f in enumerate(by)})
     for g in range(len(values)):
         try:
             out.machine(hw, g)
@@ -219,8 +234,10 @@ def _grouped_predictor(machines: RowMachines, hw: Hardware, dataflow: Any, ideal
     groups = len(machines.rows)
 
     def predict_with(h: Hardware) -> dict[str, Any]:
-        every = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64), (groups,)), h)
-        every = dataclasses.replace(every, **{f: jnp.asarray(v, jnp.float64) for f, v in values.items()})
+        every = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64), (groups,)),
+                             dataclasses.replace(h, **{f: jnp.asarray(getattr(h, f))[0] for f in machines.by}))
+        every = dataclasses.replace(every, **{f: jnp.asarray(v, jnp.float64) for f, v in values.items()},
+                                    **{f: jnp.asarray(getattr(h, f), jnp.float64)[g] for f, g in machines.by.items()})
 
         def one(part: dict[str, Any], h_g: Hardware, t_rows: Any, t_cols: Any, df_g: Any) -> dict[str, Any]:
             return _alone_seconds(part, h_g, codes if names else df_g, names, (t_rows, t_cols), ideal)
@@ -258,7 +275,8 @@ def vector_predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str =
     return lambda fields: f(from_field_vector(fields))
 
 
-def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
+def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", *,
+            per_group: Mapping[str, PerGroup] | None = None) -> dict[str, np.ndarray]:
     """Per-op seconds, cycles and the rest of :func:`dfit_nb.sim.cost`'s outputs as NumPy arrays, plus
     ``dataflow`` (the code of the dataflow used: with several, per op the fastest, as :func:`predictor` picks it).
 
@@ -269,6 +287,10 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     so after a ``cost()`` or another prediction of a similar-sized table it compiles nothing; :func:`predictor`
     is the same model as a pure function for ``jax.grad`` (``tests/sim/test_calibration.py`` checks both equal).
 
+    ``per_group`` (a :class:`Calibration`'s, ``{field: PerGroup}``): each row takes its group's value of the
+    field, its group named by the row's value in the group's column, as if the field were a column of the rows;
+    a group the calibration did not fit is refused, with those it did.
+
     >>> from dfit_nb.sim import presets
     >>> from dfit_nb.sim.calibration import predict
     >>> p = predict({"m": [64, 4096], "k": [64, 4096], "n": [64, 4096], "dtype": ["float16"] * 2},
@@ -276,6 +298,8 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     >>> bool(p["seconds"][1] > p["seconds"][0] > 0)
     True
     """
+    if per_group:
+        ops = _with_group_values(ops, per_group)
     machines = row_machines(ops, hw)
     if machines is not None:  # rows on machines of their own: each group of them on its machine
         parts = [(r, predict(machines.table.iloc[r], machines.machine(hw, g), dataflow, memory))
@@ -295,6 +319,34 @@ def predict(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite"
     picked = {k: np.take_along_axis(np.broadcast_to(v, out["cycles"].shape), best[None, :], axis=0)[0]
               for k, v in out.items()}
     return {**picked, "dataflow": codes[:, 0][best].astype(np.float64)}
+
+
+def _with_group_values(ops: Any, per_group: Mapping[str, PerGroup]) -> pd.DataFrame:
+    """``ops`` with each per-group field as a column of its rows' group values, the group columns dropped."""
+    frame = ops if isinstance(ops, pd.DataFrame) else pd.DataFrame(
+        {k: np.asarray(v).reshape(-1) for k, v in dict(ops).items()})
+    values = {}
+    for field, per in per_group.items():
+        if per.column not in frame.columns:
+            raise CalibrationError(f"the rows have no column {per.column!r}, which names each row's group of "
+                                   f"{field!r} (fitted per group: {', '.join(sorted(per.values))})")
+        names = frame[per.column].astype(str).to_numpy()
+        unseen = sorted(set(names) - set(per.values))
+        if unseen:
+            raise CalibrationError(f"{per.column!r} group(s) {unseen} were not fitted, so {field!r} has no value for "
+                                   f"them; fitted groups: {', '.join(sorted(per.values))}")
+        values[field] = np.array([per.values[n] for n in names], np.float64)
+    drop = sorted({p.column for p in per_group.values()} - set(MEASURED_COLUMNS))
+    return frame.drop(columns=drop).assign(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerGroup:
+    """A field fitted once per group of rows (:func:`calibrate`'s ``per_group``): the column that names each row's
+    group, and the fitted value of each group."""
+
+    column: str
+    values: Mapping[str, float]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,9 +370,13 @@ class Calibration:
         ``bucket``: each bucket and ``pooled``), and ``rows``.
     converged : bool
     loss : float
-        The final mean squared log error on the fitted rows.
+        The final mean squared log error on the fitted rows, of the fitted machine as :func:`predict` prices it.
     seed : int
         The seed of the split.
+    per_group : dict
+        ``{field: PerGroup}``: the fields fitted once per group of rows (``calibrate``'s ``per_group``), with
+        the column naming the groups and each group's value; ``hw`` keeps the start's value of those fields.
+        :meth:`predict` prices new rows with them.
     """
 
     hw: Hardware
@@ -331,6 +387,26 @@ class Calibration:
     converged: bool
     loss: float
     seed: int
+    per_group: Mapping[str, PerGroup] = dataclasses.field(default_factory=dict)
+
+    def predict(self, ops: Any, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
+        """:func:`predict` of op rows on the fitted machine, each row with its group's fitted values
+        (``per_group``): the rows need the group column(s), and a group the fit did not see is refused.
+
+        >>> import numpy as np, pandas as pd
+        >>> from dfit_nb.sim import presets
+        >>> from dfit_nb.sim.calibration import calibrate, predict
+        >>> hw = presets.get("tpu_v4")
+        >>> sizes = np.array([128, 512, 1024, 2048, 4096] * 2)
+        >>> rows = pd.DataFrame({"m": sizes, "k": sizes, "n": sizes, "h": ["a", "b"] * 5})
+        >>> rows["time_s"] = predict(rows.drop(columns="h").assign(op_overhead_cycles=np.where(
+        ...     rows["h"] == "a", 4000.0, 800.0)), hw)["seconds"]
+        >>> cal = calibrate(rows, hw, ["clock_ghz"], per_group={"op_overhead_cycles": "h"})
+        >>> p = cal.predict(pd.DataFrame({"m": [64, 64], "k": [64, 64], "n": [64, 64], "h": ["a", "b"]}))
+        >>> bool(p["seconds"][0] > p["seconds"][1])
+        True
+        """
+        return predict(ops, self.hw, dataflow, memory, per_group=self.per_group)
 
     def summary(self) -> pd.DataFrame:
         """The metrics as a table: one row per (machine, split, bucket)."""
@@ -339,6 +415,7 @@ class Calibration:
     def __repr__(self) -> str:
         held = self.metrics.sel(split="held_out", bucket="pooled")
         fit = {f: float(np.asarray(getattr(self.hw, f))) for f in self.fields}
+        fit.update({f"{f}[{g}]": v for f, per in self.per_group.items() for g, v in per.values.items()})
         state = "" if self.converged else " (NOT converged)"
         return (f"<dfit_nb.Calibration of {self.base.name!r}{state}: "
                 + ", ".join(f"{k}={v:.4g}" for k, v in fit.items())
@@ -352,6 +429,8 @@ class Calibration:
                                            values=["mape", "spearman", "pearson"])
         fields = [(f, float(np.asarray(getattr(self.base, f))), float(np.asarray(getattr(self.hw, f))))
                   for f in self.fields]
+        fields += [(f"{f} [{per.column} = {g}]", float(np.asarray(getattr(self.base, f))), v)
+                   for f, per in self.per_group.items() for g, v in per.values.items()]
         # pandas escapes the table's text itself (to_html's escape=True)
         metrics = trusted(table.to_html(float_format=lambda v: f"{v:.3f}"))
         return render("calibration.html.j2", name=self.base.name, converged=self.converged, loss=self.loss,
@@ -363,7 +442,8 @@ class Calibration:
         (``docs/architecture.md``, "What save promises": it replaces only a previous dfit_nb save, atomically);
         see :func:`load`."""
         doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
-               "converged": self.converged, "loss": self.loss, "seed": self.seed}
+               "converged": self.converged, "loss": self.loss, "seed": self.seed,
+               "per_group": {f: {"column": p.column, "values": dict(p.values)} for f, p in self.per_group.items()}}
         root = xr.Dataset(attrs={"dfit_calibration": json.dumps(doc)})
         return save_tree(xr.DataTree.from_dict({"/": root, "rows": self.rows, "metrics": self.metrics}), path)
 
@@ -377,7 +457,9 @@ def load(path: str | os.PathLike[str]) -> Calibration:
     rows, metrics = tree["rows"].to_dataset(), tree["metrics"].to_dataset()
     return Calibration(hw=Hardware(**doc["hw"]), base=Hardware(**doc["base"]), fields=tuple(doc["fields"]),
                        rows=rows, metrics=metrics, converged=bool(doc["converged"]), loss=float(doc["loss"]),
-                       seed=int(doc["seed"]))
+                       seed=int(doc["seed"]),
+                       per_group={f: PerGroup(str(p["column"]), {str(g): float(v) for g, v in p["values"].items()})
+                                  for f, p in doc.get("per_group", {}).items()})
 
 
 def _hw_doc(hw: Hardware) -> dict[str, Any]:
@@ -520,7 +602,8 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
 
 def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, dataflow: Any = "ws", *,
               fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
-              max_iterations: int = 200, fusion: str | None = None) -> Calibration:
+              max_iterations: int = 200, fusion: str | None = None,
+              per_group: Mapping[str, str] | None = None) -> Calibration:
     """Fit ``fields`` of ``hw`` to measured times of any op by gradient through the one machine model.
 
     Parameters
@@ -564,6 +647,13 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         BFGS iterations at most.
     fusion : {"rules", "compiler", "none"}, optional
         How program rows group their ops into kernels (:func:`dfit_nb.replay`'s ``fusion``).
+    per_group : dict, optional
+        ``{field: column}``: fit ``field`` once per group of rows, the groups named by the measured table's
+        ``column`` (e.g. ``{"op_overhead_cycles": "harness"}`` for rows timed through harnesses of different
+        fixed costs). Each group's rows are priced on the machine with that group's value (one model, vmapped
+        over the groups as for a field set by a column); the field is fitted per group whether or not ``fields``
+        names it, and ``Calibration.per_group`` reports the values (``Calibration.hw`` keeps the start's).
+        GEMM rows and program rows (a table); every group needs a row in the fitted half.
 
     Returns
     -------
@@ -593,51 +683,91 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     >>> rows["time_ns"] = predict(rows, tt.replace(clock_ghz=0.8), "os")["seconds"] * 1e9
     >>> round(float(calibrate(rows, tt, ["clock_ghz"], "os").hw.clock_ghz), 2)
     0.8
+
+    A fixed cost per group of rows (two harnesses, each with its own per-call floor):
+
+    >>> rows = pd.DataFrame({"m": sizes, "k": sizes, "n": sizes, "dtype": "float16",
+    ...                      "harness": ["eager", "compiled"] * 7})
+    >>> overhead = np.where(rows["harness"] == "eager", 3000.0, 500.0)
+    >>> rows["time_s"] = predict(rows.drop(columns="harness").assign(op_overhead_cycles=overhead), hw)["seconds"]
+    >>> cal = calibrate(rows, hw, ["clock_ghz"], per_group={"op_overhead_cycles": "harness"})
+    >>> {k: round(v) for k, v in cal.per_group["op_overhead_cycles"].values.items()}
+    {'compiled': 500, 'eager': 3000}
     """
+    labels = _group_labels(measured, per_group)
+    read = {*MEASURED_COLUMNS, "name", "family"}  # columns the rows are read with, kept when they name groups too
+    extra = sorted({column for column, _ in labels.values()} - read)
+    if extra:  # the group columns name groups, not measurements: the rows are read without them
+        measured = measured.drop(columns=extra)
     kernel_rows = _kernel_rows(measured, fusion)
     table = measured_table(measured) if kernel_rows is None else kernel_rows.table
     fields = tuple((DEFAULT_FIELDS if kernel_rows is None else KERNEL_FIELDS) if fields is None else fields)
-    _check_fields(fields)
+    _check_fields((*fields, *(f for f in labels if f not in fields)))
+    # fitted per group where per_group says so, once for all rows otherwise
+    grouped = {f: np.unique(v, return_inverse=True) for f, (_, v) in labels.items()}
+    by = {f: inverse.reshape(-1) for f, (_, inverse) in grouped.items()}
+    fields = tuple(f for f in fields if f not in labels)
     if not 0 < fit_fraction < 1:
         raise CalibrationError(f"fit_fraction must be between 0 and 1, got {fit_fraction!r}")
     check_hardware(hw, "calibrate()", error=CalibrationError)
     buckets = _buckets(table) if kernel_rows is None else (
         table["bucket"].astype(str).to_numpy() if "bucket" in table else table["family"].astype(str).to_numpy())
     fit = stratified_split(buckets, fit_fraction, seed)
-    if fit.sum() < len(fields):
-        raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {len(fields)} field(s): give at "
-                               f"least {len(fields)} rows to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
-    box = _bounds(hw, fields, bounds)
-    set_per_row = [f for f in fields if f in table.columns]
+    for f, (names, inverse) in grouped.items():
+        empty = [str(names[g]) for g in range(len(names)) if not fit[inverse == g].any()]
+        if empty:
+            raise CalibrationError(f"per_group {f!r} by column {labels[f][0]!r}: group(s) {empty} have no row in the "
+                                   f"fitted {fit_fraction:.0%} of the rows (the split is by bucket, seed {seed}), so "
+                                   "their value cannot be fitted: give each group two or more rows, or another seed")
+    unknowns = len(fields) + sum(len(names) for names, _ in grouped.values())
+    if fit.sum() < unknowns:
+        what = (f"{unknowns} value(s) ({len(fields)} field(s) and {unknowns - len(fields)} per-group value(s))"
+                if grouped else f"{unknowns} field(s)")
+        raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {what}: give at least {unknowns} rows "
+                               f"to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
+    box = _bounds(hw, (*fields, *grouped), bounds)
+    set_per_row = [f for f in (*fields, *grouped) if f in table.columns]
     if set_per_row:
         raise CalibrationError(f"measured column(s) {set_per_row} set those Hardware fields per row, so they cannot "
                                "also be fitted: drop them from fields, or from the measured columns")
     loss_rows = fit
+    # each per-group field's value per group: the start's for every group (the base machine), or the fit's
+    start_values = {f: np.full(len(names), float(np.asarray(getattr(hw, f)))) for f, (names, _) in grouped.items()}
     if kernel_rows is None:
         row_machines(table, hw, label="measured")  # checks every row's machine before any fit
         # the loss prices the fitted rows only (the held-out ones would be priced at every step for nothing)
-        f = predictor(table[fit].reset_index(drop=True), hw, dataflow)
+        f = predictor(table[fit].reset_index(drop=True), hw, dataflow,
+                      groups={k: v[fit] for k, v in by.items()} or None)
         loss_rows = np.ones(int(fit.sum()), bool)
 
         def seconds_of(h: Hardware) -> Any:
             return f(h)["seconds"]
 
-        def predicted(h: Hardware) -> np.ndarray:
-            return predict(table, h, dataflow)["seconds"]
+        def predicted(h: Hardware, values: Mapping[str, np.ndarray]) -> np.ndarray:
+            # each row's group value as a column setting that field: predict's own pricing of per-row fields
+            return predict(table.assign(**{k: values[k][v] for k, v in by.items()}), h, dataflow)["seconds"]
     else:
-        from .kernel_predictor import kernel_predictor
+        from .kernel_predictor import KernelRowError, kernel_predictor
 
-        seconds_of = kernel_predictor(kernel_rows, hw, dataflow)
+        try:
+            seconds_of = kernel_predictor(kernel_rows, hw, dataflow, groups=by or None)
+        except KernelRowError as err:
+            raise CalibrationError(str(err)) from None
         compiled = jax.jit(seconds_of)  # one compile for the base and the fitted machine
 
-        def predicted(h: Hardware) -> np.ndarray:
+        def predicted(h: Hardware, values: Mapping[str, np.ndarray]) -> np.ndarray:
             with jax.enable_x64(True):
-                return np.asarray(compiled(for_jit(h)))
+                h = dataclasses.replace(for_jit(h), **{k: jnp.asarray(v, jnp.float64) for k, v in values.items()})
+                return np.asarray(compiled(h))
     y = np.log(table["time_s"].to_numpy(np.float64))
-    fitted_hw, converged, final, status = _fit(seconds_of, y[fit] if kernel_rows is None else y, loss_rows, hw,
-                                               fields, box, max_iterations)
-    pred = predicted(fitted_hw)
-    base_pred = predicted(hw)
+    fitted_hw, converged, final, status, group_values = _fit(
+        seconds_of, y[fit] if kernel_rows is None else y, loss_rows, hw, fields, box, max_iterations,
+        {f: len(names) for f, (names, _) in grouped.items()})
+    pred = predicted(fitted_hw, group_values)
+    base_pred = predicted(hw, start_values)
+    # the loss reported is the returned machine's, priced as predict prices it (the descent's own figure for the
+    # same point, to rounding)
+    final = float(np.mean((np.log(np.maximum(pred[fit], 1e-30)) - y[fit]) ** 2))
     if not converged:
         warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
                       f"{status}); last mean squared log error {final:.4g} "
@@ -654,8 +784,45 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
          **({} if kernel_rows is None else {"name": ("row", table["name"].astype(str).to_numpy().astype(object)),
                                             "family": ("row", table["family"].astype(str).to_numpy().astype(object))})},
         coords={"row": np.arange(len(table))})
+    for column, values in {c: v for c, v in labels.values()}.items():
+        if column not in rows:  # the group of each row, as the measurements named it
+            rows[column] = ("row", np.asarray(values, object))
+    per = {f: PerGroup(labels[f][0], {str(n): float(v) for n, v in zip(names, group_values[f], strict=True)})
+           for f, (names, _) in grouped.items()}
     return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
-                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed)
+                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed, per_group=per)
+
+
+def _group_labels(measured: Any, per_group: Mapping[str, str] | None) -> dict[str, tuple[str, np.ndarray]]:
+    """``calibrate``'s ``per_group``, checked: ``{field: (column, each row's group name)}``; a field that cannot be
+    fitted, a column that is absent or a row without a group is refused by name."""
+    if not per_group:
+        return {}
+    if not isinstance(per_group, Mapping):
+        raise CalibrationError(f"per_group must map Hardware fields to column names, e.g. "
+                               f"{{'op_overhead_cycles': 'harness'}}; got {type(per_group).__name__}")
+    try:
+        _check_fields(tuple(per_group))
+    except CalibrationError as err:
+        raise CalibrationError(f"per_group: {err}") from None
+    if not isinstance(measured, pd.DataFrame):
+        raise CalibrationError(f"per_group needs the measurements as a table with the group column(s) "
+                               f"{sorted(set(per_group.values()))}; got {type(measured).__name__}")
+    out = {}
+    for field, column in per_group.items():
+        if column not in measured.columns:
+            raise CalibrationError(f"per_group {field!r}: measured has no column {column!r} naming each row's group; "
+                                   f"its columns: {', '.join(map(str, measured.columns))}")
+        if column in FIELDS or column in TIME_COLUMNS or column in ("m", "k", "n", "trace", "fn", "args"):
+            raise CalibrationError(f"per_group {field!r}: column {column!r} is a measurement column; name the "
+                                   "groups in a column of their own")
+        values = measured[column]
+        missing = values.isna().to_numpy()
+        if missing.any():
+            raise CalibrationError(f"per_group {field!r}: column {column!r} row {int(np.flatnonzero(missing)[0])} "
+                                   "names no group (every row needs one)")
+        out[field] = (str(column), values.astype(str).to_numpy())
+    return out
 
 
 def _check_fields(fields: tuple[str, ...]) -> None:
@@ -694,15 +861,110 @@ def _kernel_rows(measured: Any, fusion: str | None) -> Any:
     return None
 
 
+class _Descent(NamedTuple):
+    """Where :func:`_bfgs` ended: ``x`` and its loss ``fun`` and gradient ``jac`` (evaluated there), ``status``
+    (0: gradient below tolerance, 1: out of iterations, 3: no lower point along the search direction, 5: loss not
+    finite at the start), ``success`` (status 0) and ``nit``, the iterations run."""
+
+    x: Any
+    fun: Any
+    jac: Any
+    status: Any
+    success: Any
+    nit: Any
+
+
+def _bfgs(loss: Callable[[Any], Any], z0: Any, max_iterations: int, gtol: float = 1e-5, halvings: int = 40
+          ) -> _Descent:
+    """Minimise ``loss`` from ``z0`` by BFGS with a backtracking line search that only ever moves to the lowest
+    point it evaluated, so the point returned is the lowest the descent evaluated and ``fun`` is its loss.
+
+    ``jax.scipy.optimize.minimize``'s BFGS cannot promise that: when its line search fails (often on a piecewise
+    model), it returns a full step along the search direction, a point it never evaluated, with the loss of
+    another point. Here a search that finds no lower point ends the descent where it stands (status 3).
+
+    The line search tries steps 1, 1/2, 1/4, ... (the first iteration's from a unit-length step, the inverse
+    Hessian estimate being the identity) until one lowers the loss by Armijo's sufficient decrease, at most
+    ``halvings`` times, and moves to the lowest of its trials when that is below the current loss. The inverse
+    Hessian estimate is updated only where the step's curvature is positive, so it stays positive definite.
+    Pure ``jax.numpy`` and ``lax`` loops: jit it once for many starts.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from dfit_nb.sim.calibration import _bfgs
+    >>> with jax.enable_x64(True):
+    ...     r = jax.jit(lambda z: _bfgs(lambda x: jnp.sum((x - jnp.array([1.0, -2.0])) ** 2), z, 50))(jnp.zeros(2))
+    >>> [round(float(v), 6) for v in r.x], int(r.status)
+    ([1.0, -2.0], 0)
+    """
+    value_and_grad = jax.value_and_grad(loss)
+    f0, g0 = value_and_grad(z0)
+    eye = jnp.eye(z0.shape[0], dtype=z0.dtype)
+    c1 = 1e-4  # Armijo's sufficient-decrease constant (Nocedal and Wright's usual value)
+
+    def done_status(f: Any, g: Any, k: Any) -> Any:
+        return jnp.where(jnp.max(jnp.abs(g)) < gtol, 0, jnp.where(k >= max_iterations, 1, -1))
+
+    def step(state: tuple[Any, ...]) -> tuple[Any, ...]:
+        k, z, f, g, h, _ = state
+        p = -h @ g
+        slope = g @ p
+        steepest = ~(slope < 0)  # an estimate that lost its descent direction to rounding: the gradient's
+        p = jnp.where(steepest, -g, p)
+        slope = jnp.where(steepest, -(g @ g), slope)
+        first = jnp.where(k == 0, jnp.minimum(1.0, 1.0 / jnp.maximum(jnp.sqrt(g @ g), 1e-300)), 1.0)
+
+        def trial(s: tuple[Any, ...]) -> tuple[Any, ...]:
+            i, _, zb, fb, gb = s
+            a = first * 0.5 ** i
+            zt = z + a * p
+            ft, gt = value_and_grad(zt)
+            lower = ft < fb  # NaN is never lower
+            return (i + 1, ft <= f + c1 * a * slope, jnp.where(lower, zt, zb), jnp.where(lower, ft, fb),
+                    jnp.where(lower, gt, gb))
+
+        _, _, zb, fb, gb = jax.lax.while_loop(lambda s: ~s[1] & (s[0] < halvings), trial,
+                                              (jnp.asarray(0), jnp.asarray(False), z, f, g))
+        moved = fb < f
+        s, y = zb - z, gb - g
+        sy, yy = s @ y, y @ y
+        # the first update scales the identity to the curvature seen (Nocedal and Wright, eq. 6.20)
+        h = jnp.where((k == 0) & (sy > 0) & (yy > 0), (sy / jnp.where(yy > 0, yy, 1.0)) * eye, h)
+        rho = 1.0 / jnp.where(sy > 0, sy, 1.0)
+        w = eye - rho * jnp.outer(s, y)
+        updated = w @ h @ w.T + rho * jnp.outer(s, s)
+        curved = moved & (sy > 1e-12 * jnp.sqrt((s @ s) * yy))
+        h = jnp.where(curved, updated, h)
+        status = jnp.where(moved, done_status(fb, gb, k + 1), 3)
+        return k + 1, zb, fb, gb, h, status
+
+    start = jnp.where(jnp.isfinite(f0), done_status(f0, g0, 0), 5)
+    k, z, f, g, _, status = jax.lax.while_loop(lambda s: s[5] < 0, step, (jnp.asarray(0), z0, f0, g0, eye, start))
+    return _Descent(x=z, fun=f, jac=g, status=status, success=status == 0, nit=k)
+
+
 def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, hw: Hardware,
-         fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int
-         ) -> tuple[Hardware, bool, float, int]:
+         fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int,
+         groups: Mapping[str, int] | None = None
+         ) -> tuple[Hardware, bool, float, int, dict[str, np.ndarray]]:
     """BFGS on the mean squared log error of ``seconds_of`` against ``exp(y)`` over the ``fit`` rows, each field
-    mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status)``."""
+    mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status, per-group
+    values)``.
+
+    ``groups`` (``{field: number of groups}``): fields fitted once per group, within the field's bounds in
+    ``box``; ``seconds_of`` is called with each as a vector of its groups' values (:func:`predictor`'s and
+    :func:`~dfit_nb.sim.kernel_predictor.kernel_predictor`'s ``groups``), and the per-group values come back
+    as ``{field: values}``; the fitted machine keeps ``hw``'s value of those fields."""
     base_hw = for_jit(hw)
-    lo = np.array([box[k][0] for k in fields])
-    hi = np.array([box[k][1] for k in fields])
-    start = np.array([float(np.asarray(getattr(hw, k))) for k in fields])
+    groups = dict(groups or {})
+    # one parameter per shared field, then one per group of each per-group field
+    names = [*fields, *(f for f, count in groups.items() for _ in range(count))]
+    lo = np.array([box[k][0] for k in names])
+    hi = np.array([box[k][1] for k in names])
+    start = np.array([float(np.asarray(getattr(hw, k))) for k in names])
+    slots, at = {}, len(fields)
+    for f, count in groups.items():
+        slots[f] = slice(at, at + count)
+        at += count
     # the start, inside the bounds: a field at a bound (a cost a preset leaves at 0) starts 1% inside, where the
     # sigmoid still passes a gradient (at 1e-6 of the box its slope is 1e-6 and the fit never moves it)
     frac = np.clip((start - lo) / (hi - lo), 1e-2, 1 - 1e-2)
@@ -710,7 +972,8 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
 
     def machine_of(z: Any) -> Hardware:
         values = lo + (hi - lo) * jax.nn.sigmoid(z)
-        return dataclasses.replace(base_hw, **{k: values[i] for i, k in enumerate(fields)})
+        return dataclasses.replace(base_hw, **{k: values[i] for i, k in enumerate(fields)},
+                                   **{f: values[cut] for f, cut in slots.items()})
 
     def loss(z: Any) -> Any:
         pred = seconds_of(machine_of(z))
@@ -718,16 +981,13 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
 
     with jax.enable_x64(True):
-        from jax.scipy.optimize import minimize
-
-        # one compiled BFGS for the first run and every restart: called outside jit, minimize's loop is traced and
-        # compiled again on each call (seconds each for a model of a few hundred rows)
-        solve = jax.jit(lambda z: minimize(loss, z, method="BFGS", options={"maxiter": int(max_iterations)}))
+        # one compiled descent for the first run and every restart
+        solve = jax.jit(lambda z: _bfgs(loss, z, int(max_iterations)))
         result = solve(jnp.asarray(z0))
-        # BFGS stops where its line search finds no descent along its own curvature estimate (status 3), often
-        # early on this piecewise model (a field the others mask moves little); started again from there, with
-        # the estimate reset, it goes on while that still lowers the loss (not after running out of iterations:
-        # max_iterations is the caller's budget)
+        # the descent stops where its line search finds no lower point along its curvature estimate (status 3),
+        # often early on this piecewise model (a field the others mask moves little); started again from there,
+        # with the estimate reset, it goes on while that still lowers the loss (not after running out of
+        # iterations: max_iterations is the caller's budget)
         for _ in range(RESTARTS):
             if int(result.status) != 3:
                 break
@@ -735,18 +995,20 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
             if not float(again.fun) < float(result.fun) * (1.0 - 1e-6):
                 break
             result = again
-        z = np.asarray(result.x)
+        z = jnp.asarray(result.x)
         final = float(result.fun)
-        # BFGS status 3: the line search finds no further descent (a minimum to precision; common where the model
-        # is piecewise, e.g. the mapping search switching layouts); 1: out of iterations; 5: not finite
+        # status 3: no further descent (a minimum to precision; common where the model is piecewise, e.g. the
+        # mapping search switching layouts); 1: out of iterations; 5: not finite at the start
         converged = (bool(result.success) or int(result.status) == 3) and bool(np.isfinite(final))
-        values = lo + (hi - lo) / (1.0 + np.exp(-z))
+        # the machine the loss priced at z: the same expression as machine_of's, so the values are those the
+        # descent evaluated to the last bit
+        values = np.asarray(lo + (hi - lo) * jax.nn.sigmoid(z))
         if not np.isfinite(values).all():
-            bad = [k for k, v in zip(fields, values, strict=True) if not np.isfinite(v)]
-            raise CalibrationError(f"the fit of {list(fields)} diverged (no finite value for {bad}; loss {final:g}): "
-                                   "fit fewer fields, or give them bounds=")
+            bad = sorted({k for k, v in zip(names, values, strict=True) if not np.isfinite(v)})
+            raise CalibrationError(f"the fit of {[*fields, *groups]} diverged (no finite value for {bad}; loss "
+                                   f"{final:g}): fit fewer fields, or give them bounds=")
         fitted_hw = hw.replace(name=f"{hw.name} (calibrated)", **{k: float(values[i]) for i, k in enumerate(fields)})
-    return fitted_hw, converged, final, int(result.status)
+    return fitted_hw, converged, final, int(result.status), {f: values[cut].copy() for f, cut in slots.items()}
 
 
 def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
@@ -770,4 +1032,4 @@ def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
 
 
 __all__ = ("DEFAULT_FIELDS", "FITTABLE", "KERNEL_FIELDS", "Calibration", "CalibrationError", "CalibrationWarning",
-           "calibrate", "load", "predict", "predictor", "vector_predictor")
+           "PerGroup", "calibrate", "load", "predict", "predictor", "vector_predictor")

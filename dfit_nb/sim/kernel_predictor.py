@@ -13,7 +13,8 @@ op count; the grid is fixed).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -160,7 +161,12 @@ def fusion_rows(trace: Any) -> KernelRows:
     return KernelRows((prep,), np.zeros(len(rows), np.int64), tuple(masks), pd.DataFrame(rows), whole=False)
 
 
-def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Callable[[Hardware], Any]:
+def _broadcast(x: Any, n: int) -> Any:
+    return jnp.broadcast_to(jnp.asarray(x, jnp.float64), (n,))
+
+
+def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws", *,
+                     groups: Mapping[str, np.ndarray] | None = None) -> Callable[[Hardware], Any]:
     """A pure function ``Hardware -> seconds per row`` (the replay's time of each row's ops), for ``jax.grad``.
 
     A program row's time is its replayed latency; a kernel row's, the busy time of its ops (the sum of their
@@ -168,6 +174,10 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Ca
 
     Programs are padded as :func:`dfit_nb.sim.replay_batch` pads them and those of one padded size replayed in
     one vmapped program; the grid of ``hw`` is fixed. Call the function under ``jax.enable_x64(True)``.
+
+    ``groups`` (``{field: per-row group index}``, program rows only): fields given per group of rows. The
+    Hardware the function is called with holds each as a vector, one value per group, and each program is
+    replayed with its group's value (the machine vmapped with the programs).
     """
     check_hardware(hw, "kernel_predictor()", error=KernelRowError)
     if not isinstance(dataflow, str):
@@ -176,15 +186,22 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Ca
     grid = schedule.bucket(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)))
     tables = schedule.grid_tables(int(np.asarray(hw.tile_rows)), int(np.asarray(hw.tile_cols)), grid)
     spatial = hw.execution == "spatial"
-    groups: dict[tuple[int, int], list[int]] = {}
+    by = {f: np.asarray(g, np.int64).reshape(-1) for f, g in (groups or {}).items()}
+    if by and not rows.whole:
+        raise KernelRowError("fields given per group of rows need whole-program rows (a table of programs with a "
+                             "group column); a profile-mode trace's kernels run in one replay, on one machine")
+    for f, g in by.items():
+        if len(g) != len(rows.table):
+            raise KernelRowError(f"the groups of {f!r} give {len(g)} row(s), the rows are {len(rows.table)}")
+    by_shape: dict[tuple[int, int], list[int]] = {}
     padded_inputs = []
     for j, prep in enumerate(rows.preps):
         codes = np.full(len(prep.op), float(("ws", "os", "is").index(dataflow)))
         arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, None), BATCH_OPS)
         padded_inputs.append((arrays, preds, pred_bytes, codes_p, pin))
-        groups.setdefault(preds.shape, []).append(j)
+        by_shape.setdefault(preds.shape, []).append(j)
     stacked = []
-    for members in groups.values():
+    for members in by_shape.values():
         parts = [padded_inputs[j] for j in members]
         stacked.append((members, jax.tree.map(lambda *xs: np.stack(xs), *parts)))
     # per row: its prep's group and position, and its mask over the padded ops
@@ -198,12 +215,20 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws") -> Ca
 
     def seconds(h: Hardware) -> Any:
         ends = []
-        for _, (arrays, preds, pred_bytes, codes, pin) in stacked:
-            def one(a: Any, p: Any, pb: Any, c: Any, pn: Any) -> Any:
-                out = program.__wrapped__(a, p, pb, tables, h, c, pn, grid, spatial)
+        for members, (arrays, preds, pred_bytes, codes, pin) in stacked:
+            def one(a: Any, p: Any, pb: Any, c: Any, pn: Any, h_p: Hardware) -> Any:
+                out = program.__wrapped__(a, p, pb, tables, h_p, c, pn, grid, spatial)
                 return out["start"], out["end"]
 
-            ends.append(jax.vmap(one)(arrays, preds, pred_bytes, codes, pin))
+            if by:  # each program on its group's machine: the per-group fields indexed by its row's group
+                # (program rows: one prep per row, prep j is row j)
+                scalar = dataclasses.replace(h, **{f: jnp.asarray(getattr(h, f))[0] for f in by})
+                every = jax.tree.map(functools.partial(_broadcast, n=len(members)), scalar)
+                every = dataclasses.replace(every, **{f: jnp.asarray(getattr(h, f), jnp.float64)[g[members]]
+                                                      for f, g in by.items()})
+                ends.append(jax.vmap(one)(arrays, preds, pred_bytes, codes, pin, every))
+            else:
+                ends.append(jax.vmap(one, in_axes=(0, 0, 0, 0, 0, None))(arrays, preds, pred_bytes, codes, pin, h))
         cycles = []
         for r, j in enumerate(rows.prep_of):
             g, p = where[int(j)]
