@@ -78,7 +78,7 @@ BETAS = (0.8, 0.95)
 #: share of ``budget_s`` the gradient phase may take (the polish and the replays take the rest)
 SEARCH_SHARE = 0.6
 #: rounds of the polish around the best priced machines
-POLISH_ROUNDS = 2
+POLISH_ROUNDS = 1
 
 
 class DesignError(DfitError, ValueError):
@@ -86,15 +86,27 @@ class DesignError(DfitError, ValueError):
     too small."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Space:
-    """The fields a search designs: per field its log2 bounds and lattice step, whether it is whole-number."""
+    """The fields a search designs: per field its log2 bounds and lattice step, whether it is whole-number.
+
+    Compared and hashed by value: it is static metadata of the compiled step, which a later search of the same
+    space (and op table shapes) reuses."""
 
     fields: tuple[str, ...]
     lo: np.ndarray  # log2 lower bounds
     hi: np.ndarray  # log2 upper bounds
     step: np.ndarray  # lattice step in octaves
     whole: np.ndarray  # bool per field
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.fields, *(tuple(np.asarray(a).tolist()) for a in (self.lo, self.hi, self.step, self.whole)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Space) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def levels(self, i: int) -> np.ndarray:
         """The lattice values of field ``i`` (log2)."""
@@ -196,26 +208,33 @@ def _simplex(u: Any, sp: Space) -> tuple[Any, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class _Problem:
-    """What pricing a machine needs, fixed for a search: the op table, counts, dataflow codes, the tile-order
-    tables of every grid the space holds, the base machine and how SRAM splits."""
+    """What pricing a machine needs, fixed for a search (a pytree: the arrays are its leaves, the space and the
+    objective static): the op table padded to a power of two (padding rows count 0), the dataflow codes, the
+    tile-order tables of every grid the space holds, the base machine and how SRAM splits."""
 
     ops: dict[str, Any]
-    count: np.ndarray
-    n_ops: int
-    codes: np.ndarray
-    tables: tuple[np.ndarray, np.ndarray]
-    grid_rows: np.ndarray  # log2 tile rows of each table, sorted as batch_tables sorts
-    grid_cols: np.ndarray
+    count: Any
+    codes: Any
+    tables: tuple[Any, Any]
+    grid_rows: Any  # log2 tile rows of each table, sorted as batch_tables sorts
+    grid_cols: Any
     base: Hardware
-    shares: np.ndarray
+    shares: Any
     space: Space
     objective: str
+
+
+jax.tree_util.register_dataclass(_Problem, data_fields=["ops", "count", "codes", "tables", "grid_rows", "grid_cols",
+                                                        "base", "shares"], meta_fields=["space", "objective"])
 
 
 def _problem(trace: Any, hw: Hardware, sp: Space, dataflows: Sequence[str], objective: str) -> _Problem:
     p = plan(trace, hw, list(dataflows), "finite", {}, per_op=False)
     n_ops = len(p.coord)
-    ops = take_rows(p.arrays, padded_index(n_ops, padded_count(n_ops, COST_OPS)), n_ops)
+    padded = padded_count(n_ops, COST_OPS)
+    ops = take_rows(p.arrays, padded_index(n_ops, padded), n_ops)
+    count = np.zeros(padded)
+    count[:n_ops] = p.count
     rows = sp.levels(sp.fields.index("tile_rows")) if "tile_rows" in sp.fields else \
         np.array([math.log2(float(hw.tile_rows))])
     cols = sp.levels(sp.fields.index("tile_cols")) if "tile_cols" in sp.fields else \
@@ -223,8 +242,8 @@ def _problem(trace: Any, hw: Hardware, sp: Space, dataflows: Sequence[str], obje
     rr, cc = np.meshgrid(rows, cols, indexing="ij")
     tables, _ = batch_tables(np.round(2.0 ** rr.ravel()), np.round(2.0 ** cc.ravel()))
     have = np.array([float(getattr(hw, f)) for f in ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")])
-    return _Problem({k: np.asarray(v, np.float64) for k, v in ops.items()}, np.asarray(p.count, np.float64), n_ops,
-                    np.asarray(p.codes, np.float64), tables, rows, cols, for_jit(hw), have / have.sum(), sp,
+    return _Problem({k: np.asarray(v, np.float64) for k, v in ops.items()}, count, np.asarray(p.codes, np.float64),
+                    tuple(np.asarray(t, np.float64) for t in tables), rows, cols, for_jit(hw), have / have.sum(), sp,
                     objective)
 
 
@@ -235,15 +254,15 @@ def _log_figures(pb: _Problem, u: Any) -> tuple[Any, Any]:
     hw = _with(pb.base, _values(sp, u), pb.shares)
     r = jnp.log2(hw.tile_rows) if "tile_rows" in sp.fields else jnp.asarray(pb.grid_rows[0])
     c = jnp.log2(hw.tile_cols) if "tile_cols" in sp.fields else jnp.asarray(pb.grid_cols[0])
-    i = jnp.round((r - pb.grid_rows[0]) * len(pb.grid_cols) + (c - pb.grid_cols[0])).astype(jnp.int32)
+    i = jnp.round((r - pb.grid_rows[0]) * pb.grid_cols.shape[0] + (c - pb.grid_cols[0])).astype(jnp.int32)
     t = (jnp.asarray(pb.tables[0])[i], jnp.asarray(pb.tables[1])[i])
     ops = {k: jnp.asarray(v) for k, v in pb.ops.items()}
     count = jnp.asarray(pb.count)
 
     def one(d: Any) -> tuple[Any, Any]:
         out = alone(ops, hw, d, t, False)
-        cycles = jnp.sum(out["cycles"][: pb.n_ops] * count)
-        energy = jnp.sum(out["energy_pj"][: pb.n_ops] * count)
+        cycles = jnp.sum(out["cycles"] * count)
+        energy = jnp.sum(out["energy_pj"] * count)
         return jnp.log(cycles / (hw.clock_ghz * 1e9)), jnp.log(energy * 1e-12)
 
     lt, le = jax.vmap(one)(jnp.asarray(pb.codes))
@@ -257,13 +276,34 @@ def _score(objective: str, log_t: Any, log_e: Any) -> Any:
     return {"edp": log_t + log_e, "energy": log_e, "latency": log_t, "throughput": log_t}[objective]
 
 
+def _priced(pb: _Problem, corner: Any) -> tuple[Any, Any]:
+    """:func:`_log_figures` of one corner, differentiable in the continuous fields by forward mode.
+
+    The model is run forward once and linearised in the continuous fields alone (``jax.linearize``: one tangent
+    per continuous field, each about the cost of a forward pass); the figures returned are that first-order
+    expansion around the corner (exactly its value there), so reverse mode over the loss never goes back through
+    the model, whose reverse pass over the mapping search costs several forward passes and their memory. The
+    whole-number fields of a corner are lattice points: their gradient is the blend's, not the model's.
+    """
+    cont = np.flatnonzero(~pb.space.whole)
+    fixed = jax.lax.stop_gradient(corner)
+    if not len(cont):
+        return jax.lax.stop_gradient(_log_figures(pb, fixed))
+    (lt, le), tangent = jax.linearize(lambda c: _log_figures(pb, c), fixed)
+    basis = jnp.eye(corner.shape[0])[cont]
+    dlt, dle = jax.vmap(tangent)(basis)  # (continuous fields,) each
+    moved = corner[cont] - fixed[cont]  # zero in value; carries the gradient to u
+    return (jax.lax.stop_gradient(lt) + jnp.dot(jax.lax.stop_gradient(dlt), moved),
+            jax.lax.stop_gradient(le) + jnp.dot(jax.lax.stop_gradient(dle), moved))
+
+
 def _loss_fn(pb: _Problem, limits: dict[str, float]) -> Any:
     """``u -> (loss, aux)`` for one start: the blended log objective over the simplex corners plus penalties."""
     sp = pb.space
 
     def loss(u: Any) -> tuple[Any, dict[str, Any]]:
         corners, w = _simplex(u, sp)
-        lt, le = jax.vmap(lambda c: _log_figures(pb, c))(corners)
+        lt, le = jax.vmap(lambda c: _priced(pb, c))(corners)
         score = _score(pb.objective, lt, le)
         value = jnp.sum(w * score)
         relaxed = _with(pb.base, _values(sp, u), pb.shares)
@@ -273,29 +313,26 @@ def _loss_fn(pb: _Problem, limits: dict[str, float]) -> Any:
             total = total + PENALTY * jax.nn.relu(jnp.log(area / limits["area_mm2"])) ** 2
         if "power_w" in limits:
             log_p = jnp.sum(w * (le - lt))
-            total = total + PENALTY * jax.nn.relu(log_p - math.log(limits["power_w"])) ** 2
+            total = total + PENALTY * jax.nn.relu(log_p - jnp.log(limits["power_w"])) ** 2
         return total, {"corners": corners, "score": score, "log_t": lt, "log_e": le, "value": value, "area": area}
 
     return loss
 
 
-def _adam_step(pb: _Problem, limits: dict[str, float]) -> Any:
-    """One jitted Adam step of every start at once (``vmap``), projected into the bounds."""
+@_compile_options.jit
+def _step(pb: _Problem, limits: dict[str, Any], u: Any, m: Any, v: Any, t: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """One Adam step of every start at once (``vmap``), projected into the bounds: compiled once per space,
+    objective, constraint kinds and op-table shape, whatever the program and the base machine."""
     grad = jax.value_and_grad(_loss_fn(pb, limits), has_aux=True)
     lo, hi = jnp.asarray(pb.space.lo), jnp.asarray(pb.space.hi)
     b1, b2 = BETAS
-
-    @_compile_options.jit
-    def step(u: Any, m: Any, v: Any, t: Any) -> tuple[Any, Any, Any, Any, Any]:
-        (loss, aux), g = jax.vmap(grad)(u)
-        g = jnp.where(jnp.isfinite(g), g, 0.0)
-        m = b1 * m + (1 - b1) * g
-        v = b2 * v + (1 - b2) * g * g
-        mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
-        u_new = jnp.clip(u - LEARNING_RATE * mh / (jnp.sqrt(vh) + 1e-8), lo, hi)
-        return u_new, m, v, loss, aux
-
-    return step
+    (loss, aux), g = jax.vmap(grad)(u)
+    g = jnp.where(jnp.isfinite(g), g, 0.0)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
+    u_new = jnp.clip(u - LEARNING_RATE * mh / (jnp.sqrt(vh) + 1e-8), lo, hi)
+    return u_new, m, v, loss, aux
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -483,7 +520,11 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
                                                                               "sram_output_bytes")) / 1024)
                                for f in sp.fields])
         u0[0] = np.clip(start_here, sp.lo, sp.hi)
-        step = _adam_step(pb, limits)
+        lim = {k: jnp.float64(v) for k, v in limits.items()}
+
+        def step(u: Any, m: Any, v: Any, t: Any) -> tuple[Any, Any, Any, Any, Any]:
+            return _step(pb, lim, u, m, v, t)
+
         u, m, v = jnp.asarray(u0), jnp.zeros_like(u0), jnp.zeros_like(u0)
         seen: dict[tuple[float, ...], tuple[float, float]] = {}
         path_u, path_value, path_area = [], [], []
