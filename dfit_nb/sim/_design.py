@@ -314,7 +314,8 @@ def _loss_fn(pb: _Problem, limits: dict[str, float]) -> Any:
         if "power_w" in limits:
             log_p = jnp.sum(w * (le - lt))
             total = total + PENALTY * jax.nn.relu(log_p - jnp.log(limits["power_w"])) ** 2
-        return total, {"corners": corners, "score": score, "log_t": lt, "log_e": le, "value": value, "area": area}
+        return total, {"corners": corners, "score": score, "log_t": lt, "log_e": le, "value": value, "area": area,
+                       "blend_t": jnp.sum(w * lt), "blend_e": jnp.sum(w * le)}
 
     return loss
 
@@ -352,8 +353,9 @@ class Design:
     front : xarray.Dataset
         The candidates no other beats on latency, energy and area at once (dim ``front``).
     path : xarray.Dataset
-        The search (dims ``step``, ``start``): each field's relaxed value, the blended objective and the relaxed
-        area.
+        The search (dims ``step``, ``start``): each field's relaxed value, the blended objective, the relaxed
+        area, and the loop model's blended ``latency_s`` and ``energy_j`` (every kernel alone, summed: the
+        replay's figures differ by what the program overlaps).
     times : dict
         Seconds per phase: ``prepare``, ``search`` (compile included), ``polish``, ``replay``, ``total``.
     """
@@ -527,7 +529,7 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
 
         u, m, v = jnp.asarray(u0), jnp.zeros_like(u0), jnp.zeros_like(u0)
         seen: dict[tuple[float, ...], tuple[float, float]] = {}
-        path_u, path_value, path_area = [], [], []
+        path_u, path_value, path_area, path_t, path_e = [], [], [], [], []
         t_search = time.perf_counter()
         for it in range(1, max_steps + 1):
             path_u.append(np.asarray(u))
@@ -535,6 +537,8 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
             aux = jax.device_get(aux)
             path_value.append(np.asarray(aux["value"]))
             path_area.append(np.asarray(aux["area"]))
+            path_t.append(np.exp(np.asarray(aux["blend_t"])))
+            path_e.append(np.exp(np.asarray(aux["blend_e"])))
             _record(seen, aux, sp)
             elapsed = time.perf_counter() - t0
             if it == 1 and elapsed > budget_s:
@@ -580,7 +584,10 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
     path = xr.Dataset(
         {**{f: (("step", "start"), 2.0 ** np.stack(path_u)[..., i]) for i, f in enumerate(sp.fields)},
          "objective": (("step", "start"), np.stack(path_value)),
-         "area_mm2": (("step", "start"), np.stack(path_area))},
+         "area_mm2": (("step", "start"), np.stack(path_area)),
+         "latency_s": (("step", "start"), np.stack(path_t), {"description": "the loop's model (kernels alone, "
+                                                                             "summed), blended over the corners"}),
+         "energy_j": (("step", "start"), np.stack(path_e), {"description": "as latency_s"})},
         coords={"step": np.arange(len(path_u)), "start": np.arange(starts)},
         attrs={"objective": f"blended log {objective} (natural log) of the simplex corners"})
     times["total"] = time.perf_counter() - t0
