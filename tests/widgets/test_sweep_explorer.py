@@ -97,7 +97,7 @@ def test_a_design_is_drawn_over_the_cloud_and_opens(static_traces, batch):
     ex = sx.open_design()
     assert float(ex.run.summary["latency_s"]) == pytest.approx(d.figures["latency_s"], rel=1e-9)
     assert ex.run.attrs["hardware"] == d.hardware.name
-    with pytest.raises(ViewInputError, match="design as a dfit_nb.sim.Design"):
+    with pytest.raises(ViewInputError, match=r"design as a dfit_nb\.sim\.Design"):
         SweepExplorer(batch, trace, "designed")
     with pytest.raises(ValueError, match="without the trace or the design"):
         SweepExplorer(batch, trace).open_design()
