@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import math
 import time
 
 import numpy as np
 
 import dfit_nb
 from dfit_nb import sim
-from dfit_nb.sim._design import DEFAULT_FIELDS, design, machine_at, replay_machines, space
+from dfit_nb.sim._design import DEFAULT_FIELDS, _areas, design, machine_at, replay_machines, space
 
 WORKLOADS = ("encoder", "cnn", "bert_block")
 PRESETS = ("tpu_like", "npu_like")
@@ -52,18 +51,32 @@ def random_search(trace, base, sp, limit: float, n: int, seed: int) -> tuple[flo
 
 
 def grid_search(trace, base, sp, limit: float, n: int) -> tuple[float, int, float]:
-    """Best replayed EDP of an even grid of at most ``n`` lattice machines within the limit."""
+    """Best replayed EDP of an even grid within the area limit, at most ``n`` machines replayed: levels per field
+    (evenly spaced on its lattice) added one field at a time, the field with the fewest first, while the grid's
+    machines within the limit are fewer than ``n``; then thinned evenly to ``n``."""
     t0 = time.perf_counter()
     d = len(sp.fields)
-    levels = max(2, math.floor(n ** (1.0 / d)))
-    axes = []
-    for i in range(d):
-        lv = sp.levels(i)
-        axes.append(lv[np.unique(np.round(np.linspace(0, len(lv) - 1, min(levels, len(lv)))).astype(int))])
-    points = np.array(list(itertools.product(*axes)))
-    found = _feasible_points(sp, base, points, limit)
-    if len(found) > n:  # the grid's feasible part thinned evenly to the budget
-        found = [found[i] for i in np.unique(np.linspace(0, len(found) - 1, n).astype(int))]
+    sizes = [len(sp.levels(i)) for i in range(d)]
+    levels = [min(2, s) for s in sizes]
+
+    def grid(lv: list[int]) -> np.ndarray:
+        axes = [sp.levels(i)[np.unique(np.round(np.linspace(0, sizes[i] - 1, lv[i])).astype(int))] for i in range(d)]
+        return np.array(list(itertools.product(*axes)))
+
+    points = grid(levels)
+    inside = points[_areas(base, sp, points) <= limit]
+    while len(inside) < n and any(lv < s for lv, s in zip(levels, sizes, strict=True)):
+        grow = min((i for i in range(d) if levels[i] < sizes[i]), key=lambda i: levels[i])
+        trial = levels.copy()
+        trial[grow] += 1
+        more = grid(trial)
+        more_inside = more[_areas(base, sp, more) <= limit]
+        if len(more_inside) > n and len(inside):
+            break
+        levels, points, inside = trial, more, more_inside
+    if len(inside) > n:  # the grid's feasible part thinned evenly to the budget
+        inside = inside[np.unique(np.linspace(0, len(inside) - 1, n).astype(int))]
+    found = [machine_at(base, sp, p, name=f"g{i}") for i, p in enumerate(inside)]
     ev = replay_machines(trace, found, "edp", {"area_mm2": limit})
     return float(ev["edp_js"].where(ev["feasible"]).min()), len(found), time.perf_counter() - t0
 

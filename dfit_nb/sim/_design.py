@@ -43,6 +43,7 @@ import xarray as xr
 from .. import _compile_options
 from .._html import render
 from .._padding import padded_count, padded_index
+from ..capture.trace import Trace
 from ..errors import DfitError
 from ._area import area as area_of
 from ._area import area_mm2
@@ -468,8 +469,9 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
     fields : sequence of str or dict, optional
         Fields to design (default :data:`DEFAULT_FIELDS`), or name -> (lower, upper) bounds within :data:`SPACE`.
     budget_s : float
-        Seconds for the gradient phase and the polish (the replays of the candidates come after); refused when one
-        step takes longer.
+        Seconds for the whole search: the gradient phase stops at :data:`SEARCH_SHARE` of it (or ``max_steps``),
+        leaving the rest to the polish and the replays (which are not cut short). Refused when the first step
+        (its compile included) takes longer.
     starts : int
         Seeded starts searched at once (``vmap``); one of them is the base machine.
     replays : int
@@ -497,6 +499,9 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
     True
     """
     t0 = time.perf_counter()
+    if not isinstance(trace, Trace):
+        raise DesignError(f"design() needs a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
+                          f"{type(trace).__name__}")
     limits = _check_inputs(objective, constraints, budget_s)
     check_hardware(hw, "design()", error=DesignError)
     sp = space(hw, fields)

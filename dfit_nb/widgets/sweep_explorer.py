@@ -191,8 +191,9 @@ def _with_design(chart: Any, design: Design, xcol: str, ycol: str) -> Any:
     best = alt.Chart(pd.DataFrame([{"latency_s": f["latency_s"], "energy_j": f["energy_j"],
                                     "what": f"designed: {design.hardware.name}"}])).mark_point(
         shape="cross", color="crimson", filled=True, size=400).encode(x=xe, y=ye, tooltip=tips)
-    return alt.layer(*chart.layer, lines, cands, best).properties(title=chart.title, width=chart.width,
-                                                                 height=chart.height)
+    # the sweep view's layers with its parameters (Altair lifts a layer's selection to the layered chart)
+    return alt.LayerChart(layer=[*chart.layer, lines, cands, best], params=chart.params, title=chart.title,
+                          width=chart.width, height=chart.height)
 
 
 def _lazy(ds: xr.Dataset) -> bool:

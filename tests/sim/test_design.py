@@ -104,6 +104,8 @@ def test_result_object(designed) -> None:  # type: ignore[no-untyped-def]
 
 def test_bad_input_refused_before_any_work(trace) -> None:  # type: ignore[no-untyped-def]
     hw = presets.get(BASE)
+    with pytest.raises(DesignError, match="needs a dfit_nb Trace"):
+        design({"m": [64], "k": [64], "n": [64]}, hw)
     with pytest.raises(DesignError, match=f"not one of {', '.join(OBJECTIVES)}"):
         design(trace, hw, "speed")
     with pytest.raises(DesignError, match=f"valid constraints: {', '.join(CONSTRAINTS)}"):
