@@ -181,7 +181,8 @@ def _with_design(chart: Any, design: Design, xcol: str, ycol: str) -> Any:
     path = design.path[["latency_s", "energy_j"]].to_dataframe().reset_index()
     path["what"] = "search path (model: kernels alone)"
     tips = [alt.Tooltip("what:N"), alt.Tooltip(f"{xcol}:Q", format=".4~s"), alt.Tooltip(f"{ycol}:Q", format=".4~s")]
-    lines = alt.Chart(path).mark_line(point=True, strokeDash=[4, 2], color="darkorange", opacity=0.7).encode(
+    lines = alt.Chart(path).mark_line(point=alt.OverlayMarkDef(color="darkorange"), strokeDash=[4, 2],
+                                      color="darkorange", opacity=0.7).encode(
         x=xe, y=ye, detail="start:N", order="step:Q", tooltip=[*tips, alt.Tooltip("start:N"), alt.Tooltip("step:Q")])
     ev = design.evaluated[["latency_s", "energy_j", "area_mm2", "feasible"]].to_dataframe().reset_index()
     ev["what"] = "design candidate (replayed)"
@@ -191,9 +192,10 @@ def _with_design(chart: Any, design: Design, xcol: str, ycol: str) -> Any:
     best = alt.Chart(pd.DataFrame([{"latency_s": f["latency_s"], "energy_j": f["energy_j"],
                                     "what": f"designed: {design.hardware.name}"}])).mark_point(
         shape="cross", color="crimson", filled=True, size=400).encode(x=xe, y=ye, tooltip=tips)
-    # the sweep view's layers with its parameters (Altair lifts a layer's selection to the layered chart)
-    return alt.LayerChart(layer=[*chart.layer, lines, cands, best], params=chart.params, title=chart.title,
-                          width=chart.width, height=chart.height)
+    # the sweep view's layers with what Altair lifted from them to the layered chart: their shared data and
+    # their selection; the overlays carry their own data
+    return alt.LayerChart(layer=[*chart.layer, lines, cands, best], data=chart.data, params=chart.params,
+                          title=chart.title, width=chart.width, height=chart.height)
 
 
 def _lazy(ds: xr.Dataset) -> bool:

@@ -90,8 +90,12 @@ def test_a_design_is_drawn_over_the_cloud_and_opens(static_traces, batch):
     d = design(trace, presets.get("npu_like"), fields={"pe_rows": (8, 32), "pe_cols": (8, 32)}, starts=2, replays=3,
                max_steps=2, budget_s=600)
     sx = SweepExplorer(batch, trace, d)
-    layers = sx.chart.chart.to_dict()["layer"]
+    spec = sx.chart.chart.to_dict()
+    layers = spec["layer"]
     assert len(layers) == 6  # the sweep's front line, points and rings; the path, the candidates, the design
+    # the sweep's layers keep the data and the selection Altair lifted from them to the layered chart
+    assert "data" in spec and [p["name"] for p in spec["params"]] == ["picked"]
+    assert all("data" in layer for layer in layers[3:])
     sx.y.value = "utilization"  # another view: the sweep alone
     assert len(sx.chart.chart.to_dict()["layer"]) == 3
     ex = sx.open_design()
