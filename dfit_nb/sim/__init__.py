@@ -13,10 +13,16 @@ function of the same name are private (``_replay``, ``_batch``, ``_sweep``, ``_c
 """
 
 from . import presets as presets
+from ._area import AreaError as AreaError
+from ._area import area as area
+from ._area import power as power
 from ._batch import replay_batch as replay_batch
 from ._compare import CompareError as CompareError
 from ._compare import compare as compare
 from ._cost import cost as cost
+from ._design import Design as Design
+from ._design import DesignError as DesignError
+from ._design import design as design
 from ._optable import CostInputError as CostInputError
 from ._prepare import REPLAY_DATAFLOWS as REPLAY_DATAFLOWS
 from ._prepare import ReplayError as ReplayError
@@ -44,11 +50,12 @@ from .run import load_run as load_run
 from .shapes import shape_sensitivity as shape_sensitivity
 from .shapes import tail_latency as tail_latency
 
-__all__ = ("DATAFLOWS", "FUSION_MODES", "REPLAY_DATAFLOWS", "Calibration", "CompareError", "CostInputError",
-           "FusionError", "Hardware", "HardwareError", "Policy", "PolicyError", "ReplayError", "Run", "SpillWarning",
-           "ThermalError", "calibrate", "compare", "cost", "load_run", "open_sweep", "pareto_front", "presets",
-           "program_key", "reconcile", "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep",
-           "tail_latency", "thermal", "to_zarr", "warm")
+__all__ = ("DATAFLOWS", "FUSION_MODES", "REPLAY_DATAFLOWS", "AreaError", "Calibration", "CompareError",
+           "CostInputError", "Design", "DesignError", "FusionError", "Hardware", "HardwareError", "Policy",
+           "PolicyError", "ReplayError", "Run", "SpillWarning", "ThermalError", "area", "calibrate", "compare", "cost",
+           "design", "load_run", "open_sweep", "pareto_front", "power", "presets", "program_key", "reconcile",
+           "replay", "replay_batch", "select_dataflows", "shape_sensitivity", "sweep", "tail_latency", "thermal",
+           "to_zarr", "warm")
 
 
 def __getattr__(name: str) -> object:

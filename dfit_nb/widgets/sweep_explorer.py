@@ -8,11 +8,12 @@ from typing import Any
 import altair as alt
 import ipywidgets as w
 import numpy as np
+import pandas as pd
 import xarray as xr
 
 from .. import views
 from .._html import macro
-from ..sim import DATAFLOWS
+from ..sim import DATAFLOWS, Design
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.pareto import pareto_front
 from ..views import ViewInputError, describe, expect
@@ -33,6 +34,11 @@ class SweepExplorer(w.VBox):
         reduction over its chunks), and a picked machine's fields are read from its coordinates.
     trace : Trace, optional
         The program the machines ran; needed to open a picked machine.
+    design : dfit_nb.sim.Design, optional
+        A search over the same program (:func:`dfit_nb.sim.design`): on the latency-energy view its path (each
+        start's steps, at the search model's blended figures: every kernel alone, summed), its replayed
+        candidates (diamonds) and the designed machine (a large cross) are drawn over the sweep's cloud;
+        :meth:`open_design` opens the designed machine.
 
     Examples
     --------
@@ -46,11 +52,14 @@ class SweepExplorer(w.VBox):
     8.0
     """
 
-    def __init__(self, ds: xr.Dataset, trace: Any = None) -> None:
+    def __init__(self, ds: xr.Dataset, trace: Any = None, design: Design | None = None) -> None:
         expect(ds, "SweepExplorer", "ds", "Dataset", dataset="from dfit_nb.sim.replay_batch or dfit_nb.sim.sweep")
         if trace is not None:
             expect(trace, "SweepExplorer", "trace", "Trace")
-        self.ds, self.trace = ds, trace
+        if design is not None and not isinstance(design, Design):
+            raise ViewInputError(f"SweepExplorer() needs design as a dfit_nb.sim.Design (from dfit_nb.sim.design), "
+                                 f"got {describe(design)}")
+        self.ds, self.trace, self.design = ds, trace, design
         self.explorer: Explorer | None = None
         self._shown = False  # displayed: an Explorer opened in it is seen (its warm-ups may start)
         per_config = [v for v in ds.data_vars if v not in ("op",)]
@@ -75,7 +84,10 @@ class SweepExplorer(w.VBox):
         super().__init__([w.HBox([self.x, self.y, self.status]), self.chart, self.detail])
 
     def _chart(self) -> Any:
-        return views.sweep(self.shown, x=self.x.value, y=self.y.value)
+        chart = views.sweep(self.shown, x=self.x.value, y=self.y.value)
+        if self.design is None or {self.x.value, self.y.value} != set(_AXES):
+            return chart
+        return _with_design(chart, self.design, _AXES[self.x.value], _AXES[self.y.value])
 
     def _redraw(self) -> None:
         try:
@@ -139,12 +151,51 @@ class SweepExplorer(w.VBox):
             self.explorer._displayed()
         return self.explorer
 
+    def open_design(self) -> Explorer:
+        """Open the designed machine (``design.hardware``, with the dataflow its replay chose) in an
+        :class:`Explorer` below the chart (needs the trace and the design)."""
+        if self.trace is None or self.design is None:
+            raise ValueError("SweepExplorer was built without the trace or the design: pass both to open the "
+                             "designed machine")
+        hw = self.design.hardware
+        self.explorer = Explorer(self.trace, hw, dataflow=self.design.figures["dataflow"])
+        self.detail.children = [w.HTML(macro("widgets.html.j2", "machine", "designed", hw.name)), self.explorer]
+        if self._shown:
+            self.explorer._displayed()
+        return self.explorer
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         """Displayed (what IPython calls): an Explorer opened in it from now on is seen too."""
         self._shown = True
         if self.explorer is not None:
             self.explorer._displayed()
         return super()._repr_mimebundle_(**kwargs)
+
+
+def _with_design(chart: Any, design: Design, xcol: str, ycol: str) -> Any:
+    """``chart`` (a latency-energy sweep view) with a design's path, its replayed candidates and its machine."""
+    scale = alt.Scale(type="log", zero=False)
+    names = {"latency_s": "latency (s)", "energy_j": "energy (J)"}
+    xe = alt.X(f"{xcol}:Q", scale=scale, title=names[xcol], axis=alt.Axis(format="~s"))
+    ye = alt.Y(f"{ycol}:Q", scale=scale, title=names[ycol], axis=alt.Axis(format="~s"))
+    path = design.path[["latency_s", "energy_j"]].to_dataframe().reset_index()
+    path["what"] = "search path (model: kernels alone)"
+    tips = [alt.Tooltip("what:N"), alt.Tooltip(f"{xcol}:Q", format=".4~s"), alt.Tooltip(f"{ycol}:Q", format=".4~s")]
+    lines = alt.Chart(path).mark_line(point=alt.OverlayMarkDef(color="darkorange"), strokeDash=[4, 2],
+                                      color="darkorange", opacity=0.7).encode(
+        x=xe, y=ye, detail="start:N", order="step:Q", tooltip=[*tips, alt.Tooltip("start:N"), alt.Tooltip("step:Q")])
+    ev = design.evaluated[["latency_s", "energy_j", "area_mm2", "feasible"]].to_dataframe().reset_index()
+    ev["what"] = "design candidate (replayed)"
+    cands = alt.Chart(ev).mark_point(shape="diamond", color="crimson", filled=True, size=60).encode(
+        x=xe, y=ye, tooltip=[*tips, alt.Tooltip("area_mm2:Q", format=".4~s"), alt.Tooltip("feasible:N")])
+    f = design.figures
+    best = alt.Chart(pd.DataFrame([{"latency_s": f["latency_s"], "energy_j": f["energy_j"],
+                                    "what": f"designed: {design.hardware.name}"}])).mark_point(
+        shape="cross", color="crimson", filled=True, size=400).encode(x=xe, y=ye, tooltip=tips)
+    # the sweep view's layers with what Altair lifted from them to the layered chart: their shared data and
+    # their selection; the overlays carry their own data
+    return alt.LayerChart(layer=[*chart.layer, lines, cands, best], data=chart.data, params=chart.params,
+                          title=chart.title, width=chart.width, height=chart.height)
 
 
 def _lazy(ds: xr.Dataset) -> bool:

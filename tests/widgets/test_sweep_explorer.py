@@ -80,3 +80,28 @@ def test_axes_redraw_and_bad_uses(static_traces, batch):
     assert "$schema" in view_only.chart.chart.to_dict()
     with pytest.raises(ValueError, match="replay_batch"):
         view_only.machine(0)
+
+
+def test_a_design_is_drawn_over_the_cloud_and_opens(static_traces, batch):
+    from dfit_nb.sim import design
+    from dfit_nb.views import ViewInputError
+
+    trace = static_traces["mlp"]
+    d = design(trace, presets.get("npu_like"), fields={"pe_rows": (8, 32), "pe_cols": (8, 32)}, starts=2, replays=3,
+               max_steps=2, budget_s=600)
+    sx = SweepExplorer(batch, trace, d)
+    spec = sx.chart.chart.to_dict()
+    layers = spec["layer"]
+    assert len(layers) == 6  # the sweep's front line, points and rings; the path, the candidates, the design
+    # the sweep's layers keep the data and the selection Altair lifted from them to the layered chart
+    assert "data" in spec and [p["name"] for p in spec["params"]] == ["picked"]
+    assert all("data" in layer for layer in layers[3:])
+    sx.y.value = "utilization"  # another view: the sweep alone
+    assert len(sx.chart.chart.to_dict()["layer"]) == 3
+    ex = sx.open_design()
+    assert float(ex.run.summary["latency_s"]) == pytest.approx(d.figures["latency_s"], rel=1e-9)
+    assert ex.run.attrs["hardware"] == d.hardware.name
+    with pytest.raises(ViewInputError, match=r"design as a dfit_nb\.sim\.Design"):
+        SweepExplorer(batch, trace, "designed")
+    with pytest.raises(ValueError, match="without the trace or the design"):
+        SweepExplorer(batch, trace).open_design()
