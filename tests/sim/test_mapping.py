@@ -116,3 +116,17 @@ def test_counts_divide_exactly_however_the_divisor_broadcasts():
             got_f = jax.jit(floor_div)(jnp.asarray(a), div)
             np.testing.assert_array_equal(np.asarray(got_c), -(-a // b[j]))
             np.testing.assert_array_equal(np.asarray(got_f), a // b[j])
+
+
+def test_a_layer_pipelined_region_is_a_tile_count_the_mapping_fills():
+    """On a 4x5 grid the split factors are 2^a and 5 x 2^a, so the counts a mapping fills are their products up to
+    20 tiles; a region is rounded down to one of them (the tiles above would hold nothing), a need up to one."""
+    import jax.numpy as jnp
+
+    hw = presets.get("tpu_like").replace(tile_rows=4, tile_cols=5)
+    with jax.enable_x64(True):  # dfit_nb's programs run in float64
+        counts = np.asarray(mapping.tile_counts(hw))
+        alloc = schedule.allocate(jnp.array([7.0, 3.0, 1.0]), hw, jnp.array([0.0, 0.0, 3.0]), counts)
+    assert sorted(set(counts[np.isfinite(counts)].tolist())) == [1, 2, 4, 5, 8, 10, 16, 20]
+    # shares of the 18-tile pool: 11, 4 and 1 tiles -> 10 and 4; the third op's need of 3 tiles -> 4
+    assert np.asarray(alloc).tolist() == [10.0, 4.0, 4.0]
