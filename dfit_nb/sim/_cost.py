@@ -89,21 +89,22 @@ TOTALS = {"total_cycles": "cycles", "total_energy_j": "energy_j", "total_macs": 
 MODEL_OUTPUTS = tuple(k for k in VARIABLES if k not in ("seconds", "energy_j", "count", *TOTALS))
 
 
-def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool = False
-          ) -> dict[str, Any]:
+def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], ideal: bool = False,
+          spatial: bool = False) -> dict[str, Any]:
     """Every op alone on ``hw`` (pure ``jax.numpy``; ``vmap`` it over machines or dataflows).
 
     The mapping search over the whole grid, :func:`dfit_nb.sim.machine.model`
     on every tile, and the body time of :func:`dfit_nb.sim.machine.op_body`
     placed where a one-op replay places it (tile 0 onwards along the tile
     order): what :func:`dfit_nb.replay` charges a one-op program. ``tables``:
-    the :func:`~dfit_nb.sim.schedule.prefix_counts` of the machine's tile order.
+    the :func:`~dfit_nb.sim.schedule.prefix_counts` of the machine's tile order. ``spatial``: the machine is
+    layer-pipelined, so the op is mapped for its streamed stage, as its replay maps it.
     """
     n_tiles = machine.tiles(hw)
     n = ops["m"].shape[0]
     df = jnp.broadcast_to(jnp.asarray(df, jnp.float64), (n,))
     free = {"layout": jnp.full(n, -1.0), "gy": jnp.zeros(n), "gx": jnp.zeros(n)}
-    best = mapping.search(ops, hw, df, n_tiles, free, tables)
+    best = mapping.search(ops, hw, df, n_tiles, free, tables, spatial)
     m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], n_tiles)
     # a kernel's vector work under its GEMM's array work, its DRAM latency waited once (nothing changes for ops
     # without kernel columns: each its own kernel)
@@ -140,9 +141,9 @@ def alone(ops: dict[str, Any], hw: Hardware, df: Any, tables: tuple[Any, Any], i
     return out
 
 
-@functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
+@functools.partial(_compile_options.jit, static_argnames=("keys", "dataflows", "block_rows", "ideal", "spatial"))
 def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: int, tables: tuple[Any, Any],
-              ideal: bool) -> Any:
+              ideal: bool, spatial: bool = False) -> Any:
     """:func:`alone` for one dataflow per op (``dataflows`` 0) or several (``dataflows`` of them: vmapped), its
     outputs stacked in :data:`MODEL_OUTPUTS` order in blocks of ``block_rows`` rows (0: one block), one
     transfer to the host per block instead of one per variable.
@@ -164,9 +165,9 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
     hw = from_field_vector(rest[: len(FIELDS)])
     df = rest[len(FIELDS):]
     if dataflows:
-        out = jax.vmap(lambda d: alone(ops, hw, d, tables, ideal))(df)
+        out = jax.vmap(lambda d: alone(ops, hw, d, tables, ideal, spatial))(df)
     else:
-        out = alone(ops, hw, df, tables, ideal)
+        out = alone(ops, hw, df, tables, ideal, spatial)
     if set(out) != set(MODEL_OUTPUTS):  # at trace time: the table of variables and the model must agree
         raise AssertionError(f"alone() outputs {sorted(set(out) ^ set(MODEL_OUTPUTS))} differ from MODEL_OUTPUTS")
     rows = [jnp.asarray(out[k], jnp.float64) for k in MODEL_OUTPUTS]
@@ -179,7 +180,8 @@ def _evaluate(inputs: Any, keys: tuple[str, ...], dataflows: int, block_rows: in
 #: loop emitters compile it faster at any size (:mod:`dfit_nb._runtime.compile_options`; figures in
 #: benchmarks/README.md).
 #: The same function: the same numbers to rounding (``tests/test_compile_options.py``).
-_evaluate_small = jax.jit(_evaluate.__wrapped__, static_argnames=("keys", "dataflows", "block_rows", "ideal"))
+_evaluate_small = jax.jit(_evaluate.__wrapped__,
+                          static_argnames=("keys", "dataflows", "block_rows", "ideal", "spatial"))
 
 
 @functools.lru_cache(maxsize=16)
@@ -470,10 +472,11 @@ def model_outputs(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "f
         evaluate = _evaluate_small if table.shape[1] <= COST_OPS else _evaluate
         dataflows = len(names or ())
         static = {"keys": keys, "dataflows": dataflows, "ideal": memory == "ideal",
-                  "block_rows": rows_per_block(table.shape[1] * max(dataflows, 1))}
+                  "block_rows": rows_per_block(table.shape[1] * max(dataflows, 1)),
+                  "spatial": hw.execution == "spatial"}
         # the inputs' shapes follow from these (float64, the tables' from the grid's bucket): a warm call finds
         # its program by them alone
-        signature = (keys, dataflows, static["ideal"], table.shape, grid)
+        signature = (keys, dataflows, static["ideal"], static["spatial"], table.shape, grid)
         blocks = _exported.call_signed(evaluate, static, signature, pack(table, fields, df), tables=tables)
         outputs = [row for block in blocks for row in np.asarray(block)[..., :n]]
     return _derive(dict(zip(MODEL_OUTPUTS, outputs, strict=True)), hw.clock_ghz), names, coord, codes, fields

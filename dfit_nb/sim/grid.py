@@ -124,7 +124,7 @@ def _evaluate_batch(ops: dict[str, Any], hw: Hardware, df: Any, tables: Any, ind
     """:func:`dfit_nb.sim._cost.alone` over machines (leading axis of ``hw`` and ``index``) and dataflows."""
     def one(h: Hardware, i: Any) -> dict[str, Any]:
         t = (tables[0][i], tables[1][i])
-        return jax.vmap(lambda d: alone(ops, h, d, t, ideal))(df)
+        return jax.vmap(lambda d: alone(ops, h, d, t, ideal, h.execution == "spatial"))(df)
 
     return jax.vmap(one)(hw, index)
 

@@ -190,13 +190,14 @@ def allocate(work: Any, hw: Hardware, min_tiles: Any, counts: Any = None) -> Any
     --------
     Three ops on a 64-tile grid, the third's weights needing 20 tiles; any count usable, then powers of two only:
 
-    >>> import jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp
     >>> from dfit_nb.sim import Hardware
     >>> hw = Hardware(tile_rows=8, tile_cols=8)
-    >>> allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0])).tolist()
+    >>> with jax.enable_x64(True):  # dfit_nb's programs run in float64
+    ...     print(allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0])).tolist())
+    ...     print(allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0]),
+    ...                    jnp.array([1.0, 2, 4, 8, 16, 32, 64])).tolist())
     [15.0, 45.0, 20.0]
-    >>> allocate(jnp.array([100.0, 300.0, 10.0]), hw, jnp.array([0.0, 0.0, 20.0]),
-    ...          jnp.array([1.0, 2, 4, 8, 16, 32, 64])).tolist()
     [8.0, 32.0, 32.0]
     """
     f64 = jnp.float64
