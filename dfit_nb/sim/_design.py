@@ -46,7 +46,7 @@ from .._runtime.padding import padded_count, padded_index
 from ..capture.trace import Trace
 from ..errors import DfitError
 from ._area import area as area_of
-from ._area import area_mm2
+from ._area import area_mm2, power
 from ._batch import replay_batch
 from ._cost import COST_OPS, alone, batch_tables, for_jit
 from ._prepare import take_rows
@@ -223,10 +223,12 @@ class _Problem:
     shares: Any
     space: Space
     objective: str
+    spatial: bool  # the base machine is layer-pipelined: ops mapped for their streamed stage, as its replay maps them
 
 
-jax.tree_util.register_dataclass(_Problem, data_fields=["ops", "count", "codes", "tables", "grid_rows", "grid_cols",
-                                                        "base", "shares"], meta_fields=["space", "objective"])
+jax.tree_util.register_dataclass(_Problem,
+                                 data_fields=["ops", "count", "codes", "tables", "grid_rows", "grid_cols", "base",
+                                              "shares"], meta_fields=["space", "objective", "spatial"])
 
 
 def _problem(trace: Any, hw: Hardware, sp: Space, dataflows: Sequence[str], objective: str) -> _Problem:
@@ -245,7 +247,7 @@ def _problem(trace: Any, hw: Hardware, sp: Space, dataflows: Sequence[str], obje
     have = np.array([float(getattr(hw, f)) for f in ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")])
     return _Problem({k: np.asarray(v, np.float64) for k, v in ops.items()}, count, np.asarray(p.codes, np.float64),
                     tuple(np.asarray(t, np.float64) for t in tables), rows, cols, for_jit(hw), have / have.sum(), sp,
-                    objective)
+                    objective, hw.execution == "spatial")
 
 
 def _log_figures(pb: _Problem, u: Any) -> tuple[Any, Any]:
@@ -261,7 +263,7 @@ def _log_figures(pb: _Problem, u: Any) -> tuple[Any, Any]:
     count = jnp.asarray(pb.count)
 
     def one(d: Any) -> tuple[Any, Any]:
-        out = alone(ops, hw, d, t, False)
+        out = alone(ops, hw, d, t, False, pb.spatial)
         cycles = jnp.sum(out["cycles"] * count)
         energy = jnp.sum(out["energy_pj"] * count)
         return jnp.log(cycles / (hw.clock_ghz * 1e9)), jnp.log(energy * 1e-12)
@@ -403,7 +405,7 @@ def replay_machines(trace: Any, machines: Sequence[Hardware], objective: str, co
     runs = [replay_batch(trace, batch, d) for d in dataflow]
     lat = np.stack([r["latency_s"].values for r in runs])  # (dataflows, machines)
     en = np.stack([r["energy_j"].values for r in runs])
-    pw = en / lat
+    pw = power(energy_j=en, latency_s=lat)
     score = np.asarray(_score(objective, np.log(lat), np.log(en)))
     ok = pw <= constraints.get("power_w", np.inf)
     pick = np.argmin(np.where(ok, score, score + 1e9), axis=0)
@@ -413,7 +415,7 @@ def replay_machines(trace: Any, machines: Sequence[Hardware], objective: str, co
     feasible = (area <= constraints.get("area_mm2", np.inf)) & ok[pick, cols]
     return xr.Dataset(
         {"latency_s": ("candidate", lat_b), "energy_j": ("candidate", en_b), "edp_js": ("candidate", lat_b * en_b),
-         "power_w": ("candidate", en_b / lat_b), "area_mm2": ("candidate", area),
+         "power_w": ("candidate", pw[pick, cols]), "area_mm2": ("candidate", area),
          "objective": ("candidate", score[pick, cols]), "feasible": ("candidate", feasible),
          "dataflow": ("candidate", np.asarray(dataflow, dtype=object)[pick])},
         coords={"candidate": cols})

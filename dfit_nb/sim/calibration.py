@@ -123,22 +123,23 @@ def predictor(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finit
 
     def predict_with(h: Hardware) -> dict[str, Any]:
         table = {k: jnp.asarray(v, jnp.float64) for k, v in arrays.items()}
-        return _alone_seconds(table, h, codes, names, tables, ideal)
+        return _alone_seconds(table, h, codes, names, tables, ideal, hw.execution == "spatial")
 
     return predict_with
 
 
 def _alone_seconds(table: dict[str, Any], h: Hardware, codes: Any, names: list[str] | None, tables: Any,
-                   ideal: bool) -> dict[str, Any]:
+                   ideal: bool, spatial: bool = False) -> dict[str, Any]:
     """:func:`~dfit_nb.sim._cost.alone` of every op of ``table`` on ``h`` (per op the fastest of several
-    dataflows when ``names``), with ``dataflow`` (its code) and ``seconds``."""
+    dataflows when ``names``), with ``dataflow`` (its code) and ``seconds``. ``spatial``: the machine is
+    layer-pipelined (``h``, a traced copy, no longer says so)."""
     if names:  # the fastest of several dataflows per op: the compiler picks which operand stays
-        every = jax.vmap(lambda d: alone(table, h, d[0], tables, ideal))(jnp.asarray(codes, jnp.float64))
+        every = jax.vmap(lambda d: alone(table, h, d[0], tables, ideal, spatial))(jnp.asarray(codes, jnp.float64))
         best = jnp.argmin(every["cycles"], axis=0)
         out = {k: jnp.take_along_axis(v, best[None, :], axis=0)[0] for k, v in every.items()}
         out["dataflow"] = jnp.asarray(codes, jnp.float64)[:, 0][best]
     else:
-        out = alone(table, h, jnp.asarray(codes, jnp.float64), tables, ideal)
+        out = alone(table, h, jnp.asarray(codes, jnp.float64), tables, ideal, spatial)
         out["dataflow"] = jnp.asarray(codes, jnp.float64)
     out["seconds"] = out["cycles"] / (jnp.asarray(h.clock_ghz, jnp.float64) * 1e9)
     return out
@@ -240,7 +241,8 @@ def _grouped_predictor(machines: RowMachines, hw: Hardware, dataflow: Any, ideal
                                     **{f: jnp.asarray(getattr(h, f), jnp.float64)[g] for f, g in machines.by.items()})
 
         def one(part: dict[str, Any], h_g: Hardware, t_rows: Any, t_cols: Any, df_g: Any) -> dict[str, Any]:
-            return _alone_seconds(part, h_g, codes if names else df_g, names, (t_rows, t_cols), ideal)
+            return _alone_seconds(part, h_g, codes if names else df_g, names, (t_rows, t_cols), ideal,
+                                  hw.execution == "spatial")
 
         part = {k: jnp.asarray(v) for k, v in table.items()}
         out = jax.vmap(one, in_axes=(0, 0, 0, 0, None if names else 0))(
