@@ -54,8 +54,20 @@ def test_cycles_equal_scalesim_on_every_row(reference, ours):
 
 
 def test_sram_reads_equal_scalesim(reference, ours):
-    np.testing.assert_array_equal(ours["sram_reads_input"].values, reference["sram_ifmap_reads"].values)
-    np.testing.assert_array_equal(ours["sram_reads_weight"].values, reference["sram_filter_reads"].values)
+    """SCALE-Sim runs one schedule, every fold streaming all rows past the stationary operand. Where the
+    model's compiler blocks the outputs instead (results too large for the output buffer) and so reloads the
+    stationary operand (ws's weights, is's inputs) once per further block, from DRAM, the array reads it from
+    SRAM that much more: those rows read more, all others exactly as SCALE-Sim."""
+    word = 1  # the scalesim presets' native word
+    stationary_again = np.where(
+        reference["dataflow"] == "ws",
+        ours["dram_reads_weight"].values > reference["k"] * reference["n"] * word,
+        (reference["dataflow"] == "is") & (ours["dram_reads_input"].values > reference["m"] * reference["k"] * word))
+    assert 0 < stationary_again.sum() <= 0.05 * len(reference)
+    for x, ref in (("input", "sram_ifmap_reads"), ("weight", "sram_filter_reads")):
+        mine, theirs = ours[f"sram_reads_{x}"].values, reference[ref].values
+        np.testing.assert_array_equal(mine[~stationary_again], theirs[~stationary_again])
+        assert (mine[stationary_again] >= theirs[stationary_again]).all()
 
 
 def test_sram_output_writes_equal_scalesim_for_ws_and_is(reference, ours):
@@ -208,13 +220,13 @@ def test_invariants_of_the_cost_model(m, k, n, batch, p, df):
     assert float(ideal["stall_cycles"][0]) == 0.0 and float(ideal["cycles"][0]) <= float(c["cycles"][0])
 
 
-@pytest.mark.xfail(strict=True, reason="known limit: the partial-sum choice minimises DRAM bytes, not time")
 def test_more_sram_can_slow_an_op_that_the_psum_choice_moves_to_noc():
     """Found by a random run of the invariants above (2026-12-02): a 237 x 641 x 2015 GEMM (batch 3, input
     stationary) on a 1 x 3 grid of 128 x 8 arrays. With 4x the SRAM the model's compiler, which spills partial sums
     or re-blocks the rows by whichever moves fewer DRAM bytes, moves fewer DRAM bytes (DRAM 299k -> 234k cycles)
     but loads the busiest NoC link more (344k -> 423k cycles), so the op takes 3.19% longer, past the tile penalty's
-    bound (1 + 0.02 log2 3: 3.17%). Strict: when the choice weighs time this passes and the mark must go."""
+    bound (1 + 0.02 log2 3: 3.17%). Since the compiler may also block the outputs (machine.output_blocked_refetch),
+    neither machine spills or re-blocks the rows, and more SRAM no longer slows it."""
     p = {"pe_rows": 128, "pe_cols": 8, "tile_rows": 1, "tile_cols": 3, "sram_kb": 64, "dram": 64.0, "noc": 32.0}
     ops = {"m": [237], "k": [641], "n": [2015], "batch": [3]}
     base, more = cost(ops, _hw(p), "is"), cost(ops, _hw(p, sram_scale=4.0), "is")
