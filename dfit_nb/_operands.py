@@ -138,14 +138,11 @@ def of_ops(operands: xr.Dataset, op: Sequence[int]) -> tuple[list[list[Operand]]
     index = {int(o): i for i, o in enumerate(op)}
     ins: list[list[Operand]] = [[] for _ in index]
     outs: list[list[Operand]] = [[] for _ in index]
-    rank = operands["rank"].values
-    shape = operands["shape"].values
-    for j, (o, role, dtype) in enumerate(zip(operands["op"].values, operands["role"].values,
-                                             operands["dtype"].values, strict=True)):
-        i = index.get(int(o))
-        if i is not None:
-            dims = None if rank[j] < 0 else tuple(int(d) for d in shape[j, :rank[j]])
-            (ins if role == "input" else outs)[i].append((str(dtype), dims))
+    rows = np.flatnonzero(np.isin(operands["op"].values, list(index)))
+    rank, shape = operands["rank"].values[rows].tolist(), operands["shape"].values[rows].tolist()
+    for o, role, dtype, r, dims in zip(operands["op"].values[rows].tolist(), operands["role"].values[rows],
+                                       operands["dtype"].values[rows], rank, shape, strict=True):
+        (ins if role == "input" else outs)[index[o]].append((str(dtype), None if r < 0 else tuple(dims[:r])))
     return ins, outs
 
 

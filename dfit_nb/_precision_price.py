@@ -59,8 +59,9 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
     size = _operands.elements(operands.isel(operand=rows))
     operand_scale: dict[tuple[int, int], float] = {}
     new_read = dict.fromkeys(ids.tolist(), 0.0)
+    owner, position = operands["op"].values, operands["position"].values
     for j, elements in zip(rows, size, strict=True):
-        o, pos, dt = int(operands["op"].values[j]), int(operands["position"].values[j]), str(names[j])
+        o, pos, dt = int(owner[j]), int(position[j]), str(names[j])
         if floating(dt):
             operand_scale[(o, pos)] = width / max(itemsize(dt), 1.0)
             new_read[o] += elements * width
