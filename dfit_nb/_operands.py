@@ -58,26 +58,42 @@ def parse(shapes: str, label: str = "shapes") -> list[Operand]:
 
     >>> parse("float32[2,3] int32[] AbstractToken")
     [('float32', (2, 3)), ('int32', ()), ('AbstractToken', None)]
+    >>> parse("bfloat16[16, 32]")
+    [('bfloat16', (16, 32))]
     >>> parse("float32[2,x]", "ops column 'in_shapes' row 4")
     Traceback (most recent call last):
     ...
     dfit_nb._operands.ShapeTextError: ops column 'in_shapes' row 4: 'float32[2,x]' is not a shape; valid: ...
     """
     out: list[Operand] = []
-    for token in str(shapes).split():
+    for token in _tokens(str(shapes)):
         name, bracket, rest = token.partition("[")
         dims: tuple[int, ...] | None = None
         ok = bool(name) and (name[0].isalpha() or name[0] == "_") and "]" not in name
         if bracket:
             body, close, tail = rest.partition("]")
             parts = [p.strip() for p in body.split(",")] if body.strip() else []
-            ok = ok and bool(close) and not tail and all(p.isdigit() for p in parts)
+            ok = ok and bool(close) and not tail and all(p.isascii() and p.isdigit() for p in parts)
             dims = tuple(int(p) for p in parts) if ok else None
         if not ok:
             raise ShapeTextError(f"{label}: {token!r} is not a shape; valid: space-separated dtype[d0,d1,...] "
                                  "tokens with whole non-negative dims, such as 'float32[2,3] int32[]'")
         out.append((name, dims))
     return out
+
+
+def _tokens(shapes: str) -> list[str]:
+    """``shapes`` split at the spaces outside brackets (``float32[2, 3]`` is one token)."""
+    tokens, current, depth = [], "", 0
+    for ch in shapes:
+        if ch.isspace() and depth <= 0:
+            if current:
+                tokens.append(current)
+            current = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        current += ch
+    return [*tokens, current] if current else tokens
 
 
 def operands_dataset(op: Sequence[int], inputs: Sequence[Sequence[Operand]],

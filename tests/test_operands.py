@@ -113,10 +113,10 @@ def test_an_op_table_gives_shapes_as_text_and_a_malformed_one_names_its_row():
     table = {"m": [16, 16], "k": [32, 32], "n": [8, 8], "dtype": ["float32", "float32"]}
     plain = dfit_nb.sim.cost(table, hw, "ws")
     # bfloat16 operands: half the bytes of the GEMM view's float32 ones
-    shaped = dfit_nb.sim.cost({**table, "in_shapes": ["bfloat16[16,32] bfloat16[32,8]", ""]}, hw, "ws")
+    shaped = dfit_nb.sim.cost({**table, "in_shapes": ["bfloat16[16, 32] bfloat16[32,8]", ""]}, hw, "ws")
     assert _dram_reads(shaped)[0] < _dram_reads(plain)[0]
     assert _dram_reads(shaped)[1] == _dram_reads(plain)[1]  # no shapes: the GEMM view
-    for bad in ("float32[16,x] float32[32,8]", "float32[16,32", "[16,32]", "float32[16,32]junk"):
+    for bad in ("float32[16,x] float32[32,8]", "float32[16,32", "[16,32]", "float32[16,32]junk", "float32[²]"):
         with pytest.raises(CostInputError, match=r"ops column 'in_shapes' row 1: .* is not a shape; valid: "):
             dfit_nb.sim.cost({**table, "in_shapes": ["float32[16,32] float32[32,8]", bad]}, hw, "ws")
 
