@@ -28,7 +28,7 @@ SRAM bytes and DRAM bytes against the measured buffer traffic and against the la
 filters and output once, 2 bytes each). ``zeros_in_ifmaps`` is printed, not priced: the chip clock-gates the MACs of
 zero inputs and run-length-compresses feature maps to and from DRAM; the model has neither.
 
-Run: ``python benchmarks/bench_eyeriss.py`` (about 10 s on 2 shared cores).
+Run: ``python benchmarks/bench_eyeriss.py`` (4.5-8.6 s on 2 shared cores, 2026-12-04).
 """
 
 from __future__ import annotations
