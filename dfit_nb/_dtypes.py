@@ -1,5 +1,5 @@
-"""Dtype names and shapes text as the ops tables hold them: bytes per element, and the ``dtype[d0,d1]`` tokens
-of an op's ``in_shapes`` / ``out_shapes`` (read by the cost model and by the precision study)."""
+"""Dtype names as the ops tables hold them, and their bytes per element (read by the cost model, the operands
+table :mod:`dfit_nb._operands` and the precision study)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import numpy as np
 #: what an ops table's ``dtype`` column may hold besides array types: "" (an op without an array output) and
 #: JAX's non-array dtypes (``float0``, tokens, PRNG keys such as ``key<fry>``); the model uses the machine's word
 NON_ARRAY_DTYPE = re.compile(r"|float0|token|key<\w+>")
-#: one array of a shapes text: its dtype name and its comma-separated dims (``float32[2,3]``, ``int32[]``)
-SHAPE_TOKEN = re.compile(r"([A-Za-z_][\w]*)\[([\d,\s]*)\]")
 #: block floats, bytes per element with their shared exponents: Tenstorrent's BFLOAT8_B and BFLOAT4_B hold a
 #: 32x32 tile in 1,024 or 512 bytes of signs and mantissas plus 64 bytes of exponents, one per 16 elements
 #: (tt-metal, ``tt_metal/api/tt-metalium/constants.hpp``: ``BFLOAT8_B_TILE_HW``, ``BFLOAT4_B_TILE_HW``)

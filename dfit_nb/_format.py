@@ -25,7 +25,7 @@ from .errors import FormatVersionError, IntegrityError
 
 #: the format of the files this version writes, ``"MAJOR.MINOR"``: a new minor only adds what older readers
 #: ignore; a new major is refused by older readers
-FORMAT_VERSION = "1.1"  # 1.1: the attributes' checksums (:data:`ATTRS_CHECKSUM_ATTR`)
+FORMAT_VERSION = "1.2"  # 1.1: the attributes' checksums (:data:`ATTRS_CHECKSUM_ATTR`); 1.2: a trace's operands
 #: the root attribute holding :data:`FORMAT_VERSION`; also the marker of a file or store dfit_nb wrote
 FORMAT_ATTR = "dfit_nb_format"
 #: the newest major format this version reads

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from ._dtypes import SHAPE_TOKEN, itemsize
+from . import _operands
+from ._dtypes import itemsize
 from ._quantise import FORMATS, Format
 from .capture import Trace
 from .sim import SpillWarning, replay
@@ -33,10 +34,10 @@ def floating(dtype: str) -> bool:
 def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trace:
     """A copy of ``trace`` whose ops ``ops`` (ids of ``trace.ops``) run in ``fmt``: what the replay prices.
 
-    Their ``dtype`` becomes the format's, their floating operands in ``in_shapes`` too, ``bytes_read`` and
-    ``bytes_written`` are recounted at the format's width, and so are the bytes of the edges into their
-    floating operands. Nothing else changes; the replay reads the widths from these columns
-    (:func:`dfit_nb.sim.machine.word_and_mac_energy`).
+    Their ``dtype`` becomes the format's, their floating inputs' in ``trace.operands`` too (and so in the
+    ``in_shapes`` text), ``bytes_read`` and ``bytes_written`` are recounted at the format's width, and so are the
+    bytes of the edges into their floating operands. Nothing else changes; the replay reads the widths from these
+    columns (:func:`dfit_nb.sim.machine.word_and_mac_energy`).
 
     >>> import jax.numpy as jnp, dfit_nb
     >>> t = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((4, 8)), jnp.ones((8, 2)))
@@ -46,30 +47,36 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
     """
     fmt = FORMATS[fmt] if isinstance(fmt, str) else fmt
     ops_ds = trace.ops.copy(deep=True)
+    operands = trace.operands.copy(deep=True)
     ids = np.asarray(sorted(int(o) for o in ops), np.int64)
     width = float(fmt.itemsize)
     dtype = ops_ds["dtype"].values.astype(object)
-    shapes = ops_ds["in_shapes"].values.astype(object)
     read = ops_ds["bytes_read"].values.copy()
     written = ops_ds["bytes_written"].values.copy()
+    # the inputs of the chosen ops: floating ones take the format's dtype, and their bytes its width
+    rows = np.flatnonzero(np.isin(operands["op"].values, ids) & (operands["role"].values == "input"))
+    names = operands["dtype"].values.astype(object)
+    size = _operands.elements(operands.isel(operand=rows))
     operand_scale: dict[tuple[int, int], float] = {}
+    new_read = dict.fromkeys(ids.tolist(), 0.0)
+    owner, position = operands["op"].values, operands["position"].values
+    for j, elements in zip(rows, size, strict=True):
+        o, pos, dt = int(owner[j]), int(position[j]), str(names[j])
+        if floating(dt):
+            operand_scale[(o, pos)] = width / max(itemsize(dt), 1.0)
+            new_read[o] += elements * width
+            names[j] = fmt.dtype
+        else:
+            new_read[o] += elements * itemsize(dt)
+    operands["dtype"] = (operands["dtype"].dims, names, operands["dtype"].attrs)
     for o in ids:
-        tokens = SHAPE_TOKEN.findall(str(shapes[o]))
-        new_read = 0.0
-        for pos, (dt, dims) in enumerate(tokens):
-            size = float(np.prod([int(d) for d in dims.split(",") if d.strip()] or [1]))
-            if floating(dt):
-                operand_scale[(int(o), pos)] = width / max(itemsize(dt), 1.0)
-                new_read += size * width
-            else:
-                new_read += size * itemsize(dt)
-        shapes[o] = SHAPE_TOKEN.sub(lambda m: f"{fmt.dtype if floating(m.group(1)) else m.group(1)}[{m.group(2)}]",
-                               str(shapes[o]))
-        read[o] = round(new_read)
+        read[o] = round(new_read[int(o)])
         if floating(str(dtype[o])) and itemsize(str(dtype[o])) > 0:
             written[o] = round(written[o] * width / itemsize(str(dtype[o])))
             dtype[o] = fmt.dtype
-    ops_ds["in_shapes"] = (ops_ds["in_shapes"].dims, shapes.astype(str), ops_ds["in_shapes"].attrs)
+    shapes = ops_ds["in_shapes"].values.astype(object)
+    shapes[ids] = _operands.text_columns(operands, ids)[0]  # the display text, from the data
+    ops_ds["in_shapes"] = (ops_ds["in_shapes"].dims, shapes, ops_ds["in_shapes"].attrs)
     ops_ds["dtype"] = (ops_ds["dtype"].dims, dtype.astype(str), ops_ds["dtype"].attrs)
     ops_ds["bytes_read"].values = read
     ops_ds["bytes_written"].values = written
@@ -79,7 +86,7 @@ def reduced_trace(trace: Trace, ops: Collection[int], fmt: Format | str) -> Trac
         factor = np.array([operand_scale.get((int(d), int(p)), 1.0)
                            for d, p in zip(edges["dst"].values, pos, strict=True)])
         edges["bytes"].values = np.round(edges["bytes"].values * factor).astype(edges["bytes"].dtype)
-    return Trace(ops=ops_ds, edges=edges, regions=trace.regions, lowering=trace.lowering,
+    return Trace(ops=ops_ds, edges=edges, regions=trace.regions, lowering=trace.lowering, operands=operands,
                  attrs={**trace.attrs, "precision_format": fmt.name}, overhead=trace.overhead,
                  jaxpr=trace.jaxpr, fn=trace.fn)
 

@@ -41,12 +41,12 @@ program itself (``jax.jit`` of ``trace.jaxpr``); ``attrs["interpreter_max_abs_di
 interpreter with nothing reduced lands from it (0 when XLA compiles both alike), the floor below which drift
 means nothing.
 
-Pricing: the reduced GEMMs' rows of ``trace.ops`` get the format's dtype (``dtype``, ``in_shapes``,
-``bytes_read``, ``bytes_written``) and the edges into them the format's bytes, and the modified trace is
-replayed (:func:`dfit_nb.replay`). The machine model charges an op's words at its dtype's width cast down to
-``hw.word_bytes`` and the MAC energy of that width (:func:`dfit_nb.sim.machine.word_and_mac_energy`), so a
-format no narrower than the machine's native word changes nothing there. The whole GEMM (its output included)
-is priced at the format's width; every other op keeps its dtype.
+Pricing: the reduced GEMMs' rows of ``trace.ops`` get the format's dtype (``dtype``, their floating inputs in
+``trace.operands`` and so ``in_shapes``, ``bytes_read``, ``bytes_written``) and the edges into them the format's
+bytes, and the modified trace is replayed (:func:`dfit_nb.replay`). The machine model charges an op's words at its
+dtype's width cast down to ``hw.word_bytes`` and the MAC energy of that width
+(:func:`dfit_nb.sim.machine.word_and_mac_energy`), so a format no narrower than the machine's native word changes
+nothing there. The whole GEMM (its output included) is priced at the format's width; every other op keeps its dtype.
 
 The formats and the interpreter are :mod:`dfit_nb._quantise`, the pricing :mod:`dfit_nb._precision_price`, the
 checks of the inputs :mod:`dfit_nb._precision_inputs`; their public names are importable from here too.

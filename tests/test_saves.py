@@ -609,7 +609,7 @@ def _set_format(path: Path, version: str) -> None:
 def test_every_save_records_the_format_and_loading_hides_it(trace, run, tmp_path, suffix):
     for obj, name in ((trace, "t"), (run, "run")):
         path = obj.save(tmp_path / f"{name}{suffix}")
-        assert _root_attrs(path)[_files.FORMAT_ATTR] == _files.FORMAT_VERSION == "1.1"
+        assert _root_attrs(path)[_files.FORMAT_ATTR] == _files.FORMAT_VERSION == "1.2"
         assert _files.FORMAT_ATTR not in obj.attrs  # the object saved is not changed
         back = _load(path)
         assert _files.FORMAT_ATTR not in back.attrs

@@ -114,7 +114,7 @@ def _where(walk: Walk, a: ArrayInfo) -> str:
     at = f", at {r.source}" if r.source else ""
     op = f"op {r.id} ({r.primitive}, region {r.region or '<root>'!r}{at})"
     if a.role == "output":
-        return f"{op} output {a.index}" if len(r.out_shapes.split()) > 1 else op
+        return f"{op} output {a.index}" if len(r.outputs) > 1 else op
     return f"{'constant' if a.role == 'constant' else 'input'} {a.index} of the {r.context or 'inner'} jaxpr of {op}"
 
 
@@ -603,5 +603,6 @@ def capture(
         if m else {}))
     return Trace(
         ops=ops, edges=tables.edges_dataset(walk.edges, walk.input_edges), regions=tables.regions_dataset(ops),
+        operands=tables.operands_dataset(walk),
         lowering=lowering, attrs=attrs, overhead=overhead, jaxpr=closed, fn=fn,
     )

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import xarray as xr
 
+from .. import _operands
 from .lowering import FusionMap
 from .walk import OpRecord, Walk
 
@@ -35,8 +36,8 @@ OP_VARS: dict[str, tuple[str, str]] = {
     "n": ("1", "GEMM columns (dot: rhs free dims; conv: out-features per group)"),
     "batch": ("1", "GEMM batch (dot: batch dims; conv: feature groups); 0 for non-GEMM ops"),
     "dtype": ("", "dtype of the first output"),
-    "in_shapes": ("", "input avals"),
-    "out_shapes": ("", "output avals"),
+    "in_shapes": ("", "the inputs' dtypes and shapes as text, for reading (the data: trace.operands)"),
+    "out_shapes": ("", "the outputs' dtypes and shapes as text, for reading (the data: trace.operands)"),
     "source": ("", "user source location that created the op"),
     "count": ("1", "executions per call of the captured function (scan trip counts multiply)"),
     "count_source": ("", "exact | measured | hint | assumed: how count was obtained (weakest link on the path)"),
@@ -142,6 +143,13 @@ def ops_dataset(
             arr = np.asarray(values, dtype=np.int64)
         data_vars[name] = _with_attrs(arr, "op", OP_VARS[name])
     return xr.Dataset(data_vars, coords={"op": np.arange(len(recs), dtype=np.int64)})
+
+
+def operands_dataset(walk: Walk) -> xr.Dataset:
+    """The ``trace.operands`` Dataset: the dtype and shape of every op's inputs and outputs
+    (:func:`dfit_nb._operands.operands_dataset`)."""
+    recs = walk.records
+    return _operands.operands_dataset([r.id for r in recs], [r.inputs for r in recs], [r.outputs for r in recs])
 
 
 def edges_dataset(edges: Sequence[tuple[int, int, int, int]],

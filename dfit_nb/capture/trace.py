@@ -10,11 +10,14 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .._dtypes import SHAPE_TOKEN, itemsize
+from .. import _operands
+from .._dtypes import itemsize
 from .._files import open_tree, save_tree
 from .._html import render
 
-_PARTS = ("ops", "edges", "regions", "lowering")
+_PARTS = ("ops", "edges", "regions", "lowering", "operands")
+#: the parts every saved trace has (``operands`` came later: older files get it from their ops' shapes text)
+_REQUIRED = _PARTS[:4]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,10 +133,11 @@ def describe_arguments(arg_shapes: str, shown: int = ARGUMENTS_SHOWN) -> str:
     top = sorted(counts.items(), key=lambda kv: -kv[1])[:shown]  # stable: first seen first among equal counts
     total = 0.0
     for p in parts:
-        m = SHAPE_TOKEN.fullmatch(p)
-        if m:
-            dims = [int(d) for d in m.group(2).split(",") if d.strip()]
-            total += itemsize(m.group(1)) * float(np.prod(dims or [1]))
+        try:
+            arrays = _operands.parse(p)
+        except _operands.ShapeTextError:  # an argument that is not an array (its repr): no bytes
+            continue
+        total += sum(itemsize(dtype) * float(np.prod(dims or [1])) for dtype, dims in arrays if dims is not None)
     rest = len(counts) - len(top)
     tail = f" and {rest} other shape{'s' if rest != 1 else ''}" if rest else ""
     return (f"{len(parts)} arguments, {total / 1e6:.2f} MB: " + ", ".join(f"{n} x {p}" for p, n in top) + tail)
@@ -155,6 +159,11 @@ class Trace:
     lowering : xarray.Dataset
         Dim ``fusion``: the executed instructions of the optimized HLO and
         the ops each holds; ``stablehlo`` and ``hlo`` hold the texts.
+    operands : xarray.Dataset
+        Dim ``operand``: every op's inputs and outputs, grouped by op, with
+        their ``dtype`` and ``shape`` (dims over ``axis``, -1 past ``rank``).
+        ``ops["in_shapes"]`` and ``ops["out_shapes"]`` show the same as text.
+        Built from that text when not given (a trace saved before it).
     jaxpr : jax.extend.core.ClosedJaxpr or None
         The traced program (``None`` after :func:`load_trace`; its text is
         kept: :attr:`jaxpr_text`).
@@ -184,11 +193,13 @@ class Trace:
         overhead: Overhead,
         jaxpr: Any = None,
         fn: Any = None,
+        operands: xr.Dataset | None = None,
     ) -> None:
         self.ops = ops
         self.edges = edges
         self.regions = regions
         self.lowering = lowering
+        self.operands = legacy_operands(ops) if operands is None else operands
         self.attrs = dict(attrs)
         self.overhead = overhead
         self.jaxpr = jaxpr
@@ -306,9 +317,24 @@ def load_trace(path: str | os.PathLike[str]) -> Trace:
     >>> dfit_nb.load_trace(p).total_flops() == t.total_flops()
     True
     """
-    tree = open_tree(path, "trace", _PARTS)
+    tree = open_tree(path, "trace", _REQUIRED)
     attrs = dict(tree.attrs)
     overhead = Overhead.from_attrs(attrs)
     attrs = {k: v for k, v in attrs.items() if not k.startswith("overhead_") and k != "mode"}
-    parts = {p: tree[p].to_dataset() for p in _PARTS}
+    parts = {p: tree[p].to_dataset() for p in _PARTS if p in tree.children}
     return Trace(**parts, attrs=attrs, overhead=overhead)
+
+
+def legacy_operands(ops: xr.Dataset) -> xr.Dataset:
+    """The ``operands`` Dataset of a trace saved before it had one: read from its ops' ``in_shapes`` and
+    ``out_shapes`` texts (no op at all without them). The one place a trace's shapes text is read.
+
+    >>> ops = xr.Dataset({"in_shapes": ("op", ["float32[4,8] float32[8,2]"]), "out_shapes": ("op", ["float32[4,2]"])},
+    ...                  coords={"op": [0]})
+    >>> legacy_operands(ops)["shape"].values.tolist()
+    [[4, 8], [8, 2], [4, 2]]
+    """
+    if "in_shapes" not in ops or "out_shapes" not in ops:
+        return _operands.operands_dataset([], [], [])
+    op = ops["op"].values if "op" in ops.coords else np.arange(ops.sizes.get("op", 0))
+    return _operands.from_text(op, ops["in_shapes"].values, ops["out_shapes"].values, "trace.ops column")

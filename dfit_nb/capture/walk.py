@@ -42,6 +42,8 @@ from typing import Any
 
 import jax.extend.core as jcore
 
+from .._operands import Operand
+from .._operands import text as operand_text
 from ..errors import OpaquePrimitiveWarning
 from . import _jax_internals as internals
 from .costs import OpCost, UnknownPrimitiveError, aval_nbytes, conventions, cost_of, has_cost_rule
@@ -77,8 +79,8 @@ class OpRecord:
     container: str  # canonical container kind ('' for leaf ops)
     trip_count: int  # scan length; 0 for while (unknown statically); 1 otherwise
     n_branches: int  # cond only
-    in_shapes: str
-    out_shapes: str
+    inputs: tuple[Operand, ...]  # (dtype, dims) of each input: trace.operands (dfit_nb._operands)
+    outputs: tuple[Operand, ...]  # and of each output
     dtype: str
     source: str
     cost: OpCost
@@ -88,6 +90,16 @@ class OpRecord:
     reads: tuple[int, ...] = ()
     scope: str = ""  # the name-stack path as walked (named scopes, transform wrappers, nested jits)
     direction: str = "forward"  # forward | backward | optimizer (regions.py)
+
+    @property
+    def in_shapes(self) -> str:
+        """The inputs as display text (``float32[2,3] int32[]``)."""
+        return operand_text(self.inputs)
+
+    @property
+    def out_shapes(self) -> str:
+        """The outputs as display text."""
+        return operand_text(self.outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,15 +205,13 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype)  # numpy's dtype.__str__ is slow and called for every aval
 
 
-def _shapes(avals: Iterator[Any]) -> str:
-    parts = []
+def _operands(avals: Iterator[Any]) -> tuple[Operand, ...]:
+    """``(dtype, dims)`` of each abstract value (a value that is not an array: its type's name, dims None)."""
+    out = []
     for a in avals:
         shape = getattr(a, "shape", None)
-        if shape is None:
-            parts.append(type(a).__name__)
-        else:
-            parts.append(f"{_dtype_name(a.dtype)}[{','.join(map(str, shape))}]")
-    return " ".join(parts)
+        out.append((type(a).__name__, None) if shape is None else (_dtype_name(a.dtype), tuple(map(int, shape))))
+    return tuple(out)
 
 
 #: Primitives that move or re-type an array without computing on it: an argument leaf read through them is still
@@ -306,8 +316,8 @@ class _Walker:
                 branch=branch, depth=depth, container=kind if subs and kind else "",
                 trip_count=int(eqn.params.get("length", 1)) if kind == "scan" else (0 if kind == "while" else 1),
                 n_branches=len(eqn.params.get("branches", ())) if kind == "cond" else 0,
-                in_shapes=_shapes(v.aval for v in eqn.invars),
-                out_shapes=_shapes(v.aval for v in eqn.outvars),
+                inputs=_operands(v.aval for v in eqn.invars),
+                outputs=_operands(v.aval for v in eqn.outvars),
                 dtype=_dtype_name(getattr(eqn.outvars[0].aval, "dtype", "")) if eqn.outvars else "",
                 source=internals.user_source(eqn.source_info),
                 cost=OpCost(op_class="control"),

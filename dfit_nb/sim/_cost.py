@@ -349,7 +349,11 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", f
         settings: ``math_fidelity`` (:data:`FIDELITIES`: passes through the
         array), ``a_on_chip`` / ``b_on_chip`` (a GEMM operand already in SRAM,
         sharded over the op's tiles) and ``out_on_chip`` (the result stays
-        there): no DRAM or NoC bytes for them. A column named after a
+        there): no DRAM or NoC bytes for them. An ``in_shapes`` column
+        (text such as ``"bfloat16[16,32] bfloat16[32,8]"``, one
+        ``dtype[d0,d1,...]`` per input; a Trace's come from its
+        ``operands``) gives a GEMM's operand bytes; a malformed one is
+        refused naming its row. A column named after a
         Hardware field is refused: one call prices one machine (per-row
         machines: :func:`dfit_nb.sim.calibrate`, ``calibration.predict``).
     hw : Hardware

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
-from .. import _dtypes
+from .. import _dtypes, _operands
 from ..errors import DfitError
 from . import machine
 from .hardware import FIELDS
@@ -254,30 +254,41 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
     return np.array([code(d) for d in per_op]), None
 
 
-def operand_dims(shapes: str) -> list[tuple[str, tuple[int, ...]]]:
-    """``(dtype, dims)`` of each array in a shapes text (an op's ``in_shapes`` or ``out_shapes``:
-    ``float32[2,3] int32[]``).
+def input_table(ops: Any, op: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(start, nbytes)``: the bytes (program dtype) of every input of the ops of ``ops``, a ragged array (op ``i``'s
+    inputs are ``nbytes[start[i]:start[i + 1]]``, :func:`dfit_nb._operands.input_table`); ``op``: the ids of the
+    ops to read, in order (default every row). A Trace's are read from ``trace.operands``; a table's from its
+    ``in_shapes`` column, text such as ``float32[2,3] int32[]`` (an error names the row of a malformed one);
+    None when it has neither.
 
-    >>> operand_dims("float32[2,3] int32[]")
-    [('float32', (2, 3)), ('int32', ())]
+    >>> start, nbytes = input_table({"in_shapes": ["float32[2,3] bfloat16[4]", "int32[]"]})
+    >>> start.tolist(), nbytes.tolist()
+    ([0, 2, 3], [24.0, 8.0, 4.0])
     """
-    return [(dtype, tuple(int(d) for d in dims.split(",") if d.strip()))
-            for dtype, dims in _dtypes.SHAPE_TOKEN.findall(shapes)]
-
-
-def operand_bytes(in_shapes: str) -> list[float]:
-    """Bytes of each input of an op from its ``in_shapes`` text (``float32[2,3] int32[]``)."""
-    return [float(np.prod(dims or [1])) * (_dtypes.itemsize(dtype) or machine.DEFAULT_ITEMSIZE)
-            for dtype, dims in operand_dims(in_shapes)]
+    operands = getattr(ops, "operands", None)
+    if isinstance(operands, xr.Dataset) and hasattr(ops, "ops"):
+        ids = _table(ops)["op"].values if op is None else op
+        return _operands.input_table(operands, ids, machine.DEFAULT_ITEMSIZE)
+    shapes = _raw_columns(_table(ops))("in_shapes")
+    if shapes is None:
+        return None
+    # a missing cell (a DataFrame's NaN, None) names no inputs
+    texts = [t if isinstance(t, str) else "" for t in np.asarray(shapes, dtype=object).reshape(-1)]
+    try:
+        operands = _operands.from_text(np.arange(len(texts)), texts, [""] * len(texts))
+    except _operands.ShapeTextError as err:
+        raise CostInputError(str(err)) from None
+    return _operands.input_table(operands, np.arange(len(texts)) if op is None else op, machine.DEFAULT_ITEMSIZE)
 
 
 def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The model's inputs for every op of ``ops`` taken alone: as a one-op program replays it.
 
     Operands come from DRAM (nothing feeds them on chip), results go back to it
-    (nothing consumes them on chip). Operand sizes come from ``in_shapes`` when
-    the table has them (a Trace), else from the GEMM view (``B M K`` and
-    ``B K N`` elements, ``B M N`` written).
+    (nothing consumes them on chip). Operand sizes come from a Trace's
+    ``operands``, or a table's ``in_shapes`` text (``float32[2,3] int32[]``,
+    :func:`input_table`), else from the GEMM view (``B M K`` and ``B K N``
+    elements, ``B M N`` written).
     """
     columns, coord = alone_columns(ops)
     return alone_inputs(columns, np), coord
@@ -285,8 +296,8 @@ def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
 
 def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """What :func:`alone_inputs` derives the model's inputs from: :func:`ops_arrays`' columns, plus ``lhs_given``
-    and ``rhs_given``, the bytes of an op's first two operands from its ``in_shapes`` (NaN where the table has
-    none: the GEMM view's are used)."""
+    and ``rhs_given``, the bytes of an op's first two operands (:func:`input_table`; NaN where the table has none:
+    the GEMM view's are used)."""
     table = _table(ops)
     column = _raw_columns(table)
     fields = hardware_columns(table)
@@ -296,13 +307,17 @@ def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
             f"there (hw.replace({fields[0]}=...)), price several machines with dfit_nb.sim.sweep(), or give "
             "per-row machine settings to dfit_nb.sim.calibrate() / dfit_nb.sim.calibration.predict()")
     arrays, coord = _ops_arrays(table, column)
-    shapes = column("in_shapes")
-    if shapes is None:
+    inputs = input_table(ops)
+    if inputs is None:
         arrays["lhs_given"] = arrays["rhs_given"] = np.full(len(coord), np.nan)
     else:
-        parsed = [operand_bytes(str(t)) for t in np.asarray(shapes)]
-        arrays["lhs_given"] = np.array([o[0] if o else np.nan for o in parsed], dtype=np.float64)
-        arrays["rhs_given"] = np.array([o[1] if len(o) > 1 else np.nan for o in parsed], dtype=np.float64)
+        start, nbytes = inputs
+        if len(start) - 1 != len(coord):
+            raise CostInputError(f"ops columns must have one value per op; 'in_shapes' has {len(start) - 1}, m "
+                                 f"{len(coord)}")
+        rows, have = np.arange(len(coord)), np.diff(start)
+        for key, position in (("lhs_given", 0), ("rhs_given", 1)):
+            arrays[key] = np.where(have > position, _operands.input_bytes_at(start, nbytes, rows, position), np.nan)
     return arrays, coord
 
 

@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from .. import _operands
 from .._runtime.padding import padded_count
 from ..errors import DfitError
 from . import kernels, mapping
-from ._optable import CostInputError, alone_arrays, dataflow_codes, op_counts, operand_bytes, ops_arrays
+from ._optable import CostInputError, alone_arrays, dataflow_codes, input_table, op_counts, ops_arrays
 from .hardware import FIELDS, Hardware
 from .kernels import Kernels
 from .machine import DATAFLOWS
@@ -53,6 +54,16 @@ class Prepared:
     # bytes each passes (program dtype)
     feeds: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0, 3), np.int64))
     feed_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    # the bytes (program dtype) of every input of every op, ragged: op i's are in_bytes[in_start[i]:in_start[i + 1]]
+    # (dfit_nb._operands.input_table)
+    in_start: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(1, np.int64))
+    in_bytes: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    # per op, the length of the rows it reduces its first input over (dfit_nb._operands.reduced_row), 0 if none
+    reduced_row: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+
+    def input_bytes(self, row: np.ndarray, position: np.ndarray) -> np.ndarray:
+        """Bytes (program dtype) of input ``position`` of each op ``row`` (0 where it has no such input)."""
+        return _operands.input_bytes_at(self.in_start, self.in_bytes, row, position)
 
     @property
     def fusion(self) -> str:
@@ -90,15 +101,16 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
              "elems_in": prep.arrays["elems_in"], "elems_out": prep.arrays["elems_out"],
-             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason", "in_shapes", "out_shapes")
-                if c in prep.table}}
+             "reduced_row": prep.reduced_row,
+             **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
         k = kernels.group(table, prep.preds, fusion, known)
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
               "shared_reads": shared_reads(k.kernel, prep.preds),
-              **shared_arguments(k.kernel, prep.arg_reads, prep.table["in_shapes"].values, prep.arrays["gemm"]),
+              **shared_arguments(k.kernel, prep.arg_reads, prep.input_bytes(*prep.arg_reads[:, :2].T),
+                                 prep.arrays["gemm"]),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
               "kernel_row": k.row.astype(np.float64)}
@@ -130,7 +142,7 @@ def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
     return out
 
 
-def shared_arguments(kernel: np.ndarray, arg_reads: np.ndarray, in_shapes: Any, gemm: np.ndarray
+def shared_arguments(kernel: np.ndarray, arg_reads: np.ndarray, arg_bytes: np.ndarray, gemm: np.ndarray
                      ) -> dict[str, np.ndarray]:
     """What each op reads of a program argument that an earlier op of its kernel (or an earlier operand of its
     own) already brought on chip: a fused kernel loads an argument once, however many of its ops use it (a
@@ -138,19 +150,15 @@ def shared_arguments(kernel: np.ndarray, arg_reads: np.ndarray, in_shapes: Any, 
     a non-GEMM op (program dtype, at most its external reads); ``lhs_shared``, ``rhs_shared``: 1 where a GEMM's
     operand is such an argument. The model takes them off the op's DRAM reads only where its kernel runs fused.
 
+    ``arg_bytes``: the bytes of each read (``Prepared.input_bytes`` of its op and operand position).
+
     >>> reads = np.array([[0, 0, 7], [1, 0, 7], [1, 1, 3]])  # op 0 reads argument 7; op 1 reads 7 and 3
-    >>> out = shared_arguments(np.array([0, 0]), reads, ["f32[4]", "f32[4] f32[4]"], np.zeros(2))
+    >>> out = shared_arguments(np.array([0, 0]), reads, np.array([16.0, 16.0, 16.0]), np.zeros(2))
     >>> out["ext_shared"].tolist(), out["lhs_shared"].tolist()
     ([0.0, 16.0], [0.0, 0.0])
     """
     row, position, arg = np.asarray(arg_reads, np.int64).reshape(-1, 3).T
-    return _later_reads(kernel, row, position, arg, _operand_sizes(in_shapes, row, position), gemm)
-
-
-def _operand_sizes(in_shapes: Any, row: np.ndarray, position: np.ndarray) -> np.ndarray:
-    """Bytes (program dtype) of input ``position`` of each op ``row``, from its ``in_shapes``."""
-    sizes = [operand_bytes(in_shapes[r]) for r in row]
-    return np.array([b[p] if p < len(b) else 0.0 for b, p in zip(sizes, position, strict=True)])
+    return _later_reads(kernel, row, position, arg, np.asarray(arg_bytes, np.float64).reshape(-1), gemm)
 
 
 def _later_reads(kernel: np.ndarray, row: np.ndarray, position: np.ndarray, source: np.ndarray,
@@ -257,7 +265,7 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
     # (sources numbered past the arguments)
     arg_row, arg_pos, arg = np.asarray(prep.arg_reads, np.int64).reshape(-1, 3).T
     first_source = int(arg.max()) + 1 if arg.size else 0
-    arg_bytes = _operand_sizes(prep.table["in_shapes"].values, arg_row, arg_pos)
+    arg_bytes = prep.input_bytes(arg_row, arg_pos)
     outside = ~inside
     shared = _later_reads(kernel, np.concatenate([arg_row, dst[outside]]), np.concatenate([arg_pos, pos[outside]]),
                           np.concatenate([arg, first_source + src[outside]]),
@@ -288,8 +296,9 @@ def _fed_share(fed: np.ndarray, size: np.ndarray) -> np.ndarray:
 def _prepare_ops(trace: Any) -> Prepared:
     """The replayable ops of ``trace``, before kernels."""
     ops = getattr(trace, "ops", None)
-    missing = [k for k in ("container", "live", "in_shapes", "bytes_read") if k not in getattr(ops, "variables", {})]
-    if ops is None or "op" not in getattr(ops, "dims", {}) or missing or getattr(trace, "edges", None) is None:
+    missing = [k for k in ("container", "live", "bytes_read") if k not in getattr(ops, "variables", {})]
+    if ops is None or "op" not in getattr(ops, "dims", {}) or missing or getattr(trace, "edges", None) is None \
+            or getattr(trace, "operands", None) is None:
         hint = (" (a replay's result): pass the Trace that was replayed"
                 if hasattr(trace, "events") and hasattr(trace, "cube") else "")
         raise ReplayError(f"replay() needs a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
@@ -303,10 +312,10 @@ def _prepare_ops(trace: Any) -> Prepared:
     row = np.full(int(ops.sizes["op"]), -1, np.int64)
     row[op_ids] = np.arange(n)
 
-    # operand sizes (program dtype) of the GEMM's lhs and rhs
-    operand = [operand_bytes(s) for s in table["in_shapes"].values]
-    lhs = np.array([o[0] if o else 0.0 for o in operand])
-    rhs = np.array([o[1] if len(o) > 1 else 0.0 for o in operand])
+    # operand sizes (program dtype), of the GEMM's lhs and rhs among them
+    in_start, in_bytes = input_table(trace, op_ids)
+    rows = np.arange(n)
+    lhs, rhs = (_operands.input_bytes_at(in_start, in_bytes, rows, np.full(n, p)) for p in (0, 1))
 
     e = trace.edges
     src, dst = row[e["src"].values], row[e["dst"].values]
@@ -350,7 +359,8 @@ def _prepare_ops(trace: Any) -> Prepared:
     return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
                     primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
                     pred_bytes=pred_bytes, arg_reads=arg_reads,
-                    feeds=np.stack([dst, src, pos], axis=1).astype(np.int64), feed_bytes=nbytes)
+                    feeds=np.stack([dst, src, pos], axis=1).astype(np.int64), feed_bytes=nbytes,
+                    in_start=in_start, in_bytes=in_bytes, reduced_row=_operands.reduced_row(trace.operands, op_ids))
 
 
 def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None

@@ -90,7 +90,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import DfitError
-from ._optable import operand_dims
 
 #: the ways :func:`group` decides kernels (the first is the default)
 FUSION_MODES = ("rules", "compiler", "none")
@@ -177,8 +176,9 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
     Parameters
     ----------
     table : Mapping or xarray.Dataset
-        Per op (program order): ``primitive``, ``op_class``, ``count``, ``gemm`` (1 for a GEMM), and for
-        ``"compiler"`` ``fusion`` and ``folded_reason`` (the capture's columns).
+        Per op (program order): ``primitive``, ``op_class``, ``count``, ``gemm`` (1 for a GEMM), for
+        ``"rules"`` optionally ``reduced_row`` (:func:`reduced_rows`), ``elems_in``, ``elems_out`` and
+        ``folded_reason``, and for ``"compiler"`` ``fusion`` and ``folded_reason`` (the capture's columns).
     preds : ndarray
         ``(ops, P)`` producer row indices, -1 padding (:class:`dfit_nb.sim._prepare.Prepared`).
     fusion : {"rules", "compiler", "none"}
@@ -219,28 +219,28 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
 
 
 def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
-    """Per op, the length of the rows it reduces when it reduces its first operand over its last axis (its
-    ``out_shapes`` is its first input's shape without the last dimension), else 0 (no shapes recorded, another
-    axis, or a row of one element). ``among``: a mask of the ops to read (the reductions; default all).
+    """Per op, the length of the rows it reduces when it reduces its first operand over its last axis (its first
+    output is its first input's shape without the last dimension: the table's ``reduced_row`` column, which
+    :class:`~dfit_nb.sim._prepare.Prepared` reads from ``trace.operands``), else 0 (no such column, another axis,
+    or a row of one element). ``among``: a mask of the ops to read (the reductions; default all).
 
     With ``elems_in`` and ``elems_out`` columns the length is their ratio (the elements reduced into each
-    result), so a table rescaled to other sizes (:func:`dfit_nb.sim.shapes.scaled`, whose shapes text stays the
-    captured one) gets its own rows.
+    result), so a table rescaled to other sizes (:func:`dfit_nb.sim.shapes.scaled`, whose shapes stay the
+    captured ones) gets its own rows.
 
     >>> import numpy as np
-    >>> reduced_rows({"in_shapes": np.array(["float32[8,128]", "float32[8,128]", "float32[8]"]),
-    ...               "out_shapes": np.array(["float32[8]", "float32[128]", "float32[]"])}).tolist()
+    >>> reduced_rows({"reduced_row": np.array([128.0, 0.0, 8.0])}).tolist()
     [128.0, 0.0, 8.0]
+    >>> reduced_rows({"reduced_row": np.array([128.0, 0.0, 8.0]), "elems_in": np.array([512.0, 512.0, 8.0]),
+    ...               "elems_out": np.array([2.0, 128.0, 1.0])}, among=np.array([True, True, False])).tolist()
+    [256.0, 0.0, 0.0]
     """
-    n = len(np.asarray(table["primitive"])) if "primitive" in table else len(np.asarray(table["in_shapes"]))
-    if "in_shapes" not in table or "out_shapes" not in table:
+    n = len(np.asarray(table["primitive"])) if "primitive" in table else len(np.asarray(table["reduced_row"]))
+    if "reduced_row" not in table:
         return np.zeros(n)
-    out = np.zeros(n)
-    ins_all, outs_all = np.asarray(table["in_shapes"]), np.asarray(table["out_shapes"])
-    for i in np.flatnonzero(np.ones(n, bool) if among is None else np.asarray(among, bool)):
-        a, b = operand_dims(str(ins_all[i])), operand_dims(str(outs_all[i]))
-        if a and b and len(a[0][1]) >= 1 and b[0][1] == a[0][1][:-1] and a[0][1][-1] > 1:
-            out[i] = float(a[0][1][-1])
+    out = np.asarray(table["reduced_row"], np.float64).copy()
+    if among is not None:
+        out = np.where(np.asarray(among, bool), out, 0.0)
     if "elems_in" in table and "elems_out" in table:
         ratio = np.asarray(table["elems_in"], np.float64) / np.maximum(np.asarray(table["elems_out"], np.float64), 1.0)
         out = np.where(out > 0, np.maximum(np.round(ratio), 2.0), 0.0)

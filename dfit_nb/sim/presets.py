@@ -14,7 +14,7 @@ question for a measured power trace, not an answer.
 >>> from dfit_nb.sim import presets
 >>> presets.names()
 ('scalesim_32', 'scalesim_128', 'tpu_like', 'cerebras_like', 'sambanova_like', 'npu_like', 'eyeriss_like',
- 'tpu_v4', 'tpu_v6e', 'tt_wormhole_n150', 'tt_blackhole_p150')
+ 'tpu_v4', 'tpu_v6e', 'tt_wormhole_n150', 'tt_blackhole_p150', 'eyeriss')
 >>> presets.get("scalesim_32").pe_rows
 32
 """
@@ -272,4 +272,32 @@ register(
             "cycles (dfit_nb.sim.calibrate fits them). Measured against 234 Blackhole GEMMs on two grids (13x10, "
             "11x10) in benchmarks/bench_tenstorrent.py. Thermal (assumption): (85 - 35) K / 300 W board power ~ "
             "0.17 K/W; 3 J/K.",
+)
+register(
+    Hardware(name="eyeriss", pe_rows=12, pe_cols=14, sram_input_bytes=54 * KB, sram_weight_bytes=27 * KB,
+             sram_output_bytes=27 * KB, word_bytes=2, vector_lanes=4, vector_overlap=0.0, dram_bytes_per_cycle=3.6,
+             dram_latency_cycles=100.0, clock_ghz=0.2, memory_overlap=0.0, thermal_resistance_k_per_w=30.0,
+             heat_capacity_j_per_k=0.1, ambient_c=25.0, thermal_limit_c=85.0),
+    approximates="the fabricated Eyeriss chip (65 nm) of the JSSC 2017 paper as it ran one conv layer at a time: "
+                 "168 PEs in 12x14, a 108 KB global buffer, 16-bit fixed point, 200 MHz, DRAM over a 64-bit link",
+    sources="Paper figures: Chen, Krishna, Emer, Sze, 'Eyeriss: An Energy-Efficient Reconfigurable Accelerator for "
+            "Deep Convolutional Neural Networks', IEEE JSSC 52(1), 2017: 168 PEs in a 12x14 array, a 108 KB global "
+            "buffer, 16-bit fixed point, the per-layer measurements of its Tables V and VI taken at a 200 MHz core "
+            "clock. Assumptions: the global buffer's split, 54/27/27 KiB input/weight/output (the chip shares it "
+            "between ifmaps and partial sums per layer; the split is eyeriss_like's); partial sums as wide as the "
+            "word (accumulator_bytes 0: the chip is 16-bit throughout); DRAM at 3.6 B per core cycle, a 64-bit data "
+            "bus at the 90 MHz link clock a public summary of the paper's architecture figure gives (720 MB/s; not "
+            "checked against the paper's own text here), with 100 cycles of latency; a lone layer pays its "
+            "double-buffering fill and drain (memory_overlap 0: the tables' total latency exceeds the processing "
+            "latency by the DRAM stalls); 4 vector lanes after the array, never under it (vector_overlap 0, as "
+            "eyeriss_like: ReLU sits in the PEs' output path, pooling runs off chip). Energy per access: the paper "
+            "gives no absolute figure (its companion, Chen, Emer, Sze, ISCA 2016, gives only ratios normalised to a "
+            "MAC: register file 1x, array NoC 2x, global buffer 6x, DRAM 200x), so the Hardware defaults stand "
+            "(45 nm Horowitz figures; the register file and NoC at the ISCA 2016 ratios to the SRAM figure): an "
+            "assumption; the model has no clock-network or leakage power. Row stationary, the chip's dataflow, "
+            "is not one of the model's three styles (ws, os, is). eyeriss_like is kept unchanged (tutorials and "
+            "tests use it); this preset differs from it in its DRAM rate (3.6 against an assumed 4 B/cycle), "
+            "memory_overlap 0 and these sources. Measured against the paper's 18 conv layers (AlexNet, VGG-16) in "
+            "benchmarks/bench_eyeriss.py. Thermal (assumption): eyeriss_like's (a test chip on a lab bench with no "
+            "heat sink, 30 K/W, 25 degC room, ~0.1 J/K).",
 )

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import dfit_nb
+from dfit_nb import _operands
 from dfit_nb.sim import kernels, presets
 from dfit_nb.sim._prepare import ReplayError, prepare, shared_arguments
 
@@ -255,7 +256,12 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     cols = dfit_nb.capture(lambda a: a / a.sum(0, keepdims=True), x)
     k = prepare(cols, "rules").kernels
     assert len(set(k.kernel[k.payer])) == 2 and not k.row.any()
-    assert kernels.reduced_rows(cols.ops).tolist()[0] == 0.0
+    # the rows reduced, read from the operands' shapes: the softmax's max and sum reduce rows of 256, the
+    # column sums none
+    reductions = {t: t.ops["op"].values[t.ops["op_class"].values == "reduction"] for t in (soft, cols)}
+    assert _operands.reduced_row(soft.operands, reductions[soft]).tolist() == [256.0, 256.0]
+    assert _operands.reduced_row(cols.operands, reductions[cols]).tolist() == [0.0]
+    assert prepare(soft).reduced_row.max() == 256.0 and not prepare(cols).reduced_row.any()
 
 
 @pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
@@ -318,8 +324,8 @@ def test_shared_arguments_marks_later_reads_per_kernel_and_operand():
     """The first read of an argument in a kernel brings it in; later reads in that kernel are shared, a GEMM's
     as its lhs or rhs flag, another op's as bytes of that operand; a read in another kernel is not."""
     reads = np.array([[0, 0, 5], [1, 0, 5], [1, 1, 6], [2, 1, 6], [3, 0, 5]])
-    shapes = ["f32[8]", "f32[8,4] f32[4,4]", "f32[8] f32[4,4]", "f32[8]"]
-    out = shared_arguments(np.array([0, 0, 0, 1]), reads, shapes, np.array([0.0, 1.0, 0.0, 0.0]))
+    nbytes = np.array([32.0, 128.0, 64.0, 64.0, 32.0])  # float32[8], float32[8,4], float32[4,4] twice, float32[8]
+    out = shared_arguments(np.array([0, 0, 0, 1]), reads, nbytes, np.array([0.0, 1.0, 0.0, 0.0]))
     assert out["lhs_shared"].tolist() == [0.0, 1.0, 0.0, 0.0]
     assert out["rhs_shared"].tolist() == [0.0, 0.0, 0.0, 0.0]
     assert out["ext_shared"].tolist() == [0.0, 0.0, 64.0, 0.0]
