@@ -58,7 +58,7 @@ def test_sram_reads_equal_scalesim(reference, ours):
     model's compiler blocks the outputs instead (results too large for the output buffer) and so reloads the
     stationary operand (ws's weights, is's inputs) once per further block, from DRAM, the array reads it from
     SRAM that much more: those rows read more, all others exactly as SCALE-Sim."""
-    word = 1  # the scalesim presets' native word
+    word = reference["machine"].map({m: presets.get(name).word_bytes for m, name in MACHINES.items()})
     stationary_again = np.where(
         reference["dataflow"] == "ws",
         ours["dram_reads_weight"].values > reference["k"] * reference["n"] * word,
