@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import re
 import time
@@ -87,6 +88,8 @@ MODES = ("none", "rules", "compiler")
 DEFAULT = "rules"
 PRESET = "tpu_v4"
 _T0 = time.perf_counter()
+#: the device of a TPU topology the programs are also lowered for (``--tpu``), or None
+TPU: Any = None
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -278,6 +281,90 @@ def measure(name: str, fn: Any, args: tuple[Any, ...]) -> tuple[dict[str, dict[s
     return rows, runs
 
 
+# ----------------------------------------------------------------------------------------------------------------
+# Against XLA:TPU's own fusions (ahead-of-time compile for a TPU topology: libtpu, no TPU)
+# ----------------------------------------------------------------------------------------------------------------
+#: instructions of an executed schedule that are not kernels: the async halves of DMAs (XLA:TPU prefetches operands
+#: between memories with copy-start/-done and slice-start/-done pairs) and its layout-only custom call
+_NOT_KERNELS = re.compile(r"^(?:[a-z-]+-(?:start|done)|bitcast)$")
+_LAYOUT_CALLS = ("ConcatBitcast",)
+
+
+def executed_kernels(lowering: Any) -> tuple[int, dict[str, int]]:
+    """Kernels in a lowering (``trace.lowering``): every executed instruction but DMA halves and layout-only calls;
+    and the count of every executed instruction by ``opcode/kind`` (to print)."""
+    opcode = lowering["opcode"].values.astype(str)
+    kind = lowering["kind"].values.astype(str)
+    names = lowering["fusion"].values.astype(str)
+    hlo = str(lowering["hlo"].values) if "hlo" in lowering else ""
+    layout = {n for n in names if any(f'%{n} = ' in line and f'custom_call_target="{c}"' in line
+                                      for line in hlo.splitlines() for c in _LAYOUT_CALLS)} if hlo else set()
+    keep = np.array([not _NOT_KERNELS.match(o) and n not in layout for o, n in zip(opcode, names, strict=True)])
+    labels, counts = np.unique([f"{o}/{k}" for o, k in zip(opcode, kind, strict=True)], return_counts=True)
+    return int(keep.sum()), dict(zip(labels.tolist(), counts.tolist(), strict=True))
+
+
+def pair_agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Pair counting between two groupings of the same ops: of the op pairs ``a`` puts in one kernel, the share
+    ``b`` does too (precision of ``a`` against ``b``), and of those ``b`` puts together, the share ``a`` does
+    (recall)."""
+    def pairs(x: np.ndarray) -> float:
+        return float((x * (x - 1) / 2).sum())
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    table = np.zeros((ia.max() + 1, ib.max() + 1))
+    np.add.at(table, (ia, ib), 1)
+    both, in_a, in_b = pairs(table), pairs(table.sum(1)), pairs(table.sum(0))
+    return both / max(in_a, 1.0), both / max(in_b, 1.0)
+
+
+def against_tpu(name: str, fn: Any, args: tuple[Any, ...], device: Any, rules: dict[str, float]) -> None:
+    """Capture ``fn`` lowered for ``device`` (a TPU topology's), replay it with XLA:TPU's fusions
+    (``fusion="compiler"``) and set the rules against them: kernel counts and which ops they put together."""
+    t0 = time.perf_counter()
+    trace = dfit_nb.capture(fn, *args, lower_for=device)
+    took = time.perf_counter() - t0
+    kernels, by_kind = executed_kernels(trace.lowering)
+    hw = presets.get(PRESET)
+    print(f"{name} lowered for {trace.attrs['device_kind']} in {took:.1f} s: {int(trace.lowering.sizes['fusion'])} "
+          f"executed instructions ({', '.join(f'{k} {v}' for k, v in by_kind.items())}); kernels (no DMA halves, "
+          f"no layout-only calls): {kernels}")
+    runs = {mode: dfit_nb.replay(trace, hw, "ws", fusion=mode) for mode in ("rules", "compiler")}
+    for mode, run in runs.items():
+        launch = run.ops["launch_cycles"].values
+        latency = float(run.summary["latency_cycles"])
+        launched = len(np.unique(run.ops["kernel"].values[launch > 0]))
+        label = "rules" if mode == "rules" else "XLA:TPU's fusions (compiler)"
+        print(f"  {label:30s} kernels {launched:4d} ({launched / kernels:.2f}x XLA:TPU's {kernels}), launch "
+              f"{launch.sum() / latency:6.1%} of {latency / (hw.clock_ghz * 1e3):8.1f} us, DRAM "
+              f"{float(run.summary['dram_bytes']) / 1e6:7.1f} MB")
+    ratio = rules["kernels"] / kernels
+    ops = runs["rules"].ops
+    here = len(np.unique(ops["kernel"].values[ops["launch_cycles"].values > 0]))
+    print(f"  target ({DEFAULT}): kernels / XLA:TPU's {ratio:.2f} (0.80-1.25: "
+          f"{'met' if 1 / 1.25 <= ratio <= 1.25 else 'NOT met'}); the rules launch as many kernels on this trace "
+          f"as on the CPU one: {rules['kernels'] == here}")
+    # which ops the two put together: the ops that do work in both (not free under the rules, in an XLA fusion)
+    r, c = runs["rules"].ops, runs["compiler"].ops
+    work = ~np.asarray(r["free"].values, bool) & ~np.asarray(c["free"].values, bool)
+    precision, recall = pair_agreement(r["kernel"].values[work], c["kernel"].values[work])
+    print(f"  op pairs in one kernel: of the rules', {precision:.0%} share an XLA:TPU fusion; of XLA:TPU's, "
+          f"{recall:.0%} share a rules kernel ({int(work.sum())} working ops)")
+
+
+def tpu_device(topology: str) -> Any:
+    """A device of an ahead-of-time TPU topology (``"v4:2x2x1"``), or None with the reason printed."""
+    try:
+        from jax.experimental import topologies
+        return topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[0]
+    except Exception as err:  # libtpu absent, or a topology it does not know
+        print(f"\nXLA:TPU comparison skipped: no TPU topology {topology!r} ({type(err).__name__}: "
+              f"{str(err).splitlines()[0][:200]}). It needs Google's libtpu, the version jax[tpu] pins, in a "
+              f"throwaway venv: python -m venv --system-site-packages /tmp/tpuvenv && /tmp/tpuvenv/bin/pip install "
+              f"'jax[tpu]=={jax.__version__}' (no TPU needed)")
+        return None
+
+
 def tpu_v4_floor_us() -> float | None:
     """The fastest measured TPU v4 fusion (a matmul of at most 128 per side, mean time over its samples), in us:
     what one kernel costs on that chip however little it does. None where the shared data folder is absent."""
@@ -292,7 +379,10 @@ def decoder(name: str, *, layers: int, d_model: int, heads: int, vocab: int, seq
     params, tokens = gpt_specs(layers=layers, d_model=d_model, vocab=vocab, seq=seq, batch=batch)
     print(f"\n== {name}: {layers} layers, d_model {d_model}, {heads} heads, seq {seq}, vocab {vocab}, batch {batch}, "
           f"float32, {nbytes(params) / 4 / 1e6:.1f} M parameters")
-    measure(name, lambda p, t: gpt(p, t, heads=heads), (params, tokens))
+    fn = functools.partial(gpt, heads=heads)
+    rows, _ = measure(name, fn, (params, tokens))
+    if TPU is not None:
+        against_tpu(name, fn, (params, tokens), TPU, rows[DEFAULT])
 
 
 def minimum_traffic(args: tuple[Any, ...], word: int | None) -> tuple[float, dict[str, float]]:
@@ -311,6 +401,8 @@ def training_step(batch: int, size: int) -> None:
     print(f"\n== ResNet-18 training step (Adam): batch {batch}, {size}x{size}x3 float32 images, "
           f"{nbytes(args[0]) / 4 / 1e6:.2f} M parameters")
     rows, runs = measure("resnet18 train step", step, args)
+    if TPU is not None:
+        against_tpu("resnet18 train step", step, args, TPU, rows[DEFAULT])
     t0 = time.perf_counter()
     minimum, parts = minimum_traffic(args, None)
     minimum_w, parts_w = minimum_traffic(args, word)
@@ -351,7 +443,12 @@ def main() -> None:
     p.add_argument("--gpt2-vocab", type=int, default=50257, help="vocabulary of the GPT-2-small-sized decoder")
     p.add_argument("--image-batch", type=int, default=8)
     p.add_argument("--images", type=int, default=64, help="image side of the ResNet-18 training step")
+    p.add_argument("--tpu", metavar="TOPOLOGY", default=None,
+                   help="also lower each program for this TPU topology (v4:2x2x1, v6e:2x2) with libtpu and set the "
+                        "rules against XLA:TPU's fusions")
     a = p.parse_args()
+    global TPU
+    TPU = tpu_device(a.tpu) if a.tpu else None
     print(f"fusion modes {', '.join(MODES)} on {PRESET} (ws); jax {jax.__version__}, capture backend "
           f"{jax.devices()[0].platform}; dfit_nb {dfit_nb.__version__}")
     decoder("GPT decoder (small)", layers=4, d_model=256, heads=4, vocab=a.vocab, seq=a.seq, batch=a.batch)

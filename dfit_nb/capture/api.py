@@ -295,6 +295,27 @@ class _Control:
         self.branch_source = "measured"
 
 
+def _check_lower_for(lower_for: Any, mode: str) -> None:
+    if lower_for is None:
+        return
+    if not isinstance(lower_for, jax.Device):
+        raise TypeError(f"lower_for must be a jax.Device (jax.devices()[0], or a device of an ahead-of-time "
+                        f"topology such as jax.experimental.topologies.get_topology_desc(platform='tpu', "
+                        f"topology_name='v4:2x2x1').devices[0]), got {type(lower_for).__name__} {lower_for!r:.80}")
+    if mode != "static":
+        raise ValueError(f"lower_for={lower_for} compiles the program for that device; mode={mode!r} times it on "
+                         f"this process's default device instead. Use mode='static' with lower_for, or drop it")
+
+
+def _placed(dyn: list[Any], device: Any) -> list[Any]:
+    """The traced arguments as shapes on ``device`` (the lowering then compiles for that device's backend), or
+    unchanged when no device is asked for."""
+    if device is None:
+        return dyn
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return [jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding) for x in dyn]
+
+
 def capture(
     fn: Callable[..., Any],
     *args: Any,
@@ -306,6 +327,7 @@ def capture(
     profile_ci_pct: float = probes.DEFAULT_PROFILE_CI_PCT,
     regions: str = "both",
     param_args: int | str | Sequence[int | str] | None = None,
+    lower_for: Any = None,
     **kwargs: Any,
 ) -> Trace:
     """Capture a JAX function as an instrumented graph IR.
@@ -387,6 +409,18 @@ def capture(
         the parameters, when the default rule above picks wrongly (a batch
         passed as a dict, weights passed as bare arrays): every leaf of
         them is a parameter, and no other leaf is.
+    lower_for : jax.Device, optional
+        The device whose compiler lowers the program, so that the fusion map
+        (``trace.lowering``, ``trace.ops["fusion"]``, and the replay's
+        ``fusion="compiler"``) is the one *that* compiler makes. By default
+        the program is compiled for this process's default device (on a
+        laptop, XLA's CPU backend, whose fusions are not an accelerator's).
+        The device need not be attached: with Google's ``libtpu`` installed,
+        JAX compiles ahead of time for a TPU topology on a machine without
+        one (``jax.experimental.topologies.get_topology_desc(platform="tpu",
+        topology_name="v4:2x2x1").devices[0]``). Only with ``mode="static"``:
+        the runtime modes time the program on the default device. Recorded
+        in ``trace.attrs["backend"]`` and ``trace.attrs["device_kind"]``.
 
     Returns
     -------
@@ -476,6 +510,7 @@ def capture(
             isinstance(param_args, Sequence) and all(isinstance(a, (int, str)) for a in param_args))):
         raise TypeError(f"param_args must be an argument position (int), a keyword name (str) or a sequence of "
                         f"them, got {type(param_args).__name__} {param_args!r}")
+    _check_lower_for(lower_for, mode)
     param_leaves = regions_mod.parameter_leaves(fn, args, kwargs, param_args)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dyn_pos = [i for i, leaf in enumerate(leaves) if is_dynamic(leaf)]
@@ -519,7 +554,7 @@ def capture(
     _check_countable(walk, name)
     tagged_fn = jax.jit(jcore.jaxpr_as_fun(walk.tagged))
     try:
-        lowered = tagged_fn.lower(*dyn)
+        lowered = tagged_fn.lower(*_placed(dyn, lower_for))
         # the tags are op names, which JAX's persistent cache key leaves out by default: keyed on them, a cached
         # program never comes back with another program's tags (a wrong fusion map)
         with metadata_in_cache_key():
@@ -588,8 +623,8 @@ def capture(
         "static_args": "; ".join(_describe(leaves[i]) for i in range(len(leaves)) if i not in set(dyn_pos)),
         "dfit_nb_version": __version__,
         "jax_version": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,
+        "backend": jax.default_backend() if lower_for is None else lower_for.platform,
+        "device_kind": (jax.devices() if lower_for is None else [lower_for])[0].device_kind,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "opaque_primitives": ",".join(walk.opaque_primitives),
         "regions": regions,

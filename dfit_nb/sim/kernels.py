@@ -68,8 +68,12 @@ Who decides (``fusion=``)
     The capture's own XLA fusion map (``trace.ops["fusion"]``): each op runs in
     the first executed fusion that holds it; ops XLA folded away (bitcasts,
     CSE, constants: ``folded_reason``) are free and join their consumer's
-    kernel. The capture backend (this machine's CPU) is not the target chip, so
-    this is how *that* compiler grouped the program.
+    kernel. By default the capture compiles for this process's device (on a
+    laptop, XLA:CPU), so this is how *that* compiler grouped the program;
+    ``capture(..., lower_for=device)`` compiles for another device instead,
+    such as a TPU topology's without a TPU (``docs/validation.md``, "Kernels
+    against XLA:TPU's own fusions"). An op XLA computes in several fusions runs
+    once, in the first.
 ``"none"``
     One kernel per primitive (the model before kernels), kept for comparison.
 

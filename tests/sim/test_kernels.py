@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -472,3 +473,75 @@ def test_a_trace_saved_before_input_edges_replays_reading_each_argument_per_op(t
     reads = {name: float(dfit_nb.replay(x, hw).ops["dram_reads_input"].sum()) for name, x in
              (("old", loaded), ("new", t))}
     assert reads["old"] == pytest.approx(2 * reads["new"], abs=8)  # and a 2-byte scalar, once in both
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A trace lowered by XLA:TPU (ahead of time, libtpu, no TPU): tests/data/tpu_v4_block.nc, written by
+# ``dfit_nb.capture(block, params, x, lower_for=<a device of topology v4:2x2x1>)``: a pre-layer-norm block (layer norm,
+# a GELU MLP 128 -> 256 -> 128, a residual) on 16 tokens. See benchmarks/bench_kernels.py --tpu.
+# --------------------------------------------------------------------------------------------------------------------
+TPU_BLOCK = Path(__file__).resolve().parents[1] / "data" / "tpu_v4_block.nc"
+
+
+@pytest.fixture(scope="module")
+def tpu_block():
+    return dfit_nb.load_trace(TPU_BLOCK)
+
+
+def test_a_trace_lowered_for_a_tpu_keeps_xla_tpus_fusions(tpu_block):
+    """The capture's fusion map is the TPU compiler's: its DMA halves are executed instructions holding no op, and
+    XLA:TPU put the layer norm's scaling, both GEMMs, the GELU and the residual in one fusion."""
+    t = tpu_block
+    assert (t.attrs["backend"], t.attrs["device_kind"]) == ("tpu", "TPU v4")
+    low = t.lowering
+    kinds = dict(zip(low["fusion"].values.astype(str), low["kind"].values.astype(str), strict=True))
+    dma = np.array([o.endswith(("-start", "-done")) for o in low["opcode"].values.astype(str)])
+    assert dma.sum() >= 2 and (low["op_ids"].values.astype(str)[dma] == "").all()
+    assert (low["op_ids"].values.astype(str)[~dma] != "").all()
+    fusion = np.array([str(f).split(";")[0] for f in t.ops["fusion"].values])
+    prim = t.ops["primitive"].values.astype(str)
+    gemms = fusion[prim == "dot_general"]
+    assert len(gemms) == 2 and gemms[0] == gemms[1] and kinds[gemms[0]] == "kOutput"
+    assert set(fusion[(prim == "tanh") | (prim == "rsqrt")]) <= set(kinds)
+    assert fusion[prim == "tanh"][0] == gemms[0] and fusion[prim == "rsqrt"][0] != gemms[0]
+
+
+def test_compiler_kernels_of_a_tpu_lowering_price_xla_tpus_grouping(tpu_block):
+    """fusion='compiler' on the TPU lowering: a kernel with two GEMMs (which the rules never make) is priced as one
+    launch, its intermediates on chip; the work is the same in every mode."""
+    hw = presets.get("tpu_v4")
+    runs = {mode: dfit_nb.replay(tpu_block, hw, "ws", fusion=mode) for mode in MODES}
+    ops = runs["compiler"].ops
+    gemm = ops["primitive"].values.astype(str) == "dot_general"
+    kernel = ops["kernel"].values
+    assert kernel[gemm][0] == kernel[gemm][1]
+    assert (ops["launch_cycles"].values[kernel == kernel[gemm][0]] > 0).sum() == 1
+    assert len(set(runs["rules"].ops["kernel"].values[gemm])) == 2  # the rules: one GEMM a kernel
+    for mode, run in runs.items():
+        assert float(run.summary["macs"]) == pytest.approx(float(runs["none"].summary["macs"]), rel=1e-12), mode
+    # one kernel for the block's MLP moves fewer DRAM bytes than a kernel per primitive
+    assert float(runs["compiler"].summary["dram_bytes"]) < float(runs["none"].summary["dram_bytes"])
+
+
+def test_lower_for_this_processs_device_is_the_default_lowering():
+    def f(x, w):
+        return jnp.tanh(x @ w).sum(0)
+
+    args = (jax.ShapeDtypeStruct((8, 16), jnp.float32), jax.ShapeDtypeStruct((16, 4), jnp.float32))
+    default = dfit_nb.capture(f, *args)
+    placed = dfit_nb.capture(f, *args, lower_for=jax.devices("cpu")[0])
+    assert placed.attrs["backend"] == "cpu" and placed.attrs["device_kind"] == default.attrs["device_kind"]
+    assert placed.ops["fusion"].values.tolist() == default.ops["fusion"].values.tolist()
+    assert placed.lowering["kind"].values.tolist() == default.lowering["kind"].values.tolist()
+
+
+@pytest.mark.parametrize(("value", "mode", "error", "words"), [
+    ("tpu", "static", TypeError, ["lower_for must be a jax.Device", "'tpu'", "get_topology_desc"]),
+    (None, "profile", ValueError, ["lower_for=", "mode='profile'", "mode='static'"]),
+])
+def test_lower_for_is_refused_with_what_would_be_valid(value, mode, error, words):
+    device = jax.devices("cpu")[0] if value is None else value
+    with pytest.raises(error) as info:
+        dfit_nb.capture(lambda x: x + 1, jnp.ones(3), mode=mode, lower_for=device)
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
