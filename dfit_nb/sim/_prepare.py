@@ -93,7 +93,8 @@ def prepare(trace: Any, fusion: str | None = None) -> Prepared:
 
 def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
-    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``shared_reads``) added to
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``kernel_weight``,
+    ``shared_reads``) added to
     its arrays."""
     lowering = getattr(trace, "lowering", None)
     known = None
@@ -101,7 +102,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
              "elems_in": prep.arrays["elems_in"], "elems_out": prep.arrays["elems_out"],
-             "reduced_row": prep.reduced_row,
+             "reduced_row": prep.reduced_row, **{d: prep.arrays[d] for d in ("m", "k", "n", "batch")},
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
         k = kernels.group(table, prep.preds, fusion, known)
@@ -113,7 +114,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
                                  prep.arrays["gemm"]),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
-              "kernel_row": k.row.astype(np.float64)}
+              "kernel_row": k.row.astype(np.float64), "kernel_weight": k.weight.astype(np.float64)}
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
 
 
@@ -272,7 +273,7 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
                           np.concatenate([arg_bytes, prep.feed_bytes[outside]]), a["gemm"])
     keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", "gemm",
             "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
-            "internal", "kernel_ws", "kernel_row")
+            "internal", "kernel_ws", "kernel_row", "kernel_weight")
     ones = np.ones(n)
     return {**{key: np.asarray(a[key], np.float64) for key in keep}, **shared,
             "fed0": kernel_fed0, "fed1": kernel_fed1, "kernel_fed0": kernel_fed0, "kernel_fed1": kernel_fed1,
