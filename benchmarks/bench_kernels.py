@@ -60,6 +60,11 @@ Wall seconds of each capture and each replay (a replay that meets a new padded p
 it) and the script's total run time (about 20 s on 2 shared cores) are printed. No timing is asserted. Run:
 ``python benchmarks/bench_kernels.py [--quick] [--gpt2-vocab 50257] [--batch 1] [--images 64 --image-batch 8]``
 (``--quick``: only the first model).
+
+With ``--tpu v4:2x2x1`` each program is also lowered by XLA:TPU for that topology (``capture(..., lower_for=...)``,
+ahead of time, no TPU; it needs Google's ``libtpu``, in a throwaway venv: ``docs/validation.md``) and the rules are
+set against XLA:TPU's kernels: the counts (its executed instructions less DMA halves and layout-only calls), a replay
+with its grouping (``fusion="compiler"``), and pair counting of which ops the two put in one kernel.
 """
 
 from __future__ import annotations

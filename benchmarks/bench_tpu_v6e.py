@@ -48,7 +48,7 @@ BF16 = jnp.bfloat16
 # M ranges the split is stratified by: decode (1-32), short prefill, long prefill
 #: the vector unit's fields, fitted on the FFN programs
 VECTOR_FIELDS = ("vector_rate", "transcendental_cycles", "vector_overlap")
-RANGES = ((0, 32, "M 1-32"), (33, 2048, "M 33-2048"), (2049, 10**9, "M > 2048"))
+RANGES = ((0, 32, "M 1-32"), (33, 4096, "M 33-4096"), (4097, 10**9, "M > 4096"))  # the groups issue 39 names
 
 
 def load() -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -87,6 +87,17 @@ def ffn_program(kind: str, s: int, h: int, i: int) -> tuple[object, tuple[object
     return erf_ffn, (spec(s, h), spec(h, i), spec(i), spec(i, h), spec(h))
 
 
+def tpu_device(topology: str):
+    """A device of an ahead-of-time TPU topology, or None with the reason printed (libtpu absent)."""
+    try:
+        from jax.experimental import topologies
+        return topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[0]
+    except Exception as err:
+        print(f"XLA:TPU rows skipped: no TPU topology {topology!r} ({type(err).__name__}: "
+              f"{str(err).splitlines()[0][:200]}); it needs libtpu in a throwaway venv (docs/validation.md)")
+        return None
+
+
 def scores(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
     return float(np.mean(np.abs(pred - meas) / meas)), float(spearmanr(pred, meas).statistic)
 
@@ -116,7 +127,11 @@ def report(label: str, pred: np.ndarray, meas: np.ndarray, names: pd.Series, wor
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tpu", metavar="TOPOLOGY", default=None,
+                   help="also lower each FFN for this TPU topology (v6e:2x2) with libtpu and replay it with XLA:TPU's "
+                        "own fusions (fusion='compiler'); see bench_kernels.py --tpu")
     a = p.parse_args()
+    device = tpu_device(a.tpu) if a.tpu else None
     if not DATA.is_file():
         raise SystemExit(f"{DATA} is absent: the measured TPU v6e programs live in the project's shared data folder")
     t_start = time.perf_counter()
@@ -142,10 +157,12 @@ def main() -> None:
             report(f"{bucket}, {name}", pred, meas[sel], gemm["workload"][sel])
 
     t0 = time.perf_counter()
-    traces = []
+    traces, tpu_traces = [], []
     for r in ffn.itertuples():
         fn, args = ffn_program(r.kind, r.s, r.h, r.i)
         traces.append(dfit_nb.capture(fn, *args))
+        if device is not None:
+            tpu_traces.append(dfit_nb.capture(fn, *args, lower_for=device))
     print(f"\nFFN programs: captured {len(traces)} in {time.perf_counter() - t0:.1f} s; "
           f"none was fitted (the calibration saw GEMMs only)")
     f_meas = ffn["time_s"].to_numpy()
@@ -160,6 +177,13 @@ def main() -> None:
                 if name == "preset":
                     print(f"  {'':38s} kernels per program {np.median(kern):.0f} (median), launch share "
                           f"{np.median(share):.1%} (median), replays {time.perf_counter() - t0:.1f} s")
+        if tpu_traces:  # the same programs grouped as XLA:TPU compiled them
+            chosen = [t for t, s in zip(tpu_traces, sel, strict=True) if s]
+            for name, machine in (("preset", hw), ("calibrated on GEMMs", cal.hw)):
+                secs, kern, _ = replay_ffns(chosen, machine, "compiler")
+                report(f"fusion=compiler (XLA:TPU), {name}", secs, f_meas[sel], ffn["workload"][sel])
+            print(f"  {'':38s} kernels per program {np.median(kern):.0f} (median), lowered for "
+                  f"{chosen[0].attrs['device_kind']}")
 
     # the vector unit on the FFNs: fit its fields on half of them (seeded, half of each kind), from the machine
     # calibrated on GEMMs, and report the other half
