@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from bench_kernels import tpu_device  # one way to reach a TPU topology for both scripts
 from scipy.stats import spearmanr
 
 import dfit_nb
@@ -85,17 +86,6 @@ def ffn_program(kind: str, s: int, h: int, i: int) -> tuple[object, tuple[object
     if kind == "gated":
         return gated_ffn, (spec(s, h), spec(h, 2 * i), spec(i, h))
     return erf_ffn, (spec(s, h), spec(h, i), spec(i), spec(i, h), spec(h))
-
-
-def tpu_device(topology: str):
-    """A device of an ahead-of-time TPU topology, or None with the reason printed (libtpu absent)."""
-    try:
-        from jax.experimental import topologies
-        return topologies.get_topology_desc(platform="tpu", topology_name=topology).devices[0]
-    except Exception as err:
-        print(f"XLA:TPU rows skipped: no TPU topology {topology!r} ({type(err).__name__}: "
-              f"{str(err).splitlines()[0][:200]}); it needs libtpu in a throwaway venv (docs/validation.md)")
-        return None
 
 
 def scores(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
