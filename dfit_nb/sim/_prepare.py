@@ -482,7 +482,7 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
             raise ReplayError(f"the policy has {len(values)} per-op choices; the trace has {n} replayed ops") from err
         values = np.where(values == "", "ws", values)  # non-GEMM ops have no dataflow
         codes, _ = dataflow_codes(values, n)
-        return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
+        return one_per_kernel(codes.astype(np.float64), prep), str(getattr(dataflow, "name", "policy"))
     if isinstance(dataflow, (list, tuple)):
         raise ReplayError(f"replay() takes one dataflow ({', '.join(REPLAY_DATAFLOWS)}) or a Policy; to compare "
                           "several, replay once per dataflow")
@@ -490,7 +490,28 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
         codes, _ = dataflow_codes(dataflow, n)
     except CostInputError as err:
         raise ReplayError(f"{err}, or 'hybrid', or a Policy") from None
-    return codes.astype(np.float64), dataflow if isinstance(dataflow, str) else "per-op"
+    return one_per_kernel(codes.astype(np.float64), prep), dataflow if isinstance(dataflow, str) else "per-op"
+
+
+def one_per_kernel(codes: np.ndarray, prep: Prepared) -> np.ndarray:
+    """``codes``, refused where two GEMMs of one kernel would run different dataflows: a switch happens only
+    between kernels (its stationary operand is the kernel's, for every GEMM it chains)."""
+    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
+    if prep.kernels is None or len(gemm) < 2:
+        return codes
+    kernel = np.asarray(prep.kernels.kernel)[gemm]
+    lo = np.full(int(kernel.max()) + 1, np.inf)
+    hi = np.full(int(kernel.max()) + 1, -np.inf)
+    np.minimum.at(lo, kernel, codes[gemm])
+    np.maximum.at(hi, kernel, codes[gemm])
+    bad = np.flatnonzero(lo < hi)
+    if bad.size:
+        rows = gemm[kernel == bad[0]]
+        shown = ", ".join(f"#{int(prep.op[r])} {DATAFLOWS[int(codes[r])]}" for r in rows)
+        raise ReplayError(f"GEMM ops {shown} run in one kernel ({prep.kernels.name[bad[0]]}, fusion="
+                          f"{prep.fusion!r}) but were given different dataflows: a switch happens only between "
+                          "kernels. Valid: one dataflow for a kernel's GEMMs, or fusion='none' (one kernel per op)")
+    return codes
 
 
 def switch_penalty(dataflow: Any) -> np.ndarray:

@@ -771,9 +771,9 @@ def kernel_fits(ops: dict[str, Any], hw: Hardware) -> Any:
     one tile's SRAM; a kernel that chains two matrix products also keeps the second one's weight on chip
     (``kernel_weight`` elements, which every streamed block of rows meets), spread over the chip's tiles as any
     weight is, so it must fit the chip's SRAM. A kernel that does not fit runs as unfused ops (the fusion ends
-    where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules make needs a value after the block that made it (a
-    reduction roots its kernel, or keeps just its rows), so the tensors' size does not matter, only how many
-    intermediates each element carries and the rows' length.
+    where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules make needs a value
+    after the block that made it (a reduction roots its kernel, or keeps just its rows), so the tensors' size does
+    not matter, only how many intermediates each element carries, the rows' length and a chained weight.
     """
     block = jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols"))
     held = block * ops.get("kernel_ws", 0.0) + ops.get("kernel_row", 0.0)
