@@ -156,12 +156,15 @@ def test_infeasible_pins_under_no_switch_are_refused_naming_them(trace):
 
 
 def test_infeasible_pins_under_a_cap_name_the_switches_they_need(trace):
-    with pytest.raises(PolicyError) as info:
-        select_dataflows(trace, presets.get("npu_like"), pins={"a": "ws", "b": "os", "c": "ws"}, max_switches=1,
-                         evaluate=False)
+    pins = {"a": "ws", "b": "os", "c": "ws"}
+    with pytest.raises(PolicyError) as info:  # one kernel per op: a, b and c may each switch
+        select_dataflows(trace, presets.get("npu_like"), pins=pins, max_switches=1, evaluate=False, fusion="none")
     text = str(info.value)
     for token in ("'b': 'os'", "max_switches=1", "at least 2 switches", "max_switches >= 2", "or None"):
         assert token in text, (token, text)
+    # by default a's and b's GEMMs chain into one kernel (rule 10), where no switch can fall whatever the cap
+    with pytest.raises(PolicyError, match=r"'a' -> ws.* disagree on GEMM ops \[0, 2\], which run in one kernel"):
+        select_dataflows(trace, presets.get("npu_like"), pins=pins, evaluate=False)
 
 
 def test_feasible_pins_all_hold(trace):

@@ -93,7 +93,8 @@ def prepare(trace: Any, fusion: str | None = None) -> Prepared:
 
 def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
     """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
-    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``shared_reads``) added to
+    ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``kernel_weight``,
+    ``shared_reads``) added to
     its arrays."""
     lowering = getattr(trace, "lowering", None)
     known = None
@@ -101,7 +102,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
         known = lowering["fusion"].values
     table = {"primitive": prep.primitive, "count": prep.arrays["count"], "gemm": prep.arrays["gemm"],
              "elems_in": prep.arrays["elems_in"], "elems_out": prep.arrays["elems_out"],
-             "reduced_row": prep.reduced_row,
+             "reduced_row": prep.reduced_row, **{d: prep.arrays[d] for d in ("m", "k", "n", "batch")},
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
         k = kernels.group(table, prep.preds, fusion, known)
@@ -113,7 +114,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
                                  prep.arrays["gemm"]),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
-              "kernel_row": k.row.astype(np.float64)}
+              "kernel_row": k.row.astype(np.float64), "kernel_weight": k.weight.astype(np.float64)}
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
 
 
@@ -272,7 +273,7 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
                           np.concatenate([arg_bytes, prep.feed_bytes[outside]]), a["gemm"])
     keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", "gemm",
             "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
-            "internal", "kernel_ws", "kernel_row")
+            "internal", "kernel_ws", "kernel_row", "kernel_weight")
     ones = np.ones(n)
     return {**{key: np.asarray(a[key], np.float64) for key in keep}, **shared,
             "fed0": kernel_fed0, "fed1": kernel_fed1, "kernel_fed0": kernel_fed0, "kernel_fed1": kernel_fed1,
@@ -481,7 +482,7 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
             raise ReplayError(f"the policy has {len(values)} per-op choices; the trace has {n} replayed ops") from err
         values = np.where(values == "", "ws", values)  # non-GEMM ops have no dataflow
         codes, _ = dataflow_codes(values, n)
-        return codes.astype(np.float64), str(getattr(dataflow, "name", "policy"))
+        return one_per_kernel(codes.astype(np.float64), prep), str(getattr(dataflow, "name", "policy"))
     if isinstance(dataflow, (list, tuple)):
         raise ReplayError(f"replay() takes one dataflow ({', '.join(REPLAY_DATAFLOWS)}) or a Policy; to compare "
                           "several, replay once per dataflow")
@@ -489,7 +490,28 @@ def dataflow_per_op(dataflow: Any, trace: Any, prep: Prepared, hw: Hardware) -> 
         codes, _ = dataflow_codes(dataflow, n)
     except CostInputError as err:
         raise ReplayError(f"{err}, or 'hybrid', or a Policy") from None
-    return codes.astype(np.float64), dataflow if isinstance(dataflow, str) else "per-op"
+    return one_per_kernel(codes.astype(np.float64), prep), dataflow if isinstance(dataflow, str) else "per-op"
+
+
+def one_per_kernel(codes: np.ndarray, prep: Prepared) -> np.ndarray:
+    """``codes``, refused where two GEMMs of one kernel would run different dataflows: a switch happens only
+    between kernels (its stationary operand is the kernel's, for every GEMM it chains)."""
+    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
+    if prep.kernels is None or len(gemm) < 2:
+        return codes
+    kernel = np.asarray(prep.kernels.kernel)[gemm]
+    lo = np.full(int(kernel.max()) + 1, np.inf)
+    hi = np.full(int(kernel.max()) + 1, -np.inf)
+    np.minimum.at(lo, kernel, codes[gemm])
+    np.maximum.at(hi, kernel, codes[gemm])
+    bad = np.flatnonzero(lo < hi)
+    if bad.size:
+        rows = gemm[kernel == bad[0]]
+        shown = ", ".join(f"#{int(prep.op[r])} {DATAFLOWS[int(codes[r])]}" for r in rows)
+        raise ReplayError(f"GEMM ops {shown} run in one kernel ({prep.kernels.name[bad[0]]}, fusion="
+                          f"{prep.fusion!r}) but were given different dataflows: a switch happens only between "
+                          "kernels. Valid: one dataflow for a kernel's GEMMs, or fusion='none' (one kernel per op)")
+    return codes
 
 
 def switch_penalty(dataflow: Any) -> np.ndarray:

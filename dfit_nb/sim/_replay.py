@@ -276,7 +276,8 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
                      " (run.ops['spilled_bytes'])")
     if unfused:
         names = ", ".join(f"{k.name[k.kernel[i]]} (from op #{int(prep.op[i])})" for i in unfused[:3])
-        parts.append(f"{len(unfused)} kernel(s) run unfused, each op writing its result to DRAM: their working set "
-                     f"exceeds a tile's SRAM on {hw.name!r}: {names}{' ...' if len(unfused) > 3 else ''} "
+        parts.append(f"{len(unfused)} kernel(s) run unfused, each op a kernel of its own: their working set "
+                     f"exceeds a tile's SRAM, or a chained GEMM's weight the chip's, on {hw.name!r}: "
+                     f"{names}{' ...' if len(unfused) > 3 else ''} "
                      "(run.ops['fused'])")
     warnings.warn("; ".join(parts), SpillWarning, stacklevel=3)

@@ -64,21 +64,27 @@ def _switches(choice: np.ndarray) -> int:
     return int(np.count_nonzero(choice[1:] != choice[:-1]))
 
 
-def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None) -> np.ndarray:
+def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None,
+               tied: np.ndarray | None = None) -> np.ndarray:
     """Every assignment one move from ``choice`` (``(G,)`` candidate indices) that ``allowed`` ``(G, C)`` and
-    ``max_switches`` permit: one GEMM changed, a suffix changed to one style, or one style everywhere.
+    ``max_switches`` permit: one kernel's GEMMs changed, a suffix changed to one style, or one style everywhere.
+    ``tied`` ``(G,)`` marks a GEMM in the kernel of the one before it: the two never differ.
 
     >>> allowed = np.ones((3, 2), bool)
     >>> neighbours(np.array([0, 0, 0]), allowed, None).tolist()
     [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1], [0, 1, 1]]
+    >>> neighbours(np.array([0, 0, 0]), allowed, None, np.array([False, False, True])).tolist()
+    [[1, 0, 0], [0, 1, 1], [1, 1, 1]]
     """
     g_count, c_count = allowed.shape
+    tied = np.zeros(g_count, bool) if tied is None else np.asarray(tied, bool)
+    group = np.cumsum(~tied) - 1
     out = []
-    for g in range(g_count):
+    for g in np.flatnonzero(~tied):
         for c in range(c_count):
             if c != choice[g]:
                 one = choice.copy()
-                one[g] = c
+                one[group == group[g]] = c
                 out.append(one)
     for g in range(g_count):
         for c in range(c_count):
@@ -94,13 +100,15 @@ def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None
         if key in seen:
             continue
         seen.add(key)
-        if allowed[np.arange(g_count), a].all() and (max_switches is None or _switches(a) <= max_switches):
+        if (allowed[np.arange(g_count), a].all() and (max_switches is None or _switches(a) <= max_switches)
+                and not np.any(tied[1:] & (a[1:] != a[:-1]))):
             ok.append(a)
     return np.array(ok, dtype=np.int64).reshape(-1, g_count)
 
 
 def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands: list[str], allowed: np.ndarray,
-            objective: str, max_switches: int | None, reconfig: Any) -> tuple[np.ndarray, dict[str, Any]]:
+            objective: str, max_switches: int | None, reconfig: Any, tied: np.ndarray | None = None
+            ) -> tuple[np.ndarray, dict[str, Any]]:
     """The best assignment a local search of the replayed ``objective`` finds from ``choice`` (module docstring).
 
     Returns
@@ -123,7 +131,7 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
     start, replayed, rounds = current, 1, 0
     while rounds < MAX_ROUNDS:
         rounds += 1
-        near = neighbours(best, allowed, max_switches)
+        near = neighbours(best, allowed, max_switches, tied)
         if not len(near):
             break
         scores = replayed_objective(prep, hw, codes(near), objective, reconfig, width)

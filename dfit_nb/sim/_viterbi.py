@@ -78,17 +78,19 @@ def viterbi(cost: Any, switch: Any, max_switches: int | None) -> tuple[Any, Any]
 
 @functools.partial(_compile_options.jit, static_argnames=("objective", "max_switches"))
 def _select(energy: Any, cycles: Any, ops: dict[str, Any], hw: Hardware, allowed: Any, reconfig: Any,
-            objective: str, max_switches: int | None) -> dict[str, Any]:
+            tied: Any, objective: str, max_switches: int | None) -> dict[str, Any]:
     """The DP for one machine (``vmap`` over machines): ``energy`` and ``cycles`` ``(G, D)`` are what the replay
     charges each GEMM (and the non-GEMM ops after it) under each candidate; switches priced by
-    :func:`dfit_nb.sim.machine.switch_cost`, the price the replay charges too."""
+    :func:`dfit_nb.sim.machine.switch_cost`, the price the replay charges too. ``tied`` ``(G,)``: the GEMM runs in
+    the kernel of the one before it, where no switch can happen (an infinite price for the DP)."""
     sw = switch_cost(ops, hw, reconfig[0], reconfig[1])
     sw_e, sw_c = sw["energy_pj"], sw["cycles"]
+    no_switch = jnp.where(jnp.asarray(tied), jnp.inf, 0.0)
     forbid = jnp.where(allowed, 0.0, jnp.inf)
     if objective == "energy":
-        choice, _ = viterbi(energy + forbid, sw_e, max_switches)
+        choice, _ = viterbi(energy + forbid, sw_e + no_switch, max_switches)
     elif objective == "latency":
-        choice, _ = viterbi(cycles + forbid, sw_c, max_switches)
+        choice, _ = viterbi(cycles + forbid, sw_c + no_switch, max_switches)
     else:
         # E x T is not a sum: solve E + w T exactly for a sweep of w and keep the lowest product
         scale = jnp.sum(jnp.min(energy, axis=1)) / jnp.maximum(jnp.sum(jnp.min(cycles, axis=1)), 1e-30)
@@ -96,7 +98,7 @@ def _select(energy: Any, cycles: Any, ops: dict[str, Any], hw: Hardware, allowed
 
         def solve(w: Any) -> tuple[Any, Any]:
             c, _ = viterbi(jnp.where(w >= 1e30, cycles, energy + w * cycles) + forbid,
-                           jnp.where(w >= 1e30, sw_c, sw_e + w * sw_c), max_switches)
+                           jnp.where(w >= 1e30, sw_c, sw_e + w * sw_c) + no_switch, max_switches)
             e_tot, t_tot = _totals(c, energy, cycles, sw_e, sw_c)
             return c, e_tot * t_tot
 

@@ -27,7 +27,7 @@ Who decides (``fusion=``)
     3. a GEMM's elementwise consumers fuse into its kernel (the epilogue:
        bias, activation, scale, convert), and a GEMM fuses into a kernel of free
        ops feeding it (the prologue: a convert or broadcast of its operand);
-       a kernel holds at most one GEMM;
+       a kernel holds at most one GEMM, or two that chain (rule 10);
     4. a reduction fuses into the kernel of its elementwise producers and roots
        it: nothing else joins a kernel after its reduction, unless it reduces
        rows (rule 9);
@@ -59,7 +59,19 @@ Who decides (``fusion=``)
        ``SoftmaxRewriterTriton`` pass turns it into one fusion, and a GPU
        library's softmax and layer norm are one kernel each). The kernel
        holds a row of each such reduction's input (``row``) besides its
-       streamed blocks, so rows too long for a tile run unfused (rule 8).
+       streamed blocks, so rows too long for a tile run unfused (rule 8);
+    10. a matrix product whose rows are another's in the same open kernel,
+       after elementwise work only (an MLP, ``act(x @ w1 + b) @ w2``: the
+       same rows, reducing over the first product's columns), joins that
+       kernel when its other operand comes from outside it (a weight): the
+       rows stream through both products and the hidden activations never
+       leave the chip. XLA:TPU makes this fusion (one fusion for an MLP's two
+       matmuls and its activation, on TPU v4 and v6e: ``docs/validation.md``);
+       a split or slice between the products (a gated FFN's gate and up
+       halves) ends the chain, as it does there, and so do convolutions. The
+       kernel keeps the second product's weight on chip (``row``), so a
+       weight too large for a tile runs unfused (rule 8). At most two
+       products a kernel.
 
     Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
     into its consumer); a kernel of free ops alone is a view (a bitcast) and
@@ -130,8 +142,9 @@ class Kernels:
     pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
     in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediates (results
     consumed only inside it, not views): the values a streamed element carries through the kernel; ``size``: ops in
-    the op's kernel; ``row``: per op, the elements its kernel keeps on chip as rows (one row per row reduction
-    whose result the kernel uses; rule 9), 0 for a kernel that streams.
+    the op's kernel; ``row``: per op, the elements its kernel keeps on chip besides its streamed blocks (one row
+    per row reduction whose result the kernel uses; rule 9), 0 for a kernel that streams; ``weight``: per op, the
+    elements of the weights its kernel keeps on chip for a chained GEMM (rule 10), 0 for others.
     """
 
     mode: str
@@ -143,6 +156,7 @@ class Kernels:
     working_set: np.ndarray
     size: np.ndarray
     row: np.ndarray
+    weight: np.ndarray
 
     @property
     def count(self) -> int:
@@ -203,6 +217,7 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
         for p in preds[i]:
             if p >= 0:
                 consumers[int(p)].append(i)
+    held = np.zeros(n)
     if mode == "none":
         kernel = np.arange(n)
         free = np.zeros(n, bool)
@@ -215,11 +230,14 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
         elems = np.asarray(table["elems_out"], np.float64) if "elems_out" in table else np.ones(n)
         expensive = np.isin(op_class, ["transcendental"]) | (roles == GEMM)
         rows = reduced_rows(table, roles == REDUCTION)
-        kernel = _rules(roles, preds, consumers, count, elems, expensive, rows)
+        chain = _chainable(table, roles, op_class, primitive)
+        kernel, chained = _rules(roles, preds, consumers, count, elems, expensive, rows, chain)
         free = roles == FREE
+        # a chained GEMM's weight stays on chip while the rows stream through both GEMMs (rule 10)
+        held = np.where(chained, chain["weight"], 0.0)
     return _finish(mode, kernel, free, primitive, consumers,
                    np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None,
-                   rows if mode == "rules" else np.zeros(n))
+                   rows if mode == "rules" else np.zeros(n), held)
 
 
 def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
@@ -251,9 +269,23 @@ def reduced_rows(table: Any, among: Any = None) -> np.ndarray:
     return out
 
 
+def _chainable(table: Any, roles: np.ndarray, op_class: np.ndarray, primitive: np.ndarray) -> dict[str, np.ndarray]:
+    """What rule 10 reads per op: whether it is a matrix product (not a convolution) with its dimensions, the
+    elements of its row operand (``batch x m x k``) and of its weight (``batch x k x n``), and whether it moves data
+    (a split, slice, transpose: what ends a chain)."""
+    n = len(roles)
+    dims = {d: (np.asarray(table[d], np.float64) if d in table else np.zeros(n)) for d in ("m", "k", "n", "batch")}
+    batch = np.maximum(dims["batch"], 1.0)
+    return {"gemm": (roles == GEMM) & (op_class == "gemm") & (dims["m"] > 0), **dims,
+            "lhs": batch * dims["m"] * dims["k"], "weight": batch * dims["k"] * dims["n"],
+            "move": np.isin(primitive, list(FUSIBLE_MOVES))}
+
+
 def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], count: np.ndarray,
-           elems: np.ndarray, expensive: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Kernel ids by the fusion rules (see the module docstring)."""
+           elems: np.ndarray, expensive: np.ndarray, rows: np.ndarray, chain: dict[str, np.ndarray]
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel ids by the fusion rules (see the module docstring), and per op whether it is a GEMM that joined
+    another GEMM's kernel (rule 10)."""
     n = len(roles)
     parent = list(range(n))  # union-find over ops; a kernel is a root
 
@@ -279,12 +311,28 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
     # more elements would recompute what an expensive op (a transcendental, a GEMM) made once per element
     space = [0.0 if r == FREE else float(e) for r, e in zip(roles, elems, strict=True)]
     costly = [bool(x) for x in expensive]
+    # rule 10: per kernel, the GEMMs it holds, its last GEMM (-1 none), whether a data move joined it
+    gemms = [int(r == GEMM) for r in roles]
+    last_gemm = [i if r == GEMM else -1 for i, r in enumerate(roles)]
+    moved = [bool(x) for x in chain["move"]]
+    chained = np.zeros(n, bool)
 
-    def joinable(i: int, k: int, others: list[int], need_i: int) -> bool:
+    def chains(i: int, k: int, ps: list[int]) -> bool:
+        """GEMM ``i`` continues kernel ``k``'s GEMM: its rows are that GEMM's rows after elementwise work (same
+        rows, its reduction over the other's columns), read from inside the kernel, and its weight from outside."""
+        g = last_gemm[k]
+        if gemms[k] != 1 or moved[k] or g < 0 or not (chain["gemm"][i] and chain["gemm"][g]):
+            return False
+        if (chain["m"][i], chain["k"][i], chain["batch"][i]) != (chain["m"][g], chain["n"][g], chain["batch"][g]):
+            return False
+        inside = [p for p in ps if (members[k] >> p) & 1]
+        return len(inside) == 1 and elems[inside[0]] == chain["lhs"][i]
+
+    def joinable(i: int, k: int, others: list[int], need_i: int, ps: list[int]) -> bool:
         r = roles[i]
         if alone[k] or closed[k] or runs[i] != runs[k]:
             return False
-        if r == GEMM and (has_gemm[k] or not only_free[k]):
+        if r == GEMM and not only_free[k] and not chains(i, k, ps):
             return False
         if r == REDUCTION and has_gemm[k]:
             return False
@@ -295,6 +343,9 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
 
     def absorb(k: int, q: int) -> None:
         parent[q] = k
+        gemms[k] += gemms[q]
+        last_gemm[k] = max(last_gemm[k], last_gemm[q])
+        moved[k] |= moved[q]
         members[k] |= members[q]
         kneed[k] |= kneed[q]
         has_gemm[k] |= has_gemm[q]
@@ -338,8 +389,9 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
             p for p in ps if find(p) == k)))
         for k in order:
             others = [q for q in ps if find(q) != k]
-            if joinable(i, k, others, need_i):
+            if joinable(i, k, others, need_i, ps):
                 before = kneed[k]
+                chained[i] = roles[i] == GEMM and has_gemm[k]
                 absorb(k, i)
                 for q in order:
                     if q != k and find(q) == q and mergeable(k, q, i, before):
@@ -356,7 +408,7 @@ def _rules(roles: np.ndarray, preds: np.ndarray, consumers: list[list[int]], cou
             t = targets.pop()
             if runs[t] == runs[i]:
                 absorb(t, i)
-    return np.array([find(i) for i in range(n)], np.int64)
+    return np.array([find(i) for i in range(n)], np.int64), chained
 
 
 def _first(bits: int) -> int:
@@ -419,7 +471,7 @@ def members(kernel: np.ndarray, count: int) -> list[np.ndarray]:
 
 
 def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarray, consumers: list[list[int]],
-            fusion_names: Any, rows: np.ndarray) -> Kernels:
+            fusion_names: Any, rows: np.ndarray, held: np.ndarray) -> Kernels:
     """Number kernels in program order and derive the per-op flags the model reads."""
     n = len(kernel)
     _, first, inverse = np.unique(kernel, return_index=True, return_inverse=True)
@@ -454,4 +506,5 @@ def _finish(mode: str, kernel: np.ndarray, free: np.ndarray, primitive: np.ndarr
         names.append(f"k{k} " + "+".join(work[:4]) + (f"+{len(work) - 4} more" if len(work) > 4 else ""))
     return Kernels(mode=mode, kernel=kid.astype(np.int64), name=np.asarray(names, dtype=object),
                    free=free.astype(bool), payer=payer, internal=internal, working_set=ws,
-                   size=size.astype(np.int64), row=row[kid] if n else np.zeros(0))
+                   size=size.astype(np.int64), row=row[kid] if n else np.zeros(0),
+                   weight=np.bincount(kid, weights=held, minlength=len(order))[kid] if n else np.zeros(0))

@@ -108,7 +108,7 @@ bytes read and written; NoC byte-hops; DRAM bytes.
 
 **Kernels** (:mod:`dfit_nb.sim.kernels`). Ops run in the kernels a compiler
 fuses them into; the grouping reaches the model as per-op columns (``kernel``,
-``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``; absent, every
+``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``kernel_weight``; absent, every
 op is its own kernel, as :func:`dfit_nb.sim.cost` prices ops alone). A kernel
 pays ``op_overhead_cycles`` once (:func:`fixed_cycles`), an op folded into its
 indexing does no compute or SRAM work (:func:`kept_share`), a result read only
@@ -768,14 +768,18 @@ def kernel_fits(ops: dict[str, Any], hw: Hardware) -> Any:
     set is a block of each of its intermediates (``kernel_ws``: the results consumed only inside the kernel, one
     machine word per element each) plus, in a kernel that normalises rows (a softmax, a layer norm), the rows it
     keeps (``kernel_row`` elements: a row of each reduction's input, reused after the reduction), and it must fit
-    one tile's SRAM; a kernel that does not runs as unfused ops (the fusion ends where its working set exceeds the
-    SRAM). Whole tensors are never held: no kernel the rules make needs a value after the block that made it (a
-    reduction roots its kernel, or keeps just its rows), so the tensors' size does not matter, only how many
-    intermediates each element carries and the rows' length.
+    one tile's SRAM; a kernel that chains two matrix products also keeps the second one's weight on chip
+    (``kernel_weight`` elements, which every streamed block of rows meets), spread over the chip's tiles as any
+    weight is, so it must fit the chip's SRAM. A kernel that does not fit runs as unfused ops (the fusion ends
+    where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules make needs a value
+    after the block that made it (a reduction roots its kernel, or keeps just its rows), so the tensors' size does
+    not matter, only how many intermediates each element carries, the rows' length and a chained weight.
     """
     block = jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols"))
     held = block * ops.get("kernel_ws", 0.0) + ops.get("kernel_row", 0.0)
-    return 2.0 * held * field(hw, "word_bytes") <= sram_per_tile(hw)
+    word = field(hw, "word_bytes")
+    weight = ops.get("kernel_weight", 0.0) * word
+    return (2.0 * held * word <= sram_per_tile(hw)) & (weight <= sram_per_tile(hw) * tiles(hw))
 
 
 def fused_in_kernel(ops: dict[str, Any], hw: Hardware) -> Any:

@@ -86,6 +86,11 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     base_i = cands.index(best)
     regions = ch["region"].values.astype(str)
     ops = ch["op"].values
+    # the unit of choice is a GEMM kernel: GEMMs that run in one kernel (rule 10's chains, a compiler fusion holding
+    # two) share a dataflow, so every per-layer figure below is per kernel, its GEMMs' costs summed
+    starts, kname, kregion = _kernels(ch, ops, regions)
+    kcost = np.add.reduceat(cost, starts, axis=0) if len(ops) else cost
+    kchosen = chosen[starts]
     e_gain = float(b["energy_gain"].sel(policy=best))
     t_gain = float(b["latency_gain"].sel(policy=best))
     main_gain, other_gain = (t_gain, e_gain) if objective == "latency" else (e_gain, t_gain)
@@ -108,11 +113,12 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     blocks += [("h2", "Expected gains (replayed)"), ("table", rows)]
 
     # 1. symptom: the failing metric, the slice, the first failing stage and layer, the tags
-    per_op_best = np.argmin(cost, axis=1)
+    per_op_best = np.argmin(kcost, axis=1)  # per kernel
     # a layer prefers another style only when that style is strictly cheaper: a tie (argmin takes the first
     # of equals) is no symptom
-    cheapest = cost[np.arange(len(per_op_best)), per_op_best]
-    diverge = np.flatnonzero(cheapest < cost[:, base_i] * (1 - 1e-12))
+    cheapest = kcost[np.arange(len(per_op_best)), per_op_best]
+    diverge = np.flatnonzero(cheapest < kcost[:, base_i] * (1 - 1e-12))
+    units = "GEMMs" if len(starts) == len(ops) else "GEMM kernels"
     ab = compare(base_run, policy.runs["hybrid"])
     metric_unit = {"energy": ("energy_j", "mJ", 1e3), "latency": ("latency_s", "us", 1e6)}
     if objective in metric_unit:
@@ -140,12 +146,12 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     ])]
     if diverge.size:
         i = int(diverge[0])
-        saving = cost[i, base_i] - cost[i, per_op_best[i]]
+        saving = kcost[i, base_i] - kcost[i, per_op_best[i]]
         blocks.append(("p", f"Under one style ({best}) the {objective} is not minimal per layer: the first layer "
-                            f"where styles diverge is op #{ops[i]} ({regions[i] or '<root>'}), where "
-                            f"{cands[per_op_best[i]]} costs {cost[i, per_op_best[i]]:.4g} {unit} against "
-                            f"{cost[i, base_i]:.4g} for {best} ({saving / cost[i, base_i]:.1%} less). "
-                            f"{diverge.size} of {len(ops)} GEMMs prefer another style."))
+                            f"where styles diverge is {kname[i]} ({kregion[i]}), where "
+                            f"{cands[per_op_best[i]]} costs {kcost[i, per_op_best[i]]:.4g} {unit} against "
+                            f"{kcost[i, base_i]:.4g} for {best} ({saving / kcost[i, base_i]:.1%} less). "
+                            f"{diverge.size} of {len(starts)} {units} prefer another style."))
     else:
         blocks.append(("p", f"No symptom: every GEMM's cheapest candidate is {best}; a hybrid cannot beat the "
                             "best single style here, whatever the switch cost."))
@@ -161,7 +167,7 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     mech = [f"Whole program under {best}: {s['bottleneck'].item()}-bound (fraction of op spans each mechanism "
             f"needs: {evidence})."]
     if diverge.size:
-        op_row = base_run.ops.sel(op=ops[int(diverge[0])])
+        op_row = base_run.ops.sel(op=ops[starts[int(diverge[0])]])
         ev = ", ".join(f"{m} {float(v):.0%}" for m, v in zip(op_row["mechanism"].values, op_row["evidence"].values,
                                                             strict=True))
         mech.append(f"At the divergent layer: {op_row['bottleneck'].item()}-bound ({ev}); reuse under {best} vs "
@@ -182,19 +188,21 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     # 3. proposed action: the smallest reversible change, the single segment switch with the best net saving
     blocks += [("h2", "3. Proposed action"), ("h3", "Smallest reversible change")]
     sw_price = ch["switch_energy_if_paid_pj"].values if objective != "latency" else ch["switch_cycles_if_paid"].values
-    net = np.zeros(len(ops))
-    for i in range(len(ops)):  # one candidate change per GEMM (reports are small: a Python loop is fine here)
+    n_k = len(starts)
+    kprice = sw_price[starts] if len(ops) else sw_price
+    net = np.zeros(n_k)
+    for i in range(n_k):  # one candidate change per kernel (reports are small: a Python loop is fine here)
         alt = per_op_best[i]
         if alt == base_i:
             net[i] = -np.inf
             continue
-        price = (sw_price[i] if i > 0 else 0.0) + (sw_price[i + 1] if i + 1 < len(ops) else 0.0)
-        net[i] = cost[i, base_i] - cost[i, alt] - price
-    k = int(np.argmax(net)) if len(ops) else 0
-    if len(ops) and np.isfinite(net[k]) and net[k] > 0:
-        paid = ("the switch in and out" if 0 < k < len(ops) - 1 else
-                "the switch out" if k == 0 and len(ops) > 1 else "the switch in" if k > 0 else "no switch")
-        blocks.append(("p", f"Pin op #{ops[k]} ({regions[k] or '<root>'}) to {cands[per_op_best[k]]} and keep "
+        price = (kprice[i] if i > 0 else 0.0) + (kprice[i + 1] if i + 1 < n_k else 0.0)
+        net[i] = kcost[i, base_i] - kcost[i, alt] - price
+    k = int(np.argmax(net)) if n_k else 0
+    if n_k and np.isfinite(net[k]) and net[k] > 0:
+        paid = ("the switch in and out" if 0 < k < n_k - 1 else
+                "the switch out" if k == 0 and n_k > 1 else "the switch in" if k > 0 else "no switch")
+        blocks.append(("p", f"Pin {kname[k]} ({kregion[k]}) to {cands[per_op_best[k]]} and keep "
                             f"{best} elsewhere: net {net[k]:.4g} {unit} saved after paying {paid}. "
                             f"Reversible: remove the pin. The full hybrid ({policy.name}): {objective} "
                             f"{_saved(main_gain, best)}, replayed."))
@@ -291,13 +299,17 @@ def document(policy: Any) -> list[tuple[str, Any]]:
                      f"saves {saved:.4g} {unit} against {price:.4g} for the switches: pays ({saved / price:.3g}x)."
                      if price > 0 else f"Ops #{ops[start]}..#{ops[stop - 1]}: {cands[chosen[start]]} saves "
                      f"{saved:.4g} {unit} at no switch cost.")
-    stayed = [i for i in range(len(ops)) if per_op_best[i] != chosen[i]]
+    stayed = [i for i in range(n_k) if per_op_best[i] != kchosen[i]]
     for i in stayed[:5]:
-        saving = cost[i, chosen[i]] - cost[i, per_op_best[i]]
-        price = (sw_price[i] if i > 0 else 0.0) + (sw_price[i + 1] if i + 1 < len(ops) else 0.0)
-        rules.append(f"Op #{ops[i]} ({regions[i] or '<root>'}) would prefer {cands[per_op_best[i]]} "
+        saving = kcost[i, kchosen[i]] - kcost[i, per_op_best[i]]
+        price = (kprice[i] if i > 0 else 0.0) + (kprice[i + 1] if i + 1 < n_k else 0.0)
+        rules.append(f"{kname[i][0].upper()}{kname[i][1:]} ({kregion[i]}) would prefer {cands[per_op_best[i]]} "
                      f"({saving:.4g} {unit} less) but switching to it and back costs {price:.4g} {unit}: "
                      "does not pay.")
+    for i in np.flatnonzero(np.diff(np.append(starts, len(ops))) > 1)[:5]:
+        a, z = starts[i], (starts[i + 1] if i + 1 < n_k else len(ops)) - 1
+        rules.append(f"Ops #{ops[a]}..#{ops[z]} run in one kernel: one dataflow for all of them (a switch happens "
+                     "only between kernels), priced together above.")
     if main_gain <= 0:
         why = ("every GEMM's cheapest style is the same" if not diverge.size else
                "the savings do not cover the switch costs, or mapping and movement in the replay erase them")
@@ -309,6 +321,27 @@ def document(policy: Any) -> list[tuple[str, Any]]:
                        "shape); other sequence lengths can move the break-even points.")
     blocks += [("h2", "Transition rules"), ("ul", rules), ("h2", "Caveats"), ("ul", caveats)]
     return blocks
+
+
+def _kernels(choices: Any, ops: np.ndarray, regions: np.ndarray) -> tuple[np.ndarray, list[str], list[str]]:
+    """The GEMM kernels of a policy's choices: the first row of each run of GEMMs in one kernel, and per kernel
+    how the memo names it (``op #17``, or ``ops #56..#67``) and its region (the regions' common prefix, with
+    ``"; one kernel"`` for several GEMMs). Choices saved before kernels existed count one kernel per GEMM."""
+    kernel = choices["kernel"].values if "kernel" in choices else np.arange(len(ops))
+    starts = np.flatnonzero(np.concatenate([[True], kernel[1:] != kernel[:-1]])) if len(ops) else np.zeros(0, int)
+    ends = np.append(starts[1:], len(ops))
+    label, where = [], []
+    for a, z in zip(starts, ends, strict=True):
+        label.append(f"op #{ops[a]}" if z - a == 1 else f"ops #{ops[a]}..#{ops[z - 1]}")
+        shared = regions[a].split("/")
+        for other in regions[a + 1:z]:
+            pieces = other.split("/")
+            n = 0
+            while n < min(len(shared), len(pieces)) and shared[n] == pieces[n]:
+                n += 1
+            shared = shared[:n]
+        where.append(("/".join(shared) or "<root>") + ("; one kernel" if z - a > 1 else ""))
+    return starts, label, where
 
 
 def report(policy: Any, format: str = "markdown") -> str:

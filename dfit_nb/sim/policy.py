@@ -24,7 +24,12 @@ the GEMMs of a region. On branching graphs the switch is charged between ops
 adjacent in program order, not along every edge: exact for chains (an
 encoder's GEMMs), and an approximation where two branches interleave (a
 switch between parallel branches is charged although no tensor flows between
-them; never more than one switch per op).
+them; never more than one switch per op). A switch happens only between
+kernels: two GEMMs of one kernel (rule 10's chained matrix products, or a
+compiler fusion holding both) run one dataflow, so the DP prices a switch
+between them as infinite and a pin on one holds for both. The tie is the
+fusion's, before a machine whose SRAM cannot hold the kernel runs it unfused:
+conservative there.
 
 Switch (retile) cost
 --------------------
@@ -106,7 +111,8 @@ class Policy:
         Dim ``op`` (the GEMMs, in order): ``dataflow``, ``cost`` over
         (``op``, ``candidate``) under the objective, ``energy_pj`` and
         ``cycles`` per candidate, ``switch`` (paid before the op, 0 if none),
-        ``switch_cost``, ``region``.
+        ``switch_cost``, ``region``, ``kernel`` (the kernel the GEMM runs
+        in; GEMMs of one kernel share a dataflow).
     totals : xarray.Dataset
         The objective's total for the policy and for each single style.
     objective : str
@@ -327,6 +333,41 @@ def _pins(regions: np.ndarray, pins: Mapping[str, str] | None, candidates: Seque
     return allowed, pinned, source
 
 
+def _tied(prep: Any, gemm: np.ndarray) -> np.ndarray:
+    """Per GEMM, whether it runs in the same kernel as the GEMM before it (rule 10's chained matrix products, or
+    a compiler fusion holding two): a dataflow switch happens only between kernels, so those two share one."""
+    tied = np.zeros(len(gemm), bool)
+    if prep.kernels is not None and len(gemm) > 1:
+        kernel = np.asarray(prep.kernels.kernel)[gemm]
+        tied[1:] = kernel[1:] == kernel[:-1]
+    return tied
+
+
+def _share_kernel_pins(ops: np.ndarray, tied: np.ndarray, allowed: np.ndarray, pinned: list[str | None],
+                       source: list[str | None]) -> tuple[np.ndarray, list[str | None], list[str | None]]:
+    """The pins spread over each kernel's GEMMs (they run one dataflow); two pins that disagree inside one kernel
+    are refused, naming both."""
+    if not tied.any():
+        return allowed, pinned, source
+    allowed, pinned, source = allowed.copy(), list(pinned), list(source)
+    group = np.cumsum(~tied) - 1
+    for gid in np.unique(group[tied]):
+        members = np.flatnonzero(group == gid)
+        fixed = {(pinned[i], source[i]) for i in members if pinned[i] is not None}
+        if len({df for df, _ in fixed}) > 1:
+            shown = ", ".join(f"{src!r} -> {df}" for df, src in sorted(fixed))
+            raise PolicyError(f"the pins {shown} disagree on GEMM ops {[int(ops[i]) for i in members]}, which run in "
+                              "one kernel: a dataflow switch happens only between kernels. Valid: pins that agree "
+                              "on the kernel's GEMMs, or a replay with fusion='none' (one kernel per op)")
+        both = allowed[members].all(axis=0)
+        allowed[members] = both
+        if fixed:
+            df, src = next(iter(fixed))
+            for i in members:
+                pinned[i], source[i] = df, src
+    return allowed, pinned, source
+
+
 def _check_feasible(ops: np.ndarray, pinned: list[str | None], source: list[str | None],
                     max_switches: int | None) -> None:
     """Raise :class:`PolicyError` when the pins cannot all hold within ``max_switches``.
@@ -425,6 +466,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     ops = {k: v[gemm] for k, v in prep.arrays.items()}
     regions = prep.region[gemm].astype(str)
     allowed, pinned, source = _pins(regions, pins, cands)
+    tied = _tied(prep, gemm)
+    allowed, pinned, source = _share_kernel_pins(prep.op[gemm], tied, allowed, pinned, source)
     _check_feasible(prep.op[gemm], pinned, source, max_switches)
     reconfig = np.array([float(reconfig_cycles), float(reconfig_pj)])
     if reconfig.min() < 0 or not np.isfinite(reconfig).all():
@@ -437,9 +480,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     fn = functools.partial(_select, objective=objective, max_switches=max_switches)
     with jax.enable_x64(True):
         if batch == ():
-            out = jax.device_get(fn(energy, cycles, ops, machine, allowed, reconfig))
+            out = jax.device_get(fn(energy, cycles, ops, machine, allowed, reconfig, tied))
         else:
-            out = jax.device_get(jax.vmap(lambda e, c, h: fn(e, c, ops, h, allowed, reconfig))(
+            out = jax.device_get(jax.vmap(lambda e, c, h: fn(e, c, ops, h, allowed, reconfig, tied))(
                 energy, cycles, machine))
     # the feasibility check above covers the pins and the cap; this catches what it cannot see (a cost that is
     # infinite or NaN leaves the DP no finite path, and its argmin would then ignore a pin without a word)
@@ -454,7 +497,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     search = None
     if batch == () and searched(objective, hw.execution):
         # the DP's sum is not this objective here: search the replayed figure from the DP's choice
-        choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig)
+        choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig, tied)
         out = {**out, "choice": choice}
     names = np.asarray(cands, dtype=object)
     if batch != ():
@@ -518,6 +561,9 @@ def _policy(prep: Any, gemm: np.ndarray, regions: np.ndarray, out: dict[str, Any
             "switch_energy_if_paid_pj": ("op", sw_e, {"units": "pJ", "description": "the price of a switch here"}),
             "switch_cycles_if_paid": ("op", sw_c, {"units": "cycle", "description": "the cycles of a switch here"}),
             "pinned": ("op", ~allowed.all(axis=1), {"units": "", "description": "a pin fixed the dataflow"}),
+            "kernel": ("op", np.asarray(prep.kernels.kernel)[gemm] if prep.kernels is not None else gemm,
+                       {"units": "", "description": "the kernel the GEMM runs in: a switch happens only between "
+                                                    "kernels"}),
         },
         coords={"op": prep.op[gemm], "candidate": cands},
         attrs={"objective": objective},

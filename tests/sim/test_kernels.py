@@ -13,7 +13,7 @@ import pytest
 
 import dfit_nb
 from dfit_nb import _operands
-from dfit_nb.sim import kernels, presets
+from dfit_nb.sim import SpillWarning, kernels, presets
 from dfit_nb.sim._prepare import ReplayError, prepare, shared_arguments
 
 MODES = kernels.FUSION_MODES
@@ -46,15 +46,24 @@ def test_compiler_kernels_are_the_fusions_xla_executed(static_traces, name):
 
 @pytest.mark.parametrize("name", ["encoder", "mlp", "cnn", "scan_model"])
 def test_rules_kernels_are_valid_fusions(static_traces, name):
-    """fusion='rules': at most one GEMM per kernel, nothing after a reduction in its kernel, ops of one kernel run
-    equally often, and the kernels form a DAG (no kernel waits on another that waits on it)."""
+    """fusion='rules': at most two GEMMs per kernel, the second a chain of the first (rule 10: its rows, reducing
+    over the first's columns, no data move between them), ops of one kernel run equally often, and the kernels
+    form a DAG (no kernel waits on another that waits on it)."""
     prep = prepare(static_traces[name], "rules")
     k = prep.kernels
-    gemm = prep.arrays["gemm"] > 0
-    count = prep.arrays["count"]
+    a = prep.arrays
+    gemm = a["gemm"] > 0
+    count = a["count"]
+    moves = np.isin(prep.primitive.astype(str), list(kernels.FUSIBLE_MOVES))
     for kid in range(k.count):
         rows = np.flatnonzero(k.kernel == kid)
-        assert gemm[rows].sum() <= 1
+        g = rows[gemm[rows]]
+        assert len(g) <= 2
+        if len(g) == 2:
+            first, second = g
+            assert (a["m"][second], a["k"][second]) == (a["m"][first], a["n"][first])
+            assert not moves[rows].any()
+            assert k.weight[rows[0]] == a["k"][second] * a["n"][second] * max(a["batch"][second], 1)
         assert len(set(count[rows])) == 1
     # kernel DAG: an edge from producer kernel to consumer kernel never closes a cycle
     edges = {(int(k.kernel[p]), int(k.kernel[i])) for i in range(len(prep.op)) for p in prep.preds[i]
@@ -84,20 +93,22 @@ def _topological(n, edges):
 def test_rules_fuse_at_least_as_much_as_xla(static_traces):
     """On the bundled encoder the rules launch no more kernels than XLA executed fusions on this CPU (its fusion
     passes differ: a dot is a YNNPACK call there, transposes are copies of their own, and a softmax or a layer
-    norm is several fusions where the rules keep the row on chip), far fewer than one per primitive, and never
-    fewer than one per GEMM (a kernel holds at most one): per layer its two layer norms, its softmax and its six
-    GEMMs with their epilogues, and the final layer norm."""
+    norm is several fusions where the rules keep the row on chip), far fewer than one per primitive: per layer its
+    two layer norms, its softmax and its six GEMMs with their epilogues, the MLP's two in one kernel (rule 10),
+    and the final layer norm."""
     prep = prepare(static_traces["encoder"], "rules")
     k = prep.kernels
     launching = len(set(k.kernel[k.payer]))
     xla = static_traces["encoder"].lowering.sizes["fusion"]
-    gemms = int((prep.arrays["gemm"] > 0).sum())
-    rows = len(set(k.kernel[k.row > 0]))
+    gemm = prep.arrays["gemm"] > 0
+    gemms = int(gemm.sum())
+    two = {kid for kid in set(k.kernel[gemm]) if (gemm & (k.kernel == kid)).sum() == 2}
+    rows = len(set(k.kernel[k.row > 0]) - two)
     assert launching < 0.4 * len(prep.op)
     assert launching <= 1.25 * xla
     layers = 2
-    assert (gemms, rows) == (6 * layers, 3 * layers + 1)
-    assert launching == gemms + rows
+    assert (gemms, rows, len(two)) == (6 * layers, 3 * layers + 1, layers)  # each MLP's two GEMMs chain
+    assert launching == gemms - len(two) + rows
 
 
 def test_an_epilogue_fuses_into_its_gemm():
@@ -263,6 +274,53 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     assert _operands.reduced_row(soft.operands, reductions[soft]).tolist() == [256.0, 256.0]
     assert _operands.reduced_row(cols.operands, reductions[cols]).tolist() == [0.0]
     assert prepare(soft).reduced_row.max() == 256.0 and not prepare(cols).reduced_row.any()
+
+
+def test_an_mlps_two_gemms_chain_into_one_kernel_and_nothing_else_does():
+    """Rule 10: x @ w1, an activation, @ w2 is one kernel (XLA:TPU's fusion of an MLP): the rows stream through
+    both GEMMs, the hidden activations never reach DRAM, the second weight stays on chip. Not a chain: a split
+    between the GEMMs (a gated FFN's gate and up halves), a second GEMM whose other operand is made in the kernel
+    too, a convolution. A second weight larger than a tile's SRAM runs unfused."""
+    s = jax.ShapeDtypeStruct
+    f32 = jnp.float32
+
+    def mlp(x, w1, w2):
+        return jax.nn.gelu(x @ w1) @ w2
+
+    def gated(x, w, w2):
+        gate, up = jnp.split(x @ w, 2, axis=-1)
+        return (jax.nn.silu(gate) * up) @ w2
+
+    def both_inside(q, k):
+        h = jnp.tanh(q @ k.T)
+        return h @ (h * 2.0)
+
+    t = dfit_nb.capture(mlp, s((64, 32), f32), s((32, 128), f32), s((128, 32), f32))
+    k = prepare(t, "rules").kernels
+    assert k.count == 1 and k.payer.sum() == 1 and set(k.weight.tolist()) == {128.0 * 32} and not k.row.any()
+    run = dfit_nb.replay(t, presets.get("tpu_v4"))
+    assert bool(run.ops["fused"].all())
+    writes = run.ops["dram_writes_output"].values
+    assert np.flatnonzero(writes).tolist() == [run.ops.sizes["op"] - 1]  # only the program's output
+    none = dfit_nb.replay(t, presets.get("tpu_v4"), fusion="none")
+    assert float(run.ops["launch_cycles"].sum()) < float(none.ops["launch_cycles"].sum())
+    assert float(run.summary["macs"]) == float(none.summary["macs"])
+    for fn, args in ((gated, (s((64, 32), f32), s((32, 256), f32), s((128, 32), f32))),
+                     (both_inside, (s((64, 32), f32), s((64, 32), f32)))):
+        p = prepare(dfit_nb.capture(fn, *args), "rules")
+        gemm = p.arrays["gemm"] > 0
+        assert len(set(p.kernels.kernel[gemm])) == 2, fn.__name__
+    conv = dfit_nb.capture(lambda x, a, b: jax.lax.conv(jax.nn.relu(jax.lax.conv(x, a, (1, 1), "SAME")), b, (1, 1),
+                                                       "SAME"), s((1, 8, 16, 16), f32), s((8, 8, 3, 3), f32),
+                           s((8, 8, 3, 3), f32))
+    p = prepare(conv, "rules")
+    assert len(set(p.kernels.kernel[p.arrays["gemm"] > 0])) == 2
+    # a 1,024 x 1,024 weight in 2-byte words is 2 MiB: tpu_v4's chip holds it, eyeriss_like's does not
+    big = dfit_nb.capture(mlp, s((8, 64), f32), s((64, 1024), f32), s((1024, 1024), f32))
+    assert prepare(big, "rules").kernels.count == 1
+    assert bool(dfit_nb.replay(big, presets.get("tpu_v4")).ops["fused"].all())
+    with pytest.warns(SpillWarning, match="run unfused"):
+        assert not bool(dfit_nb.replay(big, presets.get("eyeriss_like")).ops["fused"].any())
 
 
 @pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
@@ -516,7 +574,9 @@ def test_compiler_kernels_of_a_tpu_lowering_price_xla_tpus_grouping(tpu_block):
     kernel = ops["kernel"].values
     assert kernel[gemm][0] == kernel[gemm][1]
     assert (ops["launch_cycles"].values[kernel == kernel[gemm][0]] > 0).sum() == 1
-    assert len(set(runs["rules"].ops["kernel"].values[gemm])) == 2  # the rules: one GEMM a kernel
+    # the rules chain the MLP's GEMMs as XLA:TPU does (rule 10), and keep the second's weight on chip
+    assert len(set(runs["rules"].ops["kernel"].values[gemm])) == 1
+    assert (runs["rules"].ops["fused"].values[gemm]).all()
     for mode, run in runs.items():
         assert float(run.summary["macs"]) == pytest.approx(float(runs["none"].summary["macs"]), rel=1e-12), mode
     # one kernel for the block's MLP moves fewer DRAM bytes than a kernel per primitive

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import dfit_nb
 from dfit_nb.sim import Hardware, Policy, ReplayError, presets, replay_batch, select_dataflows
+from dfit_nb.sim._prepare import prepare
 from dfit_nb.sim.policy import PolicyError, viterbi
 
 
@@ -93,6 +94,8 @@ def test_the_policy_matches_brute_force_on_a_real_trace(static_traces):
     switched = np.concatenate([np.zeros((len(grid), 1), bool), grid[:, 1:] != grid[:, :-1]], axis=1)
     totals = cost[np.arange(len(choice)), grid].sum(axis=1) + (switched * switch).sum(axis=1)
     totals[switched.sum(axis=1) > 3] = np.inf
+    kernel = ch["kernel"].values
+    totals[(switched[:, 1:] & (kernel[1:] == kernel[:-1])).any(axis=1)] = np.inf  # no switch inside a kernel
     assert float(policy.totals["energy_pj"]) == pytest.approx(totals.min(), rel=1e-12)
     assert policy.switches <= 3
 
@@ -111,6 +114,30 @@ def test_caps_pins_and_the_switch_price(static_traces):
     assert free.switches > 0  # on Eyeriss, os and ws each win some GEMMs (recorded in the closing note)
     paid = free.choices["switch_energy_pj"].values
     assert (paid[free.choices["switch"].values] > 0).all()
+
+
+def test_a_switch_happens_only_between_kernels(static_traces):
+    """The encoder's fc1 and fc2 chain into one kernel (rule 10): one dataflow for both, however the DP prices
+    them one by one, and pins that disagree inside that kernel are refused. One kernel per primitive lets them
+    differ (on Eyeriss os wins fc1 and ws fc2)."""
+    t, hw = static_traces["encoder"], presets.get("eyeriss_like")
+    fc = [56, 67]
+    prep = prepare(t, "rules")
+    assert len(set(prep.kernels.kernel[np.isin(prep.op, fc)])) == 1
+    apart = select_dataflows(t, hw, "energy", fusion="none", evaluate=False)
+    assert apart.choices["dataflow"].sel(op=fc).values.tolist() == ["os", "ws"]
+    for objective in ("energy", "latency", "edp"):
+        together = select_dataflows(t, hw, objective, evaluate=False)
+        assert len(set(together.choices["dataflow"].sel(op=fc).values)) == 1, objective
+        assert not together.choices["switch"].sel(op=fc[1])
+    pinned = select_dataflows(t, hw, "energy", pins={"encoder/layer_0/mlp/fc2": "is"}, evaluate=False)
+    assert pinned.choices["dataflow"].sel(op=fc).values.tolist() == ["is", "is"]
+    with pytest.raises(PolicyError, match=r"disagree on GEMM ops \[56, 67\], which run in one kernel"):
+        select_dataflows(t, hw, pins={"encoder/layer_0/mlp/fc1": "os", "encoder/layer_0/mlp/fc2": "ws"})
+    per_op = np.where(prep.op >= 67, "ws", "os").astype(object)  # one per replayed op, a switch inside the MLP
+    with pytest.raises(ReplayError, match=r"GEMM ops #56 os, #67 ws run in one kernel .* fusion='none'"):
+        dfit_nb.replay(t, hw, per_op)
+    assert dfit_nb.replay(t, hw, per_op, fusion="none").ops["dataflow"].sel(op=fc).values.tolist() == ["os", "ws"]
 
 
 def test_bad_inputs(static_traces):
@@ -151,8 +178,10 @@ def test_a_hybrid_the_replay_shows_worse_falls_back_to_the_best_single_style(sta
 
     t, hw = static_traces["encoder"], presets.get("eyeriss_like")
     policy = select_dataflows(t, hw, "energy", evaluate=False)
-    # the worst candidate everywhere, alternating to pay switches too: surely worse than the best single style
-    worst = policy.choices["energy_pj"].values.argmax(axis=1)
+    # the worst candidate everywhere (per kernel: its GEMMs share one), alternating to pay switches too: surely
+    # worse than the best single style
+    kernel = policy.choices["kernel"].values
+    worst = policy.choices["energy_pj"].to_pandas().groupby(kernel).transform("sum").values.argmax(axis=1)
     names = np.asarray(policy.choices["candidate"].values, dtype=object)[worst]
     per_op = policy.per_op.copy()
     per_op[per_op != ""] = names
