@@ -72,10 +72,19 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     f64 = jnp.float64
     reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
     n_tiles = machine.tiles(hw)
+    n_ops = ops["m"].shape[0]
     if spatial:
+        # a fused kernel is one stage on one region (dfit_nb.sim.schedule.stage_leads): its work and the tiles its
+        # weights and result need are the region's, allocated once to the stage's first op
         work, min_tiles = machine.pipeline_demand(ops, hw)
-        alloc = schedule.allocate(work, hw, min_tiles, mapping.tile_counts(hw))
+        lead = schedule.stage_leads(ops.get("kernel", jnp.arange(n_ops, dtype=f64)), machine.fused_in_kernel(ops, hw),
+                                    ops["gemm"] > 0)
+        first = jnp.arange(n_ops) == lead
+        work = jnp.where(first, jax.ops.segment_sum(work, lead, num_segments=n_ops), 0.0)
+        min_tiles = jnp.where(first, jax.ops.segment_max(min_tiles, lead, num_segments=n_ops), 0.0)
+        alloc = schedule.allocate(work, hw, min_tiles, mapping.tile_counts(hw))[lead]
     else:
+        lead = jnp.arange(n_ops)
         alloc = n_tiles + 0.0 * ops["m"]
     # the mapping is chosen for the tiles the op gets (its region when layer-pipelined): a virtual grid chosen for
     # the whole grid and folded onto a small region holds many pieces per tile, each paying the array's fill
@@ -89,9 +98,11 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
     per_op = {**{k: m[k] for k in schedule.PER_OP}, "count": ops["count"], "real": ops["real"],
               "shared_reads": ops.get("shared_reads", 0.0 * ops["count"]),
-              **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")}}
+              **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")},
+              "stage_lead": lead.astype(f64),
+              "stage_tiles": jax.ops.segment_max(m["tiles"], lead, num_segments=n_ops)[lead]}
     records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
-    return {**m, **records, "alloc": alloc}
+    return {**m, **records, "alloc": alloc, "stage_tiles": per_op["stage_tiles"]}
 
 
 def _per_op_records(out: dict[str, Any], ops: dict[str, Any], xp: Any = jnp) -> dict[str, Any]:

@@ -158,6 +158,9 @@ def ops_dataset(prep: Any, out: dict[str, np.ndarray], codes: np.ndarray, attrs:
                                      "of stage_cycles: the tiles' work (array or vector unit, SRAM ports)"),
         "stage_noc_cycles": _var(d, out["stage_noc_cycles"], "cycle", "of stage_cycles: delivery over the mesh"),
         "stage_dram_bytes": _var(d, out["stage_dram_bytes"], "B", "DRAM bytes per streamed inference"),
+        "stage_op": _var(d, prep.op[np.asarray(out.get("stage_lead", np.arange(len(prep.op))), np.int64)], "",
+                         "the first op of the op's stage: a fused kernel's ops run on one region one after another "
+                         "(layer-pipelined; the op itself otherwise)"),
         "retile_cycles": _var(d, out["retile_cycles"], "cycle", "moving the op's inputs from its producers' tiles "
                               "(and a dataflow switch)"),
         "macs": _var(d, out["macs"] * prep.arrays["count"], "MAC", "multiply-accumulates, all executions"),

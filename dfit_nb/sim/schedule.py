@@ -16,13 +16,17 @@ An op runs on tiles ``[offset, offset + tiles)``:
 * **time-multiplexed** (``execution="time"``): every op starts at tile 0 and
   owns the whole grid while it runs (its idle tiles stay reserved), so ops run
   one after another in dependency order;
-* **layer-pipelined** (``execution="spatial"``): each op holds its own region
-  (``alloc`` tiles, proportional to its work, from :func:`allocate`), regions
-  follow one another along the path, and ops run as soon as their inputs
-  stream in. When the next region would run past the last tile, a new
-  *section* begins at tile 0 after every earlier op has finished (the
-  SambaNova section / Cerebras reload boundary); within a section regions
-  are disjoint, so an op's tiles have been free since its section began.
+* **layer-pipelined** (``execution="spatial"``): each *stage* holds its own
+  region (``alloc`` tiles, proportional to its work, from :func:`allocate`),
+  regions follow one another along the path, and stages run as soon as their
+  inputs stream in. A stage is one op, or the ops of a fused kernel
+  (:func:`stage_leads`): they run on one region one after another, each
+  handing its blocks on in the tiles' SRAM, and the stage streams its result
+  from when its first op started. When the next region would run past the
+  last tile, a new *section* begins at tile 0 after every earlier op has
+  finished (the SambaNova section / Cerebras reload boundary); within a
+  section regions are disjoint, so a stage's tiles have been free since its
+  section began.
 
 A step of the scan costs O(rows + columns + DRAM bins), not O(tiles): an op's
 spread over rows and columns comes from prefix counts along the tile order
@@ -33,10 +37,13 @@ Timing of one op
 ----------------
 ``ready``: time-multiplexed, when its last producer ends; layer-pipelined,
 when every producer has streamed the first of ``STREAM_CHUNKS`` chunks of
-its output (``start_p + (end_p - start_p) / STREAM_CHUNKS``), and it cannot
+its output (``start_p + (end_p - start_p) / STREAM_CHUNKS``, ``start_p`` the
+start of the producer's stage), and it cannot
 finish before its last producer plus one chunk of its own body (activations
 stream tile to tile; a documented assumption of 8 chunks).
-``start = max(ready, its tiles free, section barrier)``. Then:
+``start = max(ready, its tiles free, section barrier)``; its tiles are free
+when its section began, or, for a later op of a stage, when the op before it
+ends. Then:
 
 1. **retile** ``[start, t1)``: inputs produced on chip by an op with a
    different layout or tiles travel from the producer's tiles to this op's
@@ -215,6 +222,33 @@ def allocate(work: Any, hw: Hardware, min_tiles: Any, counts: Any = None) -> Any
     return jnp.clip(jnp.maximum(share, need), 1.0, tiles)
 
 
+def stage_leads(kernel: Any, fused: Any, gemm: Any) -> Any:
+    """Per op, the index of the op whose tiles it runs on when layer-pipelined (its own index, or the first op of
+    its *stage*).
+
+    A fused kernel is one stage: its ops run on one region, one after another, its intermediates handed on in
+    the tiles' SRAM. A stage is a run of consecutive ops of one fused kernel, and a second GEMM of a kernel (rule
+    10's chained matrix products) starts a stage of its own: two GEMMs each want a whole array, so a
+    layer-pipelined machine streams one into the other across regions. Pure ``jax.numpy``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> with jax.enable_x64(True):  # kernels [0, 0, 0, 1, 2, 2, 2]: a GEMM + two epilogue ops, an op alone,
+    ...     # two chained GEMMs with an op between them
+    ...     print(stage_leads(jnp.array([0.0, 0, 0, 1, 2, 2, 2]), jnp.array([1, 1, 1, 0, 1, 1, 1]) > 0,
+    ...                       jnp.array([1, 0, 0, 0, 1, 0, 1]) > 0).tolist())
+    [0, 0, 0, 3, 4, 4, 6]
+    """
+    kernel, fused, gemm = jnp.asarray(kernel), jnp.asarray(fused), jnp.asarray(gemm)
+    n = kernel.shape[0]
+    index = jnp.arange(n)
+    prev = lambda x, fill: jnp.concatenate([jnp.full((1,), fill, x.dtype), x[:-1]])
+    joins = fused & prev(fused, False) & (kernel == prev(kernel, -1.0))
+    run_start = jax.lax.cummax(jnp.where(joins, 0, index))
+    gemms_before = jnp.cumsum(gemm) - gemm  # GEMMs before each op
+    second_gemm = gemm & (gemms_before - gemms_before[run_start] > 0)
+    return jax.lax.cummax(jnp.where(joins & ~second_gemm, 0, index))
+
+
 def prefix_counts(order: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
     """``(tiles + 1, rows)`` and ``(tiles + 1, cols)``: how many of the first ``t`` tiles lie in each row / column.
 
@@ -284,7 +318,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
     zeros = jnp.zeros(n_ops, f64)
     per_op = {**{f"switch_{k}": zeros for k in ("bytes", "cycles", "energy_pj")},
               "kernel": jnp.arange(n_ops, dtype=f64), "fused": zeros, "latency_share": zeros + 1.0,
-              "shared_reads": zeros, **per_op}
+              "shared_reads": zeros, "stage_lead": jnp.arange(n_ops, dtype=f64), "stage_tiles": n_used, **per_op}
     slot_bit = 2.0 ** jnp.arange(preds.shape[1], dtype=f64)
     horizon = (jnp.sum(serial + moved_bound + per_op["switch_cycles"])
                # the machine's own grid, not the batch's padded one: a machine's bins do not depend on its batch
@@ -315,14 +349,18 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         op = {key: val[i] for key, val in per_op.items()}
         u, v, count = op["tiles"], op["virtual_tiles"], op["count"]
         # ---- placement: a run of tiles along the Hilbert order
+        lead = op["stage_lead"].astype(jnp.int32)
         if spatial:
-            wrap = carry["cursor"] + u > n_tiles
-            offset = jnp.where(wrap, 0.0, carry["cursor"])
+            # an op of a stage's fused kernel after its first runs on the first's region once the op before it
+            # (of the same stage) is done; a stage's first op takes a region of the stage's extent
+            follows = lead != i
+            wrap = ~follows & (carry["cursor"] + op["stage_tiles"] > n_tiles)
+            offset = jnp.where(follows, carry["offset"][lead], jnp.where(wrap, 0.0, carry["cursor"]))
             # a new section starts when every earlier op has finished; within a section regions are
             # disjoint, so an op's tiles have been free since its section began
             barrier = jnp.where(wrap, carry["last_end"], carry["barrier"])
             section = carry["section"] + wrap
-            prev_free = barrier
+            prev_free = jnp.where(follows, carry["end"][jnp.maximum(i - 1, 0)], barrier)
         else:
             offset, barrier, section = 0.0, 0.0, 0.0
             prev_free = carry["last_end"]  # every op owns the whole grid in turn
@@ -332,7 +370,9 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         p = preds[i]
         has = p >= 0
         pi = jnp.maximum(p, 0)
-        p_start, p_end = carry["start"][pi], carry["end"][pi]
+        # a stage streams its result from when its first op started: its later ops hand each block on in the
+        # tiles' SRAM as it is made
+        p_start, p_end = carry["anchor"][pi], carry["end"][pi]
         if spatial:
             ready = jnp.max(jnp.where(has, p_start + (p_end - p_start) / STREAM_CHUNKS, 0.0))
         else:
@@ -422,10 +462,11 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         new = {
             "last_end": jnp.maximum(carry["last_end"], end),
             "start": carry["start"].at[i].set(start),
+            "anchor": carry["anchor"].at[i].set(jnp.where(lead != i, carry["anchor"][lead], start)),
             "end": carry["end"].at[i].set(end),
             "offset": carry["offset"].at[i].set(offset),
             "dram_used": carry["dram_used"] + take,
-            "cursor": offset + u if spatial else 0.0,
+            "cursor": jnp.where(lead != i, carry["cursor"], offset + op["stage_tiles"]) if spatial else 0.0,
             "barrier": barrier,
             "section": section,
         }
@@ -442,13 +483,13 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
             "link_retile": retile_links, "link_noc": noc_links,
             "stage_cycles": stage, "stage_dram_bytes": streamed["dram_bytes"],
             "stage_compute_cycles": jnp.maximum(streamed["compute"], streamed["sram"]),
-            "stage_noc_cycles": streamed["noc_cycles"],
+            "stage_noc_cycles": streamed["noc_cycles"], "stage_lead": op["stage_lead"],
         }
         return new, record
 
     scalar = jnp.asarray(0.0, f64)
     carry0 = {
-        "last_end": scalar, "start": zeros, "end": zeros, "offset": zeros - 1.0,
+        "last_end": scalar, "start": zeros, "anchor": zeros, "end": zeros, "offset": zeros - 1.0,
         "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": scalar, "barrier": scalar, "section": scalar,
     }
     _, records = jax.lax.scan(step, carry0, jnp.arange(n_ops))

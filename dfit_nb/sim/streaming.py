@@ -3,11 +3,12 @@
 A replay schedules one call of the program (one inference, or one batch). A machine serving a stream of them
 runs the next before the last is done where it can:
 
-* **layer-pipelined** (``execution="spatial"``): every op holds its own tiles, so op ``s`` starts inference
+* **layer-pipelined** (``execution="spatial"``): every stage holds its own tiles (a stage is an op, or a fused
+  kernel's ops on one region: :func:`dfit_nb.sim.schedule.stage_leads`), so stage ``s`` starts inference
   ``i + 1`` as soon as it is done with inference ``i``. Once the pipeline is full an inference leaves every
-  ``period`` cycles, the time of the slowest stage: each op's ``stage_cycles`` from the schedule (its body per
-  inference with its weights kept in its tiles' SRAM where they fit, its inputs' retile, its fixed cost; see
-  :mod:`dfit_nb.sim.schedule`), or the section's traffic through the one DRAM channel
+  ``period`` cycles, the time of the slowest stage: its ops' ``stage_cycles`` from the schedule, summed (each
+  op's body per inference with its weights kept in its tiles' SRAM where they fit, its inputs' retile, its
+  fixed cost; see :mod:`dfit_nb.sim.schedule`), or the section's traffic through the one DRAM channel
   (``sum(stage_dram_bytes) / dram_bytes_per_cycle``) when that is longer. A program larger than the grid runs in
   sections (the SambaNova section / Cerebras reload boundary): each section streams all ``N`` inferences, then
   the next is loaded, so ``N`` inferences take ``sum over sections (span + (N - 1) period)`` where ``span`` is
@@ -60,7 +61,8 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
     records
         Per-op schedule records (:func:`dfit_nb.sim.schedule.run`): ``start``, ``end``, ``section``,
         ``stage_cycles``, ``stage_dram_bytes``, ``stage_compute_cycles``, ``stage_noc_cycles``,
-        ``retile_cycles``.
+        ``retile_cycles``, and optionally ``stage_lead`` (any key per op that is equal for the ops of one stage;
+        without it every op is a stage).
     real
         Per op, 1 for the program's ops and 0 for padding.
     macs
@@ -101,12 +103,21 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         "start", "end", "section", "stage_cycles", "stage_dram_bytes", "stage_compute_cycles", "stage_noc_cycles",
         "retile_cycles")}
     op_ids = np.flatnonzero(real)
+    op_section = rec["section"]
+    if "stage_lead" in records:  # a fused kernel's ops share their stage's tiles: its time is theirs summed
+        key = np.asarray(records["stage_lead"])[real]
+        _, first, group = np.unique(key, return_index=True, return_inverse=True)
+        summed = ("stage_cycles", "stage_dram_bytes", "stage_compute_cycles", "stage_noc_cycles", "retile_cycles")
+        rec.update({k: np.bincount(group, rec[k], len(first)) for k in summed})
+        stage_ids, stage_section = op_ids[first], op_section[first]
+    else:
+        stage_ids, stage_section = op_ids, op_section
     n = float(inferences)
     latency = float(rec["end"].max()) if rec["end"].size else 0.0
     dram_bw, clock = float(hw.dram_bytes_per_cycle), float(hw.clock_ghz)
     sections = 1
     if spatial and rec["end"].size:
-        section = rec["section"].astype(np.int64)
+        section = stage_section.astype(np.int64)
         sections = int(section.max()) + 1
         stage = rec["stage_cycles"]
         slowest = np.zeros(sections)
@@ -115,7 +126,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         # a section's share of the first inference: from the end of the section before it (its barrier) to its
         # own end, so the spans add up to the one-inference latency
         last = np.zeros(sections)
-        np.maximum.at(last, section, rec["end"])
+        np.maximum.at(last, op_section.astype(np.int64), rec["end"])
         last = np.maximum.accumulate(last)
         span = np.diff(last, prepend=0.0)
         period = float(np.maximum(slowest, channel).sum())
@@ -128,7 +139,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
             busy = max(rec["stage_compute_cycles"][w], rec["stage_noc_cycles"][w], dram)
             parts = [rec["stage_compute_cycles"][w], rec["stage_noc_cycles"][w], rec["retile_cycles"][w], dram,
                      stage[w] - rec["retile_cycles"][w] - busy]
-            bottleneck, klass = int(op_ids[w]), STAGE_CLASSES[int(np.argmax(parts))]
+            bottleneck, klass = int(stage_ids[w]), STAGE_CLASSES[int(np.argmax(parts))]
     else:
         period, total = latency, n * latency
         bottleneck, klass = -1, "inference"
@@ -156,6 +167,8 @@ def of_ops(ops: Any, hw: Hardware, inferences: int) -> dict[str, Any]:
         raise ValueError(f"this run has no {', '.join(missing)} (saved by a dfit_nb from before streaming): "
                          "replay the trace again to stream it")
     records = {k: ops[k].values for k in names}
+    if "stage_op" in ops.variables:  # runs saved before stages: every op its own
+        records["stage_lead"] = ops["stage_op"].values
     spatial = str(ops.attrs.get("execution", "")) == "spatial"
     return steady_state(records, np.ones(ops.sizes["op"]), float(np.nansum(ops["macs"].values)), hw, spatial,
                         inferences)

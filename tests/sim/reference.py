@@ -41,6 +41,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         op.setdefault(key, [0.0] * len(preds))
     op.setdefault("kernel", [float(i) for i in range(len(preds))])
     op.setdefault("latency_share", [1.0] * len(preds))
+    op.setdefault("stage_lead", [float(i) for i in range(len(preds))])  # every op its own stage by default
+    op.setdefault("stage_tiles", list(op["tiles"]))
     pred_bytes = np.asarray(pred_bytes, np.float64).tolist()
     ys = [int(v) for v in order[0]]
     xs = [int(v) for v in order[1]]
@@ -58,15 +60,19 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     width = horizon / DRAM_BINS
     capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
     used = [0.0] * DRAM_BINS
-    starts, ends, offsets = [0.0] * n, [0.0] * n, [-1.0] * n
+    starts, ends, offsets, anchors = [0.0] * n, [0.0] * n, [-1.0] * n, [0.0] * n
     cys, cxs, rowdist = [0.0] * n, [0.0] * n, [[0.0] * grid.rows for _ in range(n)]
     cursor, barrier, section, last_end = 0.0, 0.0, 0.0, 0.0
     rec: dict[str, list[float]] = {k: [] for k in ("start", "t1", "end", "ready", "prev_free", "offset",
                                                    "retile_cycles", "retile_bytes", "noc_cycles", "dram_end")}
     for i in range(n):
         u, v, count = op["tiles"][i], op["virtual_tiles"][i], op["count"][i]
-        if spatial:
-            if cursor + u > n_tiles:
+        head = int(op["stage_lead"][i])
+        if spatial and head != i:  # a later op of a fused kernel's stage: on its first op's tiles, after the op before
+            offset = offsets[head]
+            prev_free = ends[i - 1]
+        elif spatial:
+            if cursor + op["stage_tiles"][i] > n_tiles:
                 cursor, section, barrier = 0.0, section + 1, last_end
             offset = cursor
             prev_free = barrier
@@ -88,8 +94,8 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         for slot, p in enumerate(preds[i]):
             if p < 0:
                 continue
-            if spatial:
-                ready = max(ready, starts[p] + (ends[p] - starts[p]) / STREAM_CHUNKS)
+            if spatial:  # a stage streams from when its first op started
+                ready = max(ready, anchors[p] + (ends[p] - anchors[p]) / STREAM_CHUNKS)
             else:
                 ready = max(ready, ends[p])
             last = max(last, ends[p])
@@ -171,11 +177,12 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
         last_end = max(last_end, end)
         starts[i], ends[i], offsets[i] = start, end, offset
+        anchors[i] = anchors[head] if head != i else start
         cys[i] = sum(r * row_n[r] for r in range(grid.rows)) / u
         cxs[i] = sum(c * col_n[c] for c in range(grid.cols)) / u
         rowdist[i] = [row_n[r] / u for r in range(grid.rows)]
-        if spatial:
-            cursor = offset + u
+        if spatial and head == i:
+            cursor = offset + op["stage_tiles"][i]
         for key, value in (("start", start), ("t1", t1), ("end", end), ("ready", ready), ("prev_free", prev_free),
                            ("offset", offset), ("retile_cycles", retile), ("retile_bytes", retile_bytes),
                            ("noc_cycles", noc), ("dram_end", dram_end)):

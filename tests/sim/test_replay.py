@@ -135,7 +135,7 @@ def _records(trace, hw, execution, codes=None, reconfig=None):
     out = {k: np.asarray(v) for k, v in out.items()}
     word = out["word"]
     scale = np.where(arrays["itemsize"] > 0, word / np.maximum(arrays["itemsize"], 1.0), 1.0)
-    per_op = {k: out[k] for k in (*PER_OP, "switch_bytes", "switch_cycles")}
+    per_op = {k: out[k] for k in (*PER_OP, "switch_bytes", "switch_cycles", "stage_lead", "stage_tiles")}
     per_op["count"] = arrays["count"]
     per_op["shared_reads"] = arrays["shared_reads"]
     n = len(prep.op)

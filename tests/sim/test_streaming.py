@@ -114,11 +114,15 @@ def test_replay_streams_inferences_on_every_execution_style():
         if hw.execution == "spatial":
             # the stream overlaps inferences: faster than one after another, never faster than its slowest stage
             assert period < fill and float(s["steady_state_utilization"]) > float(s["utilization"])
-            stage = many.ops["stage_cycles"].values
+            # a stage is a fused kernel's ops on one region: its time is theirs summed
+            stage_of = many.ops["stage_op"].values
+            stage = np.bincount(np.unique(stage_of, return_inverse=True)[1], many.ops["stage_cycles"].values)
+            assert len(stage) < many.ops.sizes["op"]  # the convolutions' epilogues share their tiles
             assert period * hw.clock_ghz * 1e9 >= stage.max() * (1 - 1e-12)
             w = int(s["bottleneck_stage"])
-            assert w == -1 or (stage[w] == stage.max() and s["bottleneck_stage_region"].item() ==
-                               str(many.ops["region"].values[w]))
+            first = np.unique(stage_of, return_index=True)[1]
+            assert w == -1 or (w in first and stage[list(first).index(w)] == stage.max()
+                               and s["bottleneck_stage_region"].item() == str(many.ops["region"].values[w]))
         else:
             assert period == fill and int(s["bottleneck_stage"]) == -1
             assert s["bottleneck_stage_class"].item() == "inference"
@@ -192,3 +196,41 @@ def test_a_runs_stream_without_replaying_is_the_replays_own():
               ops=run.ops.drop_vars(["stage_cycles", "stage_dram_bytes"]))
     with pytest.raises(ValueError, match=r"this run has no stage_cycles, stage_dram_bytes .* replay the trace again"):
         old.streamed(4)
+
+
+def test_a_fused_kernel_is_one_stage_on_one_region():
+    """A GEMM and its epilogue (bias, ReLU, a transpose) are one kernel: layer-pipelined, its ops run on the GEMM's
+    region one after another, the kernel streams its result from when the GEMM started, and its stage time is its
+    ops' summed. One kernel per primitive (fusion="none") gives every op a region of its own."""
+    import jax
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim import presets
+
+    def f(x, w1, b, w2):
+        return jax.nn.relu(x @ w1 + b).T @ w2  # the transpose keeps the second GEMM out of the first's kernel
+
+    s, f32 = jax.ShapeDtypeStruct, jnp.float32
+    t = dfit_nb.capture(f, s((256, 128), f32), s((128, 256), f32), s((256,), f32), s((256, 64), f32))
+    hw = presets.get("sambanova_like")
+    run = dfit_nb.replay(t, hw, "ws", inferences=8)
+    ops = run.ops
+    gemm = np.flatnonzero(ops["primitive"].values == "dot_general")
+    first = ops["kernel"].values == ops["kernel"].values[gemm[0]]
+    assert first.sum() > 2 and (ops["stage_op"].values[first] == ops["op"].values[gemm[0]]).all()
+    assert len(set(ops["tile_offset"].values[first])) == 1
+    alloc = ops["alloc"].values[first]
+    assert len(set(alloc)) == 1 and (ops["tiles"].values[first] <= alloc).all()
+    start, end = ops["start"].values[first], ops["end"].values[first]
+    np.testing.assert_allclose(start[1:], end[:-1])  # one after another on the region
+    # the second GEMM, a stage of its own past the first's region, streams in from when the GEMM started
+    second = gemm[1]
+    assert ops["stage_op"].values[second] == ops["op"].values[second]
+    assert ops["tile_offset"].values[second] >= ops["tiles"].values[first].max()
+    assert float(ops["ready"].values[second]) == pytest.approx(start[0] + (end[-1] - start[0]) / 8, rel=1e-12)
+    stage = [ops["stage_cycles"].values[first].sum(), float(ops["stage_cycles"].values[second])]
+    assert float(run.summary["steady_state_period_s"]) * hw.clock_ghz * 1e9 == pytest.approx(max(stage), rel=1e-12)
+    apart = dfit_nb.replay(t, hw, "ws", fusion="none").ops
+    assert (apart["stage_op"].values == apart["op"].values).all()
+    assert len(set(apart["tile_offset"].values)) == apart.sizes["op"]
