@@ -17,8 +17,10 @@ An op runs on tiles ``[offset, offset + tiles)``:
   owns the whole grid while it runs (its idle tiles stay reserved), so ops run
   one after another in dependency order;
 * **layer-pipelined** (``execution="spatial"``): each *stage* holds its own
-  region (``alloc`` tiles, proportional to its work, from :func:`allocate`),
-  regions follow one another along the path, and stages run as soon as their
+  region (``alloc`` tiles: :func:`balance`, the counts that make the slowest
+  stage as fast as the grid allows, or where the program overflows the grid
+  :func:`allocate`, in proportion to work), regions follow one another along
+  the path, and stages run as soon as their
   inputs stream in. A stage is one op, or the ops of a fused kernel
   (:func:`stage_leads`): they run on one region one after another, each
   handing its blocks on in the tiles' SRAM, and the stage streams its result
