@@ -4,6 +4,9 @@ Issue 41's target: ResNet-18 (224x224, batch 1 per inference), 64 inferences str
 steady-state utilisation of at least 25%. Every preset replays the same trace (weight-stationary, the default
 fusion) with ``inferences=64``; the table shows the one-inference latency and utilisation beside the stream's
 throughput, steady-state utilisation and the stage that sets its pace.
+On the layer-pipelined presets a second table compares the model's tile allocation (``"balanced"``: the tiles per
+stage that minimise the slowest stage's time, corrected by a first replay, kept when its replayed period is
+shorter) with tiles in proportion to work (``"proportional"``), both through the same replay program.
 Run: ``python benchmarks/bench_streaming.py [--size 224] [--inferences 64] [--presets a,b,...]``.
 """
 
@@ -15,6 +18,7 @@ import time
 import dfit_nb
 from dfit_nb.examples import resnet18
 from dfit_nb.sim import presets
+from dfit_nb.sim._replay import allocation_period
 
 
 def main() -> None:
@@ -39,6 +43,14 @@ def main() -> None:
               f"{float(s['utilization']):7.1%} {float(s['throughput_inferences_per_s']):10.0f} "
               f"{float(s['steady_state_utilization']):11.1%} {float(s['steady_state_period_s']) * 1e6:9.2f} "
               f"{int(s['sections']):8d}  {stage} ({s['bottleneck_stage_class'].item()}){'':6s} {took:6.1f}")
+    spatial = [n for n in a.presets.split(",") if presets.get(n).execution == "spatial"]
+    if spatial:
+        print("\nlayer-pipelined tile allocation: period (us) and sections, proportional -> balanced (the model's)")
+        for name in spatial:
+            hw = presets.get(name)
+            (p0, s0), (p1, s1) = (allocation_period(trace, hw, al) for al in ("proportional", "balanced"))
+            us = 1e-3 / hw.clock_ghz
+            print(f"{name:17s} {p0 * us:9.2f} ({s0}) -> {p1 * us:9.2f} ({s1}): period x{p1 / p0:.3f}")
 
 
 if __name__ == "__main__":

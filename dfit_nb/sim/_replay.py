@@ -35,7 +35,7 @@ from .._runtime import exported as _exported
 from .._runtime.kept import Kept
 from ..errors import DfitWarning
 from ..events.schema import KINDS
-from . import machine, mapping, memory, schedule
+from . import machine, mapping, memory, schedule, streaming
 from ._cost import for_jit
 from ._prepare import (
     GRID_ADVICE,
@@ -60,49 +60,122 @@ class SpillWarning(DfitWarning):
     partial sums spilled), or a fusible kernel runs unfused (its working set exceeds a tile's SRAM)."""
 
 
-@functools.partial(_compile_options.jit, static_argnames=("grid", "spatial"))
+@functools.partial(_compile_options.jit, static_argnames=("grid", "spatial", "allocation"))
 def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: Hardware, df: Any,
-            pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, reconfig: Any = None) -> dict[str, Any]:
+            pinned: dict[str, Any], grid: schedule.Grid, spatial: bool, reconfig: Any = None,
+            allocation: str = "balanced") -> dict[str, Any]:
     """Map, allocate, model and schedule every op (the jitted, vmap-able core of :func:`replay`).
 
     ``reconfig``: ``(reconfig_cycles, reconfig_pj)``, the penalty per dataflow switch (default none). A GEMM whose
     dataflow differs from the previous GEMM's in program order pays :func:`dfit_nb.sim.machine.switch_cost`
-    (the selection's price) in its retile phase.
+    (the selection's price) in its retile phase. ``allocation`` (layer-pipelined): ``"balanced"``, the model's
+    (stages' tiles that minimise the slowest stage's time, :func:`dfit_nb.sim.schedule.balance`, where the
+    program fits the grid), or ``"proportional"`` (:func:`dfit_nb.sim.schedule.allocate` alone: tiles in
+    proportion to work), kept for comparison (``benchmarks/bench_streaming.py``).
     """
     f64 = jnp.float64
     reconfig = jnp.zeros(2, f64) if reconfig is None else jnp.asarray(reconfig, f64)
     n_tiles = machine.tiles(hw)
     n_ops = ops["m"].shape[0]
-    if spatial:
-        # a fused kernel is one stage on one region (dfit_nb.sim.schedule.stage_leads): its work and the tiles its
-        # weights and result need are the region's, allocated once to the stage's first op
-        work, min_tiles = machine.pipeline_demand(ops, hw)
-        lead = schedule.stage_leads(ops.get("kernel", jnp.arange(n_ops, dtype=f64)), machine.fused_in_kernel(ops, hw),
-                                    ops["gemm"] > 0)
-        first = jnp.arange(n_ops) == lead
-        work = jnp.where(first, jax.ops.segment_sum(work, lead, num_segments=n_ops), 0.0)
-        min_tiles = jnp.where(first, jax.ops.segment_max(min_tiles, lead, num_segments=n_ops), 0.0)
-        alloc = schedule.allocate(work, hw, min_tiles, mapping.tile_counts(hw))[lead]
-    else:
-        lead = jnp.arange(n_ops)
-        alloc = n_tiles + 0.0 * ops["m"]
-    # the mapping is chosen for the tiles the op gets (its region when layer-pipelined): a virtual grid chosen for
-    # the whole grid and folded onto a small region holds many pieces per tile, each paying the array's fill
-    best = mapping.search(ops, hw, df, alloc, pinned, tables, spatial)
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = machine.word_scale(ops["itemsize"], word)
-    m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
-    m = machine.kernel_overlap(m, ops, hw)  # a fused kernel's vector work under its GEMM's array work
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
-    per_op = {**{k: m[k] for k in schedule.PER_OP}, "count": ops["count"], "real": ops["real"],
-              "shared_reads": ops.get("shared_reads", 0.0 * ops["count"]),
-              **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")},
-              "stage_lead": lead.astype(f64),
-              "stage_tiles": jax.ops.segment_max(m["tiles"], lead, num_segments=n_ops)[lead]}
-    records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
-    return {**m, **records, "alloc": alloc, "stage_tiles": per_op["stage_tiles"]}
+
+    def one_pass(best: dict[str, Any], alloc: Any, lead: Any) -> dict[str, Any]:
+        """Model and schedule the ops mapped by ``best`` on ``alloc`` tiles each (``lead``: their stages)."""
+        m = machine.model(ops, hw, df, best["layout"], best["gy"], best["gx"], alloc)
+        m = machine.kernel_overlap(m, ops, hw)  # a fused kernel's vector work under its GEMM's array work
+        per_op = {**{k: m[k] for k in schedule.PER_OP}, "count": ops["count"], "real": ops["real"],
+                  "shared_reads": ops.get("shared_reads", 0.0 * ops["count"]),
+                  **{f"switch_{k}": jnp.where(paid, price[k], 0.0) for k in ("bytes", "cycles", "energy_pj")},
+                  "stage_lead": lead.astype(f64),
+                  "stage_tiles": jax.ops.segment_max(m["tiles"], lead, num_segments=n_ops)[lead]}
+        records = schedule.run(per_op, preds, pred_bytes * scale[:, None], tables, hw, grid, spatial)
+        return {**m, **records, "alloc": alloc, "stage_tiles": per_op["stage_tiles"]}
+
+    if not spatial:
+        lead = jnp.arange(n_ops)
+        alloc = n_tiles + 0.0 * ops["m"]
+        return one_pass(mapping.search(ops, hw, df, alloc, pinned, tables, spatial), alloc, lead)
+    # a fused kernel is one stage on one region (dfit_nb.sim.schedule.stage_leads): its work and the tiles its
+    # weights and result need are the region's, allocated once to the stage's first op
+    work, min_tiles = machine.pipeline_demand(ops, hw)
+    lead = schedule.stage_leads(ops.get("kernel", jnp.arange(n_ops, dtype=f64)), machine.fused_in_kernel(ops, hw),
+                                ops["gemm"] > 0)
+    first = jnp.arange(n_ops) == lead
+    work = jnp.where(first, jax.ops.segment_sum(work, lead, num_segments=n_ops), 0.0)
+    min_tiles = jnp.where(first, jax.ops.segment_max(min_tiles, lead, num_segments=n_ops), 0.0)
+    counts = mapping.distinct_tile_counts(hw)
+    proportional = schedule.allocate(work, hw, min_tiles, counts)
+    # every candidate mapping scored on its own tiles: the time of each stage on every region size at once; the
+    # mapping is then chosen for the tiles the op gets (its region): a virtual grid chosen for the whole grid and
+    # folded onto a small region holds many pieces per tile, each paying the array's fill
+    scored = mapping.scores(ops, hw, df, n_tiles, pinned, tables, spatial)
+    if allocation != "balanced":
+        alloc = proportional[lead]
+        return one_pass(mapping.choose(scored, alloc), alloc, lead)
+    times = _stage_times(scored, counts, ops, hw, lead)
+    real = jnp.where(first, ops["real"], 0.0)
+
+    def step(tiles: Any, _: Any) -> tuple[Any, dict[str, Any]]:
+        # replay with these tiles per stage, then rebalance: the estimate leaves out what the schedule adds
+        # (inputs' retile, delivery, fixed costs), so each stage's times are scaled by its replayed / estimated
+        # ratio at the tiles it had
+        out = one_pass(mapping.choose(scored, tiles[lead]), tiles[lead], lead)
+        k = jnp.clip(jnp.searchsorted(counts, tiles, side="right") - 1, 0, counts.shape[0] - 1)
+        estimated = jnp.take_along_axis(times, k[:, None], axis=1)[:, 0]
+        replayed = jax.ops.segment_sum(out["stage_cycles"] * ops["real"], lead, num_segments=n_ops)
+        ratio = jnp.where(estimated > 0, replayed / jnp.where(estimated > 0, estimated, 1.0), 1.0)
+        balanced, fits = schedule.balance(times * jnp.maximum(ratio, 1e-3)[:, None], counts, min_tiles, real, hw)
+        period = jnp.sum(jnp.maximum(*streaming.section_periods(
+            replayed, jax.ops.segment_sum(out["stage_dram_bytes"] * ops["real"], lead, num_segments=n_ops),
+            out["section"].astype(jnp.int32), machine.field(hw, "dram_bytes_per_cycle"), n_ops, jnp)))
+        return jnp.where(fits, balanced, tiles), {**out, "period": period}
+
+    # the proportional split, then the balanced one: the replay keeps the one with the shorter period
+    _, passes = jax.lax.scan(step, proportional, None, length=2)
+    better = jnp.argmin(passes.pop("period"))
+    return jax.tree.map(lambda v: v[better], passes)
+
+
+def _stage_times(scored: dict[str, Any], counts: Any, ops: dict[str, Any], hw: Hardware, lead: Any) -> Any:
+    """``(ops, K)``: per stage (rows of its first op; zero elsewhere), its estimated time per inference on each of
+    ``counts`` tiles: the sum over its ops of the best score among the candidates within that many tiles. A fused
+    kernel's vector ops count only in a kernel without a GEMM (with one, the array hides them); an op whose
+    factors are pinned folds its grid onto the tiles (its time grows with the fold)."""
+    n = lead.shape[0]
+    order = jnp.argsort(scored["tiles"])
+    within = jax.lax.cummin(scored["score"][:, order], axis=1)  # the best score using at most so many tiles
+    j = jnp.searchsorted(scored["tiles"][order], counts, side="right") - 1
+    t_op = jnp.where(j[None, :] >= 0, within[:, jnp.maximum(j, 0)], jnp.inf)
+    pinned = scored["pinned"][:, 0]
+    grid = scored["tiles"][jnp.argmin(scored["score"], axis=1)]  # a pinned op's one candidate
+    folded = jnp.min(scored["score"], axis=1)[:, None] * jnp.ceil(grid[:, None] / jnp.maximum(counts[None, :], 1.0))
+    t_op = jnp.where(pinned[:, None], folded, t_op)
+    gemm = ops["gemm"] > 0
+    has_gemm = jax.ops.segment_max(gemm.astype(jnp.float64), lead, num_segments=n)[lead] > 0
+    hidden = machine.fused_in_kernel(ops, hw) & ~gemm & has_gemm
+    t_op = jnp.where(hidden[:, None] | ~(ops["real"] > 0)[:, None], 0.0, t_op)
+    return jax.ops.segment_sum(t_op, lead, num_segments=n)
+
+
+def allocation_period(trace: Any, hw: Hardware, allocation: str) -> tuple[float, int]:
+    """The streamed period (cycles) and sections of a weight-stationary layer-pipelined replay of ``trace`` on
+    ``hw`` whose tiles are allocated by ``allocation`` (:func:`program`): how the model's balanced allocation
+    compares with tiles in proportion to work (``benchmarks/bench_streaming.py``)."""
+    prep = prepare(trace)
+    n = len(prep.op)
+    arrays, preds, pred_bytes, codes, pinned = padded(prep, np.zeros(n), pinned_layouts(prep, None), ONE_MACHINE_OPS)
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+    tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
+    with jax.enable_x64(True):
+        out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes, pinned, grid, True,
+                                     None, allocation))
+    records = {k: np.asarray(v)[:n] for k, v in out.items() if np.ndim(v) == 1}
+    s = streaming.steady_state(records, np.ones(n), 1.0, hw, True, 2)
+    return s["period_cycles"], s["sections"]
 
 
 def _per_op_records(out: dict[str, Any], ops: dict[str, Any], xp: Any = jnp) -> dict[str, Any]:

@@ -171,6 +171,24 @@ def tile_counts(hw: Hardware) -> Any:
     return jnp.where(valid[:, None] & valid[None, :] & (grid <= machine.tiles(hw)), grid, jnp.inf).ravel()
 
 
+#: at most this many distinct tile counts a mapping fills: products of two factors from ``2^a`` and ``q 2^a``
+#: within 4,096 tiles are ``2^k``, ``q 2^k`` or ``q^2 2^k``, 13 of each at most
+DISTINCT_COUNTS = 40
+
+
+def distinct_tile_counts(hw: Hardware) -> Any:
+    """:func:`tile_counts` without repeats, ascending, padded with ``inf`` to :data:`DISTINCT_COUNTS` (a static
+    size, so it stays inside a jitted, vmapped program).
+
+    >>> import jax
+    >>> from dfit_nb.sim import Hardware
+    >>> with jax.enable_x64(True):
+    ...     print([int(c) for c in distinct_tile_counts(Hardware(tile_rows=4, tile_cols=5)) if c < 1e9])
+    [1, 2, 4, 5, 8, 10, 16, 20]
+    """
+    return jnp.unique(tile_counts(hw), size=DISTINCT_COUNTS, fill_value=jnp.inf)
+
+
 def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict[str, Any],
            tables: tuple[Any, Any], spatial: bool = False) -> dict[str, Any]:
     """The best virtual mapping of every op: ``layout``, ``gy``, ``gx`` arrays.
@@ -183,6 +201,25 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     tiles (:func:`dfit_nb.sim.machine.streamed`: weights that fit its tiles stay there), the machine's steady state,
     rather than on its first inference.
     """
+    return choose(scores(ops, hw, df, budget, pinned, tables, spatial), budget)
+
+
+def choose(scored: dict[str, Any], budget: Any) -> dict[str, Any]:
+    """The best of :func:`scores`' candidates that fit ``budget`` tiles per op (factors a user pinned are kept
+    whatever their tiles: they fold onto the budget)."""
+    fits = scored["tiles"][None, :] <= (budget[:, None] if jnp.ndim(budget) else budget)
+    score = jnp.where(fits | scored["pinned"], scored["score"], jnp.inf)
+    best = jnp.argmin(score, axis=1)  # ties: the first candidate (mn before mk, smaller gy, then smaller gx)
+    return {"layout": scored["layout"][best], "gy": scored["gy"][best], "gx": scored["gx"][best]}
+
+
+def scores(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict[str, Any],
+           tables: tuple[Any, Any], spatial: bool = False) -> dict[str, Any]:
+    """Every candidate mapping of every op, scored (:func:`estimate`; ``inf`` where the op cannot take it) on
+    ``budget`` tiles: ``score`` ``(ops, candidates)``, and per candidate its ``layout``, ``gy``, ``gx`` and
+    ``tiles`` (``gy * gx``); ``pinned`` ``(ops, 1)``: the op's factors are the user's. A candidate's score does
+    not depend on the budget when it fits it (its tiles are its own), so scores taken on the whole grid price
+    every region size at once (:func:`dfit_nb.sim.schedule.balance`)."""
     values, valid = factors(hw)
     tried = candidates_within(jnp.shape(tables[0])[-2] - 1)
     iy, ix = jnp.asarray(tried["iy"]), jnp.asarray(tried["ix"])
@@ -206,5 +243,5 @@ def search(ops: dict[str, Any], hw: Hardware, df: Any, budget: Any, pinned: dict
     m = machine.model(col, hw, jnp.asarray(df)[:, None] if jnp.ndim(df) else df, cand["layout"], cand["gy"],
                       cand["gx"], alloc)
     score = jnp.where(ok, estimate(machine.streamed(m, hw) if spatial else m, hw, tables), jnp.inf)
-    best = jnp.argmin(score, axis=1)  # ties: the first candidate (mn before mk, smaller gy, then smaller gx)
-    return {"layout": jnp.asarray(tried["layout"])[best], "gy": values[iy[best]], "gx": values[ix[best]]}
+    return {"score": score, "layout": cand["layout"][0], "gy": cand["gy"][0], "gx": cand["gx"][0],
+            "tiles": cand["gy"][0] * cand["gx"][0], "pinned": (py > 0) & (px > 0)}

@@ -17,8 +17,10 @@ An op runs on tiles ``[offset, offset + tiles)``:
   owns the whole grid while it runs (its idle tiles stay reserved), so ops run
   one after another in dependency order;
 * **layer-pipelined** (``execution="spatial"``): each *stage* holds its own
-  region (``alloc`` tiles, proportional to its work, from :func:`allocate`),
-  regions follow one another along the path, and stages run as soon as their
+  region (``alloc`` tiles: :func:`balance`, the counts that make the slowest
+  stage as fast as the grid allows, or where the program overflows the grid
+  :func:`allocate`, in proportion to work), regions follow one another along
+  the path, and stages run as soon as their
   inputs stream in. A stage is one op, or the ops of a fused kernel
   (:func:`stage_leads`): they run on one region one after another, each
   handing its blocks on in the tiles' SRAM, and the stage streams its result
@@ -220,6 +222,63 @@ def allocate(work: Any, hw: Hardware, min_tiles: Any, counts: Any = None) -> Any
         up = jnp.min(jnp.where(c >= need[:, None], c, jnp.inf), axis=1)
         need = jnp.where(jnp.isfinite(up), up, tiles)
     return jnp.clip(jnp.maximum(share, need), 1.0, tiles)
+
+
+#: bisection steps of :func:`balance` over its candidate periods (2^24: more than stages x tile counts ever hold)
+BALANCE_STEPS = 24
+
+
+def balance(stage_time: Any, counts: Any, need: Any, real: Any, hw: Hardware) -> tuple[Any, Any]:
+    """Tiles per stage that minimise the slowest stage's time (the streamed period), and whether they fit.
+
+    ``stage_time`` ``(stages, K)``: each stage's estimated time per inference on ``counts[k]`` tiles
+    (non-increasing in the count: the best mapping within that many tiles); ``counts`` ``(K,)``: the tile counts
+    a mapping fills, ascending (``inf`` for none); ``need``: the tiles a stage's weights and result need;
+    ``real``: 0 for padding rows, which take no tiles. The smallest period ``P`` whose smallest counts (at least
+    ``need``) with ``stage_time <= P`` add up to at most the grid is found by bisection over the candidate
+    periods (every stage time); each stage gets the smallest such count. ``fits`` is False when even the smallest
+    counts overflow the grid (the program needs sections): the caller falls back to :func:`allocate`. Pure
+    ``jax.numpy``.
+
+    >>> import jax, jax.numpy as jnp
+    >>> from dfit_nb.sim import Hardware
+    >>> counts = jnp.array([1.0, 2.0, 4.0, 8.0])
+    >>> t = jnp.array([[80.0, 40, 20, 10], [8.0, 4, 2, 1]])  # a stage ten times the other's work
+    >>> with jax.enable_x64(True):
+    ...     tiles, fits = balance(t, counts, jnp.zeros(2), jnp.ones(2), Hardware(tile_rows=3, tile_cols=3))
+    ...     print(tiles.tolist(), bool(fits))
+    [8.0, 1.0] True
+    """
+    f64 = jnp.float64
+    grid = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
+    counts = jnp.asarray(counts, f64)
+    need_c = jnp.min(jnp.where(counts[None, :] >= need[:, None], counts[None, :], jnp.inf), axis=1)
+    need_c = jnp.where(jnp.isfinite(need_c), need_c, grid)
+    usable = jnp.isfinite(counts)[None, :]
+
+    def tiles_for(period: Any) -> Any:
+        ok = usable & (stage_time <= period)
+        first = jnp.argmax(ok, axis=1)
+        c = jnp.where(ok.any(axis=1), counts[first], jnp.inf)
+        return jnp.where(real > 0, jnp.maximum(c, need_c), 1.0)
+
+    def total(period: Any) -> Any:
+        return jnp.sum(jnp.where(real > 0, tiles_for(period), 0.0))
+
+    periods = jnp.sort(jnp.where(usable & (real[:, None] > 0), stage_time, jnp.inf).ravel())
+    top = jnp.max(jnp.where(jnp.isfinite(periods), periods, 0.0))
+    periods = jnp.where(jnp.isfinite(periods), periods, top)  # still ascending
+
+    def step(_: Any, bounds: Any) -> Any:
+        lo, hi = bounds  # periods[hi] fits; periods[lo - 1] does not
+        mid = (lo + hi) // 2
+        fit = total(periods[mid]) <= grid
+        return jnp.where(fit, jnp.stack([lo, mid]), jnp.stack([mid + 1, hi]))
+
+    n = periods.shape[0]
+    _, hi = jax.lax.fori_loop(0, BALANCE_STEPS, step, jnp.array([0, n - 1]))
+    fits = total(top) <= grid
+    return tiles_for(periods[hi]), fits
 
 
 def stage_leads(kernel: Any, fused: Any, gemm: Any) -> Any:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 from . import machine
@@ -48,6 +49,25 @@ REPORTED_STREAM = 64
 #: what limits the slowest stage: its tiles' work (PE array or vector unit, and their SRAM ports), delivery over the
 #: mesh, its inputs' retile, its own DRAM traffic, its fixed cost; or the section's traffic through the DRAM channel
 STAGE_CLASSES = ("compute", "noc", "retile", "dram", "fixed", "dram channel")
+
+
+def section_periods(stage: Any, dram_bytes: Any, section: Any, dram_bytes_per_cycle: Any, sections: int,
+                    xp: Any = np) -> tuple[Any, Any]:
+    """Per section: its slowest stage's cycles and its stages' DRAM traffic through the one channel, in cycles; the
+    streamed period is the sum over sections of the larger. ``stage``, ``dram_bytes``, ``section``: per stage
+    (zeros for rows that are none); ``xp``: NumPy on a Run, ``jax.numpy`` inside the replay (which keeps the
+    allocation whose period is shorter: :func:`dfit_nb.sim._replay.program`).
+
+    >>> [v.tolist() for v in section_periods(np.array([30.0, 50.0, 20.0]), np.array([0.0, 10.0, 90.0]),
+    ...                                      np.array([0, 0, 1]), 1.0, 2)]
+    [[50.0, 20.0], [10.0, 90.0]]
+    """
+    if xp is np:
+        slowest = np.zeros(sections)
+        np.maximum.at(slowest, section, stage)
+        return slowest, np.bincount(section, dram_bytes, sections) / dram_bytes_per_cycle
+    slowest = xp.maximum(jax.ops.segment_max(stage, section, num_segments=sections), 0.0)
+    return slowest, jax.ops.segment_sum(dram_bytes, section, num_segments=sections) / dram_bytes_per_cycle
 
 
 def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, spatial: bool,
@@ -120,9 +140,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         section = stage_section.astype(np.int64)
         sections = int(section.max()) + 1
         stage = rec["stage_cycles"]
-        slowest = np.zeros(sections)
-        np.maximum.at(slowest, section, stage)
-        channel = np.bincount(section, rec["stage_dram_bytes"], sections) / dram_bw
+        slowest, channel = section_periods(stage, rec["stage_dram_bytes"], section, dram_bw, sections)
         # a section's share of the first inference: from the end of the section before it (its barrier) to its
         # own end, so the spans add up to the one-inference latency
         last = np.zeros(sections)
