@@ -69,9 +69,10 @@ Who decides (``fusion=``)
        matmuls and its activation, on TPU v4 and v6e: ``docs/validation.md``);
        a split or slice between the products (a gated FFN's gate and up
        halves) ends the chain, as it does there, and so do convolutions. The
-       kernel keeps the second product's weight on chip (``row``), so a
-       weight too large for a tile runs unfused (rule 8). At most two
-       products a kernel.
+       kernel keeps the second product's weight on chip (``weight``), spread
+       over the chip's tiles as any weight is, so a weight too large for the
+       chip's SRAM runs unfused (:func:`dfit_nb.sim.machine.kernel_fits`).
+       At most two products a kernel.
 
     Free ops feeding only one kernel join it (XLA folds a broadcast of a bias
     into its consumer); a kernel of free ops alone is a view (a bitcast) and
