@@ -168,12 +168,8 @@ def allocation_period(trace: Any, hw: Hardware, allocation: str) -> tuple[float,
     prep = prepare(trace)
     n = len(prep.op)
     arrays, preds, pred_bytes, codes, pinned = padded(prep, np.zeros(n), pinned_layouts(prep, None), ONE_MACHINE_OPS)
-    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
-    tables = schedule.prefix_counts(schedule.tile_order(grid.rows, grid.cols), grid.rows, grid.cols)
-    with jax.enable_x64(True):
-        out = jax.device_get(program(arrays, preds, pred_bytes, tables, for_jit(hw), codes, pinned, grid, True,
-                                     None, allocation))
-    records = {k: np.asarray(v)[:n] for k, v in out.items() if np.ndim(v) == 1}
+    out = _one_machine(arrays, preds, pred_bytes, hw, codes, pinned, "spatial", switch_penalty("ws"), allocation)
+    records = {k: v[:n] for k, v in out.items() if v.ndim == 1}
     s = streaming.steady_state(records, np.ones(n), 1.0, hw, True, 2)
     return s["period_cycles"], s["sections"]
 
@@ -254,17 +250,17 @@ _kept = Kept()
 
 
 def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: np.ndarray, hw: Hardware,
-                 codes: np.ndarray, pinned: dict[str, np.ndarray], execution: str, reconfig: Any
-                 ) -> dict[str, np.ndarray]:
+                 codes: np.ndarray, pinned: dict[str, np.ndarray], execution: str, reconfig: Any,
+                 allocation: str = "balanced") -> dict[str, np.ndarray]:
     """The one-machine replay :func:`program` on padded inputs, its outputs on the host (writable copies).
 
     The last :data:`KEPT_OUTPUTS` results are kept by a digest of every input: :func:`select_dataflows` prices
     each single style with this program and its evaluation then replays the same styles (the same inputs), which
     are read from here instead of run again (the same arrays, so the same numbers;
     ``benchmarks/bench_report_overlap.py`` measures the saving). The grid's tables are a function of the
-    machine's grid, which its fields give."""
+    machine's grid, which its fields give. ``allocation``: :func:`program`'s (the default is the model's)."""
     grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
-    digest = hashlib.blake2b(repr((grid, execution)).encode(), digest_size=20)
+    digest = hashlib.blake2b(repr((grid, execution, allocation)).encode(), digest_size=20)
     for a in (*(arrays[k] for k in sorted(arrays)), preds, pred_bytes, field_vector(hw), codes,
               *(pinned[k] for k in sorted(pinned)), reconfig):
         a = np.ascontiguousarray(a)
@@ -276,8 +272,8 @@ def _one_machine(arrays: dict[str, np.ndarray], preds: np.ndarray, pred_bytes: n
         with jax.enable_x64(True):
             tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
             kept = {k: np.asarray(v) for k, v in jax.device_get(_exported.call(
-                program, {"grid": grid, "spatial": execution == "spatial"}, arrays, preds, pred_bytes, tables,
-                for_jit(hw), codes, pinned, reconfig=reconfig)).items()}
+                program, {"grid": grid, "spatial": execution == "spatial", "allocation": allocation}, arrays, preds,
+                pred_bytes, tables, for_jit(hw), codes, pinned, reconfig=reconfig)).items()}
         for v in kept.values():
             v.setflags(write=False)
         _kept.put(key, kept, KEPT_OUTPUTS)

@@ -20,6 +20,7 @@ renders offline).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any
 
@@ -333,14 +334,8 @@ def _kernels(choices: Any, ops: np.ndarray, regions: np.ndarray) -> tuple[np.nda
     label, where = [], []
     for a, z in zip(starts, ends, strict=True):
         label.append(f"op #{ops[a]}" if z - a == 1 else f"ops #{ops[a]}..#{ops[z - 1]}")
-        shared = regions[a].split("/")
-        for other in regions[a + 1:z]:
-            pieces = other.split("/")
-            n = 0
-            while n < min(len(shared), len(pieces)) and shared[n] == pieces[n]:
-                n += 1
-            shared = shared[:n]
-        where.append(("/".join(shared) or "<root>") + ("; one kernel" if z - a > 1 else ""))
+        shared = posixpath.commonpath(list(regions[a:z]))  # whole region path components
+        where.append((shared or "<root>") + ("; one kernel" if z - a > 1 else ""))
     return starts, label, where
 
 

@@ -520,7 +520,6 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
         stage = retile_cycles + stage_busy + machine.overhead_cycles(stage_busy, streamed["fixed"])
         new = {
             "last_end": jnp.maximum(carry["last_end"], end),
-            "start": carry["start"].at[i].set(start),
             "anchor": carry["anchor"].at[i].set(jnp.where(lead != i, carry["anchor"][lead], start)),
             "end": carry["end"].at[i].set(end),
             "offset": carry["offset"].at[i].set(offset),
@@ -548,7 +547,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, tables: tuple[Any, 
 
     scalar = jnp.asarray(0.0, f64)
     carry0 = {
-        "last_end": scalar, "start": zeros, "anchor": zeros, "end": zeros, "offset": zeros - 1.0,
+        "last_end": scalar, "anchor": zeros, "end": zeros, "offset": zeros - 1.0,
         "dram_used": jnp.zeros(DRAM_BINS, f64), "cursor": scalar, "barrier": scalar, "section": scalar,
     }
     _, records = jax.lax.scan(step, carry0, jnp.arange(n_ops))

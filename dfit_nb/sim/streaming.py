@@ -185,7 +185,7 @@ def of_ops(ops: Any, hw: Hardware, inferences: int) -> dict[str, Any]:
         raise ValueError(f"this run has no {', '.join(missing)} (saved by a dfit_nb from before streaming): "
                          "replay the trace again to stream it")
     records = {k: ops[k].values for k in names}
-    if "stage_op" in ops.variables:  # runs saved before stages: every op its own
+    if "stage_op" in ops.variables:  # absent from runs saved before stages: there every op is its own
         records["stage_lead"] = ops["stage_op"].values
     spatial = str(ops.attrs.get("execution", "")) == "spatial"
     return steady_state(records, np.ones(ops.sizes["op"]), float(np.nansum(ops["macs"].values)), hw, spatial,

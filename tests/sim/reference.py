@@ -60,7 +60,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
     width = horizon / DRAM_BINS
     capacity = [dram_bw * width] * (DRAM_BINS - 1) + [math.inf]
     used = [0.0] * DRAM_BINS
-    starts, ends, offsets, anchors = [0.0] * n, [0.0] * n, [-1.0] * n, [0.0] * n
+    ends, offsets, anchors = [0.0] * n, [-1.0] * n, [0.0] * n
     cys, cxs, rowdist = [0.0] * n, [0.0] * n, [[0.0] * grid.rows for _ in range(n)]
     cursor, barrier, section, last_end = 0.0, 0.0, 0.0, 0.0
     rec: dict[str, list[float]] = {k: [] for k in ("start", "t1", "end", "ready", "prev_free", "offset",
@@ -176,7 +176,7 @@ def run(per_op: dict[str, Any], preds: Any, pred_bytes: Any, order: Any, hw: Har
         body_end += op["fixed_cycles"][i] * op["count"][i] if body_end > t1 else 0.0
         end = max(body_end, last + (body_end - t1) / STREAM_CHUNKS) if spatial else body_end
         last_end = max(last_end, end)
-        starts[i], ends[i], offsets[i] = start, end, offset
+        ends[i], offsets[i] = end, offset
         anchors[i] = anchors[head] if head != i else start
         cys[i] = sum(r * row_n[r] for r in range(grid.rows)) / u
         cxs[i] = sum(c * col_n[c] for c in range(grid.cols)) / u
