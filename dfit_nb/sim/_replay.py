@@ -69,8 +69,8 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     ``reconfig``: ``(reconfig_cycles, reconfig_pj)``, the penalty per dataflow switch (default none). A GEMM whose
     dataflow differs from the previous GEMM's in program order pays :func:`dfit_nb.sim.machine.switch_cost`
     (the selection's price) in its retile phase. ``allocation`` (layer-pipelined): ``"balanced"``, the model's
-    (stages' tiles that minimise the slowest stage's time, :func:`dfit_nb.sim.schedule.balance`, where the
-    program fits the grid), or ``"proportional"`` (:func:`dfit_nb.sim.schedule.allocate` alone: tiles in
+    (stages' tiles that minimise each section's slowest stage, :func:`dfit_nb.sim.schedule.balance`), or
+    ``"proportional"`` (:func:`dfit_nb.sim.schedule.allocate` alone: tiles in
     proportion to work), kept for comparison (``benchmarks/bench_streaming.py``).
     """
     f64 = jnp.float64
@@ -128,11 +128,11 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
         estimated = jnp.take_along_axis(times, k[:, None], axis=1)[:, 0]
         replayed = jax.ops.segment_sum(out["stage_cycles"] * ops["real"], lead, num_segments=n_ops)
         ratio = jnp.where(estimated > 0, replayed / jnp.where(estimated > 0, estimated, 1.0), 1.0)
-        balanced, fits = schedule.balance(times * jnp.maximum(ratio, 1e-3)[:, None], counts, min_tiles, real, hw)
+        balanced, _ = schedule.balance(times * jnp.maximum(ratio, 1e-3)[:, None], counts, min_tiles, real, hw)
         period = jnp.sum(jnp.maximum(*streaming.section_periods(
             replayed, jax.ops.segment_sum(out["stage_dram_bytes"] * ops["real"], lead, num_segments=n_ops),
             out["section"].astype(jnp.int32), machine.field(hw, "dram_bytes_per_cycle"), n_ops, jnp)))
-        return jnp.where(fits, balanced, tiles), {**out, "period": period}
+        return balanced, {**out, "period": period}
 
     # the proportional split, then the balanced one: the replay keeps the one with the shorter period
     _, passes = jax.lax.scan(step, proportional, None, length=2)

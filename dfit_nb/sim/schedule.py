@@ -17,9 +17,9 @@ An op runs on tiles ``[offset, offset + tiles)``:
   owns the whole grid while it runs (its idle tiles stay reserved), so ops run
   one after another in dependency order;
 * **layer-pipelined** (``execution="spatial"``): each *stage* holds its own
-  region (``alloc`` tiles: :func:`balance`, the counts that make the slowest
-  stage as fast as the grid allows, or where the program overflows the grid
-  :func:`allocate`, in proportion to work), regions follow one another along
+  region (``alloc`` tiles: :func:`balance`, the counts that make each
+  section's slowest stage as fast as the grid allows, or :func:`allocate`'s,
+  in proportion to work, where that streams faster), regions follow one another along
   the path, and stages run as soon as their
   inputs stream in. A stage is one op, or the ops of a fused kernel
   (:func:`stage_leads`): they run on one region one after another, each
@@ -229,56 +229,75 @@ BALANCE_STEPS = 24
 
 
 def balance(stage_time: Any, counts: Any, need: Any, real: Any, hw: Hardware) -> tuple[Any, Any]:
-    """Tiles per stage that minimise the slowest stage's time (the streamed period), and whether they fit.
+    """Tiles per stage that minimise each section's slowest stage (the streamed period), and the stages' sections.
 
     ``stage_time`` ``(stages, K)``: each stage's estimated time per inference on ``counts[k]`` tiles
     (non-increasing in the count: the best mapping within that many tiles); ``counts`` ``(K,)``: the tile counts
     a mapping fills, ascending (``inf`` for none); ``need``: the tiles a stage's weights and result need;
-    ``real``: 0 for padding rows, which take no tiles. The smallest period ``P`` whose smallest counts (at least
-    ``need``) with ``stage_time <= P`` add up to at most the grid is found by bisection over the candidate
-    periods (every stage time); each stage gets the smallest such count. ``fits`` is False when even the smallest
-    counts overflow the grid (the program needs sections): the caller falls back to :func:`allocate`. Pure
-    ``jax.numpy``.
+    ``real``: 0 for padding rows, which take no tiles.
+
+    Sections first: each stage's *floor* is the smallest count it can run on (at least ``need``), and stages are
+    packed in program order into sections whose floors fit the grid (a new section where the next floor would
+    overflow it, as :func:`run` wraps). A section streams all its inferences before the next is loaded, so the
+    period is the sum of the sections' slowest stages and each section has the whole grid: for each, the smallest
+    period ``P`` whose smallest counts with ``stage_time <= P`` (at least the floor) add up to at most the grid
+    is found by bisection over the candidate periods (every stage time), all sections at once; each stage gets
+    the smallest such count. A program that fits the grid is one section. Pure ``jax.numpy``.
 
     >>> import jax, jax.numpy as jnp
     >>> from dfit_nb.sim import Hardware
     >>> counts = jnp.array([1.0, 2.0, 4.0, 8.0])
     >>> t = jnp.array([[80.0, 40, 20, 10], [8.0, 4, 2, 1]])  # a stage ten times the other's work
     >>> with jax.enable_x64(True):
-    ...     tiles, fits = balance(t, counts, jnp.zeros(2), jnp.ones(2), Hardware(tile_rows=3, tile_cols=3))
-    ...     print(tiles.tolist(), bool(fits))
-    [8.0, 1.0] True
+    ...     tiles, section = balance(t, counts, jnp.zeros(2), jnp.ones(2), Hardware(tile_rows=3, tile_cols=3))
+    ...     print(tiles.tolist(), section.tolist())
+    ...     # weights that need 8 tiles each: two sections, each stage on the whole grid's 8
+    ...     tiles, section = balance(t, counts, jnp.full(2, 8.0), jnp.ones(2), Hardware(tile_rows=3, tile_cols=3))
+    ...     print(tiles.tolist(), section.tolist())
+    [8.0, 1.0] [0, 0]
+    [8.0, 8.0] [0, 1]
     """
     f64 = jnp.float64
     grid = jnp.asarray(hw.tile_rows, f64) * jnp.asarray(hw.tile_cols, f64)
     counts = jnp.asarray(counts, f64)
-    need_c = jnp.min(jnp.where(counts[None, :] >= need[:, None], counts[None, :], jnp.inf), axis=1)
+    stages = stage_time.shape[0]
+    usable = (jnp.isfinite(counts) & (counts <= grid))[None, :]
+    need_c = jnp.min(jnp.where(usable & (counts[None, :] >= need[:, None]), counts[None, :], jnp.inf), axis=1)
     need_c = jnp.where(jnp.isfinite(need_c), need_c, grid)
-    usable = jnp.isfinite(counts)[None, :]
 
-    def tiles_for(period: Any) -> Any:
-        ok = usable & (stage_time <= period)
+    def tiles_for(period: Any) -> Any:  # period: per stage
+        ok = usable & (stage_time <= period[:, None])
         first = jnp.argmax(ok, axis=1)
         c = jnp.where(ok.any(axis=1), counts[first], jnp.inf)
-        return jnp.where(real > 0, jnp.maximum(c, need_c), 1.0)
-
-    def total(period: Any) -> Any:
-        return jnp.sum(jnp.where(real > 0, tiles_for(period), 0.0))
+        return jnp.where(real > 0, jnp.maximum(c, need_c), 0.0)
 
     periods = jnp.sort(jnp.where(usable & (real[:, None] > 0), stage_time, jnp.inf).ravel())
     top = jnp.max(jnp.where(jnp.isfinite(periods), periods, 0.0))
     periods = jnp.where(jnp.isfinite(periods), periods, top)  # still ascending
+    floor = tiles_for(jnp.full(stages, top))
+
+    def pack(carry: Any, t: Any) -> tuple[Any, Any]:
+        used, section = carry
+        new = (t > 0) & (used + t > grid)
+        return (jnp.where(new, t, used + t), section + new), section + new
+
+    _, section = jax.lax.scan(pack, (jnp.asarray(0.0, f64), jnp.asarray(0, jnp.int32)), floor)
+
+    def total(at: Any) -> Any:  # at: per section, an index into periods
+        return jax.ops.segment_sum(jnp.maximum(tiles_for(periods[at[section]]), floor), section,
+                                   num_segments=stages)
 
     def step(_: Any, bounds: Any) -> Any:
-        lo, hi = bounds  # periods[hi] fits; periods[lo - 1] does not
+        lo, hi = bounds  # per section: periods[hi] fits; periods[lo - 1] does not
         mid = (lo + hi) // 2
-        fit = total(periods[mid]) <= grid
-        return jnp.where(fit, jnp.stack([lo, mid]), jnp.stack([mid + 1, hi]))
+        fit = total(mid) <= grid
+        return jnp.stack([jnp.where(fit, lo, mid + 1), jnp.where(fit, mid, hi)])
 
     n = periods.shape[0]
-    _, hi = jax.lax.fori_loop(0, BALANCE_STEPS, step, jnp.array([0, n - 1]))
-    fits = total(top) <= grid
-    return tiles_for(periods[hi]), fits
+    start = jnp.stack([jnp.zeros(stages, jnp.int32), jnp.full(stages, n - 1, jnp.int32)])
+    _, hi = jax.lax.fori_loop(0, BALANCE_STEPS, step, start)
+    tiles = jnp.maximum(tiles_for(periods[hi[section]]), floor)
+    return jnp.where(real > 0, tiles, 1.0), section
 
 
 def stage_leads(kernel: Any, fused: Any, gemm: Any) -> Any:
