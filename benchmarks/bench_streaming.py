@@ -7,13 +7,16 @@ throughput, steady-state utilisation and the stage that sets its pace.
 On the layer-pipelined presets a second table compares the model's tile allocation (``"balanced"``: the tiles per
 stage that minimise the slowest stage's time, corrected by a first replay, kept when its replayed period is
 shorter) with tiles in proportion to work (``"proportional"``), both through the same replay program.
-Run: ``python benchmarks/bench_streaming.py [--size 224] [--inferences 64] [--presets a,b,...]``.
+Run: ``python benchmarks/bench_streaming.py [--size 224] [--inferences 64] [--presets a,b,...] [--model NAME]``
+(``--model``: one of ``benchmarks/real_models.py``'s eight, at its own input size, instead of the ResNet-18).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import dfit_nb
 from dfit_nb.examples import resnet18
@@ -27,10 +30,19 @@ def main() -> None:
     p.add_argument("--inferences", type=int, default=64)
     p.add_argument("--presets", default=",".join(presets.names()))
     p.add_argument("--dataflow", default="ws")
+    p.add_argument("--model", default=None, help="a model of benchmarks/real_models.py instead of ResNet-18")
     a = p.parse_args()
     dfit_nb.setup()
-    trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=a.size))
-    print(f"ResNet-18 at {a.size}x{a.size}, batch 1, {a.inferences} inferences streamed, {a.dataflow}")
+    if a.model:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import real_models
+
+        fn, args = real_models.build(a.model)
+        trace = dfit_nb.capture(fn, *args)
+        print(f"{a.model}, {a.inferences} inferences streamed, {a.dataflow}")
+    else:
+        trace = dfit_nb.capture(resnet18.forward, *resnet18.specs(size=a.size))
+        print(f"ResNet-18 at {a.size}x{a.size}, batch 1, {a.inferences} inferences streamed, {a.dataflow}")
     print(f"{'preset':17s} {'exec':7s} {'latency us':>10s} {'util 1':>7s} {'inf/s':>10s} {'steady util':>11s} "
           f"{'period us':>9s} {'sections':>8s}  bottleneck stage (class)   replay s")
     for name in a.presets.split(","):
