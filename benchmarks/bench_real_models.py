@@ -122,6 +122,8 @@ def main() -> None:
                       f"{' fell back' if sel['fallback'] else ''} {sel['seconds']:6.1f} s", flush=True)
             results[model][name] = row
         jax.clear_caches()
+        if a.json:  # after every model: a long run that stops keeps what it measured
+            a.json.write_text(json.dumps(results, indent=1))
     cases = [(m, n, o) for m in results for n in results[m] if isinstance(results[m][n], dict)
              and "standing" in results[m][n] for o in OBJECTIVES]
     off = [c for c in cases if abs(results[c[0]][c[1]][c[2]]["shown_gain"]
@@ -132,7 +134,6 @@ def main() -> None:
           f"(target 0){': ' + str(off) if off else ''}; {falls} fell back to a single style; the DP's additive "
           f"figure was off by more than 0.1 pp in {dp_off}; {time.perf_counter() - t_start:.0f} s in all")
     if a.json:
-        a.json.write_text(json.dumps(results, indent=1))
         print(f"wrote {a.json}")
 
 

@@ -379,6 +379,15 @@ def batch_chunk(what: str, machines: int, devices: int, shared: bool, ops: int, 
     return max(devices, most - most % devices)
 
 
+def assignments_per_call(prep: Prepared, hw: Hardware, wanted: int) -> int:
+    """How many dataflow assignments one vmapped :func:`style_costs` call prices on the one machine ``hw``: all
+    ``wanted`` where they fit half the memory available, else as many as do (:func:`batch_chunk`; refused when
+    not even one does)."""
+    arrays, preds, *_ = padded(prep, np.zeros(len(prep.op)), pinned_layouts(prep, None), BATCH_OPS)
+    return min(wanted, batch_chunk(f"pricing dataflow assignments of {len(prep.op)} ops", wanted, 1, True,
+                                   arrays["m"].shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols)))
+
+
 def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,
               reconfig: Any = (0.0, 0.0)) -> dict[str, float]:
     """Latency, energy and friends of one replay (no events): the scalars of :func:`replay_batch` for an op

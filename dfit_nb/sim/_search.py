@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._batch import style_costs
+from ._batch import assignments_per_call, style_costs
 from .hardware import Hardware
 from .machine import DATAFLOWS
 
@@ -51,14 +51,19 @@ VMAPPED_TILES = 64
 def replayed_objective(prep: Any, hw: Hardware, codes: np.ndarray, objective: str, reconfig: Any,
                        width: int = 0) -> np.ndarray:
     """The replayed ``objective`` (energy pJ, latency cycles, or their product) of each row of ``codes``
-    ``(D, ops)``. On a grid of more than :data:`VMAPPED_TILES` tiles the rows run as one vmapped replay program,
-    padded to ``width`` rows (a program compiled once for every round); on a smaller one, the replay's own
-    compiled program (the one the DP's pricing ran) runs once per row."""
-    many = int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES
-    if many:
-        rows = np.concatenate([codes, np.repeat(codes[:1], max(width - len(codes), 0), axis=0)])
-        costs = {k: v[0, : len(codes)] for k, v in style_costs(prep, Hardware.stack([hw]), rows,
-                                                                execution=hw.execution, reconfig=reconfig).items()}
+    ``(D, ops)``. On a grid of more than :data:`VMAPPED_TILES` tiles the rows run as vmapped replay programs of
+    ``width`` rows each (padded: one program compiled for every round), ``D`` rows at once where no ``width`` is
+    given; on a smaller one, the replay's own compiled program (the one the DP's pricing ran) runs once per
+    row."""
+    if int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES:
+        width = width or len(codes)
+        parts = []
+        for lo in range(0, len(codes), width):  # calls sized to the memory available (improve's width)
+            part = codes[lo: lo + width]
+            rows = np.concatenate([part, np.repeat(part[:1], width - len(part), axis=0)])
+            parts.append({k: v[0, : len(part)] for k, v in style_costs(
+                prep, Hardware.stack([hw]), rows, execution=hw.execution, reconfig=reconfig).items()})
+        costs = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     else:
         costs = style_costs(prep, hw, codes, execution=hw.execution, reconfig=reconfig)
     energy = costs["energy_pj"].sum(axis=-1)
@@ -133,6 +138,9 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
     best = np.asarray(choice, np.int64).copy()
     g_count, c_count = allowed.shape
     width = g_count * (c_count - 1) + g_count * c_count + c_count  # the most neighbours an assignment has
+    if int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES:
+        # as many as fit the memory available at once (a large grid's replays are large): one width every round
+        width = assignments_per_call(prep, hw, width)
     current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0])
     start, replayed, rounds = current, 1, 0
     while rounds < MAX_ROUNDS:

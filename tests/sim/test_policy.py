@@ -429,6 +429,40 @@ def test_the_evaluation_reads_the_single_styles_from_the_pricing_runs_and_they_e
     xr.testing.assert_identical(again.ops, policy.runs["ws"].ops)
 
 
+@pytest.mark.slow
+def test_the_search_replays_in_calls_the_memory_available_holds(static_traces, monkeypatch):
+    """On a large grid the search's replays run vmapped, as many assignments a call as half the memory available
+    holds: the figures do not depend on how they are split, and a tight memory limit splits them (where one
+    call of every neighbour used to be refused by the memory guard)."""
+    from dfit_nb._memory import LIMIT_ENV, MemoryGuardError
+    from dfit_nb.sim import _prepare
+    from dfit_nb.sim._batch import assignments_per_call
+    from dfit_nb.sim._search import replayed_objective
+
+    hw = presets.get("sambanova_like")
+    prep = _prepare.prepare(static_traces["mlp"], None)
+    gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
+    rng = np.random.default_rng(0)
+    codes = np.zeros((5, len(prep.op)))
+    codes[:, gemm] = rng.integers(0, 3, (5, gemm.size))
+    whole = replayed_objective(prep, hw, codes, "latency", np.zeros(2))
+    assert np.array_equal(replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2), whole)
+    assert assignments_per_call(prep, hw, 5) == 5
+
+    def fits(limit):
+        monkeypatch.setenv(LIMIT_ENV, str(limit))
+        try:
+            return assignments_per_call(prep, hw, 5)
+        except MemoryGuardError as err:
+            assert "pricing dataflow assignments" in str(err)
+            return 0
+
+    lo, hi = 1, 2**40  # the smallest limit that holds one assignment, by bisection
+    while hi - lo > 1:
+        lo, hi = (lo, (lo + hi) // 2) if fits((lo + hi) // 2) else ((lo + hi) // 2, hi)
+    assert fits(lo) == 0 and fits(hi) == 1 and fits(4 * hi) == 5
+
+
 def allowed_ok(choice, cands):
     return choice.shape[0] > 0 and set(np.asarray(choice).tolist()) <= set(range(len(cands)))
 
