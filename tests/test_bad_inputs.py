@@ -146,6 +146,12 @@ def test_valid_machines_stay_valid_and_jax_values_stay_unchecked():
 # ------------------------------------------------------------------------------------------------ item 4: pins
 
 
+@pytest.mark.parametrize("budget", [0, -1.0, float("nan"), float("inf"), True, "60"])
+def test_a_search_budget_that_is_no_positive_number_is_refused_naming_it(trace, budget):
+    with pytest.raises(PolicyError, match=r"search_budget_s must be a positive number of seconds or None"):
+        select_dataflows(trace, presets.get("npu_like"), "edp", search_budget_s=budget, evaluate=False)
+
+
 def test_infeasible_pins_under_no_switch_are_refused_naming_them(trace):
     with pytest.raises(PolicyError) as info:
         select_dataflows(trace, presets.get("npu_like"), pins={"a": "ws", "c": "os"}, max_switches=0,

@@ -10,14 +10,16 @@ objectives are not such a sum:
 There :func:`improve` searches the replayed figure itself, starting from the DP's choice: each round replays
 (:func:`replayed_objective`) every assignment one move away (one GEMM to another style, the
 GEMMs from one onwards to another style, every GEMM to one style), keeps the best if it beats the current
-one, and stops when none does, when a round gains less than :data:`MIN_ROUND_GAIN`, or after
-:data:`MAX_ROUNDS`. Pins and ``max_switches`` are honoured by every assignment it tries. It is a local search
-(first improvement by the best neighbour), not an exact method: it never returns worse than the DP's choice or
-the single styles, as replayed, and says how many assignments it replayed.
+one, and stops when none does, when a round gains less than :data:`MIN_ROUND_GAIN`, after :data:`MAX_ROUNDS`,
+or when its time budget is spent (``select_dataflows(search_budget_s=...)``; the first round always runs).
+Pins and ``max_switches`` are honoured by every assignment it tries. It is a local search (first improvement by
+the best neighbour), not an exact method: it never returns worse than the DP's choice or the single styles, as
+replayed, and says how many assignments it replayed.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -118,15 +120,18 @@ def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None
 
 
 def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands: list[str], allowed: np.ndarray,
-            objective: str, max_switches: int | None, reconfig: Any, tied: np.ndarray | None = None
-            ) -> tuple[np.ndarray, dict[str, Any]]:
+            objective: str, max_switches: int | None, reconfig: Any, tied: np.ndarray | None = None,
+            budget_s: float | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The best assignment a local search of the replayed ``objective`` finds from ``choice`` (module docstring).
+
+    ``budget_s``: no round starts after this many seconds (the first always runs; ``None``: no limit).
 
     Returns
     -------
     (choice, info)
         The assignment (candidate indices per GEMM) and ``{"start": replayed objective of the DP's choice,
-        "found": of the returned one, "replayed": assignments replayed, "rounds": rounds run}``.
+        "found": of the returned one, "replayed": assignments replayed, "rounds": rounds run, "out_of_time":
+        whether the budget ended the search}``.
     """
     codes_of = np.array([DATAFLOWS.index(c) for c in cands], np.float64)
 
@@ -141,9 +146,13 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
     if int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES:
         # as many as fit the memory available at once (a large grid's replays are large): one width every round
         width = assignments_per_call(prep, hw, width)
+    deadline = np.inf if budget_s is None else time.perf_counter() + float(budget_s)
     current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0])
-    start, replayed, rounds = current, 1, 0
+    start, replayed, rounds, out_of_time = current, 1, 0, False
     while rounds < MAX_ROUNDS:
+        if rounds and time.perf_counter() > deadline:
+            out_of_time = True
+            break
         rounds += 1
         near = neighbours(best, allowed, max_switches, tied)
         if not len(near):
@@ -157,4 +166,5 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
         best, current = near[i], float(scores[i])
         if small:
             break
-    return best, {"start": start, "found": current, "replayed": replayed, "rounds": rounds}
+    return best, {"start": start, "found": current, "replayed": replayed, "rounds": rounds,
+                  "out_of_time": out_of_time}

@@ -72,6 +72,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -91,6 +93,12 @@ from .hardware import FIELDS, Hardware, check_hardware
 from .machine import DATAFLOWS
 
 OBJECTIVES = ("energy", "latency", "edp")
+#: seconds after which the replayed search (where the objective is not a sum) starts no further round: a round on
+#: a large layer-pipelined grid replays hundreds of assignments of the whole program (an NNX ViT-B/16, 98 GEMMs,
+#: on ``cerebras_like``: 493 a round, minutes each), while the gains left after a round or two are small (Keras
+#: ResNet50 there: eight rounds, 226 s, ended 0.002% ahead of the best single style;
+#: ``benchmarks/bench_real_models.py``)
+SEARCH_BUDGET_S = 60.0
 
 
 class PolicyError(DfitError, ValueError):
@@ -392,6 +400,13 @@ def _check_feasible(ops: np.ndarray, pinned: list[str | None], source: list[str 
     )
 
 
+def _check_budget(budget: Any) -> None:
+    if budget is None:
+        return
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Real) or not (math.isfinite(budget) and budget > 0):
+        raise PolicyError(f"search_budget_s must be a positive number of seconds or None (no limit), got {budget!r}")
+
+
 def _check(objective: str, candidates: Sequence[str], max_switches: int | None) -> list[str]:
     if objective not in OBJECTIVES:
         raise PolicyError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
@@ -411,7 +426,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      pins: Mapping[str, str] | None = None, reconfig_cycles: float = 0.0,
                      reconfig_pj: float = 0.0, evaluate: bool = True,
                      prepared: Any = None, seed: int | None = None, tags: Mapping[str, Any] | None = None,
-                     calibration: Any = None, fusion: str | None = None) -> Policy | xr.Dataset:
+                     calibration: Any = None, fusion: str | None = None,
+                     search_budget_s: float | None = SEARCH_BUDGET_S) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -447,6 +463,11 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     fusion : {"rules", "compiler", "none"}, optional
         Which ops run as one kernel (:func:`dfit_nb.replay`); the choices are priced on those kernels, a switch
         falls between kernels, and the policy replays with the same fusion.
+    search_budget_s : float or None
+        Where the objective is not a sum of per-GEMM prices (latency on a layer-pipelined machine, EDP) the
+        selection searches the replayed figure from the DP's choice (:mod:`dfit_nb.sim._search`); no round of
+        that search starts after this many seconds (the first always runs; ``None``: no limit). On a large grid
+        a round replays hundreds of assignments (:data:`SEARCH_BUDGET_S` explains the default).
 
     Examples
     --------
@@ -458,6 +479,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     True
     """
     cands = _check(objective, candidates, max_switches)
+    _check_budget(search_budget_s)
     check_hardware(hw, "select_dataflows()", batch=None, error=PolicyError)
     prep = prepared if prepared is not None else prepare(trace, fusion)
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
@@ -497,7 +519,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     search = None
     if batch == () and searched(objective, hw.execution):
         # the DP's sum is not this objective here: search the replayed figure from the DP's choice
-        choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig, tied)
+        choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig, tied,
+                                 search_budget_s)
         out = {**out, "choice": choice}
     names = np.asarray(cands, dtype=object)
     if batch != ():
@@ -512,7 +535,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     if search is not None:
         selected.totals.attrs["search"] = (
             f"replayed local search from the DP's choice: {search['replayed']} assignments replayed in "
-            f"{search['rounds']} round(s), replayed {objective} {search['start']:.6g} -> {search['found']:.6g}")
+            f"{search['rounds']} round(s), replayed {objective} {search['start']:.6g} -> {search['found']:.6g}"
+            + (f"; stopped at its time budget (search_budget_s={search_budget_s:g})" if search["out_of_time"]
+               else ""))
     policy = dataclasses.replace(selected,
                                  reconfig_cycles=float(reconfig[0]), reconfig_pj=float(reconfig[1]),
                                  trace_key=trace_key(prep), hw_key=hardware_key(hw), hw_name=hw.name,
