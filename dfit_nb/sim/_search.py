@@ -11,7 +11,8 @@ There :func:`improve` searches the replayed figure itself, starting from the DP'
 (:func:`replayed_objective`) every assignment one move away (one GEMM to another style, the
 GEMMs from one onwards to another style, every GEMM to one style), keeps the best if it beats the current
 one, and stops when none does, when a round gains less than :data:`MIN_ROUND_GAIN`, after :data:`MAX_ROUNDS`,
-or when its time budget is spent (``select_dataflows(search_budget_s=...)``; the first round always runs).
+or when its time budget is spent (``select_dataflows(search_budget_s=...)``: checked after every call of
+:data:`CALL_ROWS` assignments; the first call, the single styles first, always runs).
 Pins and ``max_switches`` are honoured by every assignment it tries. It is a local search (first improvement by
 the best neighbour), not an exact method: it never returns worse than the DP's choice or the single styles, as
 replayed, and says how many assignments it replayed.
@@ -30,6 +31,10 @@ from .machine import DATAFLOWS
 
 #: rounds of the search at most (each replays every neighbour of the current assignment at once)
 MAX_ROUNDS = 8
+
+#: assignments one call of :func:`replayed_objective` replays at most (fewer where the memory holds fewer): the
+#: time budget is checked between calls
+CALL_ROWS = 32
 
 #: a round whose best move saves less than this share of the replayed objective is kept, and is the last: under
 #: a five-hundredth of the model's calibrated error (6.8%), below what its figures can tell apart; on a large
@@ -124,7 +129,8 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
             budget_s: float | None = None) -> tuple[np.ndarray, dict[str, Any]]:
     """The best assignment a local search of the replayed ``objective`` finds from ``choice`` (module docstring).
 
-    ``budget_s``: no round starts after this many seconds (the first always runs; ``None``: no limit).
+    ``budget_s``: no call of the search's replays starts after this many seconds (the first always runs, the
+    single styles first; ``None``: no limit).
 
     Returns
     -------
@@ -142,29 +148,39 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
 
     best = np.asarray(choice, np.int64).copy()
     g_count, c_count = allowed.shape
-    width = g_count * (c_count - 1) + g_count * c_count + c_count  # the most neighbours an assignment has
+    width = min(g_count * (c_count - 1) + g_count * c_count + c_count, CALL_ROWS)
     if int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES:
-        # as many as fit the memory available at once (a large grid's replays are large): one width every round
+        # as many as fit the memory available at once (a large grid's replays are large): one width every call
         width = assignments_per_call(prep, hw, width)
     deadline = np.inf if budget_s is None else time.perf_counter() + float(budget_s)
     current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0])
     start, replayed, rounds, out_of_time = current, 1, 0, False
-    while rounds < MAX_ROUNDS:
-        if rounds and time.perf_counter() > deadline:
-            out_of_time = True
-            break
+    while rounds < MAX_ROUNDS and not out_of_time:
         rounds += 1
         near = neighbours(best, allowed, max_switches, tied)
         if not len(near):
             break
-        scores = replayed_objective(prep, hw, codes(near), objective, reconfig, width)
-        replayed += len(near)
+        # the single styles first: the first call of the first round always runs, so the search is never worse
+        # than they are, as replayed, however short its budget
+        single = (near == near[:, :1]).all(axis=1)
+        near = np.concatenate([near[single], near[~single]])
+        scores = np.full(len(near), np.inf)
+        timed = partial = False
+        for lo in range(0, len(near), width):
+            scores[lo: lo + width] = replayed_objective(prep, hw, codes(near[lo: lo + width]), objective, reconfig,
+                                                        width)
+            replayed += len(near[lo: lo + width])
+            if time.perf_counter() > deadline:  # keep the best of what was replayed
+                timed, partial = True, lo + width < len(near)
+                break
         i = int(np.argmin(scores))
-        if not scores[i] < current * (1.0 - 1e-12):
-            break
-        small = float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
-        best, current = near[i], float(scores[i])
-        if small:
+        improved = bool(scores[i] < current * (1.0 - 1e-12))
+        small = improved and float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
+        if improved:
+            best, current = near[i], float(scores[i])
+        more = improved and not small and rounds < MAX_ROUNDS
+        out_of_time = timed and (partial or more)  # the budget, not the search, ended it
+        if not more:
             break
     return best, {"start": start, "found": current, "replayed": replayed, "rounds": rounds,
                   "out_of_time": out_of_time}

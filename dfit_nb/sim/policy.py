@@ -93,7 +93,7 @@ from .hardware import FIELDS, Hardware, check_hardware
 from .machine import DATAFLOWS
 
 OBJECTIVES = ("energy", "latency", "edp")
-#: seconds after which the replayed search (where the objective is not a sum) starts no further round: a round on
+#: seconds after which the replayed search (where the objective is not a sum) starts no further replay: a round on
 #: a large layer-pipelined grid replays hundreds of assignments of the whole program (an NNX ViT-B/16, 98 GEMMs,
 #: on ``cerebras_like``: 493 a round, minutes each), while the gains left after a round or two are small (Keras
 #: ResNet50 there: eight rounds, 226 s, ended 0.002% ahead of the best single style;
@@ -465,9 +465,10 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         falls between kernels, and the policy replays with the same fusion.
     search_budget_s : float or None
         Where the objective is not a sum of per-GEMM prices (latency on a layer-pipelined machine, EDP) the
-        selection searches the replayed figure from the DP's choice (:mod:`dfit_nb.sim._search`); no round of
-        that search starts after this many seconds (the first always runs; ``None``: no limit). On a large grid
-        a round replays hundreds of assignments (:data:`SEARCH_BUDGET_S` explains the default).
+        selection searches the replayed figure from the DP's choice (:mod:`dfit_nb.sim._search`); none of
+        that search's replays start after this many seconds (the first call, the single styles among them,
+        always runs; ``None``: no limit). On a large grid a round replays hundreds of assignments
+        (:data:`SEARCH_BUDGET_S` explains the default).
 
     Examples
     --------
