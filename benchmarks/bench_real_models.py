@@ -15,7 +15,7 @@ on ``tpu_like``, ``cerebras_like``, ``sambanova_like`` and ``npu_like``:
    fallbacks, and the time each selection took.
 
 Run: ``python benchmarks/bench_real_models.py [--models a,b] [--presets a,b] [--size N] [--json out.json]``
-(about an hour on 2 cores for all eight at their full sizes; ``--size 32`` gives small versions in minutes).
+(about 20 minutes on 2 cores for all eight at their full sizes; ``--size 32`` gives small versions in minutes).
 """
 
 from __future__ import annotations

@@ -687,3 +687,14 @@ def test_docstring_examples() -> None:
     results = [doctest.testmod(m, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
                for m in modules]
     assert sum(r.failed for r in results) == 0 and sum(r.attempted for r in results) > 10
+
+
+def test_a_gather_or_dynamic_slice_reads_what_it_takes_not_its_operand() -> None:
+    """An embedding lookup of 8 rows reads 8 rows of its table and the indices, not the table."""
+    table, idx = f32(1000, 64), jnp.arange(8)
+    eqns = {e.primitive.name: e for e in jax.make_jaxpr(lambda w, i: w[i])(table, idx).eqns}
+    assert costs.cost_of_eqn(eqns["gather"]).bytes_read == 8 * 64 * 4 + 8 * 4
+    eqn = next(e for e in jax.make_jaxpr(lambda w, i: lax.dynamic_slice(w, (i, 0), (4, 64)))(table, 3).eqns
+               if e.primitive.name == "dynamic_slice")
+    cost = costs.cost_of_eqn(eqn)
+    assert cost.bytes_read == 4 * 64 * 4 + 2 * 4 and cost.bytes_written == 4 * 64 * 4
