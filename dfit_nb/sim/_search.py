@@ -29,7 +29,7 @@ from ._batch import assignments_per_call, style_costs
 from .hardware import Hardware
 from .machine import DATAFLOWS
 
-#: rounds of the search at most (each replays every neighbour of the current assignment at once)
+#: rounds of the search at most (each replays every neighbour of the current assignment)
 MAX_ROUNDS = 8
 
 #: assignments one call of :func:`replayed_objective` replays at most (fewer where the memory holds fewer): the

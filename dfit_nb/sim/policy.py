@@ -468,7 +468,9 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         selection searches the replayed figure from the DP's choice (:mod:`dfit_nb.sim._search`); none of
         that search's replays start after this many seconds (the first call, the single styles among them,
         always runs; ``None``: no limit). On a large grid a round replays hundreds of assignments
-        (:data:`SEARCH_BUDGET_S` explains the default).
+        (:data:`SEARCH_BUDGET_S` explains the default). A search its budget stops depends on the machine's
+        speed (the search note, ``policy.totals.attrs["search"]``, says so); ``None`` gives one policy on every
+        machine.
 
     Examples
     --------
