@@ -28,6 +28,7 @@ from ._prepare import (
     ReplayError,
     dataflow_per_op,
     padded,
+    padded_sizes,
     pinned_layouts,
     policy_fusion,
     prepare,
@@ -383,9 +384,9 @@ def assignments_per_call(prep: Prepared, hw: Hardware, wanted: int) -> int:
     """How many dataflow assignments one vmapped :func:`style_costs` call prices on the one machine ``hw``: all
     ``wanted`` where they fit half the memory available, else as many as do (:func:`batch_chunk`; refused when
     not even one does)."""
-    arrays, preds, *_ = padded(prep, np.zeros(len(prep.op)), pinned_layouts(prep, None), BATCH_OPS)
-    return min(wanted, batch_chunk(f"pricing dataflow assignments of {len(prep.op)} ops", wanted, 1, True,
-                                   arrays["m"].shape[0], preds.shape[1], int(hw.tile_rows), int(hw.tile_cols)))
+    ops, slots = padded_sizes(prep, BATCH_OPS)
+    return min(wanted, batch_chunk(f"pricing dataflow assignments of {len(prep.op)} ops", wanted, 1, True, ops,
+                                   slots, int(hw.tile_rows), int(hw.tile_cols)))
 
 
 def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | None = None,

@@ -56,26 +56,30 @@ VMAPPED_TILES = 64
 
 
 def replayed_objective(prep: Any, hw: Hardware, codes: np.ndarray, objective: str, reconfig: Any,
-                       width: int = 0) -> np.ndarray:
-    """The replayed ``objective`` (energy pJ, latency cycles, or their product) of each row of ``codes``
-    ``(D, ops)``. On a grid of more than :data:`VMAPPED_TILES` tiles the rows run as vmapped replay programs of
-    ``width`` rows each (padded: one program compiled for every round), ``D`` rows at once where no ``width`` is
-    given; on a smaller one, the replay's own compiled program (the one the DP's pricing ran) runs once per
-    row."""
-    if int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES:
-        width = width or len(codes)
-        parts = []
-        for lo in range(0, len(codes), width):  # calls sized to the memory available (improve's width)
-            part = codes[lo: lo + width]
+                       width: int = 0, deadline: float = np.inf) -> tuple[np.ndarray, int]:
+    """The replayed ``objective`` (energy pJ, latency cycles, or their product) of the rows of ``codes``
+    ``(D, ops)``, in calls of ``width`` rows (all ``D`` at once where no ``width`` is given), and how many rows
+    were replayed: no call starts once ``time.perf_counter()`` is past ``deadline`` (the first always runs), and
+    the rows not replayed score ``inf``. On a grid of more than :data:`VMAPPED_TILES` tiles a call is one vmapped
+    replay program padded to ``width`` rows (one program compiled for every call); on a smaller one, the replay's
+    own compiled program (the one the DP's pricing ran) runs once per row."""
+    width = width or len(codes)
+    many = int(hw.tile_rows) * int(hw.tile_cols) > VMAPPED_TILES
+    scores = np.full(len(codes), np.inf)
+    done = 0
+    while done < len(codes) and not (done and time.perf_counter() > deadline):
+        part = codes[done: done + width]
+        if many:
             rows = np.concatenate([part, np.repeat(part[:1], width - len(part), axis=0)])
-            parts.append({k: v[0, : len(part)] for k, v in style_costs(
-                prep, Hardware.stack([hw]), rows, execution=hw.execution, reconfig=reconfig).items()})
-        costs = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    else:
-        costs = style_costs(prep, hw, codes, execution=hw.execution, reconfig=reconfig)
-    energy = costs["energy_pj"].sum(axis=-1)
-    latency = costs["latency_cycles"].sum(axis=-1)
-    return {"energy": energy, "latency": latency, "edp": energy * latency}[objective]
+            costs = {k: v[0, : len(part)] for k, v in style_costs(
+                prep, Hardware.stack([hw]), rows, execution=hw.execution, reconfig=reconfig).items()}
+        else:
+            costs = style_costs(prep, hw, part, execution=hw.execution, reconfig=reconfig)
+        energy = costs["energy_pj"].sum(axis=-1)
+        latency = costs["latency_cycles"].sum(axis=-1)
+        scores[done: done + len(part)] = {"energy": energy, "latency": latency, "edp": energy * latency}[objective]
+        done += len(part)
+    return scores, done
 
 
 def _switches(choice: np.ndarray) -> int:
@@ -153,7 +157,7 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
         # as many as fit the memory available at once (a large grid's replays are large): one width every call
         width = assignments_per_call(prep, hw, width)
     deadline = np.inf if budget_s is None else time.perf_counter() + float(budget_s)
-    current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0])
+    current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0][0])
     start, replayed, rounds, out_of_time = current, 1, 0, False
     while rounds < MAX_ROUNDS and not out_of_time:
         rounds += 1
@@ -164,15 +168,9 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
         # than they are, as replayed, however short its budget
         single = (near == near[:, :1]).all(axis=1)
         near = np.concatenate([near[single], near[~single]])
-        scores = np.full(len(near), np.inf)
-        timed = partial = False
-        for lo in range(0, len(near), width):
-            scores[lo: lo + width] = replayed_objective(prep, hw, codes(near[lo: lo + width]), objective, reconfig,
-                                                        width)
-            replayed += len(near[lo: lo + width])
-            if time.perf_counter() > deadline:  # keep the best of what was replayed
-                timed, partial = True, lo + width < len(near)
-                break
+        scores, done = replayed_objective(prep, hw, codes(near), objective, reconfig, width, deadline)
+        replayed += done
+        timed, partial = time.perf_counter() > deadline, done < len(near)  # keep the best of what was replayed
         i = int(np.argmin(scores))
         improved = bool(scores[i] < current * (1.0 - 1e-12))
         small = improved and float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)

@@ -445,8 +445,12 @@ def test_the_search_replays_in_calls_the_memory_available_holds(static_traces, m
     rng = np.random.default_rng(0)
     codes = np.zeros((5, len(prep.op)))
     codes[:, gemm] = rng.integers(0, 3, (5, gemm.size))
-    whole = replayed_objective(prep, hw, codes, "latency", np.zeros(2))
-    assert np.array_equal(replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2), whole)
+    whole, done = replayed_objective(prep, hw, codes, "latency", np.zeros(2))
+    split, done_split = replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2)
+    assert done == done_split == 5 and np.isfinite(whole).all() and np.array_equal(split, whole)
+    # a deadline already past: the first call of 2 runs, the other 3 rows are not replayed
+    first, done_first = replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2, deadline=0.0)
+    assert done_first == 2 and np.array_equal(first[:2], whole[:2]) and np.isinf(first[2:]).all()
     assert assignments_per_call(prep, hw, 5) == 5
 
     def fits(limit):

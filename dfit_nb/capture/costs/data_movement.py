@@ -18,7 +18,7 @@ from .elementwise import _Entry, _ew_entry
 
 _DATA_MOVEMENT = (
     "broadcast_in_dim", "broadcast_to", "reshape", "squeeze", "expand_dims", "transpose", "slice",
-    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "rev", "iota", "copy", "copy_p",
+    "dynamic_update_slice", "concatenate", "pad", "rev", "iota", "copy", "copy_p",
     "split", "tile", "stack", "unstack", "device_put", "sharding_constraint", "reshard", "mesh_cast",
     "layout_constraint", "optimization_barrier", "random_wrap", "random_unwrap", "random_clone",
     "pvary", "stop_gradient", "zeros_like",
@@ -27,11 +27,14 @@ _DATA_MOVEMENT = (
 
 @register_cost_rule(*_DATA_MOVEMENT)
 def _data_movement_rule(ctx: CostContext) -> OpCost:
-    """Layout, indexing and copy primitives: no flops, only bytes. A ``dynamic_slice`` reads its slice and its
-    start indices, not its whole operand (:func:`_slice_read`)."""
-    if ctx.primitive == "dynamic_slice":
-        return ctx.cost(op_class="data_movement", bytes_read=_slice_read(ctx))
+    """Layout, indexing and copy primitives: no flops, only bytes."""
     return ctx.cost(op_class="data_movement")
+
+
+@register_cost_rule("dynamic_slice")
+def _dynamic_slice_rule(ctx: CostContext) -> OpCost:
+    """A dynamic slice reads its slice and its start indices, not its whole operand (:func:`_slice_read`)."""
+    return ctx.cost(op_class="data_movement", bytes_read=_slice_read(ctx))
 
 
 def _slice_read(ctx: CostContext) -> int:
