@@ -221,6 +221,13 @@ def _ops_arrays(table: Any, column: Any) -> tuple[dict[str, np.ndarray], np.ndar
     fidelity = column("math_fidelity")
     if fidelity is not None:
         out["passes"] = fidelity_passes(fidelity)
+    # a depthwise convolution (one output channel per group, over many groups): the model may run it on the vector
+    # unit (dfit_nb.sim.machine.model); the column exists only where a table holds one
+    op_class = column("op_class")
+    if op_class is not None:
+        depthwise = (np.asarray(op_class).astype(str) == "conv") & (out["batch"] > 1) & (out["n"] == 1)
+        if depthwise.any():
+            out["depthwise"] = depthwise.astype(np.float64)
     for name in PLACEMENTS:
         flags = column(name)
         if flags is not None:

@@ -46,7 +46,11 @@ the vector units (a ``log2(gx)``-deep tree). Non-GEMM work runs on ``vector_lane
 lanes per tile: whole lane-steps of its ``flops`` (at least one per element), then
 whole lane-steps of its transcendentals of ``transcendental_cycles`` each (a
 polynomial or table evaluation; 8 by default), each lane issuing ``vector_rate``
-operations per cycle (1 by default).
+operations per cycle (1 by default). A depthwise convolution (one output
+channel per group: ``N = 1``, ``B`` channels, ``K`` taps) runs on whichever of
+the two is faster: the array, one channel's ``K x 1`` product after another,
+or the vector unit, one multiply-add per lane-step (``ceil(B M K / lanes)``
+steps per tile).
 
 **SRAM traffic** (elements) per GEMM piece: each fold reads its operands once.
 
@@ -444,6 +448,11 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
     reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
+    # a depthwise convolution is one (M x taps)(taps x 1) product per channel: the array would hold one channel's
+    # taps in one column, channel after channel, while each lane of the vector unit can do one output element's
+    # multiply-adds (one per lane-step, a fused multiply-add). The compiler takes the faster unit.
+    depthwise_v = ceil_div(p["bt"] * p["mt"] * p["kt"] * p["nt"], lanes) / field(hw, "vector_rate") + reduce_cycles
+    gemm_v = jnp.where(ops.get("depthwise", 0.0) > 0, jnp.minimum(gemm_v, depthwise_v), gemm_v)
     kept = kept_share(ops)  # 0 for an op folded into its kernel's indexing (a reshape, a broadcast)
     work = vector_work(ops, hw) * kept  # lane-operations: the register-file traffic of a vector op
     # whole lane-steps of arithmetic, each issuing vector_rate operations per lane (a rate, so that a fit can

@@ -387,3 +387,33 @@ def test_link_load_is_bytes_over_link_bandwidth_time(all_runs):
     assert float(link_load(64.0, 2.0, hw, np)) == 64.0 / (2.0 * hw.noc_link_bytes_per_cycle)
     cube = all_runs[("mlp", "npu_like")].cube
     assert float(cube["link_load"].max()) > 0 and float(cube["link_load"].min()) >= 0
+
+
+def test_a_depthwise_convolution_runs_on_the_faster_of_the_array_and_the_vector_unit():
+    """One output channel per group: the array holds one channel's 9 taps in one column, channel after channel;
+    each vector lane does an output element's multiply-adds. Hand-computed on one tile."""
+    from dfit_nb.sim import cost
+
+    channels, side = 16, 8
+    x, w = jnp.ones((1, side, side, channels)), jnp.ones((3, 3, 1, channels))
+    depthwise = dfit_nb.capture(lambda a, b: jax.lax.conv_general_dilated(
+        a, b, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), feature_group_count=channels), x, w)
+    row = depthwise.ops.isel(op=np.flatnonzero(depthwise.ops["primitive"].values == "conv_general_dilated"))
+    m, k, n, b = (int(row[d].values[0]) for d in ("m", "k", "n", "batch"))
+    assert (m, k, n, b) == (side * side, 9, 1, channels)
+    macs = m * k * n * b
+    hw = Hardware(pe_rows=32, pe_cols=32, vector_lanes=16, fold_overlap=0.0)
+    # ws on the array: per channel one GEMM of one fold, 2R + C + T - 2 cycles (T = M rows stream) less SCALE-Sim's 1
+    array = channels * (2 * 32 + 32 + m - 2 - 1)
+    vector = -(-macs // 16)  # one multiply-add per lane-step
+    assert vector < array
+    got = float(cost(row, hw, "ws", memory="ideal")["compute_cycles"].values[0])
+    assert got == vector
+    assert float(cost(row, hw.replace(vector_rate=0.5), "ws", memory="ideal")["compute_cycles"].values[0]) == 2 * vector
+    # a vector unit of one lane is slower than the array: the array's figure, as a batched product has
+    assert float(cost(row, hw.replace(vector_lanes=1), "ws", memory="ideal")["compute_cycles"].values[0]) == array
+    batched = row.assign(op_class=("op", np.array(["gemm"])))  # the same shapes as a batched matrix-vector product
+    assert float(cost(batched, hw, "ws", memory="ideal")["compute_cycles"].values[0]) == array
+    # the replay prices it the same way: one op, the vector figure
+    run = dfit_nb.replay(depthwise, hw, "ws")
+    assert float(run.ops["compute_cycles"].sel(op=int(row.op.values[0]))) == vector
