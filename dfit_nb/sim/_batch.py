@@ -36,6 +36,7 @@ from ._prepare import (
 )
 from ._replay import _one_machine, _per_op_records, program
 from .hardware import EXECUTION_STYLES, FIELDS, Hardware, check_hardware
+from .kernels import splits_rows
 from .run import provenance
 
 #: per-machine scalars of :func:`replay_batch` -> (units, description)
@@ -292,7 +293,7 @@ def replay_batch(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: s
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
-    prep = prepare(trace, policy_fusion(dataflow, fusion))
+    prep = prepare(trace, policy_fusion(dataflow, fusion), splits_rows(hw))
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, Hardware(**{f: v[0] for f, v in leaves.items()}))
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, codes, pinned_layouts(prep, layouts))
     n_machines = shape[0]

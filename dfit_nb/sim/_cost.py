@@ -27,6 +27,7 @@ from ._optable import (
 )
 from ._prepare import Priced, priced_ops, pricing_mode, take_rows
 from .hardware import FIELDS, Hardware, check_hardware, field_vector, from_field_vector
+from .kernels import splits_rows
 from .memory import available_bytes, sweep_estimate
 
 MEMORY_MODES = ("finite", "ideal")
@@ -234,6 +235,7 @@ def for_jit(hw: Hardware) -> Hardware:
         object.__setattr__(out, field, np.asarray(getattr(hw, field), np.float64))
     object.__setattr__(out, "name", "")
     object.__setattr__(out, "execution", "time")
+    object.__setattr__(out, "row_reductions", "fused")  # the kernels are grouped on the host, before the program
     return out
 
 
@@ -319,7 +321,9 @@ _HW_ATTRS = tuple(f"hw_{f}" for f in FIELDS)
 def hardware_attrs(hw: Hardware, fields: np.ndarray | None = None) -> dict[str, Any]:
     """Provenance: the machine's name and every field (``fields``: its :func:`field_vector`, when at hand)."""
     values = (field_vector(hw) if fields is None else fields).tolist()
-    return {"hardware": hw.name, **dict(zip(_HW_ATTRS, values, strict=True))}
+    # the compiler's way with row reductions only where it is not the default (results made before it had one)
+    split = {"row_reductions": hw.row_reductions} if hw.row_reductions != "fused" else {}
+    return {"hardware": hw.name, **dict(zip(_HW_ATTRS, values, strict=True)), **split}
 
 
 def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", fusion: str | None = None
@@ -389,7 +393,7 @@ def cost(ops: Any, hw: Hardware, dataflow: Any = "ws", memory: str = "finite", f
     [278528.0, 0.0]
     """
     mode = pricing_mode(ops, fusion)
-    priced = priced_ops(ops, mode) if mode != "none" else None
+    priced = priced_ops(ops, mode, splits_rows(hw)) if mode != "none" else None
     out, names, coord, _, _ = model_outputs(ops, hw, dataflow, memory, priced)
     dims = ("dataflow", "op") if names else ("op",)
     coords = {"op": coord, **({"dataflow": names} if names else {}),

@@ -71,19 +71,22 @@ class Prepared:
         return self.kernels.mode if self.kernels is not None else "none"
 
 
-def prepare(trace: Any, fusion: str | None = None) -> Prepared:
+def prepare(trace: Any, fusion: str | None = None, split: bool = False) -> Prepared:
     """The replayable ops of ``trace`` grouped into kernels by ``fusion`` (:data:`dfit_nb.sim.kernels.FUSION_MODES`;
-    default :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), cached on the trace object per mode."""
+    default :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), cached on the trace object per mode. ``split``: the
+    machine's compiler ends a kernel at a reduction over rows (:func:`dfit_nb.sim.kernels.splits_rows` of the
+    machine the ops are replayed on; only the rules read it)."""
     mode = kernels.check_mode(fusion)
+    key = f"{mode}/split" if split and mode == "rules" else mode
     cached = getattr(trace, "_dfit_replay_prepared", None)
     store = cached if isinstance(cached, dict) else {}
-    if isinstance(store.get(mode), Prepared):
-        return store[mode]
+    if isinstance(store.get(key), Prepared):
+        return store[key]
     base = store.get("")  # the ops before kernels, shared by every mode
     if not isinstance(base, Prepared):
         base = _prepare_ops(trace)
-    prepared = with_kernels(base, mode, trace)
-    store.update({"": base, mode: prepared})
+    prepared = with_kernels(base, mode, trace, split)
+    store.update({"": base, key: prepared})
     try:
         trace._dfit_replay_prepared = store
     except AttributeError:  # a read-only object: just do not cache
@@ -91,11 +94,11 @@ def prepare(trace: Any, fusion: str | None = None) -> Prepared:
     return prepared
 
 
-def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
+def with_kernels(prep: Prepared, fusion: str, trace: Any = None, split: bool = False) -> Prepared:
     """``prep`` with its ops grouped into kernels by ``fusion``: the kernel columns the model reads (``kernel``,
     ``kernel_size``, ``payer``, ``free``, ``internal``, ``kernel_ws``, ``kernel_row``, ``kernel_weight``,
     ``shared_reads``) added to
-    its arrays."""
+    its arrays (``split`` as for :func:`prepare`)."""
     lowering = getattr(trace, "lowering", None)
     known = None
     if lowering is not None and "fusion" in getattr(lowering, "coords", {}):
@@ -105,7 +108,7 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None) -> Prepared:
              "reduced_row": prep.reduced_row, **{d: prep.arrays[d] for d in ("m", "k", "n", "batch")},
              **{c: prep.table[c].values for c in ("op_class", "fusion", "folded_reason") if c in prep.table}}
     try:
-        k = kernels.group(table, prep.preds, fusion, known)
+        k = kernels.group(table, prep.preds, fusion, known, split)
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
     arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
@@ -209,17 +212,18 @@ def pricing_mode(ops: Any, fusion: str | None) -> str:
     return mode
 
 
-def priced_ops(ops: Any, fusion: str | None = None) -> Priced:
+def priced_ops(ops: Any, fusion: str | None = None, split: bool = False) -> Priced:
     """What :func:`~dfit_nb.sim.cost` and :func:`~dfit_nb.sim.sweep` price: a Trace's replayed ops, each a member
     of its kernel run alone (:func:`kernel_alone`; ``fusion`` as for :func:`dfit_nb.replay`, default
     :data:`~dfit_nb.sim.kernels.DEFAULT_FUSION`), or every row of an op table alone (``fusion="none"``, the
-    default for a table, which has no dataflow between its ops to group by; a Trace's every row too)."""
+    default for a table, which has no dataflow between its ops to group by; a Trace's every row too); ``split`` as
+    for :func:`prepare`."""
     mode = pricing_mode(ops, fusion)
     if mode == "none":
         arrays, coord = alone_arrays(ops)
         return Priced(arrays, coord, op_counts(ops, len(coord)), mode)
     try:
-        prep = prepare(ops, mode)
+        prep = prepare(ops, mode, split)
     except ReplayError as err:
         raise CostInputError(str(err)) from None
     return Priced(kernel_alone(prep), prep.op, prep.arrays["count"].copy(), mode,
@@ -441,12 +445,16 @@ def trace_key(prep: Prepared) -> str:
     h.update("|".join(str(p) for p in prep.primitive).encode())
     if prep.fusion != "none":  # the kernels the policy was priced on (keys of unfused selections are unchanged)
         h.update(prep.fusion.encode())
+    if prep.kernels is not None and prep.kernels.split:  # a compiler that ends kernels at row reductions
+        h.update(b"split")
     return h.hexdigest()[:16]
 
 
 def hardware_key(hw: Hardware) -> str:
     """A fingerprint of a machine: every field's value and the execution style (not its name)."""
     h = hashlib.sha1(hw.execution.encode())
+    if hw.row_reductions != "fused":  # (keys of machines without another way are unchanged)
+        h.update(hw.row_reductions.encode())
     for f in FIELDS:
         h.update(np.asarray(getattr(hw, f), np.float64).tobytes())
     return h.hexdigest()[:16]
@@ -455,7 +463,8 @@ def hardware_key(hw: Hardware) -> str:
 def check_policy_target(policy: Any, trace: Any, hw: Hardware) -> None:
     """A Policy replays only on the trace and machine it was selected on: a clear error otherwise."""
     want_trace, want_hw = getattr(policy, "trace_key", ""), getattr(policy, "hw_key", "")
-    if want_trace and want_trace != trace_key(prepare(trace, getattr(policy, "fusion", None))):
+    if want_trace and want_trace != trace_key(prepare(trace, getattr(policy, "fusion", None),
+                                                      kernels.splits_rows(hw))):
         raise ReplayError(f"this Policy ({getattr(policy, 'name', 'policy')}) was selected for another trace: its "
                           "per-op choices would not match these ops; select again with "
                           "dfit_nb.sim.select_dataflows(trace, hw, objective)")

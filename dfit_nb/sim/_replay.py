@@ -51,6 +51,7 @@ from ._prepare import (
     switch_penalty,
 )
 from .hardware import EXECUTION_STYLES, Hardware, check_hardware, field_vector
+from .kernels import splits_rows
 from .machine import switch_cost, switched, word_and_mac_energy
 from .run import build_run, level_totals
 
@@ -165,7 +166,7 @@ def allocation_period(trace: Any, hw: Hardware, allocation: str) -> tuple[float,
     """The streamed period (cycles) and sections of a weight-stationary layer-pipelined replay of ``trace`` on
     ``hw`` whose tiles are allocated by ``allocation`` (:func:`program`): how the model's balanced allocation
     compares with tiles in proportion to work (``benchmarks/bench_streaming.py``)."""
-    prep = prepare(trace)
+    prep = prepare(trace, None, splits_rows(hw))
     n = len(prep.op)
     arrays, preds, pred_bytes, codes, pinned = padded(prep, np.zeros(n), pinned_layouts(prep, None), ONE_MACHINE_OPS)
     out = _one_machine(arrays, preds, pred_bytes, hw, codes, pinned, "spatial", switch_penalty("ws"), allocation)
@@ -207,7 +208,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
     """:func:`dfit_nb.replay` of one style, per-op names or a Policy (everything but ``"hybrid"``, which the
     selection resolves to a Policy first: :func:`dfit_nb.sim.policy.replay`); the same arguments and Run."""
     execution = check_arguments(hw, execution, time_bins, inferences)
-    prep = prepare(trace, policy_fusion(dataflow, fusion))
+    prep = prepare(trace, policy_fusion(dataflow, fusion), splits_rows(hw))
     codes, policy_name = dataflow_per_op(dataflow, trace, prep, hw)
     pinned = pinned_layouts(prep, layouts, int(hw.tiles))
     what = f"replay of {len(prep.op)} ops on {hw.name or 'the machine'!r}"
@@ -295,7 +296,7 @@ def program_key(trace: Any, hw: Hardware, execution: str | None = None, fusion: 
     """
     execution = hw.execution if execution is None else execution
     return (schedule.bucket(int(hw.tile_rows), int(hw.tile_cols)), execution,
-            *padded_sizes(prepare(trace, fusion), ONE_MACHINE_OPS))
+            *padded_sizes(prepare(trace, fusion, splits_rows(hw)), ONE_MACHINE_OPS))
 
 
 def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int = 256) -> None:
@@ -315,7 +316,7 @@ def warm(trace: Any, hw: Hardware, execution: str | None = None, time_bins: int 
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
-    prep = prepare(trace)
+    prep = prepare(trace, None, splits_rows(hw))
     n = len(prep.op)
     codes, _ = dataflow_per_op("ws", trace, prep, hw)  # the dataflow is an input of the program, not its shape
     _run_program(prep, hw, codes, pinned_layouts(prep, None), execution, switch_penalty("ws"), time_bins,

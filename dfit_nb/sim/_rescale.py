@@ -102,7 +102,7 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
     # a broadcast, follow the sizes)
     if prep.kernels is None:
         return out
-    out = with_kernels(out, prep.fusion)
+    out = with_kernels(out, prep.fusion, split=prep.kernels.split)
     # the argument bytes a kernel shares are read from the base shapes: they scale as the op's external reads
     base = prep.arrays["ext_bytes"]
     out.arrays["ext_shared"] = out.arrays["ext_shared"] * np.where(base > 0, a["ext_bytes"] / np.maximum(base, 1.0),

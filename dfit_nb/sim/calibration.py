@@ -465,7 +465,8 @@ def load(path: str | os.PathLike[str]) -> Calibration:
 
 
 def _hw_doc(hw: Hardware) -> dict[str, Any]:
-    return {"name": hw.name, "execution": hw.execution, **{f: float(np.asarray(getattr(hw, f))) for f in FIELDS}}
+    return {"name": hw.name, "execution": hw.execution, "row_reductions": hw.row_reductions,
+            **{f: float(np.asarray(getattr(hw, f))) for f in FIELDS}}
 
 
 def measured_table(measured: Any) -> pd.DataFrame:
@@ -701,7 +702,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     extra = sorted({column for column, _ in labels.values()} - read)
     if extra:  # the group columns name groups, not measurements: the rows are read without them
         measured = measured.drop(columns=extra)
-    kernel_rows = _kernel_rows(measured, fusion)
+    kernel_rows = _kernel_rows(measured, fusion, getattr(hw, "row_reductions", "fused") == "split")
     table = measured_table(measured) if kernel_rows is None else kernel_rows.table
     fields = tuple((DEFAULT_FIELDS if kernel_rows is None else KERNEL_FIELDS) if fields is None else fields)
     _check_fields((*fields, *(f for f in labels if f not in fields)))
@@ -845,7 +846,7 @@ def _check_fields(fields: tuple[str, ...]) -> None:
         raise CalibrationError(f"fields must name one or more distinct Hardware fields, got {list(fields)}")
 
 
-def _kernel_rows(measured: Any, fusion: str | None) -> Any:
+def _kernel_rows(measured: Any, fusion: str | None, split: bool = False) -> Any:
     """Program or kernel rows (:mod:`dfit_nb.sim.kernel_predictor`) when ``measured`` holds them, else None."""
     from .kernel_predictor import KernelRowError, fusion_rows, program_rows
 
@@ -857,7 +858,7 @@ def _kernel_rows(measured: Any, fusion: str | None) -> Any:
             if time_col is None:
                 raise CalibrationError(f"measured lacks a time column; program rows need one of "
                                        f"{', '.join(TIME_COLUMNS)}")
-            return program_rows(measured, time_col, TIME_COLUMNS[time_col], fusion)
+            return program_rows(measured, time_col, TIME_COLUMNS[time_col], fusion, split)
     except KernelRowError as err:
         raise CalibrationError(str(err)) from err.__cause__
     return None

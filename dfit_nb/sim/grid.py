@@ -34,6 +34,7 @@ from ._optable import CostInputError, dataflow_codes
 from ._prepare import priced_ops, take_rows
 from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
+from .kernels import splits_rows
 from .memory import Estimate, sweep_estimate
 from .schedule import bucket
 
@@ -197,7 +198,7 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
         raise CostInputError(f"unknown memory mode {memory!r}; valid: {', '.join(MEMORY_MODES)}")
     check_hardware(hw, "sweep()", error=CostInputError, batch_hint="; sweep() takes one base machine and the "
                    "values to sweep in keyword axes (e.g. pe=[(16, 16), (32, 32)])")
-    priced = priced_ops(ops, fusion)
+    priced = priced_ops(ops, fusion, splits_rows(hw))
     arrays, coord = priced.arrays, priced.coord
     names = [dataflow] if isinstance(dataflow, str) else list(dataflow)
     codes, _ = dataflow_codes(names, len(coord))

@@ -144,6 +144,9 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
                               "slows down; thermal model)", "positive", 1e-3, 1),
 }
 
+#: The static fields (pytree metadata, not leaves): they shape the program or its schedule, not a number in it.
+STATIC_FIELDS = ("name", "execution", "row_reductions")
+
 #: The fields only :func:`dfit_nb.sim.thermal` reads (the cost model never does).
 THERMAL_FIELDS = ("ambient_c", "thermal_limit_c", "thermal_resistance_k_per_w", "lateral_resistance_k_per_w",
                   "heat_capacity_j_per_k", "throttle_clock_factor")
@@ -159,6 +162,14 @@ _UNCHECKED = (jax.core.Tracer, jax.Array, jax.ShapeDtypeStruct)
 #: ops hold disjoint tile regions and run concurrently, activations streaming tile to tile
 #: (Cerebras- and SambaNova-like). See :func:`dfit_nb.replay`.
 EXECUTION_STYLES = ("time", "spatial")
+
+#: How the machine's compiler fuses a reduction over rows (a softmax's max and sum, a layer norm's mean and
+#: variance) with the ops that use it (static: it changes which ops form a kernel, not a number in one; rule 9 of
+#: :mod:`dfit_nb.sim.kernels`). "fused": the kernel keeps the row on chip and the reduction's consumers join it
+#: (a GPU's softmax and layer-norm kernels; XLA:GPU's ``SoftmaxRewriterTriton``); "split": the reduction roots
+#: its kernel and its consumers start the next, as XLA:TPU compiles a layer norm and a softmax
+#: (``docs/validation.md``, "Kernels against XLA:TPU's own fusions").
+ROW_REDUCTIONS = ("fused", "split")
 
 #: Horowitz ISSCC 2014 (45 nm) MAC energy by word size in bytes (see the module docstring).
 MAC_PJ_BY_WORD = {1: 0.23, 2: 1.5, 4: 4.6}
@@ -182,6 +193,7 @@ class Hardware:
 
     name: str = "custom"
     execution: str = "time"
+    row_reductions: str = "fused"
     tile_rows: Any = 1
     tile_cols: Any = 1
     pe_rows: Any = 32
@@ -228,6 +240,10 @@ class Hardware:
         if not isinstance(self.execution, str) or self.execution not in EXECUTION_STYLES:
             raise HardwareError(f"Hardware.execution = {self.execution!r} is not an execution style; valid: "
                                 f"{', '.join(EXECUTION_STYLES)}")
+        if not isinstance(self.row_reductions, str) or self.row_reductions not in ROW_REDUCTIONS:
+            raise HardwareError(f"Hardware.row_reductions = {self.row_reductions!r} is not a way to fuse a "
+                                f"reduction over rows; valid: {', '.join(ROW_REDUCTIONS)} (the row stays on chip "
+                                "in one kernel with what uses it; the reduction ends its kernel)")
         for field, (_, _, kind, lo, hi) in FIELDS.items():
             value = getattr(self, field)
             if isinstance(value, _UNCHECKED):  # traced or device values: see _UNCHECKED
@@ -315,12 +331,16 @@ class Hardware:
         if len(styles) > 1:
             raise HardwareError(f"Hardware.stack: machines differ in execution style {sorted(styles)}; "
                                 "stack machines of one style (it is static: it shapes the schedule)")
+        rows = {m.row_reductions for m in machines}
+        if len(rows) > 1:
+            raise HardwareError(f"Hardware.stack: machines differ in row_reductions {sorted(rows)}; stack machines "
+                                "that fuse alike (it is static: it decides the kernels)")
         fields = {f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines]) for f in FIELDS}
-        return cls(name=name, execution=styles.pop(), **fields)
+        return cls(name=name, execution=styles.pop(), row_reductions=rows.pop(), **fields)
 
     def replace(self, **changes: Any) -> Hardware:
         """A copy with ``changes`` applied (validated); unknown fields are named."""
-        unknown = set(changes) - set(FIELDS) - {"name", "execution"}
+        unknown = set(changes) - set(FIELDS) - set(STATIC_FIELDS)
         if unknown:
             raise HardwareError(f"Hardware has no field(s) {sorted(unknown)}; fields: {', '.join(FIELDS)}")
         return dataclasses.replace(self, **changes)
@@ -333,7 +353,8 @@ class Hardware:
             ("peak_macs_per_cycle", _fmt(self.peak_macs_per_cycle), "MAC/cycle", "tiles x R x C"),
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [f"Hardware {self.name!r} (execution: {self.execution})"]
+        split = ", row reductions: split" if self.row_reductions == "split" else ""
+        lines = [f"Hardware {self.name!r} (execution: {self.execution}{split})"]
         lines += [f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c.ljust(widths[2])}  {d}" for a, b, c, d in rows]
         return "\n".join(lines)
 
@@ -523,15 +544,19 @@ def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
         raise HardwareError(f"Hardware.{field} = {shown(bad)} is out of range: it must be {valid} ({unit}){why}")
 
 
-def _flatten_with_keys(hw: Hardware) -> tuple[list[tuple[Any, Any]], tuple[str, str]]:
-    return [(jax.tree_util.GetAttrKey(f), getattr(hw, f)) for f in FIELDS], (hw.name, hw.execution)
+def _flatten_with_keys(hw: Hardware) -> tuple[list[tuple[Any, Any]], tuple[str, ...]]:
+    return [(jax.tree_util.GetAttrKey(f), getattr(hw, f)) for f in FIELDS], _meta(hw)
 
 
-def _flatten(hw: Hardware) -> tuple[list[Any], tuple[str, str]]:
-    return [getattr(hw, f) for f in FIELDS], (hw.name, hw.execution)
+def _flatten(hw: Hardware) -> tuple[list[Any], tuple[str, ...]]:
+    return [getattr(hw, f) for f in FIELDS], _meta(hw)
 
 
-def _unflatten(meta: tuple[str, str], leaves: Any) -> Hardware:
+def _meta(hw: Hardware) -> tuple[str, ...]:
+    return tuple(getattr(hw, f) for f in STATIC_FIELDS)
+
+
+def _unflatten(meta: tuple[str, ...], leaves: Any) -> Hardware:
     """Rebuild a machine without the constructor's checks.
 
     JAX rebuilds the pytree with its own values: tracers, shape specs, and placeholders such as the ``object()``
@@ -539,7 +564,7 @@ def _unflatten(meta: tuple[str, str], leaves: Any) -> Hardware:
     input is validated (in ``__post_init__``), so refusing a user's ``object()`` cannot break ``vmap``.
     """
     hw = object.__new__(Hardware)
-    for name, value in zip(("name", "execution", *FIELDS), (*meta, *leaves), strict=True):
+    for name, value in zip((*STATIC_FIELDS, *FIELDS), (*meta, *leaves), strict=True):
         object.__setattr__(hw, name, value)  # frozen dataclass: its own __setattr__ refuses
     return hw
 
@@ -559,12 +584,13 @@ def field_vector(hw: Hardware) -> np.ndarray:
 def from_field_vector(vector: Any, name: str = "", execution: str = "time") -> Hardware:
     """The machine of :func:`field_vector` (inside ``jit``: the vector may be traced), without the constructor's
     checks: the values come from a machine that was validated when it was built."""
-    return _unflatten((name, execution), [vector[i] for i in range(len(FIELDS))])
+    return _unflatten((name, execution, "fused"), [vector[i] for i in range(len(FIELDS))])
 
 
 def from_provenance(attrs: dict[str, Any]) -> Hardware:
-    """The machine a result was computed on, rebuilt from its attrs (``hardware``, ``execution`` and one
-    ``hw_<field>`` per field, as every Run and cost table records them).
+    """The machine a result was computed on, rebuilt from its attrs (``hardware``, ``execution``, one
+    ``hw_<field>`` per field, as every Run and cost table records them, and ``row_reductions`` where it is not
+    the default).
 
     Raises
     ------
@@ -581,7 +607,7 @@ def from_provenance(attrs: dict[str, Any]) -> Hardware:
     if missing:
         raise KeyError(f"the provenance lacks {', '.join(missing)} (saved by an older dfit_nb)")
     return Hardware(name=str(attrs.get("hardware", "custom")), execution=str(attrs.get("execution", "time")),
-                    **{f: attrs[f"hw_{f}"] for f in FIELDS})
+                    row_reductions=str(attrs.get("row_reductions", "fused")), **{f: attrs[f"hw_{f}"] for f in FIELDS})
 
 
 # keyed like jax.tree_util.register_dataclass (GetAttrKey per field; name and execution static metadata)

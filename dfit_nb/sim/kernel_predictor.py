@@ -92,11 +92,13 @@ def _seconds(value: Any, where: str) -> float:
     return t
 
 
-def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str | None) -> KernelRows:
+def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str | None, split: bool = False
+                 ) -> KernelRows:
     """Rows of whole programs: a DataFrame with a ``trace`` column (Traces), or ``fn`` (JAX functions) and
     ``args`` (a tuple of their arguments, arrays or ``jax.ShapeDtypeStruct``), and a time column; optional
     ``name``, ``family`` and ``bucket``. Each function is captured (static mode); a row whose function cannot be
-    captured, or whose time is not positive and finite, is refused by row number."""
+    captured, or whose time is not positive and finite, is refused by row number. ``split``: the machine's
+    compiler ends a kernel at a reduction over rows (:func:`dfit_nb.sim.kernels.splits_rows`)."""
     from .. import capture
 
     mode = check_mode(fusion)
@@ -117,7 +119,7 @@ def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str |
                 raise KernelRowError(f"{where}: its function could not be captured: {type(err).__name__}: "
                                      f"{err}") from err
         try:
-            prep = prepare(trace, mode)
+            prep = prepare(trace, mode, split)
         except Exception as err:
             raise KernelRowError(f"{where}: {err}") from err
         preps.append(prep)

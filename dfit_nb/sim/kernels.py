@@ -59,7 +59,11 @@ Who decides (``fusion=``)
        ``SoftmaxRewriterTriton`` pass turns it into one fusion, and a GPU
        library's softmax and layer norm are one kernel each). The kernel
        holds a row of each such reduction's input (``row``) besides its
-       streamed blocks, so rows too long for a tile run unfused (rule 8);
+       streamed blocks, so rows too long for a tile run unfused (rule 8).
+       This rule is the machine's compiler's (``Hardware.row_reductions``):
+       ``"fused"`` (the default) applies it; ``"split"`` does not, as
+       XLA:TPU, which splits a layer norm and a softmax at their reductions
+       (the ``tpu_v4`` and ``tpu_v6e`` presets);
     10. a matrix product whose rows are another's in the same open kernel,
        after elementwise work only (an MLP, ``act(x @ w1 + b) @ w2``: the
        same rows, reducing over the first product's columns), joins that
@@ -143,7 +147,8 @@ class Kernels:
     pays its kernel's launch (one per kernel that does work); ``internal``: every consumer of the op's result is
     in its kernel (the result never leaves it); ``working_set``: per op, its kernel's intermediates (results
     consumed only inside it, not views): the values a streamed element carries through the kernel; ``size``: ops in
-    the op's kernel; ``row``: per op, the elements its kernel keeps on chip besides its streamed blocks (one row
+    the op's kernel; ``split``: rule 9 was off (the machine's compiler ends a kernel at every reduction);
+    ``row``: per op, the elements its kernel keeps on chip besides its streamed blocks (one row
     per row reduction whose result the kernel uses; rule 9), 0 for a kernel that streams; ``weight``: per op, the
     elements of the weights its kernel keeps on chip for a chained GEMM (rule 10), 0 for others.
     """
@@ -158,6 +163,7 @@ class Kernels:
     size: np.ndarray
     row: np.ndarray
     weight: np.ndarray
+    split: bool = False
 
     @property
     def count(self) -> int:
@@ -189,7 +195,8 @@ def role(primitive: str, op_class: str, gemm: bool) -> int:
     return ALONE
 
 
-def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: Any = None) -> Kernels:
+def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: Any = None, split: bool = False
+          ) -> Kernels:
     """The kernels of a replayed op table.
 
     Parameters
@@ -204,6 +211,9 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
     fusions : Sequence of str, optional
         The fusion names the capture's lowering records (``trace.lowering["fusion"]``): for ``"compiler"``, an
         op naming a fusion outside them is refused (a trace and a fusion map that do not belong together).
+    split : bool
+        For ``"rules"``: a reduction over rows roots its kernel like any other (rule 9 off; the machine's
+        ``Hardware.row_reductions == "split"``, :func:`splits_rows`). The other modes ignore it.
     """
     mode = check_mode(fusion)
     primitive = np.asarray(table["primitive"]).astype(str)
@@ -230,15 +240,27 @@ def group(table: Any, preds: np.ndarray, fusion: str = DEFAULT_FUSION, fusions: 
         roles = np.where(np.char.startswith(folded, "constant-folded"), FREE, roles)
         elems = np.asarray(table["elems_out"], np.float64) if "elems_out" in table else np.ones(n)
         expensive = np.isin(op_class, ["transcendental"]) | (roles == GEMM)
-        rows = reduced_rows(table, roles == REDUCTION)
+        rows = reduced_rows(table, roles == REDUCTION) * (0.0 if split else 1.0)
         chain = _chainable(table, roles, op_class, primitive)
         kernel, chained = _rules(roles, preds, consumers, count, elems, expensive, rows, chain)
         free = roles == FREE
         # a chained GEMM's weight stays on chip while the rows stream through both GEMMs (rule 10)
         held = np.where(chained, chain["weight"], 0.0)
-    return _finish(mode, kernel, free, primitive, consumers,
-                   np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None,
-                   rows if mode == "rules" else np.zeros(n), held)
+    out = _finish(mode, kernel, free, primitive, consumers,
+                  np.asarray(table["fusion"]).astype(str) if mode == "compiler" else None,
+                  rows if mode == "rules" else np.zeros(n), held)
+    return dataclasses.replace(out, split=True) if split and mode == "rules" else out
+
+
+def splits_rows(hw: Any) -> bool:
+    """Whether ``hw``'s compiler ends a kernel at a reduction over rows (``Hardware.row_reductions``): the
+    ``split`` argument of :func:`group` for the rules.
+
+    >>> from dfit_nb.sim import presets
+    >>> splits_rows(presets.get("tpu_v4")), splits_rows(presets.get("tpu_like"))
+    (True, False)
+    """
+    return getattr(hw, "row_reductions", "fused") == "split"
 
 
 def reduced_rows(table: Any, among: Any = None) -> np.ndarray:

@@ -40,6 +40,7 @@ from ._batch import batch_program
 from ._prepare import hardware_key, padded, pinned_layouts, prepare
 from ._rescale import ShapeError, _codes, _weighted_quantiles, exponents, scaled, size_distribution
 from .hardware import FIELDS, Hardware
+from .kernels import splits_rows
 
 #: the model's calibrated error used by the decision rule when no Calibration is given: the held-out pooled MAPE
 #: of the calibrated ``tpu_v4`` model on measured TPU v4 matmuls (docs/validation.md, "Real hardware: TPU v4
@@ -310,7 +311,7 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     replayed on the trace's op table rescaled by each point of ``factors`` (size / base per axis, equal lengths),
     in one vmapped call of the scalar replay."""
     hw = policy.hw
-    prep = prepare(policy.trace)
+    prep = prepare(policy.trace, policy.fusion, splits_rows(hw))
     n_points = len(next(iter(factors.values())))
     best = str(policy.baselines.attrs["best_single"])
     per_op = np.asarray(policy.per_op, dtype=object)

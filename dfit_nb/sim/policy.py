@@ -90,6 +90,7 @@ from ._search import improve, searched
 from ._viterbi import _select, gemm_costs
 from ._viterbi import viterbi as viterbi
 from .hardware import FIELDS, Hardware, check_hardware
+from .kernels import splits_rows
 from .machine import DATAFLOWS
 
 OBJECTIVES = ("energy", "latency", "edp")
@@ -484,7 +485,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     cands = _check(objective, candidates, max_switches)
     _check_budget(search_budget_s)
     check_hardware(hw, "select_dataflows()", batch=None, error=PolicyError)
-    prep = prepared if prepared is not None else prepare(trace, fusion)
+    prep = prepared if prepared is not None else prepare(trace, fusion, splits_rows(hw))
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
     if gemm.size == 0:
         raise PolicyError("the trace has no GEMM (dot_general / conv) ops: there is no dataflow to choose")
@@ -690,7 +691,7 @@ def replay(trace: Any, hw: Hardware, dataflow: Any = "ws", *, execution: str | N
         return _replay.replay(trace, hw, dataflow, execution=execution, layouts=layouts, time_bins=time_bins,
                               inferences=inferences, measured=measured, fusion=fusion)
     fusion = policy_fusion(dataflow, fusion)
-    prepare(trace, fusion)  # a trace that cannot be replayed is refused as replay() refuses it
+    prepare(trace, fusion, splits_rows(hw))  # a trace that cannot be replayed is refused as replay() refuses it
     # the exact selection (energy), replayed and verified against every single style
     policy = select_dataflows(trace, hw.replace(execution=execution), "energy", evaluate=False, fusion=fusion)
     return policy.evaluate(layouts=layouts, time_bins=time_bins, inferences=inferences,

@@ -163,7 +163,7 @@ register(
              vector_lanes=256,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
              clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0,
-             thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
+             row_reductions="split", thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
     approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
                  "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023, and the Cloud TPU documentation: 2 TensorCores per chip, "
@@ -184,7 +184,10 @@ register(
             "the link width between tiles (VMEM feeds the MXUs faster than HBM feeds VMEM), the "
             "500-cycle HBM latency, and op_overhead_cycles = 500 (~0.48 us of launch and sync per op); "
             "short_reduction_cycles = 0 (no public figure: the measurements show a step for matmuls whose K is "
-            "their shortest side, which dfit_nb.sim.calibrate fits). Measured "
+            "their shortest side, which dfit_nb.sim.calibrate fits). Compiler: XLA:TPU ends a kernel at a "
+            "reduction over rows (a layer norm's statistics, a softmax's max and sum are kernels of their own: "
+            "the TPU v4 compiler's fusions, compiled ahead of time with libtpu, docs/validation.md) -> "
+            "row_reductions = 'split'. Measured "
             "against 1,198 TPU v4 matmuls in benchmarks/bench_tpu_v4.py; calibrate it to your chip with "
             "dfit_nb.sim.calibrate. Thermal (assumption): liquid-cooled, as Google's TPU v3 and v4 boards are: a "
             "cold plate of ~0.1 K/W from junction to 35 degC coolant; 3 J/K (die and lid share, as tpu_like).",
@@ -195,7 +198,7 @@ register(
              vector_lanes=512,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=467.7, dram_latency_cycles=1750.0,
              clock_ghz=3.502, op_overhead_cycles=1750.0, fold_overlap=1.0, memory_overlap=0.0,
-             thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
+             row_reductions="split", thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
     approximates="one Google Cloud TPU v6e (Trillium) chip as XLA runs a program on it: one TensorCore with 2 MXUs "
                  "of 256x256 bf16 MACs, time-multiplexed, with a fixed cost per kernel",
     sources="Public: Cloud TPU v6e documentation (docs.cloud.google.com/tpu/docs/v6e): one TensorCore per chip, "
@@ -209,7 +212,8 @@ register(
             "in fp32 (accumulator_bytes = 4), a lone op pays its fill and drain (memory_overlap = 0), the VPU "
             "issues beside the MXUs (vector_overlap = 1), 8 lane-cycles per transcendental, the link between the "
             "two MXU tiles; tpu_v4's ~0.48 us of HBM latency and of launch per kernel, at this clock 1,750 "
-            "cycles each. Measured against 454 TPU v6e GEMMs and 89 fused FFN programs in "
+            "cycles each; its compiler, XLA:TPU, splits row reductions as tpu_v4's does (row_reductions = "
+            "'split'). Measured against 454 TPU v6e GEMMs and 89 fused FFN programs in "
             "benchmarks/bench_tpu_v6e.py; calibrate it with dfit_nb.sim.calibrate. Thermal (assumption): "
             "air-cooled like tpu_like, 0.29 K/W to 35 degC inlet air, 3 J/K.",
 )

@@ -41,6 +41,7 @@ from ._rescale import exponents as exponents
 from ._rescale import scaled as scaled
 from ._rescale import size_distribution as size_distribution
 from .hardware import Hardware
+from .kernels import splits_rows
 from .machine import DATAFLOWS
 from .policy import select_dataflows
 
@@ -89,7 +90,7 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     ('batch', 'policy')
     """
     exps = exponents(trace, make_args, base)
-    prep = prepare(trace)
+    prep = prepare(trace, None, splits_rows(hw))
     base_policy = select_dataflows(trace, hw, objective, evaluate=False)
     fixed = _codes(np.asarray(base_policy.per_op))  # per replayed op; "" (non-GEMM) -> ws, which it ignores
     gemm_rows = np.flatnonzero(prep.arrays["gemm"] > 0)

@@ -132,7 +132,8 @@ class SweepExplorer(w.VBox):
         values = {f: np.asarray((self.ds[f].isel(machine=index) if "machine" in self.ds[f].dims else self.ds[f])
                                 .values).item() for f in FIELDS}
         return Hardware(name=f"{self.ds.attrs.get('hardware', 'machine')} (swept machine {index})",
-                        execution=str(self.ds.attrs.get("execution", "time")), **values)
+                        execution=str(self.ds.attrs.get("execution", "time")),
+                        row_reductions=str(self.ds.attrs.get("row_reductions", "fused")), **values)
 
     def open_machine(self, index: int) -> Explorer:
         """Open machine ``index`` in an :class:`Explorer` below the front (needs the trace).

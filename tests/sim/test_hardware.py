@@ -160,3 +160,32 @@ def test_the_report_names_a_machine_that_is_neither_a_preset_nor_a_hardware():
         analyse(t, ["npu_like", 3], progress=False)
     with pytest.raises(ReportError, match=r"unknown preset 'npu'"):
         analyse(t, "npu", progress=False)
+
+
+def test_row_reductions_is_static_validated_kept_and_recorded(tmp_path):
+    """How the compiler fuses a reduction over rows is pytree metadata (one compiled program serves both ways),
+    refused by name when unknown, kept by replace, stacked only alike, and recorded where it is not the default,
+    so a saved result rebuilds its machine."""
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim.hardware import from_provenance
+
+    v4 = presets.get("tpu_v4")
+    assert v4.row_reductions == "split" and presets.get("tpu_like").row_reductions == "fused"
+    assert Hardware().row_reductions == "fused"
+    leaves, tree = jax.tree_util.tree_flatten(v4)
+    assert len(leaves) == len(FIELDS) and jax.tree_util.tree_unflatten(tree, leaves) == v4
+    assert v4.replace(pe_rows=64).row_reductions == "split"
+    assert "row reductions: split" in v4.describe() and "row reductions" not in Hardware().describe()
+    with pytest.raises(HardwareError, match=r"row_reductions = 'rows'.*valid: fused, split"):
+        Hardware(row_reductions="rows")
+    with pytest.raises(HardwareError, match="differ in row_reductions"):
+        Hardware.stack([v4, v4.replace(row_reductions="fused")])
+    assert Hardware.stack([v4, v4]).row_reductions == "split"
+    t = dfit_nb.capture(lambda a: jnp.tanh(a) @ a, jnp.ones((8, 8)))
+    run = dfit_nb.replay(t, v4)
+    assert run.attrs["row_reductions"] == "split" and from_provenance(run.attrs) == v4
+    assert "row_reductions" not in dfit_nb.replay(t, presets.get("tpu_like")).attrs
+    loaded = dfit_nb.load_run(run.save(tmp_path / "run.nc"))
+    assert from_provenance(loaded.attrs) == v4

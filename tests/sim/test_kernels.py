@@ -150,7 +150,7 @@ def test_one_launch_per_kernel(encoder):
     hw = presets.get("tpu_v4")
     for mode in MODES:
         run = dfit_nb.replay(encoder, hw, fusion=mode)
-        prep = prepare(encoder, mode)
+        prep = prepare(encoder, mode, kernels.splits_rows(hw))
         launching = len(set(prep.kernels.kernel[prep.kernels.payer]))
         short = float((run.ops["launch_cycles"] > float(hw.op_overhead_cycles)).sum())  # none: no short-K GEMM
         assert short == 0
@@ -251,10 +251,11 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     x = jnp.ones((64, 256))
     soft = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), x)
     norm = dfit_nb.capture(_layer_norm, x, jnp.ones(256), jnp.ones(256))
+    fused = presets.get("tpu_v4").replace(row_reductions="fused")  # (tpu_v4's compiler, XLA:TPU, splits them)
     for t in (soft, norm):
         k = prepare(t, "rules").kernels
         assert len(set(k.kernel[k.payer])) == 1 and set(k.row.tolist()) == {2 * 256.0}  # two row reductions
-        run = dfit_nb.replay(t, presets.get("tpu_v4"))
+        run = dfit_nb.replay(t, fused)
         assert bool(run.ops["fused"].all()) and run.kernels.sizes["kernel"] == 1
         # the row stays on chip: only the program's output is written to DRAM, no intermediate
         writes = run.ops["dram_writes_output"].values
@@ -263,7 +264,7 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     # 2 x (2 rows + blocks of intermediates) x word: 50,000-element rows need 0.8 MB of a tile, more than
     # eyeriss_like's
     long = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jnp.ones((4, 50_000)))
-    assert bool(dfit_nb.replay(long, presets.get("tpu_v4")).ops["fused"].all())
+    assert bool(dfit_nb.replay(long, fused).ops["fused"].all())
     assert not bool(dfit_nb.replay(long, presets.get("eyeriss_like")).ops["fused"].any())
     cols = dfit_nb.capture(lambda a: a / a.sum(0, keepdims=True), x)
     k = prepare(cols, "rules").kernels
@@ -323,7 +324,7 @@ def test_an_mlps_two_gemms_chain_into_one_kernel_and_nothing_else_does():
         assert not bool(dfit_nb.replay(big, presets.get("eyeriss_like")).ops["fused"].any())
 
 
-@pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
+@pytest.mark.parametrize("preset", ["tpu_like", "npu_like"])
 def test_a_fused_kernel_brings_a_tensor_on_chip_once(preset):
     """A softmax's max and subtract both read the scores a GEMM made in another kernel: the fused kernel moves
     them in once (a retile on a grid, a DRAM read where they left the chip), not once per reading op."""
@@ -343,7 +344,7 @@ def test_a_fused_kernel_brings_a_tensor_on_chip_once(preset):
                  ) > 1.9 * scores
 
 
-@pytest.mark.parametrize("preset", ["tpu_v4", "npu_like"])
+@pytest.mark.parametrize("preset", ["tpu_like", "npu_like"])
 def test_a_fused_kernel_reads_a_program_argument_once(preset):
     """A softmax of a program argument reads it for its max and again for its subtract: fused, the kernel
     brings it from DRAM once; one kernel per primitive, twice. A layer norm's argument likewise, read by its
@@ -527,7 +528,7 @@ def test_a_trace_saved_before_input_edges_replays_reading_each_argument_per_op(t
     loaded = dfit_nb.load_trace(path)
     assert "input_edge" not in loaded.edges.dims
     assert not prepare(loaded, "rules").arrays["ext_shared"].any()
-    hw = presets.get("tpu_v4")
+    hw = presets.get("tpu_like")
     reads = {name: float(dfit_nb.replay(x, hw).ops["dram_reads_input"].sum()) for name, x in
              (("old", loaded), ("new", t))}
     assert reads["old"] == pytest.approx(2 * reads["new"], abs=8)  # and a 2-byte scalar, once in both
@@ -581,6 +582,37 @@ def test_compiler_kernels_of_a_tpu_lowering_price_xla_tpus_grouping(tpu_block):
         assert float(run.summary["macs"]) == pytest.approx(float(runs["none"].summary["macs"]), rel=1e-12), mode
     # one kernel for the block's MLP moves fewer DRAM bytes than a kernel per primitive
     assert float(runs["compiler"].summary["dram_bytes"]) < float(runs["none"].summary["dram_bytes"])
+
+
+def _pairs_in_one_kernel(kernel: np.ndarray, working: np.ndarray) -> set[tuple[int, int]]:
+    idx = np.flatnonzero(working)
+    return {(int(i), int(j)) for a, i in enumerate(idx) for j in idx[a + 1:] if kernel[i] == kernel[j]}
+
+
+def test_tpu_v4s_rules_split_a_layer_norm_as_xla_tpu_does(tpu_block):
+    """tpu_v4's compiler ends a kernel at a reduction over rows (``Hardware.row_reductions = "split"``): on the
+    block XLA:TPU lowered, the rules launch XLA:TPU's 5 kernels, and 94% of the op pairs they put in one kernel
+    share an XLA:TPU fusion; keeping the row (rule 9) makes 2 kernels, 66% of whose pairs XLA:TPU keeps together."""
+    hw = presets.get("tpu_v4")
+    assert hw.row_reductions == "split" and kernels.splits_rows(hw)
+    xla = prepare(tpu_block, "compiler").kernels
+    split, fused = (prepare(tpu_block, "rules", s).kernels for s in (True, False))
+    assert split.split and not fused.split and not split.row.any() and fused.row.any()
+    working = ~(split.free | xla.free)
+    theirs = _pairs_in_one_kernel(xla.kernel, working)
+    agree = {}
+    for name, k in (("split", split), ("fused", fused)):
+        ours = _pairs_in_one_kernel(k.kernel, working)
+        agree[name] = len(ours & theirs) / len(ours)
+    launches = {name: len(set(k.kernel[k.payer])) for name, k in (("xla", xla), ("split", split), ("fused", fused))}
+    assert launches == {"xla": 5, "split": 5, "fused": 2}
+    assert agree["split"] > 0.94 and agree["fused"] < 0.67
+    # the replay on tpu_v4 runs the split kernels; the same machine told to keep rows runs the fused ones
+    assert dfit_nb.replay(tpu_block, hw).kernels.sizes["kernel"] == split.count
+    assert dfit_nb.replay(tpu_block, hw.replace(row_reductions="fused")).kernels.sizes["kernel"] == fused.count
+    # the work is the same; only the kernels differ
+    runs = [dfit_nb.replay(tpu_block, h) for h in (hw, hw.replace(row_reductions="fused"))]
+    assert float(runs[0].summary["macs"]) == float(runs[1].summary["macs"])
 
 
 def test_lower_for_this_processs_device_is_the_default_lowering():
