@@ -88,6 +88,7 @@ import dfit_nb
 from dfit_nb.examples import resnet18
 from dfit_nb.sim import cost, presets
 from dfit_nb.sim._prepare import prepare
+from dfit_nb.sim.kernels import splits_rows
 
 MODES = ("none", "rules", "compiler")
 DEFAULT = "rules"
@@ -244,7 +245,7 @@ def measure(name: str, fn: Any, args: tuple[Any, ...]) -> tuple[dict[str, dict[s
         launch = run.ops["launch_cycles"].values
         kernel = run.ops["kernel"].values
         latency = float(run.summary["latency_cycles"])
-        k = prepare(trace, mode).kernels
+        k = prepare(trace, mode, splits_rows(hw)).kernels
         rows[mode] = {
             "kernels": len(np.unique(kernel[launch > 0])), "all_kernels": k.count, "payers": int(k.payer.sum()),
             "launch": float(launch.sum()), "latency": latency, "share": float(launch.sum()) / latency,
@@ -270,7 +271,7 @@ def measure(name: str, fn: Any, args: tuple[Any, ...]) -> tuple[dict[str, dict[s
           f"{'met' if d['share'] <= 0.15 else 'NOT met'})")
     # the same kernels as XLA:CPU would launch them: its dots are custom calls, each launched apart from its
     # epilogue fusion, so a rule kernel of a GEMM with vector work of its own is two launches there
-    prep = prepare(trace, DEFAULT)
+    prep = prepare(trace, DEFAULT, splits_rows(hw))
     k = prep.kernels
     gemm_kernels = np.unique(k.kernel[prep.arrays["gemm"] > 0])
     with_epilogue = sum(1 for g in gemm_kernels if ((k.kernel == g) & ~k.free & (prep.arrays["gemm"] <= 0)).any())

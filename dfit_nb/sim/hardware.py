@@ -170,6 +170,8 @@ EXECUTION_STYLES = ("time", "spatial")
 #: its kernel and its consumers start the next, as XLA:TPU compiles a layer norm and a softmax
 #: (``docs/validation.md``, "Kernels against XLA:TPU's own fusions").
 ROW_REDUCTIONS = ("fused", "split")
+#: ``row_reductions`` of a :meth:`Hardware.stack` of machines that differ in it (no machine's own value)
+MIXED = "mixed"
 
 #: Horowitz ISSCC 2014 (45 nm) MAC energy by word size in bytes (see the module docstring).
 MAC_PJ_BY_WORD = {1: 0.23, 2: 1.5, 4: 4.6}
@@ -332,11 +334,12 @@ class Hardware:
             raise HardwareError(f"Hardware.stack: machines differ in execution style {sorted(styles)}; "
                                 "stack machines of one style (it is static: it shapes the schedule)")
         rows = {m.row_reductions for m in machines}
-        if len(rows) > 1:
-            raise HardwareError(f"Hardware.stack: machines differ in row_reductions {sorted(rows)}; stack machines "
-                                "that fuse alike (it is static: it decides the kernels)")
         fields = {f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines]) for f in FIELDS}
-        return cls(name=name, execution=styles.pop(), row_reductions=rows.pop(), **fields)
+        out = cls(name=name, execution=styles.pop(), **fields)
+        # machines whose compilers fuse row reductions differently stack for what their numbers give (peak, area,
+        # an op table's cost), not to replay a Trace: its kernels would differ per machine (MIXED refuses that)
+        object.__setattr__(out, "row_reductions", rows.pop() if len(rows) == 1 else MIXED)
+        return out
 
     def replace(self, **changes: Any) -> Hardware:
         """A copy with ``changes`` applied (validated); unknown fields are named."""

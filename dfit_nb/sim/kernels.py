@@ -260,7 +260,13 @@ def splits_rows(hw: Any) -> bool:
     >>> splits_rows(presets.get("tpu_v4")), splits_rows(presets.get("tpu_like"))
     (True, False)
     """
-    return getattr(hw, "row_reductions", "fused") == "split"
+    way = getattr(hw, "row_reductions", "fused")
+    if way == "mixed":
+        raise FusionError("these machines' compilers fuse a reduction over rows differently (a Hardware.stack of "
+                          "machines whose row_reductions are 'fused' and 'split'): a Trace's kernels differ between "
+                          "them; stack and replay the machines of each way apart (e.g. group them by "
+                          "(hw.execution, hw.row_reductions))")
+    return way == "split"
 
 
 def reduced_rows(table: Any, among: Any = None) -> np.ndarray:

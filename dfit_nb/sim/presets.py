@@ -163,7 +163,8 @@ register(
              vector_lanes=256,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=1143.0, dram_latency_cycles=500.0,
              clock_ghz=1.05, op_overhead_cycles=500.0, fold_overlap=1.0, memory_overlap=0.0,
-             row_reductions="split", thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
+             row_reductions="split", thermal_resistance_k_per_w=0.1, heat_capacity_j_per_k=3.0, ambient_c=35.0,
+             thermal_limit_c=85.0),
     approximates="one Google Cloud TPU v4 chip as XLA runs a matmul on it: megacore (each op split over both "
                  "TensorCores' 2 x 4 MXUs of 128x128 bf16/fp16 MACs), time-multiplexed, with a fixed cost per op",
     sources="Public: Jouppi et al., 'TPU v4', ISCA 2023, and the Cloud TPU documentation: 2 TensorCores per chip, "
@@ -198,7 +199,8 @@ register(
              vector_lanes=512,
              noc_link_bytes_per_cycle=1024.0, dram_bytes_per_cycle=467.7, dram_latency_cycles=1750.0,
              clock_ghz=3.502, op_overhead_cycles=1750.0, fold_overlap=1.0, memory_overlap=0.0,
-             row_reductions="split", thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0, thermal_limit_c=85.0),
+             row_reductions="split", thermal_resistance_k_per_w=0.29, heat_capacity_j_per_k=3.0, ambient_c=35.0,
+             thermal_limit_c=85.0),
     approximates="one Google Cloud TPU v6e (Trillium) chip as XLA runs a program on it: one TensorCore with 2 MXUs "
                  "of 256x256 bf16 MACs, time-multiplexed, with a fixed cost per kernel",
     sources="Public: Cloud TPU v6e documentation (docs.cloud.google.com/tpu/docs/v6e): one TensorCore per chip, "

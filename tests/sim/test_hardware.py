@@ -180,10 +180,13 @@ def test_row_reductions_is_static_validated_kept_and_recorded(tmp_path):
     assert "row reductions: split" in v4.describe() and "row reductions" not in Hardware().describe()
     with pytest.raises(HardwareError, match=r"row_reductions = 'rows'.*valid: fused, split"):
         Hardware(row_reductions="rows")
-    with pytest.raises(HardwareError, match="differ in row_reductions"):
-        Hardware.stack([v4, v4.replace(row_reductions="fused")])
     assert Hardware.stack([v4, v4]).row_reductions == "split"
+    # machines that fuse differently stack for their numbers (peak, area), not to replay a Trace
+    mixed = Hardware.stack([v4, presets.get("tpu_like")])
+    assert mixed.row_reductions == "mixed" and mixed.peak_macs_per_cycle.tolist() == [131072, 131072]
     t = dfit_nb.capture(lambda a: jnp.tanh(a) @ a, jnp.ones((8, 8)))
+    with pytest.raises(ValueError, match=r"fuse a reduction over rows differently.*hw.row_reductions"):
+        dfit_nb.sim.replay_batch(t, mixed)
     run = dfit_nb.replay(t, v4)
     assert run.attrs["row_reductions"] == "split" and from_provenance(run.attrs) == v4
     assert "row_reductions" not in dfit_nb.replay(t, presets.get("tpu_like")).attrs
