@@ -29,11 +29,13 @@ The rule (also in ``docs/recipes.md``):
 5. **Direction.** An op under JAX's ``transpose(...)`` name-stack wrapper is ``backward``; else an op that reads
    an optimizer state leaf or depends on a backward or optimizer op is ``optimizer``; else ``forward``. The
    wrappers ``jvp``, ``transpose``, ``vmap`` (and ``pmap``) are removed from the path: ``transpose(jvp(CNN))/conv0``
-   is ``CNN/conv0``. When a program has more than one direction, every region starts with it:
+   is ``CNN/conv0``. So is ``jnp.einsum``'s scope (its subscripts, ``bqhd,bkhd->bhqk``: every attention layer
+   enters it, a library segment under the user's layer): ``attn/qk/bqhd,bkhd->bhqk`` is ``attn/qk``. When a
+   program has more than one direction, every region starts with it:
    ``forward/conv0``, ``backward/conv0``, ``optimizer/conv0``.
 6. **Scopes and parameters** (``regions="both"``, the default). Named scopes stay authoritative: an op keeps
    its scope path when the path has a segment that neither JAX nor a library wrote (a nested ``jit(...)``,
-   Equinox's class names ``eqx.nn.Conv``, an einsum's subscripts ``BNTS,BSNH->BTNH``): a scope the user entered,
+   Equinox's class names ``eqx.nn.Conv``): a scope the user entered,
    or Linen's and Keras' module scopes. Any other op (no scope, or only such segments: NNX, Equinox, optax
    updates, a nested ``jit(fn)`` alone) takes its parameter region, spelled as the region's *home* where it has one:
    the scope path shared by the scopes of the ops reading it, counting only scopes that read that one region
@@ -74,8 +76,10 @@ REFUSED_CATEGORIES = ("Cc", "Zl", "Zp")
 _WRAPPER = re.compile(r"^(jvp|transpose|vmap|pmap|xmap|batched)\((.*)\)$")
 #: scope segments JAX or a library writes, naming no layer: a nested jit as the walk writes it (``jit(block)``; a
 #: library's own jits add no segment at all), Equinox's class names (``eqx.nn.Conv``: every layer of a class shares
-#: it), ``jnp.einsum``'s subscripts (``BNTS,BSNH->BTNH``: every attention layer enters it)
-_LIBRARY = re.compile(r"^(jit\(.*\)|eqx\..*|.*->.*)$")
+#: it)
+_LIBRARY = re.compile(r"^(jit\(.*\)|eqx\..*)$")
+#: ``jnp.einsum``'s scope, its subscripts (``BNTS,BSNH->BTNH``): dropped from every path, wherever it sits
+_SUBSCRIPTS = re.compile(r"^.*->.*$")
 #: primitives that multiply two computed operands (rule 4's products of two layers' outputs)
 _BILINEAR = frozenset({"dot_general", "conv_general_dilated"})
 #: trailing keys libraries add under a variable (Flax NNX's ``Variable.value``)
@@ -276,10 +280,10 @@ def _unwrap(segment: str) -> str:
 
 
 def _scope_path(raw: str) -> tuple[str, bool]:
-    """(path without transform wrappers, whether a ``transpose(...)`` wrapper was in it)."""
+    """(path without transform wrappers and einsum subscripts, whether a ``transpose(...)`` wrapper was in it)."""
     parts = raw.split("/") if raw else []
     backward = any(p.startswith("transpose(") or "(transpose(" in p for p in parts)
-    return "/".join(u for u in (_unwrap(p) for p in parts) if u), backward
+    return "/".join(u for u in (_unwrap(p) for p in parts) if u and not _SUBSCRIPTS.match(u)), backward
 
 
 def _common(a: str, b: str) -> str:
