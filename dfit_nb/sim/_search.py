@@ -13,7 +13,9 @@ GEMMs from one onwards to another style, every GEMM to one style), keeps the bes
 one, and stops when none does, when a round gains less than :data:`MIN_ROUND_GAIN`, after :data:`MAX_ROUNDS`,
 or when its time budget is spent (``select_dataflows(search_budget_s=...)``: checked after every call of
 :data:`CALL_ROWS` assignments; the first call, the single styles first, always runs).
-Pins and ``max_switches`` are honoured by every assignment it tries. It is a local search (first improvement by
+Pins and ``max_switches`` are honoured by every assignment it tries. A switch must pay for itself: of the
+assignments within :data:`MIN_ROUND_GAIN` of a round's best it keeps the one with the fewest switches, and it
+does not move to more switches for less than that gain. It is a local search (first improvement by
 the best neighbour), not an exact method: it never returns worse than the DP's choice or the single styles, as
 replayed, and says how many assignments it replayed.
 """
@@ -171,9 +173,14 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
         scores, done = replayed_objective(prep, hw, codes(near), objective, reconfig, width, deadline)
         replayed += done
         timed, partial = time.perf_counter() > deadline, done < len(near)  # keep the best of what was replayed
-        i = int(np.argmin(scores))
-        improved = bool(scores[i] < current * (1.0 - 1e-12))
-        small = improved and float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
+        # a switch must pay for itself: of the assignments within MIN_ROUND_GAIN of the best, the one with the
+        # fewest switches (a single style, not a hybrid 1e-7 faster with two switches), and no move to more
+        # switches for less than that
+        close = np.flatnonzero(scores <= float(np.min(scores)) * (1.0 + MIN_ROUND_GAIN))
+        i = int(min(close, key=lambda j: (_switches(near[j]), float(scores[j]))))
+        small = float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
+        improved = bool(scores[i] < current * (1.0 - 1e-12)) and not (
+            small and _switches(near[i]) > _switches(best))
         if improved:
             best, current = near[i], float(scores[i])
         more = improved and not small and rounds < MAX_ROUNDS

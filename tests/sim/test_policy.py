@@ -523,3 +523,31 @@ def test_the_selection_searches_the_replayed_figure_where_the_dp_sum_is_not_the_
     assert info["out_of_time"] == (len(first) > CALL_ROWS or info["found"] < info["start"])
     if float(singles.max()) > float(singles.min()) * (1 + 1e-9):
         assert info["found"] < info["start"]  # the best single style beats the worst: in the first call
+
+
+def test_a_switch_must_pay_for_itself_in_the_replayed_search(static_traces, monkeypatch):
+    """Where a hybrid beats a single style by less than MIN_ROUND_GAIN (two switches for 1e-7 of the latency, as
+    the search once found on the NNX ViT on cerebras_like), the search keeps the single style; a gain above it
+    still buys a switch. The replayed figure is replaced by a stated one, so the tie is exact."""
+    from dfit_nb.sim import _search
+
+    prep = prepare(static_traces["encoder"], "rules")
+    gemm = prep.arrays["gemm"] > 0
+    g = int(gemm.sum())
+    cands = ["ws", "os", "is"]
+    allowed = np.ones((g, 3), bool)
+    hw = presets.get("cerebras_like")
+
+    def stated(bonus):
+        def objective(prep, hw, codes, objective, reconfig, width=0, deadline=np.inf):
+            c = codes[:, gemm]
+            switches = np.count_nonzero(c[:, 1:] != c[:, :-1], axis=1)
+            return np.where(c[:, 0] == 1, 1.0, 1.1) - bonus * switches, len(codes)  # os first is what counts
+        return objective
+
+    monkeypatch.setattr(_search, "replayed_objective", stated(1e-7))
+    best, info = _search.improve(prep, hw, gemm, np.zeros(g, np.int64), cands, allowed, "latency", None, None)
+    assert best.tolist() == [1] * g and info["found"] == 1.0  # os everywhere, not os with switches 1e-7 faster
+    monkeypatch.setattr(_search, "replayed_objective", stated(1e-3))
+    best, info = _search.improve(prep, hw, gemm, np.zeros(g, np.int64), cands, allowed, "latency", None, None)
+    assert best[0] == 1 and _search._switches(best) > 0 and info["found"] < 1.0 - 1e-3
