@@ -49,6 +49,7 @@ from ._optable import (
     placement_flags,
 )
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, HardwareError, check_hardware, from_field_vector
+from .kernels import splits_rows
 
 #: fields a calibration may fit: continuous ones (whole-number sizes have no gradient to follow), except the
 #: thermal ones (:data:`~dfit_nb.sim.hardware.THERMAL_FIELDS`): a per-op time does not depend on them, so their
@@ -702,7 +703,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     extra = sorted({column for column, _ in labels.values()} - read)
     if extra:  # the group columns name groups, not measurements: the rows are read without them
         measured = measured.drop(columns=extra)
-    kernel_rows = _kernel_rows(measured, fusion, getattr(hw, "row_reductions", "fused") == "split")
+    kernel_rows = _kernel_rows(measured, fusion, splits_rows(hw))
     table = measured_table(measured) if kernel_rows is None else kernel_rows.table
     fields = tuple((DEFAULT_FIELDS if kernel_rows is None else KERNEL_FIELDS) if fields is None else fields)
     _check_fields((*fields, *(f for f in labels if f not in fields)))

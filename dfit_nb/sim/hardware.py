@@ -8,7 +8,8 @@ output (ofmap) buffers. Off-chip DRAM feeds the grid.
 
 Every numeric field is a pytree leaf, so a batch of machines is one
 ``Hardware`` whose leaves are arrays of the same shape, and a sweep is a
-``vmap`` (see :func:`dfit_nb.sim.sweep`); ``name`` is static metadata.
+``vmap`` (see :func:`dfit_nb.sim.sweep`); ``name``, the execution style and the
+compiler's way with row reductions are static metadata (:data:`STATIC_FIELDS`).
 
 Energy defaults and their sources
 ---------------------------------
@@ -184,13 +185,15 @@ SRAM_FIELDS = ("sram_input_bytes", "sram_weight_bytes", "sram_output_bytes")
 class Hardware:
     """A tiled dataflow accelerator (see the module docstring for the model and sources).
 
-    Every field but ``name`` may be a scalar or an array (a batch of machines).
-    Invalid values raise :class:`HardwareError` naming the field, the value and
-    the valid range: bools, strings, ``None`` and other non-numbers, a
-    ``word_bytes`` other than 1, 2, 4 or 8, and values outside a field's
-    physically meaningful range (e.g. bandwidths below 1e-3 B/cycle, a clock
-    outside 1e-3..1e3 GHz; see :data:`FIELDS`). Traced values (inside
-    ``jit``/``vmap``), jax Arrays and shape specs are not checked.
+    Every field but the static ones (:data:`STATIC_FIELDS`: ``name``, ``execution``
+    of :data:`EXECUTION_STYLES`, ``row_reductions`` of :data:`ROW_REDUCTIONS`) may
+    be a scalar or an array (a batch of machines). Invalid values raise
+    :class:`HardwareError` naming the field, the value and the valid range:
+    bools, strings, ``None`` and other non-numbers, a ``word_bytes`` other than
+    1, 2, 4 or 8, and values outside a field's physically meaningful range (e.g.
+    bandwidths below 1e-3 B/cycle, a clock outside 1e-3..1e3 GHz; see
+    :data:`FIELDS`). Traced values (inside ``jit``/``vmap``), jax Arrays and
+    shape specs are not checked.
     """
 
     name: str = "custom"
