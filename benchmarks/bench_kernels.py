@@ -2,8 +2,9 @@
 
 The replay prices a program as a sequence of kernels (``dfit_nb.sim.kernels``: ops the compiler fuses keep their
 intermediates on chip, pay one launch, overlap vector work with the PE array). For each ``fusion=`` mode, side by
-side, on the ``tpu_v4`` preset (``ws`` dataflow), all captured statically from ``jax.ShapeDtypeStruct`` arguments
-(nothing is allocated or run):
+side, on the ``tpu_v4`` preset (``ws`` dataflow; its compiler, like XLA:TPU, ends a kernel at a softmax's or a layer
+norm's reductions: ``Hardware.row_reductions = "split"``), all captured statically from ``jax.ShapeDtypeStruct``
+arguments (nothing is allocated or run):
 
 1. a GPT-style decoder written here in plain ``jax.numpy`` (weights as arguments, ``jax.named_scope`` per layer:
    token + position embedding, pre-layer-norm blocks of causal masked multi-head self-attention and a GELU MLP of
