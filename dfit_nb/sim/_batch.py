@@ -35,7 +35,7 @@ from ._prepare import (
     switch_penalty,
 )
 from ._replay import _one_machine, _per_op_records, program
-from .hardware import EXECUTION_STYLES, FIELDS, Hardware, check_hardware
+from .hardware import EXECUTION_STYLES, FIELDS, Hardware, check_hardware, program_copy
 from .kernels import splits_rows
 from .run import provenance
 
@@ -149,7 +149,7 @@ def style_costs(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str 
         return {k: np.stack([r[k] for r in records])[:, :n] for k in records[0]}
     leaves = {f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), shape) for f in FIELDS}
     grid, tables, shared = _batch_tables(leaves)
-    machines = dataclasses.replace(hw, name="", execution="time", **leaves)
+    machines = program_copy(hw, **leaves)
     program = _compile_options.by_work(n_machines * dfs.size, _styles_program_fast_compile, _styles_program)
     with jax.enable_x64(True):
         out = jax.device_get(_exported.call(
@@ -220,7 +220,7 @@ def batch_range(p: BatchPlan, leaves: dict[str, np.ndarray], progress: bool = Fa
         # results are dropped. Tables are built per chunk: a batch of different grids carries one per machine
         part = {f: _pad_rows(v[lo:hi], p.chunk) for f, v in leaves.items()}
         tables = p.once if p.shared else _batch_tables(part, p.grid, p.shared)[1]
-        batch = dataclasses.replace(p.hw, name="", execution="time", **part)
+        batch = program_copy(p.hw, **part)
         with jax.enable_x64(True):
             if p.sharding is not None:  # float64 leaves placed under x64; the jitted program follows the sharding
                 batch = jax.device_put(batch, p.sharding)
@@ -400,7 +400,7 @@ def summarize(prep: Prepared, hw: Hardware, codes: np.ndarray, execution: str | 
     arrays, preds, pred_bytes, codes_p, pin = padded(prep, np.asarray(codes, np.float64), pinned_layouts(prep, None))
     tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
     batch = Hardware.stack([hw])
-    batch = dataclasses.replace(batch, name="", execution="time")
+    batch = program_copy(batch)
     with jax.enable_x64(True):
         out = jax.device_get(_exported.call(
             batch_program(1, len(preds)), {"grid": grid, "spatial": execution == "spatial", "shared_grid": True},

@@ -245,10 +245,11 @@ class Hardware:
         if not isinstance(self.execution, str) or self.execution not in EXECUTION_STYLES:
             raise HardwareError(f"Hardware.execution = {self.execution!r} is not an execution style; valid: "
                                 f"{', '.join(EXECUTION_STYLES)}")
-        if not isinstance(self.row_reductions, str) or self.row_reductions not in ROW_REDUCTIONS:
+        if not isinstance(self.row_reductions, str) or self.row_reductions not in (*ROW_REDUCTIONS, MIXED):
             raise HardwareError(f"Hardware.row_reductions = {self.row_reductions!r} is not a way to fuse a "
                                 f"reduction over rows; valid: {', '.join(ROW_REDUCTIONS)} (the row stays on chip "
-                                "in one kernel with what uses it; the reduction ends its kernel)")
+                                f"in one kernel with what uses it; the reduction ends its kernel), or {MIXED!r} "
+                                "for a stack of machines of both")
         for field, (_, _, kind, lo, hi) in FIELDS.items():
             value = getattr(self, field)
             if isinstance(value, _UNCHECKED):  # traced or device values: see _UNCHECKED
@@ -336,13 +337,12 @@ class Hardware:
         if len(styles) > 1:
             raise HardwareError(f"Hardware.stack: machines differ in execution style {sorted(styles)}; "
                                 "stack machines of one style (it is static: it shapes the schedule)")
-        rows = {m.row_reductions for m in machines}
-        fields = {f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines]) for f in FIELDS}
-        out = cls(name=name, execution=styles.pop(), **fields)
         # machines whose compilers fuse row reductions differently stack for what their numbers give (peak, area,
         # an op table's cost), not to replay a Trace: its kernels would differ per machine (MIXED refuses that)
-        object.__setattr__(out, "row_reductions", rows.pop() if len(rows) == 1 else MIXED)
-        return out
+        rows = {m.row_reductions for m in machines}
+        fields = {f: np.asarray([np.asarray(getattr(m, f), np.float64) for m in machines]) for f in FIELDS}
+        return cls(name=name, execution=styles.pop(), row_reductions=rows.pop() if len(rows) == 1 else MIXED,
+                   **fields)
 
     def replace(self, **changes: Any) -> Hardware:
         """A copy with ``changes`` applied (validated); unknown fields are named."""
@@ -359,7 +359,7 @@ class Hardware:
             ("peak_macs_per_cycle", _fmt(self.peak_macs_per_cycle), "MAC/cycle", "tiles x R x C"),
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        split = ", row reductions: split" if self.row_reductions == "split" else ""
+        split = f", row reductions: {self.row_reductions}" if self.row_reductions != "fused" else ""
         lines = [f"Hardware {self.name!r} (execution: {self.execution}{split})"]
         lines += [f"  {a.ljust(widths[0])}  {b.rjust(widths[1])}  {c.ljust(widths[2])}  {d}" for a, b, c, d in rows]
         return "\n".join(lines)
@@ -573,6 +573,19 @@ def _unflatten(meta: tuple[str, ...], leaves: Any) -> Hardware:
     for name, value in zip((*STATIC_FIELDS, *FIELDS), (*meta, *leaves), strict=True):
         object.__setattr__(hw, name, value)  # frozen dataclass: its own __setattr__ refuses
     return hw
+
+
+def program_copy(hw: Hardware, **changes: Any) -> Hardware:
+    """``hw`` (with ``changes``) with its static fields at fixed values: the compiled programs read none of them
+    (the schedule's style and the kernels are inputs decided on the host), so machines that differ only there
+    share one compiled program.
+
+    >>> from dfit_nb.sim import presets
+    >>> a, b = (program_copy(presets.get(n)) for n in ("tpu_v4", "tpu_like"))
+    >>> jax.tree_util.tree_structure(a) == jax.tree_util.tree_structure(b)
+    True
+    """
+    return dataclasses.replace(hw, name="", execution="time", row_reductions="fused", **changes)
 
 
 def field_vector(hw: Hardware) -> np.ndarray:

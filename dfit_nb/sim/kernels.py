@@ -111,6 +111,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DfitError
+from .hardware import MIXED
 
 #: the ways :func:`group` decides kernels (the first is the default)
 FUSION_MODES = ("rules", "compiler", "none")
@@ -261,7 +262,7 @@ def splits_rows(hw: Any) -> bool:
     (True, False)
     """
     way = getattr(hw, "row_reductions", "fused")
-    if way == "mixed":
+    if way == MIXED:
         raise FusionError("these machines' compilers fuse a reduction over rows differently (a Hardware.stack of "
                           "machines whose row_reductions are 'fused' and 'split'): a Trace's kernels differ between "
                           "them; stack and replay the machines of each way apart (e.g. group them by "

@@ -21,7 +21,6 @@ figures the memo reports (the other metric, p95/p99 latency under batch variance
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import os
@@ -39,7 +38,7 @@ from . import schedule
 from ._batch import batch_program
 from ._prepare import hardware_key, padded, pinned_layouts, prepare
 from ._rescale import ShapeError, _codes, _weighted_quantiles, exponents, scaled, size_distribution
-from .hardware import FIELDS, Hardware
+from .hardware import FIELDS, Hardware, program_copy
 from .kernels import splits_rows
 
 #: the model's calibrated error used by the decision rule when no Calibration is given: the held-out pooled MAPE
@@ -326,7 +325,7 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     dfs = np.concatenate([codes, np.zeros((2, arrays["m"].shape[1] - n))], axis=1)
     grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
-    machines = dataclasses.replace(Hardware.stack([hw]), name="", execution="time")
+    machines = program_copy(Hardware.stack([hw]))
     reconfig = np.array([policy.reconfig_cycles, policy.reconfig_pj], np.float64)
     spatial = hw.execution == "spatial"
     program = batch_program(n_points * len(dfs), arrays["m"].shape[1])

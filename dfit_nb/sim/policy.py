@@ -89,7 +89,7 @@ from ._prepare import ReplayError, check_policy_target, hardware_key, policy_fus
 from ._search import improve, searched
 from ._viterbi import _select, gemm_costs
 from ._viterbi import viterbi as viterbi
-from .hardware import FIELDS, Hardware, check_hardware
+from .hardware import FIELDS, Hardware, check_hardware, program_copy
 from .kernels import splits_rows
 from .machine import DATAFLOWS
 
@@ -500,9 +500,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         raise PolicyError(f"reconfig_cycles and reconfig_pj must be finite and >= 0, got {reconfig.tolist()}")
     batch = hw.batch_shape
     energy, cycles = gemm_costs(prep, hw, cands)
-    machine = for_jit(hw) if batch == () else dataclasses.replace(
-        hw, name="", execution="time",
-        **{f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), batch) for f in _fields()})
+    machine = for_jit(hw) if batch == () else program_copy(
+        hw, **{f: np.broadcast_to(np.asarray(getattr(hw, f), np.float64), batch) for f in _fields()})
     fn = functools.partial(_select, objective=objective, max_switches=max_switches)
     with jax.enable_x64(True):
         if batch == ():

@@ -184,6 +184,7 @@ def test_row_reductions_is_static_validated_kept_and_recorded(tmp_path):
     # machines that fuse differently stack for their numbers (peak, area), not to replay a Trace
     mixed = Hardware.stack([v4, presets.get("tpu_like")])
     assert mixed.row_reductions == "mixed" and mixed.peak_macs_per_cycle.tolist() == [131072, 131072]
+    assert mixed.replace(pe_rows=64).row_reductions == "mixed"  # a valid machine batch, changed as any other
     t = dfit_nb.capture(lambda a: jnp.tanh(a) @ a, jnp.ones((8, 8)))
     with pytest.raises(ValueError, match=r"fuse a reduction over rows differently.*hw.row_reductions"):
         dfit_nb.sim.replay_batch(t, mixed)
