@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from . import schedule
+from ._optable import OPTIONAL_INPUTS
 from ._prepare import BATCH_OPS, Prepared, padded, pinned_layouts, prepare
 from ._replay import program
 from .hardware import Hardware, check_hardware
@@ -205,6 +206,12 @@ def kernel_predictor(rows: KernelRows, hw: Hardware, dataflow: Any = "ws", *,
     stacked = []
     for members in by_shape.values():
         parts = [padded_inputs[j] for j in members]
+        # programs stacked into one vmapped model need the same inputs: an optional one a program lacks (a
+        # depthwise convolution's flag) is filled with the value that prices its ops as its absence does
+        keys = [set(arrays) for arrays, *_ in parts]
+        lacking = set.union(*keys) - set.intersection(*keys)
+        parts = [({**{key: np.full(len(arrays["m"]), OPTIONAL_INPUTS[key]) for key in lacking - set(arrays)},
+                   **arrays}, *rest) for arrays, *rest in parts]
         stacked.append((members, jax.tree.map(lambda *xs: np.stack(xs), *parts)))
     # per row: its prep's group and position, and its mask over the padded ops
     where = {j: (g, p) for g, (members, _) in enumerate(stacked) for p, j in enumerate(members)}

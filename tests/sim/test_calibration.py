@@ -342,6 +342,30 @@ def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs():
     np.testing.assert_allclose(again.rows["predicted_s"].values, cal.rows["predicted_s"].values, rtol=1e-9)
 
 
+def test_program_rows_with_and_without_a_depthwise_convolution_calibrate_together():
+    """A depthwise convolution's programs carry a column the others lack (the model may run it on the vector
+    unit); rows of both kinds are replayed in one vmapped model, each priced as it is alone."""
+    import jax
+
+    import dfit_nb
+
+    def depthwise(x, w):
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", feature_group_count=32,
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    fns = [("depthwise", depthwise, (jax.ShapeDtypeStruct((2, 16, 16, 32), jnp.float32),
+                                     jax.ShapeDtypeStruct((3, 3, 1, 32), jnp.float32))),
+           *[row for row in _vector_programs() if row[0] in ("matmul", "gelu")]]
+    hw = presets.get("tpu_v4")
+    truth = hw.replace(dram_bytes_per_cycle=700.0)
+    alone = [float(dfit_nb.replay(dfit_nb.capture(f, *a), truth).summary["latency_s"]) for _, f, a in fns]
+    rows = pd.DataFrame({"name": [n for n, _, _ in fns], "fn": [f for _, f, _ in fns],
+                         "args": [a for _, _, a in fns], "time_s": alone})
+    cal = calibrate(rows, hw, ["dram_bytes_per_cycle"])
+    np.testing.assert_allclose(cal.rows["predicted_s"].values, alone, rtol=0.02)
+    assert float(cal.hw.dram_bytes_per_cycle) == pytest.approx(700.0, rel=0.05)
+
+
 def test_a_field_fitted_per_group_recovers_each_groups_value(tmp_path):
     """Two harnesses whose per-call fixed costs differ (3,000 and 500 cycles) on one machine: per_group fits one
     overhead per harness and the shared clock, each recovered; new rows are priced with their group's value."""
