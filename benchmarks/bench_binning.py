@@ -23,8 +23,8 @@ from bench_saves import best  # the least disturbed of several calls (run from a
 import dfit_nb
 from dfit_nb import examples
 from dfit_nb.events import binning
+from dfit_nb.sim import _replay as replay_mod
 from dfit_nb.sim import presets
-from dfit_nb.sim import run as run_mod
 
 
 def best_ms(fn: Callable[[], Any], repeats: int) -> float:
@@ -50,17 +50,19 @@ def main() -> None:
 
     # the replay's outputs, to assemble the Run from (what replay() hands build_run)
     captured: dict[str, Any] = {}
-    real_build = run_mod.build_run
+    real_build = replay_mod.build_run
 
     def keep(*args_: Any, **kwargs: Any) -> Any:
         captured.update(args=args_, kwargs=kwargs)
         return real_build(*args_, **kwargs)
 
-    run_mod.build_run = keep  # replay() imports it at each call
+    replay_mod.build_run = keep  # the name replay() calls
     try:
         dfit_nb.replay(trace, hw, "ws")
     finally:
-        run_mod.build_run = real_build
+        replay_mod.build_run = real_build
+    if "args" not in captured:
+        raise SystemExit("replay() did not call dfit_nb.sim._replay.build_run: this benchmark needs updating")
 
     rowwise = binning._ROWWISE_GROUPS
     ways = {"row by row (today)": rowwise, "np.cumsum down the columns (before)": 1 << 62}
