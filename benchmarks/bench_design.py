@@ -12,7 +12,9 @@ Then the enumerable-grid check: every machine of a grid of at most 5,000 (the sa
 replayed, and ``design`` on the same bounds must land within 2% of the grid's optimum. ``design``'s wall time on
 ``bert_block`` (87 ops) and the encoder (157 ops) is printed with its phases.
 
-Run: ``python benchmarks/bench_design.py`` (``--quick`` for one case and a small grid).
+Run: ``python benchmarks/bench_design.py`` (``--quick`` for one case and a small grid; ``--cases cnn/npu_like`` for
+chosen cases; ``--ceiling 2000`` adds per case a random search of 2,000 replays, whose best bounds the ratio any
+search could show against random search at equal replays).
 """
 
 from __future__ import annotations
@@ -86,8 +88,10 @@ def capture(name: str):
     return dfit_nb.capture(fn, *args)
 
 
-def compare(workloads, presets, budget_s: float) -> None:
-    rows = []
+def compare(workloads, presets, budget_s: float, ceiling: int = 0) -> None:
+    """``ceiling``: per case also a long random search of that many replays; the best machine any method found
+    then bounds the ratio any search could show against random search at equal replays."""
+    rows, bounds = [], []
     for w in workloads:
         trace = capture(w)
         for p in presets:
@@ -109,11 +113,21 @@ def compare(workloads, presets, budget_s: float) -> None:
             print(f"{w:10s} {p:9s} ops {rows[-1][2]:4d} limit {limit:7.1f} mm2 designed {rows[-1][4]:7.1f} mm2 | "
                   f"design {n} replays {wall:5.1f} s | random@{n} {r_edp / e:6.2f}x random@{n_wall} "
                   f"{rw_edp / e:6.2f}x | grid@{g_n} {g_edp / e:6.2f}x grid@{gw_n} {gw_edp / e:6.2f}x", flush=True)
+            if ceiling:
+                long_edp, _, long_s = random_search(trace, base, sp, limit, ceiling, seed=3)
+                best = min(e, long_edp, rw_edp, g_edp, gw_edp)
+                bounds.append(r_edp / best)
+                print(f"{'':21s}random@{ceiling} ({long_s:.0f} s) {long_edp / e:6.2f}x of design's EDP; the best any "
+                      f"method found is {e / best:.3f}x design's, random@{n} {r_edp / best:.2f}x the best: the most "
+                      f"any search could show at {n} replays here", flush=True)
     cols = {"random, equal replays": 7, "random, equal wall time": 9, "grid, equal replays": 11,
             "grid, equal wall time": 13}
     print("\nmedian EDP ratio (baseline best / design best) over", len(rows), "cases:")
     for label, c in cols.items():
         print(f"  {label:26s} {np.median([r[c] for r in rows]):6.2f}x")
+    if bounds:
+        print(f"  {'at most (best found)':26s} {np.median(bounds):6.2f}x: random at equal replays over the best "
+              f"machine any method found, the median over the cases")
 
 
 def enumerable_grid(workload: str, preset: str, bounds: dict, budget_s: float) -> None:
@@ -149,15 +163,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one case and a small grid")
     parser.add_argument("--budget", type=float, default=45.0, help="design()'s budget_s")
+    parser.add_argument("--ceiling", type=int, default=0,
+                        help="per case also a random search of this many replays, to bound what any search shows")
+    parser.add_argument("--cases", default="", help="comma-separated workload/preset pairs (default: all six)")
     a = parser.parse_args()
     print(f"cores: {len(__import__('os').sched_getaffinity(0))}")
+    if a.cases:
+        for case in a.cases.split(","):
+            w, p = case.split("/")
+            compare((w,), (p,), a.budget, a.ceiling)
+        return
     if a.quick:
-        compare(("cnn",), ("npu_like",), a.budget)
+        compare(("cnn",), ("npu_like",), a.budget, a.ceiling)
         enumerable_grid("cnn", "npu_like", {"pe_rows": (4, 32), "pe_cols": (4, 32), "sram_kb": (16, 256)}, a.budget)
         return
     wall_time("bert_block", "tpu_like", a.budget)
     wall_time("encoder", "tpu_like", a.budget)
-    compare(WORKLOADS, PRESETS, a.budget)
+    compare(WORKLOADS, PRESETS, a.budget, a.ceiling)
     enumerable_grid("bert_block", "tpu_like", {"pe_rows": (8, 128), "pe_cols": (8, 128), "tile_rows": (1, 8),
                                                "tile_cols": (1, 8), "sram_kb": (64, 4096)}, a.budget)
 
