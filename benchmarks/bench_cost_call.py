@@ -53,8 +53,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from dfit_nb._runtime import datasets as _xarray
+from dfit_nb._runtime.padding import padding
 from dfit_nb.sim import _cost as C
 from dfit_nb.sim import cost, presets, schedule
+from dfit_nb.sim._optable import alone_arrays
 from dfit_nb.sim.calibration import predictor, vector_predictor
 from dfit_nb.sim.hardware import field_vector
 
@@ -162,7 +164,7 @@ def measure(a: argparse.Namespace) -> dict[str, float]:
                          f"run it with DFIT_NB_SYNC_CPU_DISPATCH={'1' if want else '0'}")
     hw = presets.get(a.preset)
     ops = {"m": [64, 128, 256], "k": [64, 128, 256], "n": [64, 128, 256]}
-    arrays, _ = C.alone_arrays(ops)
+    arrays, _ = alone_arrays(ops)
     codes = C.dataflow_codes("ws", 3)[0].astype(np.float64)
     fast_hw = C.for_jit(hw)
     n, r = a.calls, a.rounds
@@ -231,7 +233,7 @@ def host_in_situ(ops: Any, hw: Any, ds: Any, n: int, rounds: int) -> dict[str, f
     columns, _ = C.alone_columns(ops)
     keys = tuple(columns)
     codes = C.dataflow_codes("ws", 3)[0].astype(np.float64)
-    index = C._padding(3)  # as cost() pads 3 ops
+    index = padding(3, C.COST_OPS)  # as cost() pads 3 ops
 
     def host() -> Any:
         C.alone_columns(ops)
