@@ -109,6 +109,10 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
                        "shorter, over its blocks of half the buffers) hidden under neighbouring ops: 1, the "
                        "slowest demand alone sets the time; 0, a lone op pays it (all of the shorter when one block "
                        "holds the op)", "nonneg", 0, 1),
+    "sram_port_bytes": ("B/cycle", "bytes a tile's SRAM moves to and from its PE array per cycle whatever the "
+                        "word: a port of fixed width, through which a narrower dtype moves more elements a cycle (a "
+                        "Tensix core's two unpackers read five 128-bit L1 words a cycle, 80 B); 0: the array's own "
+                        "ports, R inputs + C weights + C outputs a cycle at the op's word", "nonneg", 0, math.inf),
     "vector_rate": ("1/cycle", "vector operations each lane issues per cycle (elementwise throughput = lanes x "
                     "rate; a rate, so a calibration can fit it where the lane count is a whole number)", "positive",
                     1e-3, 1e3),
@@ -218,6 +222,7 @@ class Hardware:
     short_reduction_cycles: Any = 0.0
     fold_overlap: Any = 0.0
     memory_overlap: Any = 1.0
+    sram_port_bytes: Any = 0.0
     vector_rate: Any = 1.0
     vector_sram_words: Any = 3.0
     transcendental_cycles: Any = 8.0

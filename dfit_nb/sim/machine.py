@@ -70,6 +70,9 @@ in the cheaper of the two loop orders; partial sums beyond half the output
 partition spill to DRAM (that share, written and read back per fold) or are
 blocked by rows (the weights' overflow streamed again per row block),
 whichever moves fewer bytes. Re-read bytes grow smoothly with size over buffer.
+Tiles that hold the same piece (the input's row block along a grid row, the
+weights' column block along a grid column) re-read it once between them,
+multicast, as they received it the first time.
 
 **Where operands come from.** Weights and program inputs come from DRAM,
 delivered over the mesh from the grid's west edge (``(tile_cols + 1) / 2`` hops
@@ -85,8 +88,9 @@ result stays there (``out_on_chip``): no DRAM or NoC traffic for it.
 delivery and DRAM overlap; the op takes the slowest of
 
 * compute: the busiest tile's virtual tiles x cycles each;
-* SRAM ports: bytes / ``(R + 2C) x word`` per tile (``vector_sram_words x lanes x
-  word`` on the vector unit);
+* SRAM ports: bytes / ``(R + 2C) x word`` per tile, or ``sram_port_bytes`` where
+  the machine's port has a fixed width (``vector_sram_words x lanes x word`` on the
+  vector unit);
 * NoC: the busiest west-edge row link's bytes / ``noc_link_bytes_per_cycle``
   plus ``noc_hop_cycles`` x the farthest column;
 * DRAM: bytes / ``dram_bytes_per_cycle`` plus ``dram_latency_cycles`` once;
@@ -222,10 +226,13 @@ def sram_per_tile(hw: Hardware) -> Any:
 
 
 def sram_port_bytes_per_cycle(hw: Hardware, word: Any, gemm: Any) -> Any:
-    """One tile's SRAM port bandwidth: R inputs + C weights + C outputs per cycle on the PE array,
-    ``vector_sram_words`` per lane on the vector unit (3: two reads and a write)."""
+    """One tile's SRAM port bandwidth: on the PE array ``sram_port_bytes`` where the machine gives a port of fixed
+    width, else R inputs + C weights + C outputs per cycle at the op's word; ``vector_sram_words`` per lane on the
+    vector unit (3: two reads and a write)."""
     r, c, lanes = field(hw, "pe_rows"), field(hw, "pe_cols"), field(hw, "vector_lanes")
-    return jnp.where(gemm, (r + 2.0 * c) * word, field(hw, "vector_sram_words") * lanes * word)
+    port = field(hw, "sram_port_bytes")
+    array = jnp.where(port > 0, port, (r + 2.0 * c) * word)
+    return jnp.where(gemm, array, field(hw, "vector_sram_words") * lanes * word)
 
 
 def roofs(hw: Hardware) -> dict[str, Any]:
@@ -492,8 +499,12 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     input_again = jnp.maximum(one_in - buf_in, 0.0) * (jnp.maximum(one_w / buf_w, 1.0) - 1.0)
     weight_again = jnp.maximum(one_w - buf_w, 0.0) * (jnp.maximum(one_in / buf_in, 1.0) - 1.0)
     input_outer = input_again <= weight_again
-    refetch_in = jnp.where(gemm & input_outer, input_again, 0.0) * p["bt"] * v
-    refetch_w = jnp.where(gemm & ~input_outer, weight_again, 0.0) * p["bt"] * v
+    # tiles that hold the same piece of an operand take it from one DRAM read, multicast, as they receive it the
+    # first time: the input's row block is shared along a grid row unless K is split there (mk), the weights'
+    # column block along a grid column. So the distinct pieces re-read are gy (or every tile's, mk) and gx.
+    pieces_in, pieces_w = jnp.where(mk, v, gy), gx
+    refetch_in = jnp.where(gemm & input_outer, input_again, 0.0) * p["bt"] * pieces_in
+    refetch_w = jnp.where(gemm & ~input_outer, weight_again, 0.0) * p["bt"] * pieces_w
     # partial sums beyond half the output partition (OS keeps its partial sums in the PEs): the compiler either
     # spills that share to DRAM (written and read back per reduction fold) or blocks the rows so each block's
     # sums fit, streaming the weights again per further row block (from SRAM while they fit their buffer, the
@@ -505,7 +516,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     spill_w = spill_share * jnp.maximum(sram_out_w - final_out, 0.0)
     spill_r = spill_share * sram_out_r
     weight_per_block = jnp.where(gemm, jnp.maximum(one_w - buf_w, 0.0)
-                                 * (jnp.maximum(psum_piece / buf_out, 1.0) - 1.0), 0.0) * p["bt"] * v
+                                 * (jnp.maximum(psum_piece / buf_out, 1.0) - 1.0), 0.0) * p["bt"] * pieces_w
     spill_psums = spill_w + spill_r <= weight_per_block
     spill_w, spill_r = jnp.where(spill_psums, spill_w, 0.0), jnp.where(spill_psums, spill_r, 0.0)
     refetch_w = refetch_w + jnp.where(spill_psums, 0.0, weight_per_block)
@@ -521,8 +532,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # the stationary operand (the weights of ws, reloaded per row block) adds SRAM reads beyond one pass.
     blocked_in, blocked_w = output_blocked_refetch(psum_rows, p["mt"], p["kt"], p["nt"], word, acc,
                                                     buf_in, buf_w, buf_out)
-    blocked_in = jnp.where(gemm, blocked_in, 0.0) * p["bt"] * v
-    blocked_w = jnp.where(gemm, blocked_w, 0.0) * p["bt"] * v
+    blocked_in = jnp.where(gemm, blocked_in, 0.0) * p["bt"] * pieces_in
+    blocked_w = jnp.where(gemm, blocked_w, 0.0) * p["bt"] * pieces_w
     block_outputs = blocked_in + blocked_w < refetch_in + refetch_w + spill_w + spill_r
     refetch_in = jnp.where(block_outputs, blocked_in, refetch_in)
     refetch_w = jnp.where(block_outputs, blocked_w, refetch_w)

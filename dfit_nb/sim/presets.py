@@ -224,8 +224,8 @@ register(
              sram_weight_bytes=512 * KB, sram_output_bytes=512 * KB, word_bytes=2, vector_lanes=32,
              noc_link_bytes_per_cycle=64.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=288.0,
              dram_latency_cycles=500.0, clock_ghz=1.0, op_overhead_cycles=2000.0, fold_overlap=1.0,
-             memory_overlap=0.0, thermal_resistance_k_per_w=0.31, heat_capacity_j_per_k=3.0, ambient_c=35.0,
-             thermal_limit_c=85.0),
+             memory_overlap=0.0, sram_port_bytes=80.0, thermal_resistance_k_per_w=0.31, heat_capacity_j_per_k=3.0,
+             ambient_c=35.0, thermal_limit_c=85.0),
     approximates="one Tenstorrent Wormhole n150 card (Wormhole B0) as TT-Metalium runs a matmul on it: the 8x8 "
                  "Tensix cores of its compute grid on a 2-D mesh NoC, each core's matrix engine at its one-pass "
                  "rate (LoFi: a 32x32x32 tile in 16 cycles; an op's math_fidelity adds passes), 1.5 MB of L1 per "
@@ -237,7 +237,12 @@ register(
             "an 8x8 compute grid on Wormhole, a matrix engine of 8x16 x 16x16 per cycle, 16 / 32 / 64 cycles per "
             "32x32x32 tile at LoFi / HiFi2 / HiFi4; tt-metal's data-movement guide "
             "(tests/tt_metal/tt_metal/data_movement/documentation/intro_to_dm.md): two NoCs of 32 B per cycle each on "
-            "Wormhole. Derived: one pass (LoFi) is 32 x 32 x 32 MACs in 16 cycles = 2,048 MACs per cycle per core "
+            "Wormhole; Tenstorrent's ISA documentation (github.com/tenstorrent/tt-isa-documentation, "
+            "WormholeB0/TensixTile/L1.md): with both unpackers operating (a matmul's two operands), at most five "
+            "128-bit L1 reads per cycle between them, theoretical -> sram_port_bytes = 80 B/cycle, the port's width "
+            "whatever the dtype (a BFLOAT16 tile needs twice the cycles of a BFLOAT8_B one to reach the engine; the "
+            "port also carries the results written, which the packers write through ports of their own). Derived: "
+            "one pass (LoFi) is 32 x 32 x 32 MACs in 16 cycles = 2,048 MACs per cycle per core "
             "(the engine's 8x16 x 16x16) -> a 64x32 PE array; HiFi2 and HiFi4 are 2 and 4 passes, an op's "
             "math_fidelity column (dfit_nb.sim.cost); 8 x 8 x 2,048 x 2 x 1 GHz = 262 TFLOP/s at LoFi, 131 at HiFi2; "
             "288 GB/s / 1 GHz = 288 B/cycle; the two NoCs as one mesh of 2 x 32 = 64 B/cycle links. Assumptions: L1 "
@@ -255,8 +260,8 @@ register(
              sram_input_bytes=512 * KB, sram_weight_bytes=512 * KB, sram_output_bytes=512 * KB, word_bytes=2,
              vector_lanes=32, noc_link_bytes_per_cycle=128.0, noc_hop_cycles=1.0, dram_bytes_per_cycle=379.3,
              dram_latency_cycles=675.0, clock_ghz=1.35, op_overhead_cycles=2700.0, fold_overlap=1.0,
-             memory_overlap=0.0, thermal_resistance_k_per_w=0.17, heat_capacity_j_per_k=3.0, ambient_c=35.0,
-             thermal_limit_c=85.0),
+             memory_overlap=0.0, sram_port_bytes=80.0, thermal_resistance_k_per_w=0.17, heat_capacity_j_per_k=3.0,
+             ambient_c=35.0, thermal_limit_c=85.0),
     approximates="one Tenstorrent Blackhole p150 card as TT-Metalium runs a matmul on it: the 13x10 Tensix cores of "
                  "its compute grid on a 2-D mesh NoC, each core's matrix engine at its one-pass rate (LoFi: a "
                  "32x32x32 tile in 16 cycles; an op's math_fidelity adds passes), 1.5 MB of L1 per core, outputs "
@@ -269,9 +274,11 @@ register(
             "matrix engine as Wormhole's (8x16 x 16x16 per cycle; 16 / 32 / 64 cycles per 32x32x32 tile at LoFi / "
             "HiFi2 / HiFi4) at 1.35 GHz; tt-metal's data-movement guide "
             "(tests/tt_metal/tt_metal/data_movement/documentation/intro_to_dm.md): two NoCs of 64 B per cycle each "
-            "on Blackhole. Derived: 2,048 MACs per cycle per core in one pass (LoFi) -> a 64x32 PE array, HiFi2 "
-            "and HiFi4 as 2 and 4 passes (an op's math_fidelity); 130 x 2,048 x 2 x 1.35 GHz = 719 TFLOP/s at LoFi, "
-            "359 at HiFi2; 512 GB/s / 1.35 GHz = 379.3 B/cycle; "
+            "on Blackhole; Tenstorrent's ISA documentation (tt-isa-documentation, BlackholeA0/TensixTile/L1.md, "
+            "shared with Wormhole's): the unpackers' five 128-bit L1 reads per cycle -> sram_port_bytes = 80 B/cycle "
+            "(as tt_wormhole_n150). Derived: 2,048 MACs per cycle per core in one pass (LoFi) -> a 64x32 PE array, "
+            "HiFi2 and HiFi4 as 2 and 4 passes (an op's math_fidelity); 130 x 2,048 x 2 x 1.35 GHz = 719 TFLOP/s at "
+            "LoFi, 359 at HiFi2; 512 GB/s / 1.35 GHz = 379.3 B/cycle; "
             "the two NoCs as one mesh of 2 x 64 = 128 B/cycle links. Assumptions as tt_wormhole_n150 (L1 split "
             "512/512/512 KiB, bf16 partial sums, fold_overlap = 1, memory_overlap = 0, 32 vector lanes, 1 cycle per "
             "hop), and its 0.5 us of DRAM latency and 2 us of launch and sync per op, at this clock 675 and 2,700 "

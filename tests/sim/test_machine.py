@@ -417,3 +417,49 @@ def test_a_depthwise_convolution_runs_on_the_faster_of_the_array_and_the_vector_
     # the replay prices it the same way: one op, the vector figure
     run = dfit_nb.replay(depthwise, hw, "ws")
     assert float(run.ops["compute_cycles"].sel(op=int(row.op.values[0]))) == vector
+
+
+def test_tiles_sharing_an_operand_piece_re_read_it_once_between_them():
+    """A GEMM whose N is split over a row of four tiles: each tile holds the whole input and its own quarter of
+    the weights, and neither fits its buffer. The input they share is re-read from DRAM once for the four
+    (multicast, as it was delivered), the weights' quarters once each: the row re-reads the input as one tile
+    computing a quarter of N does, and four times its weights."""
+    from dfit_nb.sim import Hardware
+
+    per_tile = dict(pe_rows=32, pe_cols=32, word_bytes=2, sram_input_bytes=128 * 1024,
+                    sram_weight_bytes=128 * 1024, sram_output_bytes=64 * 1024)
+    m, k, n = 512, 1024, 2048
+    row = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((m, k), jnp.float16), jnp.ones((k, n), jnp.float16))
+    quarter = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((m, k), jnp.float16),
+                              jnp.ones((k, n // 4), jnp.float16))
+    with pytest.warns(SpillWarning):  # re-reads are what the replay warns of
+        four = dfit_nb.replay(row, Hardware(tile_rows=1, tile_cols=4, **per_tile), "ws", layouts={"": "mn:1x4"})
+    with pytest.warns(SpillWarning):
+        one = dfit_nb.replay(quarter, Hardware(**per_tile), "ws")
+    assert float(four.ops["gx"][0]) == 4.0
+
+    def again(run, operand, once):
+        return float(run.ops[f"dram_reads_{operand}"][0]) - once * 2
+
+    assert again(one, "input", m * k) > 0.5 * m * k * 2  # the input overflows its buffer: it is re-read
+    assert again(four, "input", m * k) == pytest.approx(again(one, "input", m * k), rel=1e-9)
+    assert again(one, "weight", k * n // 4) > 0
+    assert again(four, "weight", k * n) == pytest.approx(4 * again(one, "weight", k * n // 4), rel=1e-9)
+
+
+def test_a_fixed_width_sram_port_feeds_a_narrower_dtype_faster():
+    """Array ports R + 2C words wide (the default) feed any dtype at the array's rate; a port of fixed width
+    (``sram_port_bytes``, a Tensix core's unpackers) moves half the elements of a 2-byte dtype that it moves of a
+    1-byte one, so where it binds a bfloat16 GEMM's SRAM time is twice an int8 one's, and the op takes it."""
+    from dfit_nb.sim import Hardware, cost
+
+    ops = {"m": [256, 256], "k": [256, 256], "n": [256, 256], "dtype": ["bfloat16", "int8"]}
+    wide = Hardware(pe_rows=32, pe_cols=32, word_bytes=2, sram_input_bytes=1 << 20, sram_weight_bytes=1 << 20,
+                    sram_output_bytes=1 << 20, memory_overlap=1.0)
+    c = cost(ops, wide, "ws")
+    assert float(c["sram_cycles"][0]) == pytest.approx(float(c["sram_cycles"][1]), rel=1e-9)
+    narrow = cost(ops, wide.replace(sram_port_bytes=8.0), "ws")
+    sram = narrow["sram_cycles"].values
+    assert sram[0] == pytest.approx(2 * sram[1], rel=1e-9)
+    assert sram[0] > float(narrow["compute_cycles"][0])  # it binds: the bfloat16 op is SRAM-bound
+    assert float(narrow["cycles"][0]) > float(narrow["cycles"][1]) > float(c["cycles"][1])

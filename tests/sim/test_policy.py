@@ -447,10 +447,14 @@ def test_the_search_replays_in_calls_the_memory_available_holds(static_traces, m
     codes[:, gemm] = rng.integers(0, 3, (5, gemm.size))
     whole, done = replayed_objective(prep, hw, codes, "latency", np.zeros(2))
     split, done_split = replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2)
-    assert done == done_split == 5 and np.isfinite(whole).all() and np.array_equal(split, whole)
+    # the same figures to the last bits of float64 (a call of another width is another compiled program, whose
+    # sums XLA may order differently: one unit in the last place on this program)
+    assert done == done_split == 5 and np.isfinite(whole).all()
+    np.testing.assert_allclose(split, whole, rtol=1e-14)
     # a deadline already past: the first call of 2 runs, the other 3 rows are not replayed
     first, done_first = replayed_objective(prep, hw, codes, "latency", np.zeros(2), width=2, deadline=0.0)
-    assert done_first == 2 and np.array_equal(first[:2], whole[:2]) and np.isinf(first[2:]).all()
+    assert done_first == 2 and np.isinf(first[2:]).all()
+    np.testing.assert_allclose(first[:2], whole[:2], rtol=1e-14)
     assert assignments_per_call(prep, hw, 5) == 5
 
     def fits(limit):
