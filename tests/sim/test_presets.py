@@ -44,10 +44,10 @@ def tenstorrent_rows():
 def test_the_tenstorrent_presets_rank_real_gemms(tenstorrent_rows, board):
     """The uncalibrated preset on the 13 out-of-box BFLOAT16 HiFi2 GEMMs of its board's full grid (512^3 to
     4096^3, all in DRAM: the settings the preset is built for, nothing per row to change) orders them by measured
-    device time: Spearman 0.973 on Wormhole, 1.000 on Blackhole (measured 2026-12-03; the bar is 0.95), and errs by
-    under 40% (28.6% and 27.6%: the model has no cost for the automatic program config's poor choices on the
-    smallest shapes, docs/validation.md; on Blackhole's largest shapes the one-pass 64-row array, HiFi2 as two
-    passes, moves more DRAM bytes than the 32-row one it replaced, 16.5% before)."""
+    device time: Spearman 0.973 on Wormhole, 1.000 on Blackhole (measured 2026-12-04; the bar is 0.95), and errs by
+    under 40% (25.5% and 11.7%: the model has no cost for the automatic program config's poor choices on the
+    smallest shapes, docs/validation.md; Blackhole's was 27.6% before its tiles re-read a shared operand piece once
+    between them)."""
     d = tenstorrent_rows
     hw = presets.get(TENSTORRENT[board])
     rows = d[(d["board"] == board) & (d["config"] == "out_of_box") & (d["dtype"] == "BFLOAT16")
