@@ -71,8 +71,9 @@ partition spill to DRAM (that share, written and read back per fold) or are
 blocked by rows (the weights' overflow streamed again per row block),
 whichever moves fewer bytes. Re-read bytes grow smoothly with size over buffer.
 Tiles that hold the same piece (the input's row block along a grid row, the
-weights' column block along a grid column) re-read it once between them,
-multicast, as they received it the first time.
+weights' column block along a grid column, where the GEMMs of a batch share
+their weights) re-read it once between them, multicast, as they received it
+the first time.
 
 **Where operands come from.** Weights and program inputs come from DRAM,
 delivered over the mesh from the grid's west edge (``(tile_cols + 1) / 2`` hops
@@ -501,8 +502,12 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     input_outer = input_again <= weight_again
     # tiles that hold the same piece of an operand take it from one DRAM read, multicast, as they receive it the
     # first time: the input's row block is shared along a grid row unless K is split there (mk), the weights'
-    # column block along a grid column. So the distinct pieces re-read are gy (or every tile's, mk) and gx.
-    pieces_in, pieces_w = jnp.where(mk, v, gy), gx
+    # column block along a grid column, unless each GEMM of a batch has weights of its own (attention's per-head
+    # operands, a grouped convolution's filters) and the grid's rows hold different GEMMs. So the distinct pieces
+    # re-read are gy (or every tile's, mk) and gx (times the grid rows' distinct GEMMs, up to the batch).
+    own_weights = (ops["batch"] > 1) & (ops["rhs_bytes"] * scale > 1.5 * ops["k"] * ops["n"] * word)
+    pieces_in = jnp.where(mk, v, gy)
+    pieces_w = gx * jnp.where(own_weights, jnp.minimum(gy, jnp.maximum(ops["batch"], 1.0)), 1.0)
     refetch_in = jnp.where(gemm & input_outer, input_again, 0.0) * p["bt"] * pieces_in
     refetch_w = jnp.where(gemm & ~input_outer, weight_again, 0.0) * p["bt"] * pieces_w
     # partial sums beyond half the output partition (OS keeps its partial sums in the PEs): the compiler either

@@ -463,3 +463,28 @@ def test_a_fixed_width_sram_port_feeds_a_narrower_dtype_faster():
     assert sram[0] == pytest.approx(2 * sram[1], rel=1e-9)
     assert sram[0] > float(narrow["compute_cycles"][0])  # it binds: the bfloat16 op is SRAM-bound
     assert float(narrow["cycles"][0]) > float(narrow["cycles"][1]) > float(c["cycles"][1])
+
+
+def test_tiles_holding_different_gemms_of_a_batch_re_read_their_own_weights():
+    """A batch of four GEMMs, each with weights of its own (attention's per-head operands), one GEMM on each of
+    four grid rows: the tiles of the column share no weights, so each re-reads its own, four times what one GEMM
+    alone on one tile re-reads."""
+    from dfit_nb.sim import Hardware
+
+    per_tile = dict(pe_rows=32, pe_cols=32, word_bytes=2, sram_input_bytes=128 * 1024,
+                    sram_weight_bytes=128 * 1024, sram_output_bytes=64 * 1024)
+    b, m, k, n = 4, 512, 1024, 512
+    batch = dfit_nb.capture(lambda a, w: jnp.einsum("bmk,bkn->bmn", a, w), jnp.ones((b, m, k), jnp.float16),
+                            jnp.ones((b, k, n), jnp.float16))
+    single = dfit_nb.capture(lambda a, w: a @ w, jnp.ones((m, k), jnp.float16), jnp.ones((k, n), jnp.float16))
+    with pytest.warns(SpillWarning):
+        four = dfit_nb.replay(batch, Hardware(tile_rows=4, tile_cols=1, **per_tile), "ws", layouts={"": "mn:4x1"})
+    with pytest.warns(SpillWarning):
+        one = dfit_nb.replay(single, Hardware(**per_tile), "ws")
+    assert float(four.ops["gy"][0]) == 4.0
+
+    def again(run, once):
+        return sum(float(run.ops[f"dram_reads_{x}"][0]) for x in ("input", "weight")) - once * 2
+
+    assert again(one, m * k + k * n) > 0
+    assert again(four, b * (m * k + k * n)) == pytest.approx(4 * again(one, m * k + k * n), rel=1e-9)
