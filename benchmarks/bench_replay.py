@@ -63,7 +63,8 @@ def python_replay(trace, hw: Hardware) -> tuple[float, dict, dict]:
     out = {k: np.asarray(v) for k, v in out.items()}
     scale = np.where(arrays["itemsize"] > 0, out["word"] / np.maximum(arrays["itemsize"], 1.0), 1.0)
     n = len(prep.op)
-    per_op = {k: out[k][:n] for k in PER_OP}
+    # the reference reads what the scan decided per op (tests/sim/test_replay.py's _records hands it the same)
+    per_op = {k: out[k][:n] for k in (*PER_OP, "switch_bytes", "switch_cycles", "stage_lead", "stage_tiles")}
     per_op["count"] = arrays["count"][:n]
     per_op["shared_reads"] = arrays["shared_reads"][:n]
     t0 = time.perf_counter()
