@@ -75,9 +75,6 @@ FIDELITIES = {"LoFi": 1, "HiFi2": 2, "HiFi3": 3, "HiFi4": 4}
 PLACEMENTS = ("a_on_chip", "b_on_chip", "out_on_chip")
 #: the per-op machine settings an ops table may hold besides its shapes and dtype
 OP_SETTINGS = ("math_fidelity", *PLACEMENTS)
-#: the model's inputs that exist only where a table needs them, and the value that prices an op as their absence
-#: does: tables of several programs stacked into one model fill the ones a program lacks with it
-OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, **{name: 0.0 for name in PLACEMENTS}}
 
 
 def dtype_itemsizes(dtypes: Any, label: str = "ops column 'dtype'",

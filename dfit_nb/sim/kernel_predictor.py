@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 
 from . import schedule
-from ._optable import OPTIONAL_INPUTS
 from ._prepare import BATCH_OPS, Prepared, padded, pinned_layouts, prepare
 from ._replay import program
 from .hardware import Hardware, check_hardware
 from .kernels import check_mode
+from .machine import OPTIONAL_INPUTS
 
 #: op families a kernel row is reported by (:func:`family`)
 FAMILIES = ("gemm", "reduction", "transcendental", "elementwise", "data_movement", "other")

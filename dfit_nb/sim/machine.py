@@ -155,6 +155,10 @@ LEVELS = ("sram", "noc", "dram")
 ENERGY_LEVELS = ("mac", "rf", "sram", "noc", "dram")
 #: Bytes per element of an op whose dtype is unknown (JAX's default float32).
 DEFAULT_ITEMSIZE = 4.0
+#: Inputs of :func:`model` that an op table carries only where it needs them (an op's passes through the array
+#: for its math fidelity, a depthwise convolution's flag, a result kept in SRAM), each with the value that prices
+#: an op as its absence does.
+OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0}
 
 _f64 = jnp.float64
 
@@ -162,6 +166,11 @@ _f64 = jnp.float64
 def field(hw: Hardware, name: str, xp: Any = jnp) -> Any:
     """A Hardware field as a float64 array (the one way the model reads a field); ``xp=numpy`` on the host."""
     return xp.asarray(getattr(hw, name), xp.float64)
+
+
+def optional(ops: dict[str, Any], name: str) -> Any:
+    """The optional model input ``name`` of ``ops`` (:data:`OPTIONAL_INPUTS`), its neutral value where absent."""
+    return ops.get(name, OPTIONAL_INPUTS[name])
 
 
 def tiles(hw: Hardware, xp: Any = jnp) -> Any:
@@ -452,7 +461,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
 
     # ---- compute: per virtual tile
     one, _, _ = fold_cycles(p["mt"], p["kt"], p["nt"], df, r, c, preload=field(hw, "fold_overlap"),
-                            passes=ops.get("passes", 1.0))
+                            passes=optional(ops, "passes"))
     # K split: each grid row reduces gx partial-sum pieces on its vector units (a log2(gx)-deep tree)
     reduce_cycles = jnp.where(mk & (gx > 1), ceil_div(p["rows_t"] * p["nt"], lanes) * jnp.log2(gx), 0.0)
     gemm_v = p["bt"] * one + reduce_cycles
@@ -460,7 +469,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # taps in one column, channel after channel, while each lane of the vector unit can do one output element's
     # multiply-adds (one per lane-step, a fused multiply-add). The compiler takes the faster unit.
     depthwise_v = ceil_div(p["bt"] * p["mt"] * p["kt"] * p["nt"], lanes) / field(hw, "vector_rate") + reduce_cycles
-    gemm_v = jnp.where(ops.get("depthwise", 0.0) > 0, jnp.minimum(gemm_v, depthwise_v), gemm_v)
+    gemm_v = jnp.where(optional(ops, "depthwise") > 0, jnp.minimum(gemm_v, depthwise_v), gemm_v)
     kept = kept_share(ops)  # 0 for an op folded into its kernel's indexing (a reshape, a broadcast)
     work = vector_work(ops, hw) * kept  # lane-operations: the register-file traffic of a vector op
     # whole lane-steps of arithmetic, each issuing vector_rate operations per lane (a rate, so that a fit can
@@ -567,7 +576,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # result was kept sharded in SRAM); program outputs and results that do not fit are written to DRAM
     out_onchip = ((ops["has_consumer"] > 0) & (
         ops["bytes_written"] * scale / u <= half * field(hw, "sram_output_bytes"))) | (
-        fused & (ops.get("internal", 0.0) > 0)) | (ops.get("out_on_chip", 0.0) > 0)
+        fused & (ops.get("internal", 0.0) > 0)) | (optional(ops, "out_on_chip") > 0)
     # a program output leaves the chip whatever else reads it
     out_dram = jnp.where(out_onchip & (ops.get("is_output", 0.0) <= 0), 0.0, ops["bytes_written"] * scale)
     spilled = refetch_in + refetch_w + psum_spill
