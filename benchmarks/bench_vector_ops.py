@@ -156,6 +156,13 @@ def gpu_machine(device: str) -> Hardware:
         op_overhead_cycles=10e3 * clock,
         fold_overlap=1.0,  # assumption: the tensor-core pipelines double-buffer their operand tiles (cp.async)
         memory_overlap=1.0, vector_overlap=1.0,  # tensor cores and FP32 lanes run side by side
+        # rows a kernel keeps in a thread block's registers while it normalises them: PyTorch's CUDA / ROCm
+        # softmax (aten/src/ATen/native/cuda/SoftMax.cu, host_softmax) runs its one-pass warp kernel for rows of
+        # at most 1,024 elements and 4,096 bytes, and a block-per-row kernel that passes over the row again after
+        # each reduction (max, sum, normalise) for longer ones. A softmax kernel keeps two rows (its max's and its
+        # sum's input, kernel_row): 2 x 1,024 fp16 elements = 4 KiB. Inductor's compiled layer norm is assumed to
+        # switch from a persistent to a looped reduction at the same size (not checked).
+        row_buffer_bytes=4096.0,
     )
 
 

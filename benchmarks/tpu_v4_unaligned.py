@@ -10,9 +10,15 @@ Reads ``../shared/data/tpu_v4_matmul/`` (see its README), calibrates ``tpu_v4`` 
    measured time per MAC of the two, so that the unaligned penalty is read from measurements, not the model;
 4. the bandwidth the measured time implies if the weights (K x N) were re-read once per 128 rows of M;
 5. a counterfactual: the same machine with the op on one TensorCore (``tile_rows = 1``) where N is unaligned;
-6. the same, only where N is unaligned and N > M (the output's larger dimension is the unaligned lane dimension).
+6. the same, only where N is unaligned and N > M (the output's larger dimension is the unaligned lane dimension);
+7. with ``--xla v4:2x2x1``: what XLA:TPU itself plans for each row, compiled ahead of time for that topology
+   (Google's ``libtpu`` in a throwaway venv, no TPU: see ``bench_kernels.py --tpu``): its own cost model's
+   ``estimated_cycles`` in the matmul fusion's ``backend_config``, the measured time over that estimate (at the
+   TPU v4's 1,050 MHz), the fusion's iteration bounds and output layout, and which operand it prefetches. The
+   ratio shows whether the compiler's own model expected the time the chip took.
 
-Run: ``python benchmarks/tpu_v4_unaligned.py [--seed 0]``.
+Run: ``python benchmarks/tpu_v4_unaligned.py [--seed 0]``;
+``/tmp/tpuvenv/bin/python benchmarks/tpu_v4_unaligned.py --xla v4:2x2x1``.
 """
 
 from __future__ import annotations
@@ -40,6 +46,36 @@ def unaligned() -> pd.DataFrame:
                          "time_us": big["Actual_Duration_us"].to_numpy()})
 
 
+def xla_plans(u: pd.DataFrame, topology: str) -> pd.DataFrame | None:
+    """Per row of ``u`` (``m``, ``k``, ``n``): XLA:TPU's compiled plan for a bf16 ``a @ b`` on a device of
+    ``topology`` (None where libtpu is absent): ``estimated_cycles`` and the window config of the matmul fusion, its
+    output layout, and the operand XLA prefetches across programs (``copy-start``)."""
+    import json
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    from bench_kernels import tpu_device
+
+    device = tpu_device(topology)
+    if device is None:
+        return None
+    where = jax.sharding.SingleDeviceSharding(device)
+    rows = []
+    for r in u.itertuples():
+        spec = [jax.ShapeDtypeStruct(s, jnp.bfloat16, sharding=where) for s in ((r.m, r.k), (r.k, r.n))]
+        text = jax.jit(lambda a, b: a @ b).lower(*spec).compile().as_text()
+        root = next(line for line in text.splitlines() if "ROOT" in line and "kind=kOutput" in line)
+        window = json.loads(re.search(r"backend_config=(\{.*\})", root).group(1))["window_config"]
+        prefetch = re.search(r"copy-start\(%(\w)", text)
+        rows.append({"xla_cycles": int(window["estimated_cycles"]),
+                     "iterations": "x".join(window["iteration_bounds"]),
+                     "out window": "x".join(window["output_window_bounds"]),
+                     "out layout": re.search(r"\]\{([0-9,]+):T", root).group(1),
+                     "prefetch": {"a": "lhs", "b": "rhs"}.get(prefetch.group(1), "?") if prefetch else "none"})
+    return pd.DataFrame(rows, index=u.index)
+
+
 def summary(err: pd.Series, by: list) -> pd.DataFrame:
     g = err.groupby(by)
     return pd.DataFrame({"rows": g.size(), "MAPE": g.apply(lambda e: np.abs(e).mean()).round(3),
@@ -49,6 +85,7 @@ def summary(err: pd.Series, by: list) -> pd.DataFrame:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--xla", default="", help="a TPU topology (v4:2x2x1) to compile each row for (needs libtpu)")
     a = p.parse_args()
     if not DATA.is_dir():
         raise SystemExit(f"{DATA} is absent: the measured TPU v4 matmuls live in the project's shared data folder")
@@ -96,6 +133,28 @@ def main() -> None:
     print(f"all 100: MAPE {np.abs(e2).mean():.1%}")
     print("\nworst 15 rows")
     print(u.sort_values("err").head(15).round(3).to_string(index=False))
+    if a.xla:
+        xla_part(u, a.xla)
+
+
+def xla_part(u: pd.DataFrame, topology: str) -> None:
+    """Part 7: the measured time against XLA:TPU's own estimate of each row's fusion (see the module docstring)."""
+    plans = xla_plans(u, topology)
+    if plans is None:
+        return
+    v = pd.concat([u[["m", "k", "n", "time_us", "TFLOP/s", "err"]], plans], axis=1)
+    v["measured / XLA"] = v["time_us"] * 1.05e3 / v["xla_cycles"]  # TPU v4 TensorCore clock 1,050 MHz
+    slow = (v["TFLOP/s"] < 60).rename("< 60 TFLOP/s")
+    print(f"\n7. XLA:TPU's plan ({topology}, compiled ahead of time): measured time over XLA's estimated_cycles at "
+          "1,050 MHz, by the rows' measured rate")
+    print(v.groupby(slow)["measured / XLA"].describe()[["count", "min", "50%", "max"]].round(2).to_string())
+    print("calibrated model's error on the same groups: "
+          + ", ".join(f"{k}: MAPE {np.abs(e).mean():.1%}, signed {e.mean():+.1%}" for k, e in v.groupby(slow)["err"]))
+    print("\nby output layout and prefetched operand (rows, share under 60 TFLOP/s)")
+    print(v.groupby(["out layout", "prefetch"])["TFLOP/s"].agg(rows="size", slow_share=lambda t: (t < 60).mean())
+          .round(2).to_string())
+    print("\nevery row, by measured / XLA")
+    print(v.sort_values("measured / XLA").round(3).to_string(index=False))
 
 
 if __name__ == "__main__":

@@ -117,8 +117,36 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None, split: bool = F
                                  prep.arrays["gemm"]),
               "payer": k.payer.astype(np.float64), "free": k.free.astype(np.float64),
               "internal": k.internal.astype(np.float64), "kernel_ws": k.working_set.astype(np.float64),
-              "kernel_row": k.row.astype(np.float64), "kernel_weight": k.weight.astype(np.float64)}
+              "kernel_row": k.row.astype(np.float64), "kernel_weight": k.weight.astype(np.float64),
+              "kernel_in": kernel_inputs(k.kernel, prep)}
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
+
+
+def kernel_inputs(kernel: np.ndarray, prep: Prepared) -> np.ndarray:
+    """Per op, the bytes (program dtype) its kernel reads from outside itself, each tensor once: program
+    arguments and other kernels' results. A kernel that cannot keep its rows on chip reads them again for each
+    reduction over them (:func:`dfit_nb.sim.machine.row_rereads`)."""
+    kernel = np.asarray(kernel, np.int64)
+    n = len(kernel)
+    dst, src, _ = prep.feeds.T if len(prep.feeds) else (np.zeros(0, np.int64),) * 3
+    outside = kernel[src] != kernel[dst]
+    arg_row, arg_pos, arg = np.asarray(prep.arg_reads, np.int64).reshape(-1, 3).T
+    first_source = int(arg.max()) + 1 if arg.size else 0
+    row = np.concatenate([arg_row, dst[outside]])
+    source = np.concatenate([arg, first_source + src[outside]])
+    nbytes = np.concatenate([prep.input_bytes(arg_row, arg_pos), prep.feed_bytes[outside]])
+    out = np.zeros(n)
+    if not row.size:
+        return out
+    # one read per (kernel, tensor): the largest of its reads
+    key = kernel[row] * (int(source.max()) + 1) + source
+    uniq, inverse = np.unique(key, return_inverse=True)
+    per = np.zeros(uniq.size)
+    np.maximum.at(per, inverse.reshape(-1), nbytes)
+    owner = np.zeros(uniq.size, np.int64)
+    owner[inverse.reshape(-1)] = kernel[row]
+    total = np.bincount(owner, weights=per, minlength=n)
+    return total[kernel]
 
 
 def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:
@@ -277,12 +305,13 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
                           np.concatenate([arg_bytes, prep.feed_bytes[outside]]), a["gemm"])
     keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", "gemm",
             "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
-            "internal", "kernel_ws", "kernel_row", "kernel_weight")
+            "internal", "kernel_ws", "kernel_row", "kernel_weight", "kernel_in")
     ones = np.ones(n)
     return {**{key: np.asarray(a[key], np.float64) for key in keep}, **shared,
             "fed0": kernel_fed0, "fed1": kernel_fed1, "kernel_fed0": kernel_fed0, "kernel_fed1": kernel_fed1,
             "ext_bytes": np.maximum(read - fed.sum(axis=1), 0.0), "kernel_fed_bytes": fed.sum(axis=1),
-            "has_consumer": 0.0 * ones, "count": ones, "real": ones}
+            "has_consumer": 0.0 * ones, "count": ones, "real": ones,
+            **{key: np.asarray(a[key], np.float64) for key in ("row_reduce",) if key in a}}
 
 
 def _fed_bytes(n: int, dst: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
@@ -361,11 +390,18 @@ def _prepare_ops(trace: Any) -> Prepared:
         known = reader >= 0
         arg_reads = np.stack([reader[known], e["input_operand"].values[known], e["input_arg"].values[known]],
                              axis=1).astype(np.int64)
+    rows = _operands.reduced_row(trace.operands, op_ids)
+    # a reduction over its input's last axis reduces across the vector unit's lanes (machine.reduction_tree_cycles);
+    # the column exists only where a program has one
+    row_reduce = np.where(table["op_class"].values.astype(str) == "reduction", rows, 0.0) if "op_class" in table \
+        else np.zeros(n)
+    if (row_reduce > 1).any():
+        arrays["row_reduce"] = row_reduce
     return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
                     primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
                     pred_bytes=pred_bytes, arg_reads=arg_reads,
                     feeds=np.stack([dst, src, pos], axis=1).astype(np.int64), feed_bytes=nbytes,
-                    in_start=in_start, in_bytes=in_bytes, reduced_row=_operands.reduced_row(trace.operands, op_ids))
+                    in_start=in_start, in_bytes=in_bytes, reduced_row=rows)
 
 
 def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None

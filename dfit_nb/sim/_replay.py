@@ -339,13 +339,18 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
     spilled = out["spilled_bytes"] * prep.arrays["count"]
     words = machine.word_scale(prep.arrays["itemsize"], out["word"], np)
     once = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words * prep.arrays["count"]
-    big = np.flatnonzero((spilled > 0) & (spilled >= SPILL_SHARE * once))
     k = prep.kernels
     unfused: list[int] = []
+    looped: list[int] = []
+    rows = np.zeros(len(spilled), bool)
     if k is not None and "fused" in out:
         ids = np.unique(k.kernel[(k.size > 1) & ~k.free & (out["fused"] <= 0)])
         unfused = [int(np.flatnonzero(k.kernel == i)[0]) for i in ids]
-    if not big.size and not unfused:
+        # fused kernels that stream their rows again per reduction (machine.row_rereads)
+        rows = (out["fused"] > 0) & (prep.arrays["kernel_row"] > 0) & ~machine.rows_kept(prep.arrays, hw, np)
+        looped = [int(np.flatnonzero(k.kernel == i)[0]) for i in np.unique(k.kernel[rows])]
+    big = np.flatnonzero((spilled > 0) & (spilled >= SPILL_SHARE * once) & ~rows)
+    if not big.size and not unfused and not looped:
         return
     chip = float(hw.tiles) * float(hw.sram_bytes)
     parts = []
@@ -361,4 +366,9 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
                      f"exceeds a tile's SRAM, or a chained GEMM's weight the chip's, on {hw.name!r}: "
                      f"{names}{' ...' if len(unfused) > 3 else ''} "
                      "(run.ops['fused'])")
+    if looped:
+        names = ", ".join(f"{k.name[k.kernel[i]]} (from op #{int(prep.op[i])})" for i in looped[:3])
+        parts.append(f"{len(looped)} kernel(s) cannot keep the rows they normalise on chip (row_buffer_bytes, or a "
+                     f"tile's SRAM) on {hw.name!r}, and stream their inputs again for each reduction over them: "
+                     f"{names}{' ...' if len(looped) > 3 else ''} (run.ops['spilled_bytes'])")
     warnings.warn("; ".join(parts), SpillWarning, stacklevel=3)

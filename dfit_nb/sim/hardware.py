@@ -121,6 +121,14 @@ FIELDS: dict[str, tuple[str, str, str, float, float]] = {
     "transcendental_cycles": ("cycle", "lane-cycles of the vector unit per transcendental (exp, tanh, rsqrt, erf, "
                               "log: a polynomial or table evaluation on the lane); 8 unless a preset or a "
                               "calibration says", "nonneg", 0, 1e6),
+    "row_buffer_bytes": ("B", "bytes of rows a kernel keeps on chip while it reduces and reuses them (a softmax's, "
+                         "a layer norm's): a GPU thread block's registers; longer rows are streamed again for each "
+                         "reduction over them (a looped reduction); 0: a tile's SRAM beside the kernel's blocks",
+                         "nonneg", 0, math.inf),
+    "reduction_step_cycles": ("cycle", "cycles of one level of the tree that reduces a row across the vector unit's "
+                              "lanes (a shuffle or exchange between lanes and an add, with its synchronisation): "
+                              "a reduction over rows of L elements pays ceil(log2(min(L, lanes))) levels per lane-step "
+                              "of rows; 0 unless a preset or a calibration says", "nonneg", 0, 1e6),
     "vector_overlap": ("1", "share of a fused kernel's vector work (its GEMM's epilogue and prologue: bias, "
                        "activation, scale, convert) that runs on the vector unit while the PE array works: 1, a "
                        "vector unit beside the array (a TPU's VPU beside its MXUs); 0, the array's own datapath "
@@ -226,6 +234,8 @@ class Hardware:
     vector_rate: Any = 1.0
     vector_sram_words: Any = 3.0
     transcendental_cycles: Any = 8.0
+    reduction_step_cycles: Any = 0.0
+    row_buffer_bytes: Any = 0.0
     vector_overlap: Any = 1.0
     mac_pj_1: Any = MAC_PJ_BY_WORD[1]
     mac_pj_2: Any = MAC_PJ_BY_WORD[2]

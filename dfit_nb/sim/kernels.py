@@ -59,7 +59,11 @@ Who decides (``fusion=``)
        ``SoftmaxRewriterTriton`` pass turns it into one fusion, and a GPU
        library's softmax and layer norm are one kernel each). The kernel
        holds a row of each such reduction's input (``row``) besides its
-       streamed blocks, so rows too long for a tile run unfused (rule 8).
+       streamed blocks; rows too long for the machine to keep
+       (``Hardware.row_buffer_bytes``, or a tile's SRAM) make it a looped
+       reduction, which streams the kernel's inputs again after each
+       reduction over the rows, as a GPU library's multi-pass softmax does
+       (:func:`dfit_nb.sim.machine.row_rereads`).
        This rule is the machine's compiler's (``Hardware.row_reductions``):
        ``"fused"`` (the default) applies it; ``"split"`` does not, as
        XLA:TPU, which splits a layer norm and a softmax at their reductions

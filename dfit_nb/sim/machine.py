@@ -46,7 +46,10 @@ the vector units (a ``log2(gx)``-deep tree). Non-GEMM work runs on ``vector_lane
 lanes per tile: whole lane-steps of its ``flops`` (at least one per element), then
 whole lane-steps of its transcendentals of ``transcendental_cycles`` each (a
 polynomial or table evaluation; 8 by default), each lane issuing ``vector_rate``
-operations per cycle (1 by default). A depthwise convolution (one output
+operations per cycle (1 by default); a reduction over rows (its input's last axis)
+adds the trees that reduce each row across the lanes, ``ceil(log2(min(L, lanes)))``
+levels of ``reduction_step_cycles`` per lane-step of rows (0 by default; see
+:func:`reduction_tree_cycles`). A depthwise convolution (one output
 channel per group: ``N = 1``, ``B`` channels, ``K`` taps) runs on whichever of
 the two is faster: the array, one channel's ``K x 1`` product after another,
 or the vector unit, one multiply-add per lane-step (``ceil(B M K / lanes)``
@@ -125,7 +128,9 @@ inside its fused kernel stays on chip, a tensor from outside that several of its
 ops read comes in once (the schedule's ``shared_reads``), and the kernel's vector work hides under
 its GEMM's array work by ``vector_overlap`` while its DRAM latency is waited once
 (:func:`kernel_overlap`); a kernel whose streamed block of intermediates exceeds
-a tile's SRAM runs unfused (:func:`kernel_fits`). A program output is always written to DRAM.
+a tile's SRAM runs unfused (:func:`kernel_fits`), and one that cannot keep the rows
+it normalises (``row_buffer_bytes``, or a tile's SRAM) loops over them, streaming its
+inputs again after each reduction over the rows (:func:`row_rereads`). A program output is always written to DRAM.
 
 **Dataflow switch** (:func:`switch_cost`): changing the stationary operand
 re-lays out the next GEMM's input in SRAM (read and written back), and on a
@@ -158,7 +163,7 @@ DEFAULT_ITEMSIZE = 4.0
 #: Inputs of :func:`model` that an op table carries only where it needs them (an op's passes through the array
 #: for its math fidelity, a depthwise convolution's flag, a result kept in SRAM), each with the value that prices
 #: an op as its absence does.
-OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0}
+OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0, "row_reduce": 0.0}
 
 _f64 = jnp.float64
 
@@ -230,9 +235,10 @@ def avg_hops(hw: Hardware) -> Any:
     return (field(hw, "tile_cols") + 1.0) / 2.0
 
 
-def sram_per_tile(hw: Hardware) -> Any:
+def sram_per_tile(hw: Hardware, xp: Any = jnp) -> Any:
     """SRAM bytes per tile, all partitions."""
-    return field(hw, "sram_input_bytes") + field(hw, "sram_weight_bytes") + field(hw, "sram_output_bytes")
+    return (field(hw, "sram_input_bytes", xp) + field(hw, "sram_weight_bytes", xp)
+            + field(hw, "sram_output_bytes", xp))
 
 
 def sram_port_bytes_per_cycle(hw: Hardware, word: Any, gemm: Any) -> Any:
@@ -477,7 +483,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # ceiling, so that a fit can move it too (inside, its gradient would be zero)
     steps = ceil_div(jnp.maximum(ops["flops"], ops["elems_out"]) * kept, lanes * v) + field(
         hw, "transcendental_cycles") * ceil_div(ops["transcendentals"] * kept, lanes * v)
-    vector_v = steps / field(hw, "vector_rate")
+    vector_v = steps / field(hw, "vector_rate") + reduction_tree_cycles(ops, hw, v) * kept
     compute_v = jnp.where(gemm, gemm_v, vector_v)
     macs = jnp.where(gemm, jnp.maximum(ops["batch"], 1.0) * ops["m"] * ops["k"] * ops["n"], 0.0)
 
@@ -562,6 +568,9 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # kernel, an input an earlier op of the kernel read is on chip already; a kernel priced alone
     # (dfit_nb.sim._prepare.kernel_alone) reads what its own producers feed from DRAM where it runs unfused
     fused = fused_in_kernel(ops, hw)
+    # a kernel that cannot keep its rows streams its inputs again after each reduction over them (looped)
+    looped = row_rereads(ops, hw, fused, scale)
+    refetch_in, sram_in = refetch_in + looped, sram_in + looped
     on = jnp.where(fused, 1.0, 0.0)
     ext0 = jnp.maximum(1.0 - ops["fed0"] + (1.0 - on) * ops.get("kernel_fed0", 0.0)
                        - on * ops.get("lhs_shared", 0.0), 0.0)
@@ -781,6 +790,19 @@ def fixed_cycles(ops: dict[str, Any], hw: Hardware, fused: Any = False) -> Any:
             + jnp.where(short, field(hw, "short_reduction_cycles"), 0.0))
 
 
+def reduction_tree_cycles(ops: dict[str, Any], hw: Hardware, v: Any) -> Any:
+    """Cycles each of ``v`` virtual tiles spends on the trees that reduce rows across its vector unit's lanes: an
+    op reducing rows of ``L = row_reduce`` elements (0: none) lays each row over ``w = min(L, vector_lanes)``
+    lanes, so a lane-step holds ``vector_lanes / w`` rows and a tile runs ``ceil(rows x w / (vector_lanes x v))``
+    of them, each ``ceil(log2(w))`` levels of ``reduction_step_cycles``. Accumulating a lane's own elements is its
+    arithmetic (:func:`vector_work`); reducing over a major axis needs no tree (each lane owns its outputs)."""
+    lanes = field(hw, "vector_lanes")
+    length = optional(ops, "row_reduce")
+    width = jnp.clip(jnp.minimum(length, lanes), 1.0, None)
+    steps = ceil_div(jnp.where(length > 1, ops["elems_out"], 0.0) * width, lanes * v)
+    return steps * jnp.ceil(jnp.log2(width)) * field(hw, "reduction_step_cycles")
+
+
 def kept_share(ops: dict[str, Any]) -> Any:
     """1 for an op that does its own work; 0 for one folded into its kernel's indexing (``free``: a reshape,
     broadcast or convert under a fusion mode, see :mod:`dfit_nb.sim.kernels`)."""
@@ -800,20 +822,48 @@ def kernel_fits(ops: dict[str, Any], hw: Hardware) -> Any:
     A fused kernel streams its iteration space through a tile in blocks: the array's output tile (``R x C``
     elements) or a step of the vector unit (``vector_lanes``), whichever is larger, double-buffered. Its working
     set is a block of each of its intermediates (``kernel_ws``: the results consumed only inside the kernel, one
-    machine word per element each) plus, in a kernel that normalises rows (a softmax, a layer norm), the rows it
-    keeps (``kernel_row`` elements: a row of each reduction's input, reused after the reduction), and it must fit
-    one tile's SRAM; a kernel that chains two matrix products also keeps the second one's weight on chip
-    (``kernel_weight`` elements, which every streamed block of rows meets), spread over the chip's tiles as any
-    weight is, so it must fit the chip's SRAM. A kernel that does not fit runs as unfused ops (the fusion ends
-    where its working set exceeds the SRAM). Whole tensors are never held: no kernel the rules make needs a value
-    after the block that made it (a reduction roots its kernel, or keeps just its rows), so the tensors' size does
-    not matter, only how many intermediates each element carries, the rows' length and a chained weight.
+    machine word per element each), and it must fit one tile's SRAM; a kernel that chains two matrix products
+    also keeps the second one's weight on chip (``kernel_weight`` elements, which every streamed block of rows
+    meets), spread over the chip's tiles as any weight is, so it must fit the chip's SRAM. A kernel that does not
+    fit runs as unfused ops (the fusion ends where its working set exceeds the SRAM). Whole tensors are never
+    held: no kernel the rules make needs a value after the block that made it (a reduction roots its kernel, or
+    keeps just its rows, :func:`rows_kept`), so the tensors' size does not matter, only how many intermediates
+    each element carries and a chained weight.
     """
-    block = jnp.maximum(field(hw, "vector_lanes"), field(hw, "pe_rows") * field(hw, "pe_cols"))
-    held = block * ops.get("kernel_ws", 0.0) + ops.get("kernel_row", 0.0)
     word = field(hw, "word_bytes")
     weight = ops.get("kernel_weight", 0.0) * word
-    return (2.0 * held * word <= sram_per_tile(hw)) & (weight <= sram_per_tile(hw) * tiles(hw))
+    return (2.0 * _kernel_block(ops, hw) * word <= sram_per_tile(hw)) & (weight <= sram_per_tile(hw) * tiles(hw))
+
+
+def _kernel_block(ops: dict[str, Any], hw: Hardware, xp: Any = jnp) -> Any:
+    """Elements of one streamed block of each of a kernel's intermediates (see :func:`kernel_fits`)."""
+    block = xp.maximum(field(hw, "vector_lanes", xp), field(hw, "pe_rows", xp) * field(hw, "pe_cols", xp))
+    return block * ops.get("kernel_ws", 0.0)
+
+
+def rows_kept(ops: dict[str, Any], hw: Hardware, xp: Any = jnp) -> Any:
+    """Whether each op's kernel keeps on chip the rows it normalises (a softmax's, a layer norm's: ``kernel_row``
+    elements, a row of each reduction's input, reused after the reduction; rule 9 of :mod:`dfit_nb.sim.kernels`).
+
+    The rows fit ``row_buffer_bytes`` (a GPU thread block's registers: PyTorch's one-pass softmax holds rows of up
+    to 1,024 elements) or, where the machine leaves that 0, one tile's SRAM beside the kernel's double-buffered
+    blocks. A kernel whose rows do not fit still runs fused, as a looped reduction: it streams its inputs again
+    for every reduction over the rows (:func:`row_rereads`), as PyTorch's multi-pass softmax and a compiler's
+    looped reductions do, and keeps its other intermediates on chip."""
+    word = field(hw, "word_bytes", xp)
+    row = ops.get("kernel_row", 0.0) * word
+    buffer = field(hw, "row_buffer_bytes", xp)
+    own = 2.0 * (_kernel_block(ops, hw, xp) * word + row) <= sram_per_tile(hw, xp)
+    return (row <= 0) | xp.where(buffer > 0, row <= buffer, own)
+
+
+def row_rereads(ops: dict[str, Any], hw: Hardware, fused: Any, scale: Any) -> Any:
+    """Bytes each op reads from DRAM again because its fused kernel cannot keep its rows (:func:`rows_kept`): a
+    reduction over rows (``row_reduce`` > 1) of such a kernel ends a pass over them, and the next pass streams the
+    kernel's inputs again (``kernel_in`` bytes, each tensor once, at the program's dtype; ``scale`` to the
+    machine's word). A softmax's max and sum are two reductions: its input crosses DRAM three times."""
+    again = fused & (ops.get("kernel_row", 0.0) > 0) & ~rows_kept(ops, hw) & (optional(ops, "row_reduce") > 1)
+    return jnp.where(again & (ops["gemm"] <= 0), ops.get("kernel_in", 0.0) * scale, 0.0)
 
 
 def fused_in_kernel(ops: dict[str, Any], hw: Hardware) -> Any:

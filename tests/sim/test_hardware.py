@@ -17,7 +17,7 @@ def test_hardware_is_a_pytree_and_vmaps_over_a_batch_of_machines():
     hw = Hardware(pe_rows=np.array([8, 16, 32]), pe_cols=np.array([8, 16, 32]),
                   **{f: np.full(3, getattr(Hardware(), f)) for f in ("tile_rows", "tile_cols")})
     leaves = jax.tree.leaves(hw)
-    assert len(leaves) == len(FIELDS) == 37
+    assert len(leaves) == len(FIELDS) == 39
     batched = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (3,)), hw)
     peak = jax.vmap(lambda h: h.peak_macs_per_cycle)(batched)
     assert peak.tolist() == [64, 256, 1024]

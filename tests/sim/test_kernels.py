@@ -247,7 +247,8 @@ def _layer_norm(x, w, b):
 def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
     """Rule 9: a softmax and a layer norm reduce rows and use the results across the same rows: one kernel
     keeping a row of each reduction's input on chip, where rule 4 alone makes three and four. A row longer than a
-    tile holds runs unfused; a reduction over another axis (column sums) still roots its kernel."""
+    tile holds still runs as one kernel, looped: it streams its input again for each reduction over the rows; a
+    reduction over another axis (column sums) still roots its kernel."""
     x = jnp.ones((64, 256))
     soft = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), x)
     norm = dfit_nb.capture(_layer_norm, x, jnp.ones(256), jnp.ones(256))
@@ -262,10 +263,19 @@ def test_a_row_normalisation_is_one_kernel_where_its_row_fits():
         assert np.flatnonzero(writes).tolist() == [run.ops.sizes["op"] - 1]
         assert float(writes[-1]) == 64 * 256 * 2  # float32 as tpu_v4's bf16 word
     # 2 x (2 rows + blocks of intermediates) x word: 50,000-element rows need 0.8 MB of a tile, more than
-    # eyeriss_like's
+    # eyeriss_like's: the softmax loops, reading its input once per pass (max, sum, normalise) at the 2-byte word
     long = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jnp.ones((4, 50_000)))
-    assert bool(dfit_nb.replay(long, fused).ops["fused"].all())
-    assert not bool(dfit_nb.replay(long, presets.get("eyeriss_like")).ops["fused"].any())
+    kept = dfit_nb.replay(long, fused)
+    assert bool(kept.ops["fused"].all()) and float(kept.ops["spilled_bytes"].sum()) == 0
+    looped = dfit_nb.replay(long, presets.get("eyeriss_like"))
+    assert bool(looped.ops["fused"].all()) and looped.kernels.sizes["kernel"] == 1
+    # (besides the max's scalar operand, 2 bytes)
+    assert float(looped.ops["dram_reads_input"].sum()) == pytest.approx(3 * 4 * 50_000 * 2, abs=8)
+    assert float(looped.ops["dram_writes_output"].sum()) == 4 * 50_000 * 2
+    # the same rows within a GPU-like machine's row buffer (a thread block's registers) or beyond it
+    for buffer, passes in ((2 * 50_000 * 4, 1), (2 * 1024 * 4, 3)):
+        run = dfit_nb.replay(long, fused.replace(row_buffer_bytes=buffer))
+        assert float(run.ops["dram_reads_input"].sum()) == pytest.approx(passes * 4 * 50_000 * 2, abs=8)
     cols = dfit_nb.capture(lambda a: a / a.sum(0, keepdims=True), x)
     k = prepare(cols, "rules").kernels
     assert len(set(k.kernel[k.payer])) == 2 and not k.row.any()

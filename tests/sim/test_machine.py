@@ -488,3 +488,21 @@ def test_tiles_holding_different_gemms_of_a_batch_re_read_their_own_weights():
 
     assert again(one, m * k + k * n) > 0
     assert again(four, b * (m * k + k * n)) == pytest.approx(4 * again(one, m * k + k * n), rel=1e-9)
+
+
+@pytest.mark.parametrize("shape, axis, levels, steps", [
+    ((16, 64), -1, 3, 16),  # rows of 64 over 8 lanes: a row per lane-step, a 3-level tree each
+    ((16, 4), -1, 2, 8),  # rows of 4: two rows per lane-step, a 2-level tree
+    ((64, 16), 0, 0, 0),  # column sums: each lane owns its outputs, no tree
+])
+def test_a_row_reduction_pays_its_tree_across_the_lanes(shape, axis, levels, steps):
+    """machine.reduction_tree_cycles by hand: ceil(rows x min(L, lanes) / lanes) lane-steps of ceil(log2(min(L,
+    lanes))) levels of reduction_step_cycles each, on one tile; nothing else moves."""
+    t = dfit_nb.capture(lambda a: a.sum(axis), jnp.ones(shape))
+    base = Hardware(vector_lanes=8)
+    runs = [dfit_nb.replay(t, base.replace(reduction_step_cycles=c), fusion="none") for c in (0.0, 10.0)]
+    sums = [r.ops.where(r.ops["primitive"] == "reduce_sum", drop=True) for r in runs]
+    extra = float(sums[1]["compute_cycles"].sum() - sums[0]["compute_cycles"].sum())
+    assert extra == steps * levels * 10.0
+    for key in ("bytes_dram", "bytes_sram", "energy_pj"):
+        assert float(runs[1].ops[key].sum()) == float(runs[0].ops[key].sum())

@@ -297,9 +297,9 @@ def test_an_op_larger_than_the_chip_maps_through_dram_with_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error", SpillWarning)
         dfit_nb.replay(big, presets.get("eyeriss_like"))
-    # a softmax whose rows do not fit a tile runs unfused, and says so
+    # a softmax whose rows do not fit a tile loops over them, and says so
     rows = dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jax.ShapeDtypeStruct((4, 50_000), jnp.float32))
-    with pytest.warns(SpillWarning, match=r"1 kernel\(s\) run unfused.*reduce_max"):
+    with pytest.warns(SpillWarning, match=r"1 kernel\(s\) cannot keep the rows.*again for each reduction.*reduce_max"):
         dfit_nb.replay(rows, presets.get("eyeriss_like"))
     assert float(run.summary["dram_bytes"]) > (4096 * 2048 + 2048 * 2048) * 2
     assert _kind_sum(run, "compute", "macs") == pytest.approx(4096 * 2048 * 2048, rel=1e-12)
