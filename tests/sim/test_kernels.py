@@ -10,10 +10,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dfit_nb
 from dfit_nb import _operands
-from dfit_nb.sim import SpillWarning, kernels, presets
+from dfit_nb.sim import Hardware, SpillWarning, kernels, presets
 from dfit_nb.sim._prepare import ReplayError, prepare, shared_arguments
 
 MODES = kernels.FUSION_MODES
@@ -647,3 +649,31 @@ def test_lower_for_is_refused_with_what_would_be_valid(value, mode, error, words
         dfit_nb.capture(lambda x: x + 1, jnp.ones(3), mode=mode, lower_for=device)
     for w in words:
         assert w in str(info.value), (w, str(info.value))
+
+
+@pytest.fixture(scope="module")
+def softmax_rows():
+    return dfit_nb.capture(lambda a: jax.nn.softmax(a, axis=-1), jax.ShapeDtypeStruct((8, 512), jnp.float32))
+
+
+@pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")
+@settings(max_examples=8, deadline=None)
+@given(small=st.floats(1.0, 2e4), extra=st.floats(0.0, 2e4), step=st.floats(0.0, 50.0))
+def test_a_smaller_row_buffer_or_a_slower_tree_never_helps(softmax_rows, small, extra, step):
+    """Invariants of looped row reductions and reduction trees (machine.rows_kept, row_rereads,
+    reduction_tree_cycles) over the machine's fields (leaves: one compiled program): the softmax's input crosses
+    DRAM once (its rows kept: 2 rows x 512 x 4 B = 4 KiB fit) or three times (looped), never otherwise; a smaller
+    buffer never moves fewer bytes or takes less time; a slower tree never takes less time; the work is the same.
+    (A buffer of 0 is not the smallest: it means a tile's SRAM, see test_a_row_normalisation_is_one_kernel...)"""
+    hw = Hardware(word_bytes=4, reduction_step_cycles=step)
+    runs = [dfit_nb.replay(softmax_rows, hw.replace(row_buffer_bytes=b)) for b in (small, small + extra)]
+    reads = [float(r.ops["dram_reads_input"].sum()) for r in runs]
+    for r, b in zip(reads, (small, small + extra), strict=True):
+        kept = b >= 2 * 512 * 4
+        assert r == pytest.approx((1 if kept else 3) * 8 * 512 * 4, abs=8)
+    assert reads[0] >= reads[1]
+    assert float(runs[0].summary["latency_s"]) >= float(runs[1].summary["latency_s"]) * (1 - 1e-12)
+    slower = dfit_nb.replay(softmax_rows, hw.replace(reduction_step_cycles=step + 10.0))
+    assert float(slower.summary["latency_s"]) >= float(dfit_nb.replay(softmax_rows, hw).summary["latency_s"])
+    assert (float(runs[0].ops["energy_compute_pj"].sum()) == float(runs[1].ops["energy_compute_pj"].sum())
+            == float(slower.ops["energy_compute_pj"].sum()))
