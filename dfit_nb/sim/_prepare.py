@@ -122,19 +122,28 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None, split: bool = F
     return dataclasses.replace(prep, arrays=arrays, kernels=k)
 
 
-def kernel_inputs(kernel: np.ndarray, prep: Prepared) -> np.ndarray:
+def kernel_inputs(kernel: np.ndarray, prep: Prepared, arg_scale: np.ndarray | None = None) -> np.ndarray:
     """Per op, the bytes (program dtype) its kernel reads from outside itself, each tensor once: program
     arguments and other kernels' results. A kernel that cannot keep its rows on chip reads them again for each
-    reduction over them (:func:`dfit_nb.sim.machine.row_rereads`)."""
+    reduction over them (:func:`dfit_nb.sim.machine.row_rereads`). ``arg_scale``: per op, a factor on the
+    argument bytes it reads (a rescaled program's; producers' bytes are ``prep.pred_bytes``, rescaled already)."""
     kernel = np.asarray(kernel, np.int64)
     n = len(kernel)
-    dst, src, _ = prep.feeds.T if len(prep.feeds) else (np.zeros(0, np.int64),) * 3
-    outside = kernel[src] != kernel[dst]
+    op, slot = np.nonzero(prep.preds >= 0)
+    producer = prep.preds[op, slot]
+    outside = kernel[producer] != kernel[op]
     arg_row, arg_pos, arg = np.asarray(prep.arg_reads, np.int64).reshape(-1, 3).T
     first_source = int(arg.max()) + 1 if arg.size else 0
-    row = np.concatenate([arg_row, dst[outside]])
-    source = np.concatenate([arg, first_source + src[outside]])
-    nbytes = np.concatenate([prep.input_bytes(arg_row, arg_pos), prep.feed_bytes[outside]])
+    arg_bytes = prep.input_bytes(arg_row, arg_pos) * (1.0 if arg_scale is None else arg_scale[arg_row])
+    row = np.concatenate([arg_row, op[outside]])
+    source = np.concatenate([arg, first_source + producer[outside]])
+    # a producer's pred_bytes sum the operands it feeds the op (x * x: twice); one tensor is read once
+    pair = op[outside] * n + producer[outside]
+    fed = prep.feeds[:, 0] * n + prep.feeds[:, 1] if len(prep.feeds) else np.zeros(0, np.int64)
+    known, operands = np.unique(fed, return_counts=True)
+    at = np.clip(np.searchsorted(known, pair), 0, max(len(known) - 1, 0))
+    times = np.where((known.size > 0) & (known[at] == pair), operands[at] if known.size else 1, 1)
+    nbytes = np.concatenate([arg_bytes, prep.pred_bytes[op[outside], slot[outside]] / times])
     out = np.zeros(n)
     if not row.size:
         return out
@@ -145,8 +154,7 @@ def kernel_inputs(kernel: np.ndarray, prep: Prepared) -> np.ndarray:
     np.maximum.at(per, inverse.reshape(-1), nbytes)
     owner = np.zeros(uniq.size, np.int64)
     owner[inverse.reshape(-1)] = kernel[row]
-    total = np.bincount(owner, weights=per, minlength=n)
-    return total[kernel]
+    return np.bincount(owner, weights=per, minlength=n)[kernel]
 
 
 def shared_reads(kernel: np.ndarray, preds: np.ndarray) -> np.ndarray:

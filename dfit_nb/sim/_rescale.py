@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from ._prepare import Prepared, prepare, with_kernels
+from ._prepare import Prepared, kernel_inputs, prepare, with_kernels
 from .machine import DATAFLOWS
 
 #: the op-table columns that scale with size (fractions and flags do not)
@@ -97,6 +97,8 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
         # dims and counts are whole numbers (at least 1 where they were)
         a[f] = np.where(prep.arrays[f] > 0, np.maximum(np.round(v), 1.0), 0.0) if f in (*DIMS, "count") else v
     a["elems_in"], a["elems_out"] = np.ceil(a["elems_in"]), np.ceil(a["elems_out"])
+    if "row_reduce" in a:  # a reduction's rows follow the sizes: its input's elements per output element
+        a["row_reduce"] = np.where(prep.arrays["row_reduce"] > 1, a["elems_in"] / np.maximum(a["elems_out"], 1.0), 0.0)
     out = dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
     # the kernels of the rescaled program, grouped again (a kernel's working set, and what the rules fuse through
     # a broadcast, follow the sizes)
@@ -107,6 +109,9 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
     base = prep.arrays["ext_bytes"]
     out.arrays["ext_shared"] = out.arrays["ext_shared"] * np.where(base > 0, a["ext_bytes"] / np.maximum(base, 1.0),
                                                                    0.0)
+    # and so do the argument bytes a kernel reads from outside (producers' bytes are pred_bytes, rescaled)
+    out.arrays["kernel_in"] = kernel_inputs(out.arrays["kernel"], out, np.where(
+        base > 0, a["ext_bytes"] / np.maximum(base, 1.0), 0.0))
     return out
 
 

@@ -48,6 +48,9 @@ def test_rescaling_matches_a_fresh_capture(encoder_trace, exps, sizes):
     # softmax and layer norm kernels: with those two columns taken from the fresh capture the two are equal)
     assert summarize(s, hw, codes)["latency_s"] == pytest.approx(summarize(fresh, hw, codes)["latency_s"], rel=1e-3)
     np.testing.assert_array_equal(s.arrays["kernel_row"], fresh.arrays["kernel_row"])
+    # what a looped row reduction re-reads, and the rows its trees reduce, follow the sizes too
+    np.testing.assert_allclose(s.arrays["row_reduce"], fresh.arrays["row_reduce"], rtol=1e-3)
+    np.testing.assert_allclose(s.arrays["kernel_in"], fresh.arrays["kernel_in"], rtol=1e-2)
 
 
 def test_weights_do_not_scale_and_attention_scores_grow_with_the_square_of_the_sequence(exps, encoder_trace):
