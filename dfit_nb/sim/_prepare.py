@@ -111,7 +111,14 @@ def with_kernels(prep: Prepared, fusion: str, trace: Any = None, split: bool = F
         k = kernels.group(table, prep.preds, fusion, known, split)
     except kernels.FusionError as err:
         raise ReplayError(str(err)) from None
-    arrays = {**prep.arrays, "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
+    # a reduction over its input's last axis reduces across the vector unit's lanes (machine.reduction_tree_cycles)
+    # and may loop over its rows (machine.row_rereads): the rows' length, from the (possibly rescaled) elements;
+    # the column exists only where a program has one
+    row_reduce = kernels.reduced_rows(table, np.asarray(table.get("op_class", np.full(len(prep.op), ""))).astype(str)
+                                      == "reduction")
+    extra = {"row_reduce": row_reduce} if (row_reduce > 1).any() else {}
+    arrays = {**{key: v for key, v in prep.arrays.items() if key != "row_reduce"}, **extra,
+              "kernel": k.kernel.astype(np.float64), "kernel_size": k.size.astype(np.float64),
               "shared_reads": shared_reads(k.kernel, prep.preds),
               **shared_arguments(k.kernel, prep.arg_reads, prep.input_bytes(*prep.arg_reads[:, :2].T),
                                  prep.arrays["gemm"]),
@@ -137,13 +144,9 @@ def kernel_inputs(kernel: np.ndarray, prep: Prepared, arg_scale: np.ndarray | No
     arg_bytes = prep.input_bytes(arg_row, arg_pos) * (1.0 if arg_scale is None else arg_scale[arg_row])
     row = np.concatenate([arg_row, op[outside]])
     source = np.concatenate([arg, first_source + producer[outside]])
-    # a producer's pred_bytes sum the operands it feeds the op (x * x: twice); one tensor is read once
-    pair = op[outside] * n + producer[outside]
-    fed = prep.feeds[:, 0] * n + prep.feeds[:, 1] if len(prep.feeds) else np.zeros(0, np.int64)
-    known, operands = np.unique(fed, return_counts=True)
-    at = np.clip(np.searchsorted(known, pair), 0, max(len(known) - 1, 0))
-    times = np.where((known.size > 0) & (known[at] == pair), operands[at] if known.size else 1, 1)
-    nbytes = np.concatenate([arg_bytes, prep.pred_bytes[op[outside], slot[outside]] / times])
+    # a producer's pred_bytes sum the operands it feeds the op (x * x: twice); its result is read once
+    fed = np.minimum(prep.pred_bytes[op[outside], slot[outside]], prep.arrays["bytes_written"][producer[outside]])
+    nbytes = np.concatenate([arg_bytes, fed])
     out = np.zeros(n)
     if not row.size:
         return out
@@ -398,18 +401,11 @@ def _prepare_ops(trace: Any) -> Prepared:
         known = reader >= 0
         arg_reads = np.stack([reader[known], e["input_operand"].values[known], e["input_arg"].values[known]],
                              axis=1).astype(np.int64)
-    rows = _operands.reduced_row(trace.operands, op_ids)
-    # a reduction over its input's last axis reduces across the vector unit's lanes (machine.reduction_tree_cycles);
-    # the column exists only where a program has one
-    row_reduce = np.where(table["op_class"].values.astype(str) == "reduction", rows, 0.0) if "op_class" in table \
-        else np.zeros(n)
-    if (row_reduce > 1).any():
-        arrays["row_reduce"] = row_reduce
     return Prepared(op=op_ids, table=table, region=table["region"].values.astype(object),
                     primitive=table["primitive"].values.astype(object), arrays=arrays, preds=preds,
                     pred_bytes=pred_bytes, arg_reads=arg_reads,
                     feeds=np.stack([dst, src, pos], axis=1).astype(np.int64), feed_bytes=nbytes,
-                    in_start=in_start, in_bytes=in_bytes, reduced_row=rows)
+                    in_start=in_start, in_bytes=in_bytes, reduced_row=_operands.reduced_row(trace.operands, op_ids))
 
 
 def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int | None = None

@@ -347,7 +347,7 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
         ids = np.unique(k.kernel[(k.size > 1) & ~k.free & (out["fused"] <= 0)])
         unfused = [int(np.flatnonzero(k.kernel == i)[0]) for i in ids]
         # fused kernels that stream their rows again per reduction (machine.row_rereads)
-        rows = (out["fused"] > 0) & (prep.arrays["kernel_row"] > 0) & ~machine.rows_kept(prep.arrays, hw, np)
+        rows = machine.rows_looped(prep.arrays, hw, out["fused"] > 0, np)
         looped = [int(np.flatnonzero(k.kernel == i)[0]) for i in np.unique(k.kernel[rows])]
     big = np.flatnonzero((spilled > 0) & (spilled >= SPILL_SHARE * once) & ~rows)
     if not big.size and not unfused and not looped:

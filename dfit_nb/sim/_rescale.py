@@ -97,8 +97,6 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
         # dims and counts are whole numbers (at least 1 where they were)
         a[f] = np.where(prep.arrays[f] > 0, np.maximum(np.round(v), 1.0), 0.0) if f in (*DIMS, "count") else v
     a["elems_in"], a["elems_out"] = np.ceil(a["elems_in"]), np.ceil(a["elems_out"])
-    if "row_reduce" in a:  # a reduction's rows follow the sizes: its input's elements per output element
-        a["row_reduce"] = np.where(prep.arrays["row_reduce"] > 1, a["elems_in"] / np.maximum(a["elems_out"], 1.0), 0.0)
     out = dataclasses.replace(prep, arrays=a, pred_bytes=prep.pred_bytes * pmult)
     # the kernels of the rescaled program, grouped again (a kernel's working set, and what the rules fuse through
     # a broadcast, follow the sizes)
@@ -107,11 +105,10 @@ def scaled(prep: Prepared, exps: xr.Dataset, factors: Mapping[str, float]) -> Pr
     out = with_kernels(out, prep.fusion, split=prep.kernels.split)
     # the argument bytes a kernel shares are read from the base shapes: they scale as the op's external reads
     base = prep.arrays["ext_bytes"]
-    out.arrays["ext_shared"] = out.arrays["ext_shared"] * np.where(base > 0, a["ext_bytes"] / np.maximum(base, 1.0),
-                                                                   0.0)
+    grown = np.where(base > 0, a["ext_bytes"] / np.maximum(base, 1.0), 0.0)
+    out.arrays["ext_shared"] = out.arrays["ext_shared"] * grown
     # and so do the argument bytes a kernel reads from outside (producers' bytes are pred_bytes, rescaled)
-    out.arrays["kernel_in"] = kernel_inputs(out.arrays["kernel"], out, np.where(
-        base > 0, a["ext_bytes"] / np.maximum(base, 1.0), 0.0))
+    out.arrays["kernel_in"] = kernel_inputs(out.arrays["kernel"], out, grown)
     return out
 
 

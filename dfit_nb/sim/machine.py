@@ -161,8 +161,8 @@ ENERGY_LEVELS = ("mac", "rf", "sram", "noc", "dram")
 #: Bytes per element of an op whose dtype is unknown (JAX's default float32).
 DEFAULT_ITEMSIZE = 4.0
 #: Inputs of :func:`model` that an op table carries only where it needs them (an op's passes through the array
-#: for its math fidelity, a depthwise convolution's flag, a result kept in SRAM), each with the value that prices
-#: an op as its absence does.
+#: for its math fidelity, a depthwise convolution's flag, a result kept in SRAM, the length of the rows a reduction
+#: reduces), each with the value that prices an op as its absence does.
 OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0, "row_reduce": 0.0}
 
 _f64 = jnp.float64
@@ -857,13 +857,19 @@ def rows_kept(ops: dict[str, Any], hw: Hardware, xp: Any = jnp) -> Any:
     return (row <= 0) | xp.where(buffer > 0, row <= buffer, own)
 
 
+def rows_looped(ops: dict[str, Any], hw: Hardware, fused: Any, xp: Any = jnp) -> Any:
+    """Whether each op's kernel runs fused and loops over the rows it normalises, which it cannot keep
+    (:func:`rows_kept`)."""
+    return fused & (ops.get("kernel_row", 0.0) > 0) & ~rows_kept(ops, hw, xp)
+
+
 def row_rereads(ops: dict[str, Any], hw: Hardware, fused: Any, scale: Any) -> Any:
-    """Bytes each op reads from DRAM again because its fused kernel cannot keep its rows (:func:`rows_kept`): a
+    """Bytes each op reads from DRAM again because its fused kernel loops over its rows (:func:`rows_looped`): a
     reduction over rows (``row_reduce`` > 1) of such a kernel ends a pass over them, and the next pass streams the
     kernel's inputs again (``kernel_in`` bytes, each tensor once, at the program's dtype; ``scale`` to the
     machine's word). A softmax's max and sum are two reductions: its input crosses DRAM three times."""
-    again = fused & (ops.get("kernel_row", 0.0) > 0) & ~rows_kept(ops, hw) & (optional(ops, "row_reduce") > 1)
-    return jnp.where(again & (ops["gemm"] <= 0), ops.get("kernel_in", 0.0) * scale, 0.0)
+    again = rows_looped(ops, hw, fused) & (optional(ops, "row_reduce") > 1) & (ops["gemm"] <= 0)
+    return jnp.where(again, ops.get("kernel_in", 0.0) * scale, 0.0)
 
 
 def fused_in_kernel(ops: dict[str, Any], hw: Hardware) -> Any:
