@@ -616,6 +616,42 @@ def pooled_fusion_calibration(traces: dict[str, Any], hw: Hardware, a: argparse.
     return table, fitted, converged, loss, fields
 
 
+def implementation_reference(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd.DataFrame:
+    """A reference, not a model: how much of the fusions' times their bytes and FLOPs explain at all.
+
+    Per implementation of a fusion (an XLA:CPU loop fusion, a YNNPACK custom call, an op left unfused), time = a +
+    bytes / b + FLOPs / c, the bytes and FLOPs XLA's cost analysis gives the fusion, three parameters per
+    implementation fitted by least squares on the log time over the calibration's fitted half; the held-out MAPE
+    per family. Where this reference, free to give each implementation its own fixed cost and rates, is far from
+    the measurements, the fusions' bytes and FLOPs (what the machine model prices) do not decide their times."""
+    from scipy.optimize import least_squares
+
+    info = []
+    for program, trace in traces.items():
+        low = trace.lowering
+        info.append(pd.DataFrame({
+            "name": program + "/" + low["fusion"].values.astype(str),
+            "implementation": np.where(low["kind"].values.astype(str) == "kCustom", "YNNPACK custom call",
+                                       np.where(low["kind"].values.astype(str) == "kLoop", "XLA loop fusion",
+                                                "unfused op")),
+            "bytes": low["bytes_accessed"].values.astype(float), "flops": low["flops"].values.astype(float)}))
+    rows = pooled.merge(pd.concat(info, ignore_index=True), on="name", how="left")
+    kinds = sorted(rows["implementation"].dropna().unique())
+    code = rows["implementation"].map({k: i for i, k in enumerate(kinds)}).to_numpy()
+    nbytes, flops = rows["bytes"].fillna(0.0).to_numpy(), rows["flops"].fillna(0.0).to_numpy()
+    y, fit = np.log(rows["measured_s"].to_numpy()), rows["fitted"].to_numpy(bool)
+
+    def seconds(x: np.ndarray) -> np.ndarray:  # log-parametrised: us, GB/s, GFLOP/s per implementation
+        a, b, c = (np.exp(x.reshape(-1, 3)[code, j]) for j in range(3))
+        return a * 1e-6 + nbytes / (b * 1e9) + flops / (c * 1e9)
+
+    x = least_squares(lambda x: (np.log(seconds(x)) - y)[fit], np.zeros(3 * len(kinds))).x
+    for k, (a, b, c) in zip(kinds, np.exp(x.reshape(-1, 3)), strict=True):
+        print(f"  {k}: {a:.2f} us + bytes at {b:.1f} GB/s + FLOPs at {c:.1f} GFLOP/s")
+    ref = rows.assign(predicted_s=seconds(x))
+    return metric_table(ref, "family")
+
+
 def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
     t_part = time.perf_counter()
     hw = host_machine()
@@ -675,10 +711,15 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
         show(per_program.drop(columns="<=20%"))
         print("\nthis CPU, pooled: the 10 worst held-out fusions (fitted machine)")
         worst(pooled, 10)
+        print("\nthis CPU, a reference (not a model): time = a + bytes / b + FLOPs / c per implementation, least "
+              "squares on the log time of the same fitted half")
+        reference = implementation_reference(pooled, traces)
+        show(reference.drop(columns=["MAPE base", "Spearman base"]))
     took_part = time.perf_counter() - t_part
     print(f"\nthis CPU: part wall time {took_part:.1f} s (profile captures {sum(took_capture.values()):.1f} s, "
           f"pooled calibration {took_pool:.1f} s)")
-    return {"per_family": per_family, "per_program": per_program, "alone": alone, "seconds": took_part}
+    return {"per_family": per_family, "per_program": per_program, "alone": alone, "seconds": took_part,
+            "reference": reference if pooled is not None else None}
 
 
 # ----------------------------------------------------------------------------------------------------------------
