@@ -201,6 +201,17 @@ def text_as_objects(ds: xr.Dataset) -> xr.Dataset:
     return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
 
 
+def _strings_as_objects(ds: xr.Dataset) -> xr.Dataset:
+    """Text read back from a Zarr store (NumPy's variable-width ``StringDType``, kind ``T``) as Python strings,
+    as a netCDF file's text loads: the rest of dfit_nb reads text with ``astype(str)``, which ``StringDType``
+    refuses."""
+    if not any(v.dtype.kind == "T" for v in ds.variables.values()):
+        return ds
+    var = {n: xr.Variable(v.dims, v.values.astype(object), v.attrs, v.encoding) if v.dtype.kind == "T" else v
+           for n, v in ds.variables.items()}
+    return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
+
+
 def text_variable(v: xr.Variable) -> xr.Variable:
     """``v`` with fixed-width text (NumPy ``<U``) as Python strings (see :func:`text_as_objects`); else ``v``."""
     return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind == "U" else v
@@ -269,7 +280,7 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         try:
             if path.suffix == ".zarr":
                 opened = xr.open_datatree(path, engine="zarr", consolidated=False)
-                tree = _load_closed(opened)
+                tree = _load_closed(opened).map_over_datasets(_strings_as_objects)
             else:
                 with HDF5_LOCK:
                     tree = _load_closed(xr.open_datatree(path, engine=NETCDF_ENGINE))
