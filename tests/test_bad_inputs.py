@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 import dfit_nb
 from dfit_nb import _files, views
-from dfit_nb.errors import DfitError, IntegrityError, SaveError, SaveRefusedError
+from dfit_nb.errors import CaptureError, DfitError, IntegrityError, SaveError, SaveRefusedError
 from dfit_nb.sim import Hardware, HardwareError, PolicyError, SpillWarning, cost, presets, scale, select_dataflows
 from dfit_nb.sim.machine import ENERGY_LEVELS
 from dfit_nb.views import ViewInputError
@@ -1717,3 +1717,26 @@ def test_every_case_of_the_second_audit_names_tests_that_exist():
                 defined[file] = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
                                  and n.name.startswith("test_")}
             assert name in defined[file], (case, test)
+
+
+@pytest.mark.parametrize("mode", ["eager", "profile"])
+def test_a_program_that_fails_as_it_runs_is_a_capture_error(mode):
+    """A runtime mode runs the user's program; an error it raises there (a host callback's) came out as JAX's own
+    JaxRuntimeError from dfit_nb's probes. It is a CaptureError naming the function, the mode and the error."""
+    def bad_row(a):
+        raise ValueError("bad row")
+
+    def fn(x):
+        return jax.pure_callback(bad_row, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    with pytest.raises(CaptureError, match=rf"fn failed while running in mode='{mode}': .*ValueError: bad row"):
+        dfit_nb.capture(fn, jnp.ones(3), mode=mode)
+
+
+def test_profile_mode_beside_a_running_profiler_says_what_to_do(tmp_path):
+    jax.profiler.start_trace(str(tmp_path / "theirs"))
+    try:
+        with pytest.raises(CaptureError, match=r"another profiler trace is running.*stop_trace.*mode='eager'"):
+            dfit_nb.capture(lambda x: x * 2.0, jnp.ones(3), mode="profile")
+    finally:
+        jax.profiler.stop_trace()

@@ -48,6 +48,13 @@ CONTAINER_ALIASES: dict[str, str] = {
     "scan": "scan",
     "while": "while",
     "cond": "cond",
+    # one jaxpr run once, its inputs the equation's (a custom batching rule's primal, a named composite)
+    "custom_vmap_call": "call",
+    "composite": "call",
+    # one jaxpr run once per shard of a mesh (jax.shard_map; jax.pmap traces to a jit holding one)
+    "shard_map": "shard_map",
+    # jax.lax.custom_linear_solve: of its four jaxprs the forward pass runs ``solve`` on the right-hand side
+    "custom_linear_solve": "linear_solve",
 }
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from .._memory import device_available_bytes, human
 from .._version import __version__
-from ..errors import CaptureError
+from ..errors import CaptureError, DfitError
 from . import counts as counts_mod
 from . import probes, tables
 from . import regions as regions_mod
@@ -577,14 +577,25 @@ def capture(
     control = _Control(*_resolve_while_hints(walk, while_trips))
     control.fracs = counts_mod.static_branch_fractions(walk.records, control.trips)
     m = None
-    if mode == "profile":
-        m = probes.run_profile(jax.jit(flat_fn), compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
-                               rounds=profile_rounds, calls_per_round=profile_calls, budget_s=profile_budget_s,
-                               ci_pct=profile_ci_pct)
-        control.update_from_profile(walk, m)
-    elif mode == "eager":
-        m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
-        control.update_from_eager(m)
+    try:
+        if mode == "profile":
+            m = probes.run_profile(jax.jit(flat_fn), compiled, dyn, walk=walk, fusion_map=fusion_map, module=module,
+                                   rounds=profile_rounds, calls_per_round=profile_calls, budget_s=profile_budget_s,
+                                   ci_pct=profile_ci_pct)
+            control.update_from_profile(walk, m)
+        elif mode == "eager":
+            m = probes.run_eager(jax.jit(flat_fn), walk, dyn)
+            control.update_from_eager(m)
+    except DfitError:
+        raise
+    except Exception as err:  # the user's program failed as it ran (a callback raised, the device failed)
+        hint = ("; another profiler trace is running in this process: stop it (jax.profiler.stop_trace()) or "
+                "capture with mode='eager'") if mode == "profile" and "already been started" in str(err) else ""
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        # a callback's error arrives as a Python traceback inside JAX's message: its last line says what failed
+        said = (lines[0].split(": Traceback")[0] + ": " + lines[-1] if len(lines) > 1 and "Traceback" in lines[0]
+                else lines[0] if lines else "")
+        raise CaptureError(f"{name} failed while running in mode={mode!r}: {type(err).__name__}: {said}{hint}") from err
 
     try:
         count, sources = counts_mod.assign_counts(

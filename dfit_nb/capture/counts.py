@@ -53,7 +53,7 @@ def _relative_flops(op: int, records, kids, trips) -> float:
 
 
 def _static_multiplier(r: OpRecord, context: str, trips: Mapping[int, float]) -> float:
-    if r.container == "scan":
+    if r.container in ("scan", "shard_map"):
         return float(r.trip_count)
     if r.container == "while":
         t = float(trips.get(r.id, 1.0))
@@ -100,7 +100,7 @@ def assign_counts(
             continue
         p = records[r.parent]
         mult, src = 1.0, "exact"
-        if p.container == "scan":
+        if p.container in ("scan", "shard_map"):  # a scan's steps, a shard_map's shards
             mult = float(p.trip_count)
         elif p.container == "while":
             mult = float(trips.get(p.id, 1.0))

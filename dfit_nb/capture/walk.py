@@ -77,7 +77,7 @@ class OpRecord:
     branch: int  # index of the innermost enclosing cond branch, -1 if none
     depth: int
     container: str  # canonical container kind ('' for leaf ops)
-    trip_count: int  # scan length; 0 for while (unknown statically); 1 otherwise
+    trip_count: int  # scan length; shards of a shard_map; 0 for while (unknown statically); 1 otherwise
     n_branches: int  # cond only
     inputs: tuple[Operand, ...]  # (dtype, dims) of each input: trace.operands (dfit_nb._operands)
     outputs: tuple[Operand, ...]  # and of each output
@@ -171,6 +171,9 @@ def sub_jaxprs(eqn: Any) -> list[tuple[str, Any]]:
     Order is parameter order (and position inside tuples), which fixes op ids.
     """
     found: list[tuple[str, Any]] = []
+    if internals.CONTAINER_ALIASES.get(eqn.primitive.name) == "linear_solve":  # the one jaxpr the forward pass runs
+        solve = getattr(eqn.params.get("jaxprs"), "solve", None)
+        return [] if solve is None else [(_context_label(eqn.primitive.name, "jaxprs", 2), solve)]
     for key, value in eqn.params.items():
         if isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
             found.append((_context_label(eqn.primitive.name, key, None), value))
@@ -189,7 +192,7 @@ def _context_label(primitive: str, key: str, index: int | None) -> str:
         return "cond" if key.startswith("cond") else "body"
     if kind == "scan":
         return "body"
-    if kind:
+    if kind and kind != "linear_solve":  # a linear solve's jaxprs are four of one tuple: labelled by position
         return kind
     return key if index is None else f"{key}{index}"
 
@@ -314,7 +317,8 @@ class _Walker:
             record = OpRecord(
                 id=op_id, primitive=name, region=op_region, parent=parent, context=context,
                 branch=branch, depth=depth, container=kind if subs and kind else "",
-                trip_count=int(eqn.params.get("length", 1)) if kind == "scan" else (0 if kind == "while" else 1),
+                trip_count=(int(eqn.params.get("length", 1)) if kind == "scan" else 0 if kind == "while"
+                            else _shards(eqn) if kind == "shard_map" else 1),
                 n_branches=len(eqn.params.get("branches", ())) if kind == "cond" else 0,
                 inputs=_operands(v.aval for v in eqn.invars),
                 outputs=_operands(v.aval for v in eqn.outvars),
@@ -492,9 +496,8 @@ class _Walker:
             elif isinstance(value, (tuple, list)) and any(
                 isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)) for v in value
             ):
-                new_params[key] = type(value)(
-                    rewritten.get(_context_label(eqn.primitive.name, key, i), v) for i, v in enumerate(value)
-                )
+                new_params[key] = _same_sequence(value, [
+                    rewritten.get(_context_label(eqn.primitive.name, key, i), v) for i, v in enumerate(value)])
         return new_params, out_prod, out_leaf, out_aux
 
     def _descend_opaque(self, eqn, record, subs, op_region, depth):
@@ -516,18 +519,40 @@ class _Walker:
                     item = jcore.ClosedJaxpr(new_inner, consts) if isinstance(item, jcore.ClosedJaxpr) else new_inner
                 new_items.append(item)
             if isinstance(value, (tuple, list)):
-                new_params[key] = type(value)(new_items)
+                new_params[key] = _same_sequence(value, new_items)
             elif isinstance(value, (jcore.ClosedJaxpr, jcore.Jaxpr)):
                 new_params[key] = new_items[0]
         return new_params
+
+
+def _same_sequence(like: Any, items: list[Any]) -> Any:
+    """``items`` as a sequence of ``like``'s type: a named tuple (custom_linear_solve's jaxprs) takes them as
+    arguments, a tuple or list as one iterable."""
+    return type(like)(*items) if hasattr(like, "_fields") else type(like)(items)
 
 
 def _pad(seq: list[Any], n: int, fill: Any = frozenset()) -> list[Any]:
     return (list(seq) + [fill] * n)[:n]
 
 
+def _shards(eqn: Any) -> int:
+    """The shards a ``shard_map`` runs its body on: the sizes of the mesh axes it makes manual (all of the mesh's
+    when it names none). One chip runs every shard's work, so the body counts once per shard."""
+    try:
+        sizes = dict(eqn.params["mesh"].shape)
+        axes = eqn.params.get("newly_manual_axes") or sizes
+        return max(int(math.prod(int(sizes[a]) for a in axes)), 1)
+    except Exception:  # a mesh this JAX describes otherwise: one shard, the body once
+        return 1
+
+
 def _bind_inputs(kind: str, eqn: Any, label: str, in_prod: list[Any], n_in: int, fill: Any = frozenset()):
     """Producers (or anything else per input) for a nested jaxpr's inputs, given the container's inputs."""
+    if kind == "linear_solve":  # the operands: every jaxpr's constants in turn, then the right-hand side
+        lengths = eqn.params["const_lengths"]
+        start = lengths.matvec + lengths.vecmat
+        rhs = in_prod[sum(lengths):]
+        return _pad(list(in_prod[start:start + lengths.solve]) + list(rhs), n_in, fill)
     if kind == "cond":
         return _pad(in_prod[1:], n_in, fill)
     if kind == "while":

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -192,3 +198,62 @@ def test_runtime_modes_count_every_container_as_it_ran(mode):
         c, trips = c * 0.5, trips + 1
     assert float(ops["trip_count"].values[wid]) == trips and trips > 0
     assert set(body["count"].values) == {trips} and set(body["count_source"].values) == {"measured"}
+
+
+def _total_flops(t):
+    return float((t.ops["flops"] * t.ops["count"]).sum())
+
+
+def test_containers_that_hold_their_work_are_walked():
+    """shard_map, custom_vmap and custom_linear_solve hold their computation in a nested jaxpr; they were costed as
+    zero-cost leaves, so a matmul inside a shard_map replayed in no time at all, and jnp.linalg.solve lost its
+    triangular solves. Their jaxprs are walked now: the work inside counts as it does outside."""
+    import jax.scipy.linalg as jsl
+    from jax import custom_batching
+    from jax.sharding import PartitionSpec as P
+
+    a, b = jnp.ones((32, 32)), jnp.ones((32, 32))
+    plain = _total_flops(dfit_nb.capture(lambda x, y: x @ y, a, b))
+    mesh = jax.make_mesh((1,), ("x",))
+    sharded = dfit_nb.capture(jax.shard_map(lambda x, y: x @ y, mesh=mesh, in_specs=(P(), P()), out_specs=P()), a, b)
+    assert "dot_general" in set(sharded.ops["primitive"].values) and _total_flops(sharded) == plain
+
+    @custom_batching.custom_vmap
+    def g(x):
+        return x @ x
+
+    @g.def_vmap
+    def _(axis_size, in_batched, x):
+        return g(x), in_batched[0]
+
+    assert _total_flops(dfit_nb.capture(g, a)) == plain
+
+    m, rhs = jnp.eye(32) * 2.0 + 0.01, jnp.ones((32, 4))
+    solve = dfit_nb.capture(lambda x, y: jnp.linalg.solve(x, y), m, rhs)
+    by_hand = dfit_nb.capture(lambda x, y: jsl.lu_solve(jsl.lu_factor(x), y), m, rhs)
+    assert "custom_linear_solve" in set(solve.ops["primitive"].values)
+    assert _total_flops(solve) == _total_flops(by_hand) > 0
+    run = dfit_nb.replay(sharded, dfit_nb.sim.presets.get("tpu_like"))
+    assert float(run.summary["latency_cycles"]) == float(
+        dfit_nb.replay(dfit_nb.capture(lambda x, y: x @ y, a, b), dfit_nb.sim.presets.get("tpu_like")).summary[
+            "latency_cycles"])
+
+
+def test_a_shard_map_body_counts_once_per_shard():
+    """One chip runs every shard's work: a shard_map over four devices runs its body four times (the ops'
+    count), the same FLOPs as the unsharded matmul. Run in a child process that has four host devices."""
+    code = textwrap.dedent("""
+        import jax, jax.numpy as jnp, dfit_nb
+        from jax.sharding import AxisType, PartitionSpec as P
+        mesh = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,))
+        f = jax.shard_map(lambda a, b: a @ b, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
+        t = dfit_nb.capture(f, jnp.ones((64, 32)), jnp.ones((32, 16)))
+        dot = t.ops["primitive"].values == "dot_general"
+        print(int(t.ops["count"].values[dot][0]), float((t.ops["flops"] * t.ops["count"]).sum()))
+    """)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(Path(dfit_nb.__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    count, flops = out.stdout.split()
+    assert int(count) == 4 and float(flops) == 2 * 64 * 32 * 16

@@ -53,6 +53,13 @@ def _lu_rule(ctx: CostContext) -> OpCost:
     return ctx.cost(flops=b * (hi * lo**2 - lo**3 // 3), op_class="other")
 
 
+@register_cost_rule("lu_pivots_to_permutation")
+def _lu_pivots_rule(ctx: CostContext) -> OpCost:
+    """The row swaps of an LU's pivots applied to ``0 .. n-1`` (``jax.scipy.linalg.lu_factor``): integer index
+    work, no FLOPs; its bytes are the pivots read and the permutation written."""
+    return ctx.cost(op_class="other")
+
+
 def _geqrf_flops(m: int, n: int) -> int:
     lo, hi = min(m, n), max(m, n)
     return 2 * hi * lo**2 - 2 * lo**3 // 3
