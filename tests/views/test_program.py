@@ -217,3 +217,16 @@ def test_sweep_rejects_unknown_inputs(grid_sweep):
         program.sweep(grid_sweep, x="watts")
     with pytest.raises(ValueError, match="expected"):
         program.sweep(xr.Dataset({"a": ("x", [1.0])}))
+
+
+def test_roofline_refuses_a_trace_of_another_program():
+    """trace= gives non-GEMM ops their FLOPs by op id: another program's Trace drew its FLOPs on this run's ops
+    (and ops this run does not have). It is refused, naming the first op that differs."""
+    import jax.numpy as jnp
+
+    mine = dfit_nb.capture(lambda x: jnp.tanh(jnp.exp(x) * 3.0), jnp.ones((8, 8)))
+    other = dfit_nb.capture(lambda x: jnp.sort(x, axis=0) + x, jnp.ones((16, 16)))
+    run = dfit_nb.replay(mine, presets.get("npu_like"))
+    assert "$schema" in program.roofline(run, trace=mine).to_dict()
+    with pytest.raises(_common.ViewInputError, match=r"trace= is not the program this run replayed: op 0"):
+        program.roofline(run, trace=other)
