@@ -134,6 +134,9 @@ def _presets(names: Sequence[str] | None) -> list[str]:
     for n in names:
         if n not in valid:
             raise UsageError(f"unknown preset {n!r}; valid: {', '.join(valid)}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the report holds one replay per preset: said before the capture, not after it
+        raise UsageError(f"--hw names {', '.join(map(repr, twice))} more than once; name each preset once")
     return names
 
 
@@ -205,6 +208,8 @@ def check_save_path(save: str | os.PathLike[str], out_dir: Path | None) -> Path:
     directory (named), or something there that dfit_nb did not write. ``out_dir``: the ``-o`` folder when a report
     will be written, which is created before the save (so ``-o out --save-trace out/trace.nc`` works)."""
     label = f"--save-trace {str(save)!r}"
+    if not str(save).strip():
+        raise UsageError("--save-trace: the path is empty; give a file to save the trace to, e.g. trace.nc")
     try:  # a URL: Path would make 's3://b/t.nc' the local 's3:/b/t.nc' and name its folder 's3:'
         path = local_path(save, saving=True)
     except SaveRefusedError as err:
@@ -281,15 +286,22 @@ def _report(args: argparse.Namespace) -> int:
     """``dfit-nb report``: every input and path checked first, then capture, replay, policies and the report."""
     try:
         names = _presets(args.hw)
+        if args.depth is not None and args.depth < 0:
+            raise UsageError(f"--depth {args.depth}: the deepest region level to print is 0 (the program) or more")
         # checked before the work, not after it: a bad -o or --save-trace must not cost a capture and replays
         out_dir = check_output_dir(args.output_dir, names) if names else None
-        save = check_save_path(args.save_trace, out_dir) if args.save_trace else None
+        save = check_save_path(args.save_trace, out_dir) if args.save_trace is not None else None
         fn, fn_args, label = inputs(args)
     except (ValueError, TypeError) as err:  # UsageError (a ValueError) and argument-parsing errors
         return _fail(err)
+    except SystemExit as exit_:  # the user's module (or its build()) called sys.exit as it was imported or built
+        return _fail(f"{args.module or args.build} called sys.exit({exit_.code!r}) while it was loaded: nothing was "
+                     "captured; guard the module's script code with if __name__ == '__main__'")
     t_start = time.perf_counter()
     try:
         trace = capture(fn, *fn_args, mode=args.mode)
+    except SystemExit as exit_:  # the user's function called sys.exit
+        return _fail(f"capturing {label} failed: it called sys.exit({exit_.code!r}); nothing was captured")
     except Exception as err:
         if args.module is None and args.build is None:
             raise  # a bundled example that does not capture is a dfit_nb bug: its traceback is the report

@@ -100,6 +100,9 @@ def test_cross_preset_comparison_chart(report):
     (["--module", "os.path", "--args", "f32[2]"], "'os.path'", "pkg.mod:fn"),
     (["--example", "nope"], "'nope'", "encoder"),
     (["--args", "f32[2]"], "--args", "--module"),
+    (["--hw", "npu_like", "npu_like"], "'npu_like' more than once", "each preset once"),
+    (["--depth", "-1", "--hw"], "--depth -1", "0 (the program) or more"),
+    (["--save-trace", "", "--hw"], "--save-trace", "the path is empty"),
 ])
 def test_bad_input_exits_2_naming_the_token(capsys, argv, token, valid):
     assert main(["report", *argv]) == 2
@@ -338,3 +341,15 @@ def test_the_help_documents_build(capsys):
     assert main(["report", "--help"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "--build PKG.MOD:BUILD" in out and "(fn, args)" in out and "docs/recipes.md" in out
+
+
+def test_user_code_that_calls_sys_exit_is_an_error_not_a_silent_success(tmp_path, monkeypatch, capsys):
+    """A function (or a module as it is imported) that calls sys.exit ended dfit-nb with that status and no word:
+    exit 0 with nothing captured looked like a success. It is bad input, said in one line, status 2."""
+    (tmp_path / "cli_exits_xyz.py").write_text("import sys\n\ndef f(x):\n    sys.exit(0)\n")
+    (tmp_path / "cli_exits_on_import_xyz.py").write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--module", "cli_exits_xyz:f", "--args", "f32[4]", "--hw"]) == 2
+    assert "it called sys.exit(0); nothing was captured" in capsys.readouterr().err
+    assert main(["report", "--module", "cli_exits_on_import_xyz:f", "--args", "f32[4]", "--hw"]) == 2
+    assert "called sys.exit(3) while it was loaded" in capsys.readouterr().err
