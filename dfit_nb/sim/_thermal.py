@@ -57,6 +57,11 @@ import xarray as xr
 from ..errors import DfitError
 from ..events import binning
 from .hardware import THERMAL_FIELDS, Hardware, check_hardware, from_provenance
+from .memory import Estimate
+
+#: float64 arrays over (steps + 1) x tiles the transient keeps at its peak (the periodic energies, the steps'
+#: energies, the scan's temperatures and their copies on the way back): an upper bound (about 3.3 measured)
+STEP_TILE_ARRAYS = 8
 
 #: event kinds whose energy heats the die (DRAM access energy is spent in the DRAM devices)
 ON_DIE_KINDS = ("compute", "sram", "noc", "retile")
@@ -254,6 +259,11 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
             raise ThermalError(f"{name} must be a positive integer, got {value!r}")
     hw = _hardware(run, hw)
     tr, tc = int(hw.tile_rows), int(hw.tile_cols)
+    # steps is the user's size: the arrays over steps x tiles are checked against the memory before they exist
+    Estimate(f"thermal() of {int(steps)} steps on a {tr}x{tc} grid",
+             {"arrays over steps x tiles": 8.0 * STEP_TILE_ARRAYS * (int(steps) + 1) * tr * tc},
+             {"steps": int(steps), "tiles": tr * tc}).check(
+        "use fewer steps (each is an equal share of the work; 256, the default, draws a smooth transient)")
     clock_hz = float(hw.clock_ghz) * 1e9
     energy_bins, edges = tile_energy(run)
     cum = np.concatenate([np.zeros((1, tr, tc)), np.cumsum(energy_bins, axis=0)])

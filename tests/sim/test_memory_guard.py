@@ -190,3 +190,12 @@ def test_jax_is_untouched_by_a_refusal(small_trace):
         dfit_nb.replay(small_trace, hw.replace(**HUGE))
     assert float(dfit_nb.replay(small_trace, hw).summary["latency_cycles"]) > 0
     assert jax.numpy.ones(3).sum() == 3
+
+
+def test_a_thermal_transient_of_a_billion_steps_is_refused_before_its_arrays_exist(small_trace):
+    """thermal()'s steps is the user's size: its arrays over steps x tiles took the process to the kernel's
+    out-of-memory kill at steps=10**9. They are estimated and refused first, naming steps."""
+    run = dfit_nb.replay(small_trace, presets.get("npu_like"))
+    with pytest.raises(guard.MemoryGuardError, match=r"thermal\(\) of 1000000000 steps on a 4x5 grid.*fewer steps"):
+        dfit_nb.sim.thermal(run, 10, steps=10**9)
+    assert dfit_nb.sim.thermal(run, 10, steps=64).sizes["time"] == 64
