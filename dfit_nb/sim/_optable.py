@@ -55,6 +55,26 @@ def hardware_columns(table: Any) -> list[str]:
 
 _FIELD_NAMES = frozenset(FIELDS)
 
+#: the columns cost() reads from a user's op table (the rest are ignored: a name, a layer, a measured time)
+READ_COLUMNS = frozenset(("op", "count", "dtype", "math_fidelity", "op_class", "in_shapes",
+                          "m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written",
+                          "a_on_chip", "b_on_chip", "out_on_chip"))
+
+
+def _refuse_near_misses(table: Any) -> None:
+    """Refuse a column whose name is not one cost() reads but nearly is (``math_fidelty``, ``a_on_chp``,
+    ``Batch``): it would be ignored, and every op priced as if it were absent. Other columns are ignored."""
+    import difflib
+
+    names = table.keys() if isinstance(table, Mapping) else getattr(table, "columns", ())
+    for name in map(str, names):
+        if name in READ_COLUMNS or name in _FIELD_NAMES:
+            continue
+        near = difflib.get_close_matches(name, [*READ_COLUMNS, *FIELDS], 1, 0.8)
+        if near:
+            raise CostInputError(f"ops column {name!r} is not a column cost() reads; did you mean {near[0]!r}? "
+                                 f"cost() reads {', '.join(sorted(READ_COLUMNS))} (other columns are ignored)")
+
 
 def _column(table: Any, name: str) -> np.ndarray | None:
     raw = _raw_columns(table)(name)
@@ -307,6 +327,8 @@ def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     the GEMM view's are used)."""
     table = _table(ops)
     column = _raw_columns(table)
+    if not isinstance(table, xr.Dataset):  # a user's table (a Dataset is a capture's): a typo must not be ignored
+        _refuse_near_misses(table)
     fields = hardware_columns(table)
     if fields:
         raise CostInputError(

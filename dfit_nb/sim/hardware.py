@@ -475,6 +475,7 @@ def check_hardware(hw: Any, where: str, *, argument: str = "hw", batch: bool | N
         valid = "dfit_nb.sim.presets.get(name) for a preset, or dfit_nb.sim.Hardware(field=value, ...)"
         raise error(f"{where}: {argument} must be {kind} ({valid}){' ' + also_valid if also_valid else ''}, "
                     f"got {_given(hw)}")
+    _check_concrete_arrays(hw)
     shape = hw.batch_shape
     if batch is not None and (len(shape) == 1 if batch else shape == ()) is False:
         wanted = ("a 1-D batch of machines (dfit_nb.sim.Hardware.stack([...]))" if batch else
@@ -482,6 +483,20 @@ def check_hardware(hw: Any, where: str, *, argument: str = "hw", batch: bool | N
         what = f"a batch of machines of shape {shape}" if shape else "one machine"
         raise (batch_error or error)(f"{where} takes {wanted}; {argument} ({hw.name!r}) is {what}{batch_hint}")
     return hw
+
+
+def _check_concrete_arrays(hw: Hardware) -> None:
+    """The range checks the constructor leaves to JAX's own values (``_UNCHECKED``), run on the concrete ones an
+    entry point is handed: a machine of ``jnp.array`` fields, or one a ``jax.tree_util.tree_map`` rebuilt, is a
+    machine like any other there (a negative bandwidth priced a GEMM, a zero grid failed deep in the replay).
+    Tracers (inside a jitted or differentiated function) are still not checked."""
+    rebuilt = getattr(hw, "_rebuilt", False)  # every field of a machine JAX rebuilt skipped the constructor
+    for field, (_, _, kind, lo, hi) in FIELDS.items():
+        value = getattr(hw, field)
+        if isinstance(value, (jax.core.Tracer, jax.ShapeDtypeStruct)):
+            continue
+        if isinstance(value, jax.Array) or rebuilt:
+            _check(field, np.asarray(value) if isinstance(value, jax.Array) else value, kind, lo, hi)
 
 
 def _fmt(value: Any) -> str:
@@ -587,6 +602,7 @@ def _unflatten(meta: tuple[str, ...], leaves: Any) -> Hardware:
     hw = object.__new__(Hardware)
     for name, value in zip((*STATIC_FIELDS, *FIELDS), (*meta, *leaves), strict=True):
         object.__setattr__(hw, name, value)  # frozen dataclass: its own __setattr__ refuses
+    object.__setattr__(hw, "_rebuilt", True)  # not checked here: an entry point checks it (check_hardware)
     return hw
 
 

@@ -606,3 +606,20 @@ def test_cost_names_the_row_of_a_bad_per_op_setting(column, value, tokens):
         cost(table, presets.get("npu_like"))
     for token in tokens:
         assert token in str(info.value), (token, str(info.value))
+
+
+@pytest.mark.parametrize("typo, meant", [("math_fidelty", "math_fidelity"), ("a_on_chp", "a_on_chip"),
+                                         ("Batch", "batch"), ("dtyp", "dtype")])
+def test_a_misspelled_column_is_refused_not_ignored(typo, meant):
+    """cost() ignores columns it does not read (a name, a layer, a measured time); one that nearly names a column
+    it reads was ignored too, and every op priced as if it were absent (math_fidelty: HiFi4 priced as one pass)."""
+    from dfit_nb.sim import CostInputError
+
+    table = {"m": [64], "k": [64], "n": [64], typo: [{"math_fidelty": "HiFi4", "a_on_chp": True, "Batch": 4,
+                                                     "dtyp": "bfloat16"}[typo]]}
+    with pytest.raises(CostInputError, match=rf"ops column '{typo}' is not a column cost\(\) reads; did you mean "
+                                             rf"'{meant}'"):
+        cost(table, presets.get("npu_like"), "ws")
+    kept = cost({"m": [64], "k": [64], "n": [64], "layer": ["fc1"], "time_s": [1e-6]}, presets.get("npu_like"), "ws")
+    assert float(kept["cycles"][0]) == float(cost({"m": [64], "k": [64], "n": [64]}, presets.get("npu_like"),
+                                                  "ws")["cycles"][0])

@@ -193,3 +193,24 @@ def test_row_reductions_is_static_validated_kept_and_recorded(tmp_path):
     assert "row_reductions" not in dfit_nb.replay(t, presets.get("tpu_like")).attrs
     loaded = dfit_nb.load_run(run.save(tmp_path / "run.nc"))
     assert from_provenance(loaded.attrs) == v4
+
+
+def test_entry_points_check_machines_of_jax_arrays_and_rebuilt_machines():
+    """The constructor leaves JAX's own values unchecked (gradients, tracers); an entry point that prices a
+    machine checks the concrete ones: a machine of jnp.array fields, or one jax.tree_util.tree_map rebuilt
+    without the constructor, was priced with a negative bandwidth, gave NaN cycles, or failed deep in the replay."""
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim import cost
+
+    ops = {"m": [64], "k": [64], "n": [64]}
+    with pytest.raises(HardwareError, match=r"dram_bytes_per_cycle .* out of range"):
+        cost(ops, Hardware(dram_bytes_per_cycle=jnp.array(-4.0)), "ws")
+    with pytest.raises(HardwareError, match=r"tile_rows = 0 is out of range"):
+        cost(ops, jax.tree_util.tree_map(lambda v: v * 0, Hardware()), "ws")
+    trace = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((8, 8)), jnp.ones((8, 8)))
+    with pytest.raises(HardwareError, match=r"clock_ghz .* out of range"):
+        dfit_nb.replay(trace, Hardware(clock_ghz=jnp.array(0.0)))
+    same = jax.tree_util.tree_map(lambda v: v * 1, Hardware())
+    assert float(cost(ops, same, "ws")["cycles"][0]) == float(cost(ops, Hardware(), "ws")["cycles"][0])
