@@ -273,7 +273,14 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
         if not dataflow:
             raise CostInputError(f"dataflow list is empty; give one or more of {', '.join(DATAFLOWS)}")
         names = [str(d).lower() for d in dataflow]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # the result's dataflow coordinate would hold it twice, and .sel(dataflow=...) be ambiguous
+            raise CostInputError(f"dataflow list names {', '.join(map(repr, twice))} more than once; name each once")
         return np.array([[code(d)] for d in names]), names
+    if dataflow is None or isinstance(dataflow, Mapping) or np.ndim(getattr(dataflow, "values", dataflow)) == 0:
+        raise CostInputError(f"dataflow {str(dataflow)[:80]!r} ({type(dataflow).__name__}) is not a dataflow: give "
+                             f"a name ({', '.join(DATAFLOWS)}), a list of names (each priced), or an array of one "
+                             "name per op")
     per_op = np.asarray(getattr(dataflow, "values", dataflow)).reshape(-1)
     if per_op.size != n_ops:
         raise CostInputError(f"a per-op dataflow array needs one entry per op ({n_ops}), got {per_op.size}; "

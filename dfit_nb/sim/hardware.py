@@ -558,6 +558,11 @@ def _check(field: str, value: Any, kind: str, lo: float, hi: float) -> None:
     if integer and not np.all(arr == np.round(arr)):
         raise HardwareError(f"Hardware.{field} must be a whole number, got {shown(arr != np.round(arr))}")
     unit = FIELDS[field][0]
+    if field == "accumulator_bytes":  # a partial sum is a word too (int32, fp32, ...); 0 says "the op's word"
+        bad = ~np.isin(arr, (0, 1, 2, 4, 8))
+        if np.any(bad):
+            raise HardwareError(f"Hardware.{field} = {shown(bad)} is not an accumulator width: it must be 0 (the "
+                                f"op's word), 1, 2, 4 or 8 ({unit}: int8, fp16, fp32/int32, fp64)")
     if kind == "word":  # a datapath word is a power of two bytes (int8, bf16/fp16, fp32, fp64)
         sizes = [2 ** i for i in range(int(math.log2(lo)), int(math.log2(hi)) + 1)]
         bad = ~np.isin(arr, sizes)

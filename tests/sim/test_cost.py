@@ -623,3 +623,23 @@ def test_a_misspelled_column_is_refused_not_ignored(typo, meant):
     kept = cost({"m": [64], "k": [64], "n": [64], "layer": ["fc1"], "time_s": [1e-6]}, presets.get("npu_like"), "ws")
     assert float(kept["cycles"][0]) == float(cost({"m": [64], "k": [64], "n": [64]}, presets.get("npu_like"),
                                                   "ws")["cycles"][0])
+
+
+@pytest.mark.parametrize("dataflow", [None, 0, {"": "os"}])
+def test_a_dataflow_that_is_no_name_nor_array_is_named(dataflow):
+    """None, a number or a dict was read as a per-op array of one entry: "needs one entry per op (2), got 1"."""
+    import jax.numpy as jnp
+
+    import dfit_nb
+    from dfit_nb.sim import ReplayError
+
+    trace = dfit_nb.capture(lambda a, b: jnp.tanh(a @ b), jnp.ones((8, 8)), jnp.ones((8, 8)))
+    with pytest.raises(ReplayError, match=r"is not a dataflow: give a name \(ws, os, is\)"):
+        dfit_nb.replay(trace, presets.get("npu_like"), dataflow)
+    with pytest.raises(CostInputError, match=r"is not a dataflow"):
+        cost(trace, presets.get("npu_like"), dataflow)
+
+
+def test_a_dataflow_list_naming_one_twice_is_refused():
+    with pytest.raises(CostInputError, match=r"names 'ws' more than once"):
+        cost({"m": [8], "k": [8], "n": [8]}, presets.get("npu_like"), ["ws", "ws"])
