@@ -177,7 +177,8 @@ def lazy_sweep(p: Plan, chunks: int) -> xr.Dataset:
     largest = max(hi - lo for _, lo, hi in parts)
     rows, cols = int((p.grid_keys // p.key_base).max()), int((p.grid_keys % p.key_base).max())
     est = _memory.sweep_estimate(f"a chunk of {largest:,} machines", largest, len(p.dataflows),
-                                 len(p.coord) if p.per_op else 1, len(FIELDS), rows, cols, len(p.grid_keys))
+                                 len(p.coord) if p.per_op else 1, len(FIELDS), rows, cols, len(p.grid_keys),
+                                 _memory.SWEEP_TABLE_COPIES)
     check_chunk(f"chunks of {largest:,} machines of a sweep of {p.machines:,}", est)
     n_df, n_ops = len(p.dataflows), len(p.coord)
     trailing = {v: ((n_df,),) if v in TOTALS else ((n_df,), (n_ops,)) for v in p.variables if v != "count"}

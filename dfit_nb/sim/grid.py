@@ -35,7 +35,7 @@ from ._prepare import priced_ops, take_rows
 from .hardware import FIELDS, Hardware, check_hardware, sram_split
 from .hardware import _check as check_field
 from .kernels import splits_rows
-from .memory import Estimate, sweep_estimate
+from .memory import SWEEP_TABLE_COPIES, Estimate, sweep_estimate
 from .schedule import bucket
 
 #: Grid keys that are not Hardware fields: name -> (fields it sets, description)
@@ -116,7 +116,7 @@ def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int
     cols = max(cols or 0, int(np.max(np.asarray(base.tile_cols))))
     padded = bucket(rows, cols)  # the tables are padded as batch_tables pads them
     return sweep_estimate(f"a sweep of {machines:,} machines", machines, dataflows, ops, len(FIELDS), padded.rows,
-                          padded.cols, padded_count(grids, BATCH_GRIDS))
+                          padded.cols, padded_count(grids, BATCH_GRIDS), SWEEP_TABLE_COPIES)
 
 
 @functools.partial(jax.jit, static_argnames="ideal")
@@ -217,6 +217,12 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
         if bad or not kept:
             raise CostInputError(f"sweep(variables=...) names {', '.join(map(repr, bad)) or 'nothing'}; valid with "
                                  f"per_op={per_op}: {', '.join(valid)}")
+    # the grids' tile-order tables are built here, for an eager sweep and a lazy one alike: checked first (a 1x4096
+    # grid's took minutes and most of the memory before the sweep's own check refused it)
+    whole = grid_estimate(hw, grid, len(names), len(coord) if per_op else 1)
+    Estimate(whole.what + "'s tile-order tables", {k: whole.parts[k] for k in ("tile-order tables",
+                                                                                "compiled program")},
+             whole.sizes).check("sweep smaller tile grids (tile_rows x tile_cols), or fewer of them in one call")
     tables, keys, key_base = _grid_tables(hw, axes)
     shape = tuple(len(labels) for _, labels in axes.values())
     return Plan(arrays, coord, priced.count, hw, axes, shape, names, codes[:, 0].astype(np.float64),

@@ -126,14 +126,22 @@ def events_estimate(what: str, events: int, rows: int, cols: int, time_bins: int
     return Estimate(what, parts, {"events": events, "tile grid": f"{rows}x{cols}", "time_bins": time_bins})
 
 
+#: copies of the tile-order tables a sweep's evaluation holds at its peak, as measured: a sweep of one machine on
+#: a 1x2048 grid (one copy estimated at 2.5 GiB) peaked at 6.9 GB, on 1x1024 (0.63 GiB) at 2.0 GB, about 1 GB of
+#: it besides the tables: 2.2 and 1.6 copies. With one copy a 1x4096 sweep (10 GiB estimated) passed the check on
+#: a 22 GiB machine and was killed by the kernel past 23 GB
+SWEEP_TABLE_COPIES = 3.0
+
+
 def sweep_estimate(what: str, machines: int, dataflows: int, ops: int, fields: int, rows: int, cols: int,
-                   grids: int) -> Estimate:
+                   grids: int, table_copies: float = 1.0) -> Estimate:
     """A sweep's peak: every machine's fields, the results over (machines, dataflows, ops), the tables of each
-    distinct grid; one chunk's evaluation is bounded by :data:`dfit_nb.sim.grid.CHUNK_EVALS`."""
+    distinct grid (``table_copies`` of them: :data:`SWEEP_TABLE_COPIES` in a sweep, one in ``cost()``); one
+    chunk's evaluation is bounded by :data:`dfit_nb.sim.grid.CHUNK_EVALS`."""
     parts = {
         "results": 8.0 * machines * dataflows * ops * SWEEP_VALUES * SWEEP_COPIES,
         "machines": 8.0 * machines * (fields + 2) * 2.0,  # the fields and the grid index, built then sliced
-        "tile-order tables": tables_bytes(rows * cols, rows, cols, grids),
+        "tile-order tables": table_copies * tables_bytes(rows * cols, rows, cols, grids),
         "compiled program": float(COMPILED_BYTES),
     }
     return Estimate(what, parts, {"machines": machines, "dataflows": dataflows, "ops": ops})

@@ -199,3 +199,15 @@ def test_a_thermal_transient_of_a_billion_steps_is_refused_before_its_arrays_exi
     with pytest.raises(guard.MemoryGuardError, match=r"thermal\(\) of 1000000000 steps on a 4x5 grid.*fewer steps"):
         dfit_nb.sim.thermal(run, 10, steps=10**9)
     assert dfit_nb.sim.thermal(run, 10, steps=64).sizes["time"] == 64
+
+
+def test_a_sweep_on_a_long_thin_grid_counts_the_copies_of_its_tables(monkeypatch):
+    """A sweep's evaluation holds about two copies of the tile-order tables at its peak (measured: 6.9 GB on a
+    1x2048 grid whose one copy is 2.5 GiB); the estimate counted one, so a 1x4096 sweep passed the check and the
+    process was killed. cost() of one machine keeps one copy."""
+    one = guard.sweep_estimate("s", 1, 3, 1, 24, 8, 4096, 1)
+    swept = guard.sweep_estimate("s", 1, 3, 1, 24, 8, 4096, 1, guard.SWEEP_TABLE_COPIES)
+    assert swept.parts["tile-order tables"] == guard.SWEEP_TABLE_COPIES * one.parts["tile-order tables"]
+    monkeypatch.setenv(guard.LIMIT_ENV, "22GiB")  # this machine's memory, whatever the machine running the test
+    with pytest.raises(guard.MemoryGuardError, match="tile-order tables"):
+        sweep({"m": [128], "k": [256], "n": [64]}, presets.get("scalesim_32"), progress=False, tiles=[(1, 4096)])
