@@ -114,8 +114,19 @@ def parse_call(expr: str, magic: str = "%dfit") -> ast.Call:
     return tree.body
 
 
+def _compile(node: ast.expr, magic: str) -> Any:
+    """``node`` compiled as an expression; a :class:`UsageError` naming it where Python refuses it outside a
+    function (``yield``, ``await``: ``ast.parse`` accepts them, only ``compile`` refuses them)."""
+    try:
+        return compile(ast.fix_missing_locations(ast.Expression(body=node)), f"<{magic}>", "eval")
+    except (SyntaxError, ValueError) as err:
+        raise UsageError(f"{magic}: {ast.unparse(node)!r} cannot be evaluated here ({getattr(err, 'msg', err)}); "
+                         "the call and its arguments must be plain expressions, without yield or await: assign "
+                         "the value to a name first and pass the name") from None
+
+
 def _eval(node: ast.expr, namespace: dict[str, Any], magic: str) -> Any:
-    code = compile(ast.fix_missing_locations(ast.Expression(body=node)), f"<{magic}>", "eval")
+    code = _compile(node, magic)
     try:
         return eval(code, namespace)
     except NameError as err:
@@ -164,6 +175,7 @@ def evaluate_call(call: str | ast.Call, namespace: dict[str, Any],
     """
     node = parse_call(call, magic) if isinstance(call, str) else call
     text = ast.unparse(node)
+    _compile(node, magic)  # the whole call first: an argument is refused before any other is evaluated
     fn = _eval(node.func, namespace, magic)
     if not callable(fn):
         raise UsageError(f"{magic}: {ast.unparse(node.func)!r} is {_a(type(fn).__name__)}, not a function")
@@ -477,6 +489,7 @@ class DfitMagics(Magics):
             kind = type(last.value if isinstance(last, ast.Expr) else last).__name__
             raise UsageError(f"%%dfit: the cell's last line must be one call f(args...), got "
                              f"{ast.get_source_segment(source, last)!r} ({_a(kind)})")
+        _compile(last.value, "%%dfit")  # refused before the cell's other lines run
         if len(module.body) > 1:
             filename = self.shell.compile.cache(source)  # tracebacks show the cell's lines
             self.shell.ex(compile(ast.Module(body=module.body[:-1], type_ignores=[]), filename, "exec"))

@@ -285,6 +285,22 @@ def test_compare_of_different_programs_is_a_usage_error(shell, runs):
     assert len(out.outputs) == 2
 
 
+@pytest.mark.parametrize("call", ["f(a, b=(yield))", "f(a, await b)", "f(a, [(yield) for _ in b])"])
+def test_yield_or_await_in_the_call_is_a_usage_error(shell, call):
+    """ast.parse accepts yield and await in an expression; compile refused them with a bare SyntaxError (and a
+    traceback through the magic). Now a UsageError naming the call, raised before anything is evaluated; in
+    %%dfit, before the cell's other lines run."""
+    shell.user_ns.pop("ran", None)
+    before = _state(shell)
+    with pytest.raises(UsageError, match="cannot be evaluated here") as err:
+        shell.run_line_magic("dfit", f"--no-explorer {call}")
+    assert repr(call) in str(err.value), str(err.value)
+    with pytest.raises(UsageError, match="cannot be evaluated here"):
+        shell.run_cell_magic("dfit", "--no-explorer", f"ran = 1\n{call}\n")
+    assert "ran" not in shell.user_ns
+    assert _state(shell) == before
+
+
 @pytest.mark.parametrize(("cell", "tokens"), [
     ("ran = 1\nx = a + b\n", ["'x = a + b'", "Assign"]),
     ("ran = 1\na + b\n", ["'a + b'", "BinOp"]),
