@@ -540,7 +540,9 @@ class DfitMagics(Magics):
         try:
             ab = compare_runs(run_a, run_b, force=args.force)
         except CompareError as err:
-            raise UsageError(f"%dfit_compare {args.a} {args.b}: {err}") from None
+            # compare() speaks of its keyword; the magic's option is --force
+            message = str(err).replace("pass force=True", "pass --force")
+            raise UsageError(f"%dfit_compare {args.a} {args.b}: {message}") from None
         chart = compare_chart(ab)
         if args.output:
             self.shell.user_ns[args.output] = ab

@@ -285,6 +285,15 @@ def test_compare_of_different_programs_is_a_usage_error(shell, runs):
     assert len(out.outputs) == 2
 
 
+def test_compare_of_different_programs_names_the_magics_force_option(shell, runs):
+    """compare()'s message says "pass force=True"; the magic's option is --force, and its message says so."""
+    with capture_output():
+        shell.run_line_magic("dfit", "--no-explorer -o other2 f(b.T, a.T)")
+    with pytest.raises(UsageError) as err:
+        shell.run_line_magic("dfit_compare", "r_ws other2")
+    assert "pass --force to compare anyway" in str(err.value) and "force=True" not in str(err.value)
+
+
 @pytest.mark.parametrize("call", ["f(a, b=(yield))", "f(a, await b)", "f(a, [(yield) for _ in b])"])
 def test_yield_or_await_in_the_call_is_a_usage_error(shell, call):
     """ast.parse accepts yield and await in an expression; compile refused them with a bare SyntaxError (and a
