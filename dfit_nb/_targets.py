@@ -22,9 +22,11 @@ from ._format import read_markers
 from .errors import LoadRefusedError, SaveError, SaveRefusedError
 
 
-def local_path(path: str | os.PathLike[str], saving: bool) -> Path:
-    """``path`` as a local :class:`~pathlib.Path`: a path as given, a ``file://`` URL (of no host, or
-    ``localhost``) as its path; any other URL (``s3://bucket/run.zarr``) is refused, naming it as given.
+def local_path(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], saving: bool) -> Path:
+    """``path`` as a local :class:`~pathlib.Path`: a path as given (bytes decoded by :func:`os.fsdecode`), a
+    ``file://`` URL (of no host, or ``localhost``) as its path; any other URL (``s3://bucket/run.zarr``) is
+    refused, naming it as given, and so are an empty path and what is not a path (``None``, a number):
+    :class:`SaveRefusedError` when ``saving``, else :class:`LoadRefusedError`.
 
     ``Path`` would have made ``s3://bucket/run.zarr`` the local ``s3:/bucket/run.zarr``, and the save failed
     naming a folder ``s3:`` the user never gave. Saves and loads of traces, runs and calibrations are local
@@ -34,15 +36,21 @@ def local_path(path: str | os.PathLike[str], saving: bool) -> Path:
     >>> local_path("run.nc", saving=True), local_path("file:///tmp/a%20b.nc", saving=False)
     (PosixPath('run.nc'), PosixPath('/tmp/a b.nc'))
     """
-    raw = os.fspath(path)
+    refused = SaveRefusedError if saving else LoadRefusedError
+    verb, fix = (("save to", "save to a local path, then copy the file") if saving else
+                 ("load", "copy it to a local path, then load that"))
+    if not isinstance(path, (str, bytes, os.PathLike)):  # else os.fspath's bare TypeError, naming no argument
+        raise refused(f"refusing to {verb} {path!r:.80}: the path must be a str or an os.PathLike (such as "
+                      f"'run.nc' or pathlib.Path('run.nc')), got {type(path).__name__}")
+    # bytes (b'/tmp/x.nc', or a PathLike giving them) are decoded as the OS does: the checks below test str
+    raw = os.fsdecode(os.fspath(path))
+    if raw == "":  # Path("") is '.': the error named the working directory, which the user never gave
+        raise refused(f"refusing to {verb} an empty path ''; give a file name such as 'run.nc'")
     if "://" not in raw:
         return Path(raw)
     parts = urllib.parse.urlsplit(raw)
     if parts.scheme == "file" and parts.netloc in ("", "localhost"):
         return Path(urllib.parse.unquote(parts.path))
-    refused = SaveRefusedError if saving else LoadRefusedError
-    verb, fix = (("save to", "save to a local path, then copy the file") if saving else
-                 ("load", "copy it to a local path, then load that"))
     raise refused(f"refusing to {verb} {raw!r}: it is a URL, and dfit_nb saves and loads traces, runs and "
                   f"calibrations on a local file system only (a save replaces by renaming, which object stores "
                   f"cannot do atomically); {fix}")

@@ -230,7 +230,29 @@ def test_a_zarr_path_dfit_nb_did_not_write_is_refused_and_kept(trace, tmp_path, 
     assert _names(tmp_path) == ["store.zarr"]
 
 
-@pytest.mark.parametrize("name", [".", "..", "sub/..", "", "/"])
+def test_bytes_paths_are_decoded_and_what_is_no_path_is_refused_naming_it(trace, run, tmp_path, monkeypatch):
+    """A bytes path (b'/tmp/x.nc') raised "a bytes-like object is required, not 'str'"; None or 5 raised
+    os.fspath's bare TypeError; '' was named as '.', "the current directory". Bytes now save and load (decoded
+    by os.fsdecode); the rest are refused, saying a path is needed or that it is empty."""
+    from dfit_nb.errors import LoadRefusedError
+
+    path = os.fsencode(tmp_path / "t.nc")
+    assert trace.save(path) == tmp_path / "t.nc"
+    assert dfit_nb.load_trace(path).attrs["function"] == trace.attrs["function"]
+    assert run.to_perfetto(os.fsencode(tmp_path / "r.json")) == tmp_path / "r.json"
+    monkeypatch.chdir(tmp_path)
+    for bad, said in ((None, "got NoneType"), (5, "got int"), ("", "an empty path ''")):
+        for save in (trace.save, run.save, run.to_perfetto):
+            with pytest.raises(SaveRefusedError, match="refusing to save to") as err:
+                save(bad)
+            assert said in str(err.value) and ("str or an os.PathLike" in str(err.value) or bad == ""), err.value
+        for load in (dfit_nb.load_trace, dfit_nb.load_run):
+            with pytest.raises(LoadRefusedError, match=f"refusing to load .*{re.escape(said)}"):
+                load(bad)
+    assert _names(tmp_path) == ["r.json", "t.nc"]
+
+
+@pytest.mark.parametrize("name", [".", "..", "sub/..", "/"])
 def test_dot_dotdot_and_root_are_refused(trace, tmp_path, monkeypatch, name):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "keep.txt").write_text("mine")
