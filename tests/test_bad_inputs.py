@@ -1384,7 +1384,8 @@ def test_to_perfetto_refuses_a_file_dfit_nb_did_not_write_naming_it(kind, tmp_pa
         with pytest.raises(SaveRefusedError) as info:
             call()  # refused before any work: a FIFO is never opened, so this cannot block
         message = str(info.value)
-        assert message.startswith(f"refusing to replace {path}: ") and "did not write" in message, message
+        said = "a special file (not a regular file)" if kind == "a FIFO" else "did not write"
+        assert message.startswith(f"refusing to replace {path}: ") and said in message, message
         assert "overwrite=True" in message, message
     assert _tree(tmp_path) == before
     if kind in ("a user's file", "a user's trace"):

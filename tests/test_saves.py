@@ -252,6 +252,21 @@ def test_bytes_paths_are_decoded_and_what_is_no_path_is_refused_naming_it(trace,
     assert _names(tmp_path) == ["r.json", "t.nc"]
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_to_perfetto_refuses_a_special_file_even_with_overwrite(run, tmp_path, kind, overwrite):
+    """to_perfetto('/dev/null') said "a file that dfit_nb did not write", and with overwrite=True renamed its
+    trace over the device (run as root, /dev/null became a regular file). A FIFO, socket or device (here a link
+    to /dev/null: only the link could be replaced) is now refused as a special file, overwrite or not."""
+    said = {"fifo": "a FIFO (named pipe)", "device": "a character device"}[kind]
+    with contextlib.ExitStack() as stack:
+        path = _not_a_file(kind, tmp_path, stack)
+        with pytest.raises(SaveRefusedError, match=re.escape(f"it is {said}, a special file (not a regular file)")):
+            run.to_perfetto(path, overwrite=overwrite)
+        assert _files.special_file(path) and _names(tmp_path) == [path.name]
+
+
 @pytest.mark.parametrize("name", [".", "..", "sub/..", "/"])
 def test_dot_dotdot_and_root_are_refused(trace, tmp_path, monkeypatch, name):
     (tmp_path / "sub").mkdir()

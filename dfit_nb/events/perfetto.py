@@ -40,7 +40,7 @@ import numpy as np
 import xarray as xr
 
 from .._atomic import atomic_file
-from .._files import foreign_file, local_path
+from .._files import foreign_file, local_path, special_file
 from .._version import __version__
 from ..errors import DfitWarning, SaveRefusedError
 from ._perfetto_tracks import CHIP_PID as CHIP_PID
@@ -164,6 +164,11 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
                                "('\\x00'); give a path without it")
     if target.is_dir():
         raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
+    special = special_file(target)
+    if special:  # even with overwrite=True: the write renames over its path, which replaced /dev/null itself
+        raise SaveRefusedError(f"refusing to replace {target}: it is {special}, a special file (not a regular "
+                               "file), which dfit_nb never replaces, overwrite=True or not; give the path of a new "
+                               ".json file")
     if not isinstance(overwrite, bool):
         raise PerfettoExportError(f"overwrite must be True or False, got {overwrite!r}")
     if not overwrite and foreign_file(target):  # the report's and the CLI's test: never replace a user's file
