@@ -46,6 +46,25 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", None) or getattr(type(fn), "__name__", "fn")
 
 
+def _check_option_arrays(fn: Any, options: dict[str, Any]) -> None:
+    """Refuse an array given to one of capture's own options: a keyword argument of ``fn`` named like one
+    (``mode``, ``regions``, ``while_trips``, ...) is taken by capture, not passed to ``fn``, and was refused as,
+    say, "unknown mode Array([...])", which did not say why."""
+    for option, value in options.items():
+        if isinstance(value, (jax.Array, np.ndarray, jax.ShapeDtypeStruct)):
+            try:
+                takes = option in inspect.signature(fn).parameters
+            except (TypeError, ValueError):
+                takes = False
+            name = _fn_name(fn)
+            whose = f"{name} takes a parameter {option!r} whose name clashes with it" if takes else (
+                f"a keyword argument of {name} of that name clashes with it")
+            raise TypeError(
+                f"capture() got an array ({_describe(value)}) as {option}=, which is capture's own option, never "
+                f"passed to the function: {whose}; pass it with functools.partial({name}, {option}=...) or a "
+                f"wrapper (lambda *a: {name}(*a, {option}=...)) and capture that")
+
+
 def _check_inputs(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], mode: str, while_trips: Any,
                   profile: dict[str, Any] | None = None, budget_s: Any = probes.DEFAULT_PROFILE_BUDGET_S,
                   ci_pct: Any = probes.DEFAULT_PROFILE_CI_PCT) -> None:
@@ -501,6 +520,11 @@ def capture(
     2   dot_general  dense1   forward
     """
     t_start = time.perf_counter()
+    # first: an array here is a keyword argument of fn whose name is one of capture's options
+    _check_option_arrays(fn, {"mode": mode, "while_trips": while_trips, "profile_rounds": profile_rounds,
+                              "profile_calls": profile_calls, "profile_budget_s": profile_budget_s,
+                              "profile_ci_pct": profile_ci_pct, "regions": regions, "param_args": param_args,
+                              "lower_for": lower_for})
     _check_inputs(fn, args, kwargs, mode, while_trips,
                   {"profile_rounds": profile_rounds, "profile_calls": profile_calls}, profile_budget_s, profile_ci_pct)
     if not isinstance(regions, str) or regions not in regions_mod.REGION_MODES:

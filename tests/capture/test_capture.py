@@ -392,6 +392,20 @@ def test_bad_inputs_are_named():
         dfit_nb.capture(lambda a: a * 2, x, while_trips={"nowhere": 2})
 
 
+@pytest.mark.parametrize("option", ["mode", "regions", "while_trips", "profile_rounds", "lower_for"])
+def test_an_array_for_a_capture_option_names_the_clash(option):
+    """f(x, mode=None) captured as capture(f, x, mode=arr): capture took the array as its own option and said
+    "unknown mode Array([...])". Now the message says the name clashes with capture's option and how to pass it."""
+    def f(x, mode=None, regions=None, while_trips=None, profile_rounds=None, lower_for=None):
+        return x * 2
+
+    x = jnp.ones(3)
+    with pytest.raises(TypeError, match=rf"array \(float32\[3\]\) as {option}=, which is capture's own option") as info:
+        dfit_nb.capture(f, x, **{option: x})
+    assert f"f takes a parameter {option!r}" in str(info.value)
+    assert f"functools.partial(f, {option}=...)" in str(info.value)
+
+
 def test_a_function_that_fails_to_trace_chains_jax_error():
     def bad(a):
         return a @ jnp.ones((5, 5))
