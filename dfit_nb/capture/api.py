@@ -46,6 +46,15 @@ def _fn_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", None) or getattr(type(fn), "__name__", "fn")
 
 
+def _source_info(fn: Callable[..., Any], name: str) -> str:
+    """``name at file:line`` where ``fn``'s code is (as JAX names a traced function), else ``name``."""
+    try:
+        code = inspect.unwrap(fn).__code__
+        return f"{name} at {code.co_filename}:{code.co_firstlineno}"
+    except (AttributeError, ValueError):  # a builtin, a callable object, a __wrapped__ cycle
+        return name
+
+
 def _check_option_arrays(fn: Any, options: dict[str, Any]) -> None:
     """Refuse an array given to one of capture's own options: a keyword argument of ``fn`` named like one
     (``mode``, ``regions``, ``while_trips``, ...) is taken by capture, not passed to ``fn``, and was refused as,
@@ -559,7 +568,10 @@ def capture(
     try:
         closed = jax.make_jaxpr(flat_fn)(*dyn)
     except Exception as err:
-        raise CaptureError(f"JAX could not trace {name}: {type(err).__name__}: {err}") from err
+        # JAX names the function it traced: flat_fn, this module's wrapper; the user's function is the one to name
+        code = flat_fn.__code__
+        said = str(err).replace(f"flat_fn at {code.co_filename}:{code.co_firstlineno}", _source_info(fn, name))
+        raise CaptureError(f"JAX could not trace {name}: {type(err).__name__}: {said}") from err
 
     walk = walk_closed_jaxpr(closed)
     dyn_params = [param_leaves[i] for i in dyn_pos]

@@ -406,6 +406,16 @@ def test_an_array_for_a_capture_option_names_the_clash(option):
     assert f"functools.partial(f, {option}=...)" in str(info.value)
 
 
+def test_a_function_returning_no_array_is_named_not_the_wrapper():
+    """JAX named capture's internal flat_fn (and api.py's line) as the function that returned a str."""
+    import os
+
+    with pytest.raises(CaptureError, match="could not trace <lambda>") as info:
+        dfit_nb.capture(lambda a: os.getcwd(), jnp.ones(3))
+    assert "flat_fn" not in str(info.value) and "api.py" not in str(info.value)
+    assert f"function <lambda> at {__file__}:" in str(info.value)
+
+
 def test_a_function_that_fails_to_trace_chains_jax_error():
     def bad(a):
         return a @ jnp.ones((5, 5))
