@@ -55,6 +55,22 @@ def _source_info(fn: Callable[..., Any], name: str) -> str:
         return name
 
 
+def _check_flattenable(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> None:
+    """Refuse an argument JAX cannot flatten as a pytree (a dict whose keys do not sort, such as ``{1: x, "1":
+    x}``), naming it: else JAX's bare ValueError ("Comparator raised exception while sorting pytree dictionary
+    keys") named neither the argument nor the function."""
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [(f"keyword argument {k!r}", v)
+                                                                    for k, v in kwargs.items()]
+    for which, value in named:
+        try:
+            jax.tree_util.tree_flatten(value)
+        except (ValueError, TypeError) as err:
+            cause = f"{err}: {err.__cause__}" if err.__cause__ is not None else str(err)
+            raise CaptureError(
+                f"cannot capture {name}: its {which} cannot be flattened as a pytree ({cause}); JAX sorts a dict's "
+                "keys, so the keys of each dict must be of one comparable type (all str, or all int)") from err
+
+
 def _check_option_arrays(fn: Any, options: dict[str, Any]) -> None:
     """Refuse an array given to one of capture's own options: a keyword argument of ``fn`` named like one
     (``mode``, ``regions``, ``while_trips``, ...) is taken by capture, not passed to ``fn``, and was refused as,
@@ -544,6 +560,7 @@ def capture(
         raise TypeError(f"param_args must be an argument position (int), a keyword name (str) or a sequence of "
                         f"them, got {type(param_args).__name__} {param_args!r}")
     _check_lower_for(lower_for, mode)
+    _check_flattenable(args, kwargs, _fn_name(fn))
     param_leaves = regions_mod.parameter_leaves(fn, args, kwargs, param_args)
     leaves, treedef = jax.tree_util.tree_flatten((args, kwargs))
     dyn_pos = [i for i, leaf in enumerate(leaves) if is_dynamic(leaf)]

@@ -416,6 +416,17 @@ def test_a_function_returning_no_array_is_named_not_the_wrapper():
     assert f"function <lambda> at {__file__}:" in str(info.value)
 
 
+def test_a_dict_of_mixed_key_types_is_refused_naming_the_argument():
+    """{1: x, "1": x} raised JAX's bare ValueError ("Comparator raised exception while sorting pytree dictionary
+    keys"), naming neither the argument nor the function."""
+    x = jnp.ones(3)
+    with pytest.raises(CaptureError, match=r"cannot capture <lambda>: its argument 1 cannot be flattened.*one "
+                                           r"comparable type"):
+        dfit_nb.capture(lambda a, d: a, x, {1: x, "1": x})
+    with pytest.raises(CaptureError, match=r"its keyword argument 'd' cannot be flattened"):
+        dfit_nb.capture(lambda a, d: a, x, d={1: x, "1": x})
+
+
 def test_a_function_that_fails_to_trace_chains_jax_error():
     def bad(a):
         return a @ jnp.ones((5, 5))
