@@ -220,19 +220,74 @@ def _compiled_bytes(compiled: Any) -> int | None:
         return None
 
 
+#: the containers eager mode enters and runs op by op (probes._EagerInterpreter); any other op runs whole
+_EAGER_ENTERED = ("scan", "while", "cond", "jit", "call", "remat", "custom_jvp", "custom_vjp")
+
+
+def _eager_peak(walk: Walk, jaxpr: Any) -> tuple[int, int]:
+    """(bytes, ops): the most eager mode holds at once while it interprets ``jaxpr``, counting only what always
+    runs, and how many op outputs that sums.
+
+    The interpreter keeps every op's output until the jaxpr's run ends (its environment), so the outputs add up;
+    a container it enters also holds its own run's outputs while it runs. Not counted, as they may not run: a cond's
+    branches but the smallest (one of them runs), a while body, a scan body of length 0.
+    """
+    held = ops = peak = 0
+    for eqn in jaxpr.eqns:
+        out = sum(_nbytes(v.aval) for v in eqn.outvars if type(v).__name__ != "DropVar")
+        op = walk.eqn_op.get(id(eqn))
+        inner, inner_ops = 0, 0
+        if op is not None and walk.records[op].container in _EAGER_ENTERED:
+            record = walk.records[op]
+            p = eqn.params
+            if record.container == "cond":
+                inner, inner_ops = min((_eager_peak(walk, _opened(b)) for b in p["branches"]), default=(0, 0))
+            elif record.container == "while":
+                inner, inner_ops = _eager_peak(walk, _opened(p["cond_jaxpr"]))
+            elif record.container == "scan":
+                if p["length"] > 0:  # one step's run at a time, beside the list of every step's ys it stacks
+                    inner, inner_ops = _eager_peak(walk, _opened(p["jaxpr"]))
+                    inner += sum(_nbytes(v.aval) for v in eqn.outvars[p["num_carry"]:])
+            else:  # the first jaxpr among its params, as the interpreter picks it
+                sub = next((v for v in p.values() if isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr))), None)
+                if sub is not None:
+                    inner, inner_ops = _eager_peak(walk, _opened(sub))
+        peak = max(peak, held + max(inner, out))
+        held += out
+        ops += 1 + inner_ops
+    return max(peak, held), ops
+
+
+def _opened(j: Any) -> Any:
+    return j.jaxpr if isinstance(j, jcore.ClosedJaxpr) else j
+
+
+def _nbytes(aval: Any) -> int:
+    try:
+        return costs_nbytes(aval)
+    except Exception:  # a symbolic (shape-polymorphic) dimension: no static size
+        return 0
+
+
 def _check_runtime_memory(walk: Walk, compiled: Any, closed: Any, name: str, mode: str) -> None:
     """Refuse a runtime capture that must allocate more than the device has free, before running anything.
 
-    Eager mode runs every op on its own, so each op's output is allocated: the largest output of an op that
-    always runs is a lower bound. Both modes run the compiled program, whose outputs and temporaries (XLA's
-    memory analysis; else its largest output) are allocated; there fusion may never materialise an intermediate
-    (``sum(outer(a, b))`` allocates nothing of the outer product), so that is profile mode's only figure.
+    Eager mode runs every op on its own and keeps each output until the run ends, so the outputs of the ops that
+    always run add up (:func:`_eager_peak`; comparing only the largest of them let three 4 GiB products and their
+    three broadcasts through where one fitted, and the process was killed). Both modes run the compiled program,
+    whose outputs and temporaries (XLA's memory analysis; else its largest output) are allocated; there fusion may
+    never materialise an intermediate (``sum(outer(a, b))`` allocates nothing of the outer product), so that is
+    profile mode's only figure.
     """
     needs: list[tuple[int, str]] = []
     if mode == "eager" and walk.largest is not None:  # first: on a tie, the message names the op
         a = walk.largest
-        needs.append((a.nbytes, f"eager mode runs every op on its own, and {_where(walk, a)} makes "
-                                f"{a.describe()} ({_number(a.elements)} elements, {human(a.nbytes)})"))
+        held, ops = _eager_peak(walk, walk.tagged.jaxpr)
+        needs.append((max(held, a.nbytes),
+                      f"eager mode runs every op on its own and keeps each output until the run ends: the outputs "
+                      f"of the {ops} op(s) that always run come to {human(max(held, a.nbytes))} at once (the "
+                      f"largest: {_where(walk, a)} makes {a.describe()}, {_number(a.elements)} elements, "
+                      f"{human(a.nbytes)})"))
     outs = [v.aval for v in closed.jaxpr.outvars if getattr(v.aval, "shape", None) is not None]
     largest_out = max(outs, key=costs_nbytes, default=None)
     out_note = (f"; its largest output is {_shape_str(largest_out)}, {human(costs_nbytes(largest_out))}"
@@ -483,10 +538,10 @@ def capture(
         the program (an argument or any intermediate, nested jaxprs included) that XLA cannot represent
         (2**63 bytes or more: its compiler would abort the process), or FLOP or byte counts beyond 64 bits; or,
         in a runtime mode, refused before running, a program that must allocate more than the device has free
-        (eager: the largest output of an op that always runs; both: the compiled program's outputs and
-        temporaries), with the advice to use ``mode="static"``. Also a region or op name (a named scope, a
-        function name, a parameter key, a primitive) holding a control character (Unicode categories Cc, Zl,
-        Zp: NUL, tab, newline, U+2028, U+2029, ...), shown with ``repr``.
+        (eager: the outputs of the ops that always run, which it keeps until the run ends; both: the
+        compiled program's outputs and temporaries), with the advice to use ``mode="static"``. Also a region or op
+        name (a named scope, a function name, a parameter key, a primitive) holding a control character (Unicode
+        categories Cc, Zl, Zp: NUL, tab, newline, U+2028, U+2029, ...), shown with ``repr``.
 
     Examples
     --------

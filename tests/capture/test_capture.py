@@ -573,6 +573,24 @@ def test_runtime_memory_refusal_follows_what_each_mode_allocates(monkeypatch):
     assert dfit_nb.capture(lambda a, b: jnp.outer(a, b), x, x).overhead.mode == "static"  # static: never refused
 
 
+def test_eager_memory_refusal_sums_the_outputs_it_keeps(monkeypatch):
+    """Eager mode keeps every op's output until its run ends; the guard compared only the largest one with the free
+    memory, so three broadcasts and three products of 4 GiB each ran on a machine where one fitted and the process
+    was killed. Here at 256 KiB each against a 1 MiB budget: each fits, the compiled program's three outputs
+    (768 KiB) fit, the six held at once (1.5 MiB) do not."""
+    monkeypatch.setenv("DFIT_NB_MEMORY_LIMIT", "1MiB")
+    g = lambda x: tuple(jnp.broadcast_to(x, (64, 1024)) * k for k in (2, 3, 4))
+    x = jnp.ones(1024)
+    with pytest.raises(CaptureError, match=r"mode='eager'.*the outputs of the 6 op\(s\) that always run come to "
+                                           r"1.5 MiB at once.*float32\[64,1024\].*1.0 MiB free on.*'static'"):
+        dfit_nb.capture(g, x, mode="eager")
+    assert dfit_nb.capture(g, x, mode="profile", profile_rounds=1, profile_calls=1).overhead.mode == "profile"
+    # what a jit or a scan runs is counted once: these fit
+    assert dfit_nb.capture(jax.jit(lambda a: jnp.tanh(a) * 2), x, mode="eager").overhead.mode == "eager"
+    scan = lambda a: jax.lax.scan(lambda c, y: (c + y, c * y), a, jnp.ones((8, 1024)))[1]
+    assert dfit_nb.capture(scan, x, mode="eager").overhead.mode == "eager"
+
+
 def test_a_long_argument_list_is_summarised_where_it_is_shown():
     from dfit_nb.capture.trace import describe_arguments
 
