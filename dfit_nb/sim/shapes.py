@@ -46,6 +46,25 @@ from .machine import DATAFLOWS
 from .policy import select_dataflows
 
 
+def _check_scales(scales: Any) -> dict[str, list[float]]:
+    """``scales`` as ``{axis: [factor, ...]}``, each axis a non-empty list of finite factors > 0: an empty list
+    would leave no shape to evaluate (a reshape of nothing), and a string ("12") its characters."""
+    if not isinstance(scales, Mapping) or not scales:
+        raise ShapeError(f"scales must be a dict {{axis: [factor, ...]}} naming one or more axes, e.g. "
+                         f"{{'batch': [0.5, 1, 2]}}; got {scales!r}")
+    out = {}
+    for axis, values in scales.items():
+        ok = not isinstance(values, (str, bytes, Mapping)) and np.ndim(values) == 1 and len(values) > 0
+        factors = list(values) if ok else []
+        if ok and all(isinstance(f, (int, float, np.integer, np.floating)) and not isinstance(f, (bool, np.bool_))
+                      and np.isfinite(f) and f > 0 for f in factors):
+            out[axis] = [float(f) for f in factors]
+            continue
+        raise ShapeError(f"scales[{axis!r}] needs a non-empty list of positive, finite factors of the base size "
+                         f"(e.g. [0.5, 1, 2]); got {values!r}")
+    return out
+
+
 def _points(scales: Mapping[str, Sequence[float]]) -> list[dict[str, float]]:
     axes = list(scales)
     return [dict(zip(axes, p, strict=True)) for p in itertools.product(*(list(scales[a]) for a in axes))]
@@ -89,6 +108,7 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     >>> ds["latency_s"].dims
     ('batch', 'policy')
     """
+    scales = _check_scales(scales)
     exps = exponents(trace, make_args, base)
     prep = prepare(trace, None, splits_rows(hw))
     base_policy = select_dataflows(trace, hw, objective, evaluate=False)
@@ -148,6 +168,12 @@ def tail_latency(trace: Any, hw: Hardware, make_args: Callable[..., Sequence[Any
     Quantiles are of the discrete distribution (the smallest value whose cumulative probability reaches q).
     """
     sizes, weights = size_distribution(batch_sizes)
+    qs = [] if isinstance(quantiles, (str, bytes)) or np.ndim(quantiles) != 1 else list(quantiles)
+    bad = [q for q in qs if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, float, np.integer, np.floating))
+           or not (np.isfinite(q) and 0 < q <= 1)]
+    if not qs or bad:  # a quantile of 1.5 or nan would index past the distribution, or read its largest size
+        raise ShapeError(f"quantiles must be a non-empty list of finite numbers in (0, 1] (e.g. (0.5, 0.95, 0.99)); "
+                         f"{'got ' + repr(quantiles) if not qs else f'these are not: {bad}'}")
     if axis not in base:
         raise ShapeError(f"axis {axis!r} is not in base {dict(base)}")
     ds = shape_sensitivity(trace, hw, make_args, base, {axis: list(sizes / base[axis])}, objective)

@@ -108,6 +108,14 @@ def test_bad_inputs(encoder_trace, tmp_path):
     with pytest.raises(ShapeError, match="sum above 0"):
         tail_latency(encoder_trace, hw, make_args, BASE, {2: 0.0})
 
+    for bad in ([], "12", [0.5, -1], [float("nan")], [True]):
+        with pytest.raises(ShapeError, match=r"scales\['batch'\] needs a non-empty list of positive, finite factors"):
+            shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": bad})
+    with pytest.raises(ShapeError, match=r"quantiles must be .* in \(0, 1\].*these are not: \[1.5, -0.2, nan\]"):
+        tail_latency(encoder_trace, hw, make_args, BASE, {1: 1.0}, quantiles=(0.5, 1.5, -0.2, float("nan")))
+    with pytest.raises(ShapeError, match="quantiles must be a non-empty list"):
+        tail_latency(encoder_trace, hw, make_args, BASE, {1: 1.0}, quantiles=())
+
     def unrolled(x):  # one op per row: the structure depends on the batch
         return sum(jnp.tanh(x[i]) for i in range(x.shape[0]))
 
