@@ -183,15 +183,30 @@ def power(result: Any = None, *, energy_j: Any = None, latency_s: Any = None) ->
         if missing:
             raise AreaError(f"power() needs a Run or a Dataset with energy_j and latency_s; "
                             f"{type(result).__name__} lacks {', '.join(missing)}")
+        # the result's figures are checked as given ones are: a latency of 0 (no work) would be nan W
+        _check_power_inputs(data["energy_j"].values, data["latency_s"].values, f"{type(result).__name__}'s ")
         out = data["energy_j"] / data["latency_s"]
         return float(out) if out.ndim == 0 else out
     if energy_j is None or latency_s is None:
         raise AreaError("power() needs a Run, a replay_batch Dataset, or both energy_j= and latency_s=")
-    e, t = np.asarray(energy_j, np.float64), np.asarray(latency_s, np.float64)
-    if np.any(~np.isfinite(t)) or np.any(t <= 0):
-        raise AreaError(f"power(): latency_s must be finite and > 0 s, got {latency_s!r}")
+    e, t = _check_power_inputs(energy_j, latency_s, "")
     out = e / t
     return float(out) if out.ndim == 0 else out
+
+
+def _check_power_inputs(energy_j: Any, latency_s: Any, whose: str) -> tuple[np.ndarray, np.ndarray]:
+    """``energy_j`` and ``latency_s`` as float arrays, or an AreaError: a negative or nan energy would be
+    returned as a negative or nan power, a latency of 0 as an infinite one."""
+    try:
+        e, t = np.asarray(energy_j, np.float64), np.asarray(latency_s, np.float64)
+    except (TypeError, ValueError):
+        raise AreaError(f"power(): {whose}energy_j and latency_s must be numbers, got {energy_j!r} and "
+                        f"{latency_s!r}") from None
+    if np.any(~np.isfinite(t)) or np.any(t <= 0):
+        raise AreaError(f"power(): {whose}latency_s must be finite and > 0 s, got {latency_s!r}")
+    if np.any(~np.isfinite(e)) or np.any(e < 0):
+        raise AreaError(f"power(): {whose}energy_j must be finite and >= 0 J, got {energy_j!r}")
+    return e, t
 
 
 __all__ = ("AREA_FIGURES", "AreaError", "area", "power")

@@ -81,3 +81,10 @@ def test_bad_input() -> None:
         power(energy_j=1.0)
     with pytest.raises(AreaError, match="lacks latency_s"):
         power(xr.Dataset({"energy_j": 1.0}))
+    for bad in (-1.0, float("nan"), [1.0, -2.0]):
+        with pytest.raises(AreaError, match="energy_j must be finite and >= 0 J"):
+            power(energy_j=bad, latency_s=1.0)
+    with pytest.raises(AreaError, match="energy_j and latency_s must be numbers"):
+        power(energy_j="a", latency_s=1.0)
+    with pytest.raises(AreaError, match="Dataset's latency_s must be finite and > 0"):  # a run of no work: not nan W
+        power(xr.Dataset({"energy_j": 0.0, "latency_s": 0.0}))
