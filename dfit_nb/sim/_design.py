@@ -510,6 +510,8 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
     for name, value in (("starts", starts), ("replays", replays), ("max_steps", max_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise DesignError(f"design() {name} must be a whole number >= 1, got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise DesignError(f"design() seed must be a whole number >= 0 (the seed of the random starts), got {seed!r}")
     smallest = machine_at(hw, sp, sp.lo)
     floor_area = area_of(smallest)
     if "area_mm2" in limits and floor_area > limits["area_mm2"]:

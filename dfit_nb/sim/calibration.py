@@ -66,6 +66,16 @@ KERNEL_FIELDS = (*DEFAULT_FIELDS, "vector_rate", "transcendental_cycles", "vecto
 RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds
 TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6, "time_ns": 1e-9}
+
+
+def _time_column(columns: Any) -> str | None:
+    """The one time column of ``columns`` (None when none): two (``time_s`` and ``time_us``) are refused by name,
+    as either could be the measurement and the other would be dropped without a word."""
+    found = [c for c in TIME_COLUMNS if c in columns]
+    if len(found) > 1:
+        raise CalibrationError(f"measured has several time columns {found}: it is ambiguous which one holds the "
+                               f"measured time; keep exactly one of {', '.join(TIME_COLUMNS)}")
+    return found[0] if found else None
 #: the columns of measured GEMM rows besides the time and the Hardware fields (each of which, as a column, sets
 #: that field for its row): the shapes, the dtype, the size bucket and the per-op settings of the op table
 MEASURED_COLUMNS = ("m", "k", "n", "batch", "dtype", "bucket", *OP_SETTINGS)
@@ -490,7 +500,7 @@ def measured_table(measured: Any) -> pd.DataFrame:
         raise CalibrationError(f"measured must be a pandas DataFrame (m, k, n, [batch, dtype], time_s or time_us) "
                                f"or a Trace captured in profile mode; got {type(measured).__name__}")
     missing = [c for c in ("m", "k", "n") if c not in measured.columns]
-    time_col = next((c for c in TIME_COLUMNS if c in measured.columns), None)
+    time_col = _time_column(measured.columns)
     if missing or time_col is None:
         raise CalibrationError(f"measured lacks {missing + ([] if time_col else ['a time column'])}; it needs m, k, "
                                f"n and one of {', '.join(TIME_COLUMNS)} (optional: batch, dtype, bucket, "
@@ -698,6 +708,13 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     >>> {k: round(v) for k, v in cal.per_group["op_overhead_cycles"].values.items()}
     {'compiled': 500, 'eager': 3000}
     """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise CalibrationError(f"seed must be a whole number >= 0 (the seed of the fit/held-out split), got {seed!r}")
+    if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
+        raise CalibrationError(f"max_iterations must be a whole number >= 1 (BFGS iterations at most), got "
+                               f"{max_iterations!r}")
+    if isinstance(fields, str):  # one field by name, not its letters
+        fields = (fields,)
     labels = _group_labels(measured, per_group)
     read = {*MEASURED_COLUMNS, "name", "family"}  # columns the rows are read with, kept when they name groups too
     extra = sorted({column for column, _ in labels.values()} - read)
@@ -729,6 +746,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
                 if grouped else f"{unknowns} field(s)")
         raise CalibrationError(f"{int(fit.sum())} fitted row(s) cannot determine {what}: give at least {unknowns} rows "
                                f"to fit (of {len(table)} measured, {fit_fraction:.0%} fitted)")
+    _check_bounds(bounds, (*fields, *grouped))
     box = _bounds(hw, (*fields, *grouped), bounds)
     set_per_row = [f for f in (*fields, *grouped) if f in table.columns]
     if set_per_row:
@@ -829,6 +847,23 @@ def _group_labels(measured: Any, per_group: Mapping[str, str] | None) -> dict[st
     return out
 
 
+def _check_bounds(bounds: Any, fitted: tuple[str, ...]) -> None:
+    """``bounds`` keyed by fitted fields only: a key of no field (a typo) or of a field not fitted would
+    otherwise be ignored, leaving that field at its default bounds without a word."""
+    if bounds is None:
+        return
+    if not isinstance(bounds, Mapping):
+        raise CalibrationError(f"bounds must be a dict {{field: (low, high)}} of fitted fields, got "
+                               f"{type(bounds).__name__}; fitted: {', '.join(fitted)}")
+    unknown = [str(f) for f in bounds if f not in FIELDS]
+    if unknown:
+        raise CalibrationError(f"bounds name(s) {unknown} that are not Hardware fields; fitted: {', '.join(fitted)}")
+    unfitted = [str(f) for f in bounds if f not in fitted]
+    if unfitted:
+        raise CalibrationError(f"bounds name(s) {unfitted} that are not fitted (add them to fields, or drop their "
+                               f"bounds); fitted: {', '.join(fitted)}")
+
+
 def _check_fields(fields: tuple[str, ...]) -> None:
     """Fields a calibration can fit, or a clear error naming the ones it cannot."""
     unknown = [f for f in fields if f not in FIELDS]
@@ -855,7 +890,7 @@ def _kernel_rows(measured: Any, fusion: str | None, split: bool = False) -> Any:
         if isinstance(getattr(measured, "ops", None), xr.Dataset):
             return fusion_rows(measured)
         if isinstance(measured, pd.DataFrame) and ("trace" in measured.columns or "fn" in measured.columns):
-            time_col = next((c for c in TIME_COLUMNS if c in measured.columns), None)
+            time_col = _time_column(measured.columns)
             if time_col is None:
                 raise CalibrationError(f"measured lacks a time column; program rows need one of "
                                        f"{', '.join(TIME_COLUMNS)}")

@@ -166,6 +166,24 @@ def test_bad_calibration_inputs_are_named():
         calibrate(ROWS, hw)
 
 
+def test_ambiguous_or_ignored_calibration_inputs_are_refused_by_name():
+    hw = presets.get("tpu_v4")
+    rows = ROWS.assign(time_us=predict(ROWS, hw)["seconds"] * 1e6)
+    with pytest.raises(CalibrationError, match=r"several time columns \['time_s', 'time_us'\]"):
+        calibrate(rows.assign(time_s=1.0), hw, ["clock_ghz"])
+    with pytest.raises(CalibrationError, match=r"\['clock_ghzz'\] that are not Hardware fields; fitted: clock_ghz"):
+        calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghzz": (0.5, 2.0)})
+    with pytest.raises(CalibrationError, match=r"\['op_overhead_cycles'\] that are not fitted .*fitted: clock_ghz"):
+        calibrate(rows, hw, ["clock_ghz"], bounds={"op_overhead_cycles": (1.0, 2000.0)})
+    for bad in (0, -3, 2.5, "10"):
+        with pytest.raises(CalibrationError, match="max_iterations must be a whole number >= 1"):
+            calibrate(rows, hw, ["clock_ghz"], max_iterations=bad)
+    for bad in ("a", -1, 1.5):
+        with pytest.raises(CalibrationError, match="seed must be a whole number >= 0"):
+            calibrate(rows, hw, ["clock_ghz"], seed=bad)
+    assert calibrate(rows, hw, "clock_ghz").fields == ("clock_ghz",)  # one field by name, not its letters
+
+
 def test_a_fit_that_does_not_converge_says_so():
     hw = presets.get("tpu_v4")
     rows = ROWS.assign(time_us=np.linspace(1.0, 1e4, len(ROWS))[::-1])  # time falling with size: nothing fits

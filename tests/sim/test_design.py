@@ -115,6 +115,9 @@ def test_bad_input_refused_before_any_work(trace) -> None:  # type: ignore[no-un
         design(trace, hw, fields=("pe_rows", "clock"))
     with pytest.raises(DesignError, match="must be a finite number of seconds > 0"):
         design(trace, hw, budget_s=0)
+    for bad in ("a", -1):
+        with pytest.raises(DesignError, match="seed must be a whole number >= 0"):
+            design(trace, hw, seed=bad)
     start = time.perf_counter()
     with pytest.raises(DesignError, match=r"area_mm2'\] = 1 mm\^2 is infeasible: the smallest machine of the space "
                                           r"\(pe_rows=4, pe_cols=4, sram_kb=16\) takes 9.927 mm\^2"):
