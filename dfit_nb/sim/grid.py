@@ -57,9 +57,14 @@ def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.nd
     """Field arrays set by one grid axis, and the axis' coordinate labels."""
     if key not in FIELDS and key not in ALIASES:
         raise CostInputError(f"cannot sweep {key!r}; sweepable: {', '.join([*ALIASES, *FIELDS])}")
-    values = list(values) if isinstance(values, (list, tuple, np.ndarray, range)) else [values]
+    values = _axis_values(key, values)
     if not values:
         raise CostInputError(f"sweep axis {key!r} has no values")
+    pairs = key in ("pe", "tiles")
+    bad = [v for v in values if not all(map(_is_number, (v if pairs and isinstance(v, (tuple, list)) else [v])))]
+    if bad:  # True would be swept as a size of 1, "64" fail deep in NumPy
+        raise CostInputError(f"sweep axis {key!r} takes numbers{' or (rows, cols) pairs of them' if pairs else ''}, "
+                             f"not booleans or text; got {bad}")
     if key in FIELDS:
         return {key: np.asarray(values, dtype=np.float64)}, values
     fields = ALIASES[key][0]
@@ -75,8 +80,40 @@ def _grid_values(key: str, values: Any, base: Hardware) -> tuple[dict[str, np.nd
     return {fields[0]: np.asarray(values, dtype=np.float64)}, values
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
+def _axis_values(key: str, values: Any) -> list[Any]:
+    """One axis' values as a list: a list, tuple or range as is, a 1-D NumPy or JAX array by element (an
+    ``(n, 2)`` array as pairs for ``pe`` and ``tiles``), a scalar as one value; an array of other dims is refused,
+    as it would be broadcast against the other axes."""
+    if isinstance(values, (list, tuple, range)):
+        return list(values)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__array__"):
+        return [values]
+    arr = np.asarray(values)
+    if arr.ndim == 0:
+        return [arr.item()]
+    if arr.ndim == 1:
+        return arr.tolist()
+    if arr.ndim == 2 and arr.shape[1] == 2 and key in ("pe", "tiles"):
+        return [tuple(row) for row in arr.tolist()]
+    raise CostInputError(f"sweep axis {key!r} takes a 1-D list or array of values"
+                         f"{' (or an (n, 2) array of pairs)' if key in ('pe', 'tiles') else ''}, got an array of "
+                         f"shape {arr.shape}")
+
+
 def _axes(base: Hardware, grid: dict[str, Any]) -> dict[str, tuple[dict[str, np.ndarray], list[Any]]]:
-    return {key: _grid_values(key, values, base) for key, values in grid.items()}
+    axes = {key: _grid_values(key, values, base) for key, values in grid.items()}
+    setter: dict[str, str] = {}
+    for key, (sets, _) in axes.items():
+        for field in sets:
+            if field in setter:  # the later axis would silently overwrite the earlier one's values
+                raise CostInputError(f"sweep axes {setter[field]!r} and {key!r} both set Hardware.{field}: sweep it "
+                                     "through one of them")
+            setter[field] = key
+    return axes
 
 
 def _fields_at(base: Hardware, axes: dict[str, Any], shape: tuple[int, ...], flat: np.ndarray
@@ -103,7 +140,7 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
 
 def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int) -> Estimate:
     """The peak memory of :func:`sweep` over ``grid``, from the axes' lengths alone (nothing is built)."""
-    axes = {key: _grid_values(key, values, base) for key, values in grid.items()}
+    axes = _axes(base, grid)
     machines = int(np.prod([len(labels) for _, labels in axes.values()], dtype=np.float64)) if axes else 1
     rows = cols = None
     grids = 1

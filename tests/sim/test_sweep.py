@@ -50,6 +50,24 @@ def test_bad_sweep_axes_are_named():
         sweep(OPS, hw, pe=[(8, 8, 8)])
     with pytest.raises(CostInputError, match="has no values"):
         sweep(OPS, hw, dram_bw=[])
+    with pytest.raises(CostInputError, match=r"'sram_kb' takes a 1-D list or array of values, got an array of "
+                                             r"shape \(2, 1\)"):
+        sweep(OPS, hw, sram_kb=np.array([[64], [128]]))
+    for axes, field in ((dict(pe=[(16, 16)], pe_rows=[8]), "pe_rows"),
+                        (dict(tiles=[(2, 2)], tile_rows=[1]), "tile_rows"),
+                        (dict(sram_kb=[64], sram_input_bytes=[1024]), "sram_input_bytes")):
+        first, second = axes
+        with pytest.raises(CostInputError, match=f"axes '{first}' and '{second}' both set Hardware.{field}"):
+            sweep(OPS, hw, **axes)
+    with pytest.raises(CostInputError, match=r"'sram_kb' takes numbers, not booleans or text; got \[True\]"):
+        sweep(OPS, hw, sram_kb=[True])
+    # a 1-D JAX array is an axis as a 1-D NumPy array is
+    import jax.numpy as jnp
+
+    on_jax = sweep(OPS, hw, progress=False, sram_kb=jnp.array([64, 128]))
+    on_numpy = sweep(OPS, hw, progress=False, sram_kb=np.array([64, 128]))
+    assert on_jax["cycles"].dims == on_numpy["cycles"].dims == ("sram_kb", "dataflow", "op")
+    np.testing.assert_array_equal(on_jax["cycles"].values, on_numpy["cycles"].values)
     from dfit_nb.sim import HardwareError
 
     with pytest.raises(HardwareError, match=r"pe_rows = 0 \(element 0 of a batch of 1\) is out of range"):
