@@ -37,6 +37,16 @@ class CompareError(DfitError, ValueError):
     """The two runs do not replay the same program."""
 
 
+def _check_runs(who: str, *runs: Any) -> None:
+    """Runs only: None or a run's ``summary`` Dataset would fail on a missing attribute deep inside."""
+    from .run import Run
+
+    for name, run in zip(("run_a", "run_b"), runs, strict=False):
+        if not isinstance(run, Run):
+            raise CompareError(f"{who} {name} must be a dfit_nb Run (from dfit_nb.replay or load_run), got "
+                               f"{type(run).__name__}")
+
+
 #: default ``threshold`` of the first persistent divergence: 5 % of a stage's own time or energy
 DIVERGENCE_THRESHOLD = 0.05
 
@@ -66,6 +76,7 @@ def divergence(run_a: Any, run_b: Any, threshold: float = DIVERGENCE_THRESHOLD) 
     >>> divergence(r, r).attrs["first_divergence_index"]
     -1
     """
+    _check_runs("divergence()", run_a, run_b)
     if not (isinstance(threshold, (int, float, np.floating)) and np.isfinite(threshold) and threshold >= 0):
         raise CompareError(f"threshold must be a finite number >= 0 (a fraction of a stage's own time and energy), "
                            f"got {threshold!r}")
@@ -136,6 +147,7 @@ def compare(run_a: Any, run_b: Any, *, force: bool = False, threshold: float = D
     >>> ab.attrs["divergence_threshold"]
     0.05
     """
+    _check_runs("compare()", run_a, run_b)
     if not force and not run_a.comparable(run_b):
         raise CompareError(
             f"the runs replay different programs ({run_a.attrs.get('function')!r} "

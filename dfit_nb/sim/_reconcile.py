@@ -35,8 +35,11 @@ from typing import Any
 import numpy as np
 import xarray as xr
 
+from ..capture.trace import Trace
+from ..errors import DfitError
 from ..events.schema import KINDS
 from .hardware import Hardware, check_hardware
+from .run import Run
 
 LEVELS = KINDS  # the kinds a replay charges energy to (compute, sram, noc, dram, retile)
 REASONS = {
@@ -48,6 +51,10 @@ REASONS = {
             "DRAM",
     "retile": "moves between differently laid-out ops and dataflow switches (program only)",
 }
+
+
+class ReconcileError(DfitError, ValueError):
+    """The trace, the run or the costs alone given to :func:`reconcile` do not belong together."""
 
 
 def _other_machine(attrs: dict[str, Any], hw: Hardware, *, require: bool) -> tuple[str, Any, float] | None:
@@ -67,27 +74,30 @@ def _own_dataflows(alone: xr.Dataset, trace: Any, hw: Hardware, names: np.ndarra
                    ) -> xr.Dataset:
     """The rows of a precomputed ``cost(trace, hw, [styles])`` under each op's own dataflow (``names``), checked
     to be the trace's ops on this machine, so a table of another program or machine is refused, not mixed in."""
+    if not isinstance(alone, xr.Dataset):
+        raise ReconcileError(f"reconcile: alone= must be an xarray Dataset, cost(trace, hw, [styles], "
+                             f"fusion='none'), got {type(alone).__name__}")
     if "dataflow" not in alone.dims or "op" not in alone.dims:
-        raise ValueError("reconcile: alone= must be cost(trace, hw, [styles]) with a dataflow dim, got dims "
-                         f"{dict(alone.sizes)}")
+        raise ReconcileError("reconcile: alone= must be cost(trace, hw, [styles]) with a dataflow dim, got dims "
+                             f"{dict(alone.sizes)}")
     if alone.attrs.get("fusion", "none") != "none":
-        raise ValueError(f"reconcile: alone= prices kernels (fusion={alone.attrs['fusion']!r}); it compares each op "
-                         "alone with the replay: cost it with fusion='none'")
+        raise ReconcileError(f"reconcile: alone= prices kernels (fusion={alone.attrs['fusion']!r}); it compares "
+                             "each op alone with the replay: cost it with fusion='none'")
     if alone.attrs.get("memory") != "finite":
-        raise ValueError(f"reconcile: alone= was costed with memory={alone.attrs.get('memory')!r}; the replay "
-                         "prices finite memory: cost it with memory='finite'")
+        raise ReconcileError(f"reconcile: alone= was costed with memory={alone.attrs.get('memory')!r}; the replay "
+                             "prices finite memory: cost it with memory='finite'")
     wrong = _other_machine(alone.attrs, hw, require=True)
     if wrong:
         field, have, want = wrong
-        raise ValueError(f"reconcile: alone= was costed on another machine (hw_{field} = {have!r}, {hw.name!r} "
-                         f"has {want:g}); cost it on {hw.name!r}")
+        raise ReconcileError(f"reconcile: alone= was costed on another machine (hw_{field} = {have!r}, {hw.name!r} "
+                             f"has {want:g}); cost it on {hw.name!r}")
     if not np.array_equal(alone["op"].values, trace.ops["op"].values):
-        raise ValueError(f"reconcile: alone= holds {alone.sizes['op']} ops, not the trace's {trace.ops.sizes['op']} "
-                         "(or not the same ones): cost this trace")
+        raise ReconcileError(f"reconcile: alone= holds {alone.sizes['op']} ops, not the trace's "
+                             f"{trace.ops.sizes['op']} (or not the same ones): cost this trace")
     styles = [str(x) for x in alone["dataflow"].values]
     missing = sorted(set(names[ids]) - set(styles))
     if missing:
-        raise ValueError(f"reconcile: alone= has dataflows {styles}; the run also uses {missing}: cost those too")
+        raise ReconcileError(f"reconcile: alone= has dataflows {styles}; the run also uses {missing}: cost those too")
     which = xr.DataArray([styles.index(n) for n in names[ids]], dims="op")
     return alone.sel(op=ids).isel(dataflow=which)
 
@@ -124,7 +134,8 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
         ``cost(trace, hw, [...], fusion="none")`` already computed over a ``dataflow`` dim that holds every
         dataflow the run uses (the CLI's cost table): each op is read from it under its own dataflow instead of
         costed again. It must be ``trace``'s ops alone on ``hw`` in finite memory; anything else raises
-        ``ValueError``.
+        :class:`ReconcileError` (a ``ValueError``), as do a run of another program than ``trace`` or a run or
+        trace of another type.
 
     Returns
     -------
@@ -149,11 +160,21 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
     from ._cost import cost
 
     check_hardware(hw, "reconcile()")
+    if not isinstance(trace, Trace):
+        raise ReconcileError(f"reconcile: trace must be a dfit_nb Trace (from dfit_nb.capture or load_trace), got "
+                             f"{type(trace).__name__}")
+    if not isinstance(run, Run):
+        raise ReconcileError(f"reconcile: run must be a dfit_nb Run (from dfit_nb.replay of the trace), got "
+                             f"{type(run).__name__}")
+    if not run.comparable(trace):  # compare()'s test of one program: the run's ops would be read as the trace's
+        raise ReconcileError(f"reconcile: the run replays another program ({run.attrs.get('function')!r} "
+                             f"{run.attrs.get('arg_shapes')!r}) than the trace ({trace.attrs.get('function')!r} "
+                             f"{trace.attrs.get('arg_shapes')!r}); pass the Trace the run was replayed from")
     wrong = _other_machine(run.attrs, hw, require=False)
     if wrong:
         field, have, want = wrong
-        raise ValueError(f"reconcile: the run was replayed with {field} = {float(have):g}, not {hw.name!r}'s "
-                         f"{want:g}; pass the machine the run replayed")
+        raise ReconcileError(f"reconcile: the run was replayed with {field} = {float(have):g}, not {hw.name!r}'s "
+                             f"{want:g}; pass the machine the run replayed")
     ops = run.ops
     ids = ops["op"].values
     names = np.full(trace.ops.sizes["op"], "ws", dtype=object)

@@ -91,6 +91,20 @@ def test_reconcile_refuses_another_machine(static_traces, all_runs):
         reconcile(static_traces["mlp"], presets.get("tpu_like"), all_runs[("mlp", "npu_like")])
 
 
+def test_reconcile_refuses_a_run_of_another_program_and_inputs_of_another_type(static_traces, all_runs):
+    from dfit_nb.sim._reconcile import ReconcileError
+
+    hw, run = presets.get("npu_like"), all_runs[("mlp", "npu_like")]
+    with pytest.raises(ReconcileError, match=r"the run replays another program .*pass the Trace the run was replayed"):
+        reconcile(static_traces["encoder"], hw, run)
+    with pytest.raises(ReconcileError, match=r"run must be a dfit_nb Run .*got NoneType"):
+        reconcile(static_traces["mlp"], hw, None)
+    with pytest.raises(ReconcileError, match=r"trace must be a dfit_nb Trace .*got Dataset"):
+        reconcile(static_traces["mlp"].ops, hw, run)
+    with pytest.raises(ReconcileError, match=r"alone= must be an xarray Dataset.*got str"):
+        reconcile(static_traces["mlp"], hw, run, alone="x")
+
+
 def test_a_large_gemm_uses_every_tile_of_a_4x5_grid():
     """Split factors are not only powers of two: the fifth column of an XDNA-like 4x5 grid works."""
     t = dfit_nb.capture(lambda a, b: a @ b, jnp.ones((640, 256)), jnp.ones((256, 320)))

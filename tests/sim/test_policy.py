@@ -213,6 +213,18 @@ def test_compare_two_policies_and_two_machines(all_runs, static_traces):
         compare(all_runs[("encoder", "npu_like")], all_runs[("mlp", "npu_like")])
 
 
+def test_compare_refuses_what_is_not_a_run(static_traces):
+    from dfit_nb.sim import CompareError, compare
+
+    run = dfit_nb.replay(static_traces["mlp"], presets.get("npu_like"))
+    with pytest.raises(CompareError, match=r"run_b must be a dfit_nb Run .*got NoneType"):
+        compare(run, None)
+    with pytest.raises(CompareError, match=r"run_b must be a dfit_nb Run .*got Dataset"):
+        compare(run, run.summary)
+    with pytest.raises(CompareError, match=r"run_a must be a dfit_nb Run .*got str"):
+        compare("run", run)
+
+
 @pytest.fixture(scope="module")
 def eyeriss_policy(static_traces):
     return select_dataflows(static_traces["encoder"], presets.get("eyeriss_like"), "energy")
