@@ -414,6 +414,10 @@ def pinned_layouts(prep: Prepared, layouts: Mapping[str, str] | None, tiles: int
     are checked against the split factors the search offers on a grid of ``tiles`` tiles."""
     n = len(prep.op)
     out = {"layout": np.full(n, -1.0), "gy": np.zeros(n), "gx": np.zeros(n)}
+    if layouts is not None and not (isinstance(layouts, Mapping) and all(isinstance(r, str) for r in layouts)):
+        # a bare "mk" would be read by .items() as if it were a mapping
+        raise ReplayError(f"layouts must be a dict {{region: layout}} (e.g. {{'encoder/attn': 'mk'}}, '' for every "
+                          f"op), got {type(layouts).__name__} {layouts!r}")
     if not layouts:
         return out
     depth = np.full(n, -1)

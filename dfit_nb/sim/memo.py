@@ -86,6 +86,9 @@ def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] 
     """
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise MemoError(f"seed must be an int (the workload's random seed), got {seed!r}")
+    if extra is not None and not isinstance(extra, Mapping):  # read by .items() below
+        raise MemoError(f"tags must be a dict {{name: value}} of the user's own tags (e.g. {{'model_revision': "
+                        f"'v3'}}), got {type(extra).__name__} {extra!r}")
     attrs = getattr(trace, "attrs", {}) or {}
     jaxpr = str(getattr(trace, "jaxpr_text", "") or "")
     shapes = str(attrs.get("arg_shapes", ""))

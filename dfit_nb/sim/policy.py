@@ -411,9 +411,13 @@ def _check_budget(budget: Any) -> None:
 def _check(objective: str, candidates: Sequence[str], max_switches: int | None) -> list[str]:
     if objective not in OBJECTIVES:
         raise PolicyError(f"unknown objective {objective!r}; valid: {', '.join(OBJECTIVES)}")
+    if isinstance(candidates, str):  # one dataflow by name, as cost() takes it, not its letters
+        candidates = [candidates]
     cands = [str(c).lower() for c in candidates]
+    if not cands:
+        raise PolicyError(f"candidates is empty: give one or more of {', '.join(DATAFLOWS)}")
     bad = [c for c in cands if c not in DATAFLOWS]
-    if bad or not cands:
+    if bad:
         raise PolicyError(f"unknown candidate dataflow(s) {bad or candidates!r}; valid: {', '.join(DATAFLOWS)}")
     if len(set(cands)) != len(cands):
         raise PolicyError(f"candidates repeat a dataflow: {candidates!r}")

@@ -148,6 +148,14 @@ def test_bad_inputs(static_traces):
         select_dataflows(t, hw, candidates=("ws", "rs"))
     with pytest.raises(PolicyError, match="max_switches"):
         select_dataflows(t, hw, max_switches=-1)
+    with pytest.raises(PolicyError, match="candidates is empty: give one or more of ws, os, is"):
+        select_dataflows(t, hw, candidates=[])
+    alone = select_dataflows(t, hw, candidates="os")  # one candidate by name, not its letters
+    assert set(alone.choices["dataflow"].values.tolist()) == {"os"}
+    from dfit_nb.sim.memo import MemoError
+
+    with pytest.raises(MemoError, match=r"tags must be a dict \{name: value\}.*got str"):
+        select_dataflows(t, hw, tags="x")
     with pytest.raises(PolicyError, match="not a candidate"):
         select_dataflows(t, hw, candidates=("ws", "os"), pins={"": "is"})
     enc = static_traces["encoder"]

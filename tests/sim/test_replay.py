@@ -220,6 +220,9 @@ def test_layouts_pin_and_a_layout_change_costs_a_retile():
         dfit_nb.replay(t, hw, layouts={"first": "mn:3x2"})
     with pytest.raises(ReplayError, match="no op in region 'third'"):
         dfit_nb.replay(t, hw, layouts={"third": "mn"})
+    for bad in ("mk", ["mk"], {1: "mk"}):
+        with pytest.raises(ReplayError, match=r"layouts must be a dict \{region: layout\}"):
+            dfit_nb.replay(t, hw, layouts=bad)
 
 
 def test_the_mapping_search_spreads_big_gemms_and_keeps_small_ops_small(static_traces):
