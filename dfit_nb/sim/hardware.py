@@ -498,7 +498,7 @@ def _check_concrete_arrays(hw: Hardware) -> None:
         if isinstance(value, jax.Array) or rebuilt:
             arr = np.asarray(value)
             if arr.size:  # a batch of no machines: the batch entry points name every empty field themselves
-                _check(field, arr, kind, lo, hi)
+                _check(field, arr if isinstance(value, jax.Array) else value, kind, lo, hi)
 
 
 def _fmt(value: Any) -> str:
