@@ -170,6 +170,10 @@ def reconcile(trace: Any, hw: Hardware, run: Any, *, alone: xr.Dataset | None = 
         raise ReconcileError(f"reconcile: the run replays another program ({run.attrs.get('function')!r} "
                              f"{run.attrs.get('arg_shapes')!r}) than the trace ({trace.attrs.get('function')!r} "
                              f"{trace.attrs.get('arg_shapes')!r}); pass the Trace the run was replayed from")
+    differs = run.differs_from(trace)  # two lambdas of the same argument shapes pass comparable()
+    if differs:
+        raise ReconcileError(f"reconcile: the run replays another program than the trace ({differs}); pass the "
+                             "Trace the run was replayed from")
     wrong = _other_machine(run.attrs, hw, require=False)
     if wrong:
         field, have, want = wrong

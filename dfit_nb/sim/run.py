@@ -222,6 +222,19 @@ class Run:
         keys = ("function", "arg_shapes")
         return all(self.attrs.get(k) == other.attrs.get(k) for k in keys)
 
+    def differs_from(self, trace: Any) -> str:
+        """``""`` when every op this run replayed is ``trace``'s op of the same id and primitive, else the first op
+        that is not, in words: a trace of another program (two lambdas of the same argument shapes pass
+        :meth:`comparable`) would have its ops read as this run's."""
+        mine = trace.ops["op"].values.tolist()
+        prim = dict(zip(mine, (str(v) for v in trace.ops["primitive"].values), strict=True))
+        for op, p in zip(self.ops["op"].values.tolist(), (str(v) for v in self.ops["primitive"].values),
+                         strict=True):
+            if prim.get(op) != p:
+                theirs = f"is {prim[op]!r} in the trace" if op in prim else "is not in the trace"
+                return f"op {op} is {p!r} in the run and {theirs}"
+        return ""
+
     def to_datatree(self) -> xr.DataTree:
         """The run as one ``xarray.DataTree``."""
         return xr.DataTree.from_dict({"/": xr.Dataset(attrs=self.attrs),

@@ -48,18 +48,6 @@ def _hw_value(attrs: dict[str, Any], hw: Any, field: str) -> float:
 
 
 # ---- 2. roofline ---------------------------------------------------------------------------------------------------
-def _check_same_program(run: Any, trace: Any) -> None:
-    """Refuse a Trace of another program than ``run``'s: its ops' FLOPs would be drawn on the run's ops."""
-    ids = run.ops["op"].values
-    known = trace.ops["op"].values
-    prim = dict(zip(known.tolist(), (str(v) for v in trace.ops["primitive"].values), strict=True))
-    for op, p in zip(ids.tolist(), (str(v) for v in run.ops["primitive"].values), strict=True):
-        if prim.get(op) != p:
-            theirs = f"is {prim[op]!r} in the trace" if op in prim else "is not in the trace"
-            raise ViewInputError(f"roofline(): trace= is not the program this run replayed: op {op} is {p!r} in "
-                                 f"the run and {theirs}; pass the Trace the run was replayed from")
-
-
 def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = None) -> alt.HConcatChart:
     """Ops of a Run against the compute roof and the DRAM, NoC and SRAM bandwidth roofs (log-log).
 
@@ -119,7 +107,10 @@ def roofline(run: Any, hw: Any = None, trace: Any = None, region: str | None = N
                   *(f"bytes_{k}" for k in _LEVELS)), "roofline", "ops")
     flops = 2.0 * ops["macs"].values.astype(np.float64)
     if trace is not None:
-        _check_same_program(run, trace)
+        differs = run.differs_from(trace)  # another program's FLOPs would be drawn on the run's ops
+        if differs:
+            raise ViewInputError(f"roofline(): trace= is not the program this run replayed: {differs}; pass the "
+                                 "Trace the run was replayed from")
         tf = (trace.ops["flops"] * trace.ops["count"]).to_series()
         extra = tf.reindex(ops["op"].values).fillna(0.0).values
         flops = np.where(flops > 0, flops, extra)

@@ -103,6 +103,11 @@ def test_reconcile_refuses_a_run_of_another_program_and_inputs_of_another_type(s
         reconcile(static_traces["mlp"].ops, hw, run)
     with pytest.raises(ReconcileError, match=r"alone= must be an xarray Dataset.*got str"):
         reconcile(static_traces["mlp"], hw, run, alone="x")
+    # two lambdas of the same argument shapes pass Run.comparable (function name and shapes): their ops differ
+    a = dfit_nb.capture(lambda x: jnp.tanh(x) @ x, jnp.ones((8, 8)))
+    b = dfit_nb.capture(lambda x: jnp.sort(x, axis=0) + x, jnp.ones((8, 8)))
+    with pytest.raises(ReconcileError, match=r"another program than the trace \(op 0 is 'tanh' in the run"):
+        reconcile(b, hw, dfit_nb.replay(a, hw))
 
 
 def test_a_large_gemm_uses_every_tile_of_a_4x5_grid():
