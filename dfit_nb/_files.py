@@ -189,32 +189,26 @@ def what_to_do(err: OSError, folder: Path) -> str:
     return f"check the disk and the folder {folder}, then save again"
 
 
+#: NumPy's text dtypes: fixed-width (``<U``) and variable-width (``StringDType``)
+TEXT_KINDS = ("U", "T")
+
+
 def text_as_objects(ds: xr.Dataset) -> xr.Dataset:
     """Fixed-width text arrays (NumPy ``<U``) as Python strings: variable-length on disk (Zarr v3 specifies
     variable-length UTF-8 only). A run's Datasets are built this way too.
 
     Through ``ds.variables`` and one constructor: ``ds[name]`` builds a DataArray per variable and each ``assign``
     merges the whole Dataset again (2.0 ms against 1.1 ms on a run's per-op Dataset)."""
-    if not any(v.dtype.kind == "U" for v in ds.variables.values()):
+    if not any(v.dtype.kind in TEXT_KINDS for v in ds.variables.values()):
         return ds
     var = {n: text_variable(v) for n, v in ds.variables.items()}
     return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
 
 
-def _strings_as_objects(ds: xr.Dataset) -> xr.Dataset:
-    """Text read back from a Zarr store (NumPy's variable-width ``StringDType``, kind ``T``) as Python strings,
-    as a netCDF file's text loads: the rest of dfit_nb reads text with ``astype(str)``, which ``StringDType``
-    refuses."""
-    if not any(v.dtype.kind == "T" for v in ds.variables.values()):
-        return ds
-    var = {n: xr.Variable(v.dims, v.values.astype(object), v.attrs, v.encoding) if v.dtype.kind == "T" else v
-           for n, v in ds.variables.items()}
-    return xr.Dataset({n: var[n] for n in ds.data_vars}, coords={n: var[n] for n in ds.coords}, attrs=ds.attrs)
-
-
 def text_variable(v: xr.Variable) -> xr.Variable:
-    """``v`` with fixed-width text (NumPy ``<U``) as Python strings (see :func:`text_as_objects`); else ``v``."""
-    return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind == "U" else v
+    """``v`` with fixed-width text (NumPy ``<U``) or variable-width text (``StringDType``, as Zarr loads it) as
+    Python strings (see :func:`text_as_objects`); else ``v``."""
+    return xr.Variable(v.dims, v.values.astype(object), v.attrs) if v.dtype.kind in TEXT_KINDS else v
 
 
 def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
@@ -280,7 +274,9 @@ def open_tree(path: str | os.PathLike[str], what: str, parts: Sequence[str],
         try:
             if path.suffix == ".zarr":
                 opened = xr.open_datatree(path, engine="zarr", consolidated=False)
-                tree = _load_closed(opened).map_over_datasets(_strings_as_objects)
+                # Zarr reads text back as NumPy's StringDType, which astype(str) refuses: Python strings, as
+                # a netCDF load gives
+                tree = _load_closed(opened).map_over_datasets(text_as_objects)
             else:
                 with HDF5_LOCK:
                     tree = _load_closed(xr.open_datatree(path, engine=NETCDF_ENGINE))

@@ -221,7 +221,7 @@ def _compiled_bytes(compiled: Any) -> int | None:
 
 
 #: the containers eager mode enters and runs op by op (probes._EagerInterpreter); any other op runs whole
-_EAGER_ENTERED = ("scan", "while", "cond", "jit", "call", "remat", "custom_jvp", "custom_vjp")
+_EAGER_ENTERED = ("scan", "while", "cond", *probes.ENTERED_CALLS)
 
 
 def _eager_peak(walk: Walk, jaxpr: Any) -> tuple[int, int]:

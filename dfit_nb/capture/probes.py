@@ -401,6 +401,11 @@ def infer_control(
 
 
 # ------------------------------------------------------------------ eager mode
+
+#: containers of one jaxpr run once that eager mode steps into, op by op (scan, while and cond have their own
+#: rules in :class:`_EagerInterpreter`); any other op runs whole
+ENTERED_CALLS = ("jit", "call", "remat", "custom_jvp", "custom_vjp")
+
 class _EagerInterpreter:
     """Runs a tagged jaxpr one primitive at a time, timing and counting."""
 
@@ -454,7 +459,7 @@ class _EagerInterpreter:
             index = int(np.clip(int(invals[0]), 0, len(branches) - 1))
             self.branch_runs.setdefault(op, [0.0] * len(branches))[index] += 1
             return self._sub(branches[index], invals[1:])
-        if kind in ("jit", "call", "remat", "custom_jvp", "custom_vjp"):
+        if kind in ENTERED_CALLS:
             sub = next(v for v in p.values() if isinstance(v, (jcore.ClosedJaxpr, jcore.Jaxpr)))
             n_in = len((sub.jaxpr if isinstance(sub, jcore.ClosedJaxpr) else sub).invars)
             return self._sub(sub, invals[len(invals) - n_in:])

@@ -55,12 +55,6 @@ def hardware_columns(table: Any) -> list[str]:
 
 _FIELD_NAMES = frozenset(FIELDS)
 
-#: the columns cost() reads from a user's op table (the rest are ignored: a name, a layer, a measured time)
-READ_COLUMNS = frozenset(("op", "count", "dtype", "math_fidelity", "op_class", "in_shapes",
-                          "m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written",
-                          "a_on_chip", "b_on_chip", "out_on_chip"))
-
-
 def _refuse_near_misses(table: Any) -> None:
     """Refuse a column whose name is not one cost() reads but nearly is (``math_fidelty``, ``a_on_chp``,
     ``Batch``): it would be ignored, and every op priced as if it were absent. Other columns are ignored."""
@@ -184,6 +178,8 @@ def placement_flags(values: Any, label: str, error: type[DfitError] = CostInputE
 
 #: the numeric columns of an ops table, in the order they are checked
 _NUMERIC = ("m", "k", "n", "batch", "flops", "transcendentals", "bytes_read", "bytes_written")
+#: the columns cost() reads from a user's op table (the rest are ignored: a name, a layer, a measured time)
+READ_COLUMNS = frozenset((*_NUMERIC, "dtype", "in_shapes", "op_class", "count", *OP_SETTINGS))
 
 
 def _table(ops: Any) -> Any:

@@ -138,9 +138,11 @@ def machine_grid(base: Hardware, grid: dict[str, Any]) -> tuple[Hardware, dict[s
     return Hardware(name="", **fields), {k: labels for k, (_, labels) in axes.items()}, shape
 
 
-def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int) -> Estimate:
-    """The peak memory of :func:`sweep` over ``grid``, from the axes' lengths alone (nothing is built)."""
-    axes = _axes(base, grid)
+def grid_estimate(base: Hardware, grid: dict[str, Any], dataflows: int, ops: int,
+                  axes: dict[str, Any] | None = None) -> Estimate:
+    """The peak memory of :func:`sweep` over ``grid``, from the axes' lengths alone (nothing is built); ``axes``:
+    ``grid`` already read (:func:`_axes`), when the caller has it."""
+    axes = _axes(base, grid) if axes is None else axes
     machines = int(np.prod([len(labels) for _, labels in axes.values()], dtype=np.float64)) if axes else 1
     rows = cols = None
     grids = 1
@@ -256,7 +258,7 @@ def plan(ops: Any, hw: Hardware, dataflow: Sequence[str] | str, memory: str, gri
                                  f"per_op={per_op}: {', '.join(valid)}")
     # the grids' tile-order tables are built here, for an eager sweep and a lazy one alike: checked first (a 1x4096
     # grid's took minutes and most of the memory before the sweep's own check refused it)
-    whole = grid_estimate(hw, grid, len(names), len(coord) if per_op else 1)
+    whole = grid_estimate(hw, grid, len(names), len(coord) if per_op else 1, axes)
     Estimate(whole.what + "'s tile-order tables", {k: whole.parts[k] for k in ("tile-order tables",
                                                                                 "compiled program")},
              whole.sizes).check("sweep smaller tile grids (tile_rows x tile_cols), or fewer of them in one call")

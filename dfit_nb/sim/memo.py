@@ -69,6 +69,14 @@ def _sha(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
+def check_extra_tags(extra: Any, error: type[Exception] = MemoError) -> None:
+    """Refuse the user's own tags unless they are a dict (``None``: none), raising ``error``: the caller's class,
+    so :func:`dfit_nb.sim.select_dataflows` can refuse them before its search."""
+    if extra is not None and not isinstance(extra, Mapping):
+        raise error(f"tags must be a dict {{name: value}} of your own tags (e.g. {{'model_revision': 'v3'}}), got "
+                    f"{type(extra).__name__} {extra!r:.80}")
+
+
 def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Build and runtime tags of a result: versions, XLA flags, backend, machine and model revision.
 
@@ -86,9 +94,7 @@ def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] 
     """
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise MemoError(f"seed must be an int (the workload's random seed), got {seed!r}")
-    if extra is not None and not isinstance(extra, Mapping):  # read by .items() below
-        raise MemoError(f"tags must be a dict {{name: value}} of the user's own tags (e.g. {{'model_revision': "
-                        f"'v3'}}), got {type(extra).__name__} {extra!r}")
+    check_extra_tags(extra)  # read by .items() below
     attrs = getattr(trace, "attrs", {}) or {}
     jaxpr = str(getattr(trace, "jaxpr_text", "") or "")
     shapes = str(attrs.get("arg_shapes", ""))

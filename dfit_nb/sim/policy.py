@@ -489,9 +489,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     cands = _check(objective, candidates, max_switches)
     _check_budget(search_budget_s)
     check_hardware(hw, "select_dataflows()", batch=None, error=PolicyError)
-    if tags is not None and not isinstance(tags, Mapping):  # memo.tags refuses it too, but only after the search
-        raise PolicyError(f"tags must be a dict {{name: value}} of your own tags (e.g. {{'model_revision': 'v3'}}), "
-                          f"got {type(tags).__name__} {tags!r:.80}")
+    memo.check_extra_tags(tags, PolicyError)  # memo.tags reads them only after the search
     prep = prepared if prepared is not None else prepare(trace, fusion, splits_rows(hw))
     gemm = np.flatnonzero(prep.arrays["gemm"] > 0)
     if gemm.size == 0:
