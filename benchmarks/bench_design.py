@@ -5,8 +5,10 @@ limit is the base machine's own area, and every method designs the same fields o
 (``dfit_nb.sim._design.SPACE``): ``design`` (its gradient search, then its best candidates replayed), random search
 (lattice points drawn uniformly among those within the area limit) and a grid sweep (evenly spaced levels per
 field, those within the limit). Each baseline runs twice: with as many replayed machines as ``design`` replayed,
-and with as many as fit in ``design``'s wall time. Every machine is replayed exactly (``replay_batch``, each of
-ws/os/is, the best kept); the printed ratio is the baseline's best EDP over ``design``'s (> 1: design is better).
+and with as many as fit in ``design``'s wall time; the random search at equal replays is a draw, run with 5 seeds
+of its own (``--random-seeds``), and its median draw is compared. Every machine is replayed exactly
+(``replay_batch``, each of ws/os/is, the best kept); the printed ratio is the baseline's best EDP over
+``design``'s (> 1: design is better).
 
 Then the enumerable-grid check: every machine of a grid of at most 5,000 (the same fields, narrower bounds) is
 replayed, and ``design`` on the same bounds must land within 2% of the grid's optimum. ``design``'s wall time on
@@ -14,7 +16,8 @@ replayed, and ``design`` on the same bounds must land within 2% of the grid's op
 
 Run: ``python benchmarks/bench_design.py`` (``--quick`` for one case and a small grid; ``--cases cnn/npu_like`` for
 chosen cases; ``--ceiling 2000`` adds per case a random search of 2,000 replays, whose best bounds the ratio any
-search could show against random search at equal replays).
+search could show against random search at equal replays; ``--fields all`` designs all eight fields of ``SPACE``
+instead of ``design``'s default six).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 
 import dfit_nb
 from dfit_nb import sim
-from dfit_nb.sim._design import DEFAULT_FIELDS, _areas, design, machine_at, replay_machines, space
+from dfit_nb.sim._design import DEFAULT_FIELDS, SPACE, _areas, design, machine_at, replay_machines, space
 
 WORKLOADS = ("encoder", "cnn", "bert_block")
 PRESETS = ("tpu_like", "npu_like")
@@ -88,38 +91,47 @@ def capture(name: str):
     return dfit_nb.capture(fn, *args)
 
 
-def compare(workloads, presets, budget_s: float, ceiling: int = 0) -> None:
+def compare(cases, budget_s: float, ceiling: int = 0, fields: tuple = DEFAULT_FIELDS,
+            random_seeds: int = 5) -> None:
     """``ceiling``: per case also a long random search of that many replays; the best machine any method found
-    then bounds the ratio any search could show against random search at equal replays."""
+    then bounds the ratio any search could show against random search at equal replays. ``fields``: the fields
+    every method designs. ``random_seeds``: seeded draws of the random search at equal replays (their median
+    EDP is the one compared)."""
     rows, bounds = [], []
-    for w in workloads:
-        trace = capture(w)
-        for p in presets:
-            base = sim.presets.get(p)
-            limit = sim.area(base)
-            sp = space(base, DEFAULT_FIELDS)
-            d = design(trace, base, "edp", {"area_mm2": limit}, budget_s=budget_s)
-            n = d.evaluated.sizes["candidate"]
-            wall = d.times["total"]
-            r_edp, _, r_s = random_search(trace, base, sp, limit, n, seed=1)
-            per_machine = r_s / n
-            n_wall = max(n, min(4000, int(wall / per_machine)))
-            rw_edp, _, _ = random_search(trace, base, sp, limit, n_wall, seed=2)
-            g_edp, g_n, _ = grid_search(trace, base, sp, limit, n)
-            gw_edp, gw_n, _ = grid_search(trace, base, sp, limit, n_wall)
-            e = d.figures["edp_js"]
-            rows.append((w, p, len(trace.ops.op), limit, d.figures["area_mm2"], n, wall, r_edp / e, n_wall,
-                         rw_edp / e, g_n, g_edp / e, gw_n, gw_edp / e))
-            print(f"{w:10s} {p:9s} ops {rows[-1][2]:4d} limit {limit:7.1f} mm2 designed {rows[-1][4]:7.1f} mm2 | "
-                  f"design {n} replays {wall:5.1f} s | random@{n} {r_edp / e:6.2f}x random@{n_wall} "
-                  f"{rw_edp / e:6.2f}x | grid@{g_n} {g_edp / e:6.2f}x grid@{gw_n} {gw_edp / e:6.2f}x", flush=True)
-            if ceiling:
-                long_edp, _, long_s = random_search(trace, base, sp, limit, ceiling, seed=3)
-                best = min(e, long_edp, rw_edp, g_edp, gw_edp)
-                bounds.append(r_edp / best)
-                print(f"{'':21s}random@{ceiling} ({long_s:.0f} s) {long_edp / e:6.2f}x of design's EDP; the best any "
-                      f"method found is {e / best:.3f}x design's, random@{n} {r_edp / best:.2f}x the best: the most "
-                      f"any search could show at {n} replays here", flush=True)
+    traces: dict = {}
+    for w, p in cases:
+        if w not in traces:
+            traces[w] = capture(w)
+        trace = traces[w]
+        base = sim.presets.get(p)
+        limit = sim.area(base)
+        sp = space(base, fields)
+        d = design(trace, base, "edp", {"area_mm2": limit}, fields=fields, budget_s=budget_s)
+        n = d.evaluated.sizes["candidate"]
+        wall = d.times["total"]
+        # random search at equal replays is a draw: its ratio is the median over seeded draws
+        draws = [random_search(trace, base, sp, limit, n, seed=100 + k) for k in range(random_seeds)]
+        draw_edps = np.array([dr[0] for dr in draws])
+        r_edp = float(np.median(draw_edps))
+        per_machine = draws[0][2] / n
+        n_wall = max(n, min(4000, int(wall / per_machine)))
+        rw_edp, _, _ = random_search(trace, base, sp, limit, n_wall, seed=2)
+        g_edp, g_n, _ = grid_search(trace, base, sp, limit, n)
+        gw_edp, gw_n, _ = grid_search(trace, base, sp, limit, n_wall)
+        e = d.figures["edp_js"]
+        rows.append((w, p, len(trace.ops.op), limit, d.figures["area_mm2"], n, wall, r_edp / e, n_wall,
+                     rw_edp / e, g_n, g_edp / e, gw_n, gw_edp / e))
+        print(f"{w:10s} {p:9s} ops {rows[-1][2]:4d} limit {limit:7.1f} mm2 designed {rows[-1][4]:7.1f} mm2 | "
+              f"design {n} replays {wall:5.1f} s | random@{n} {r_edp / e:6.2f}x (median of {random_seeds} draws, "
+              f"{draw_edps.min() / e:.2f}-{draw_edps.max() / e:.2f}x) random@{n_wall} "
+              f"{rw_edp / e:6.2f}x | grid@{g_n} {g_edp / e:6.2f}x grid@{gw_n} {gw_edp / e:6.2f}x", flush=True)
+        if ceiling:
+            long_edp, _, long_s = random_search(trace, base, sp, limit, ceiling, seed=3)
+            best = min(e, long_edp, rw_edp, g_edp, gw_edp)
+            bounds.append(r_edp / best)
+            print(f"{'':21s}random@{ceiling} ({long_s:.0f} s) {long_edp / e:6.2f}x of design's EDP; the best any "
+                  f"method found is {e / best:.3f}x design's, random@{n} {r_edp / best:.2f}x the best: the most "
+                  f"any search could show at {n} replays here", flush=True)
     cols = {"random, equal replays": 7, "random, equal wall time": 9, "grid, equal replays": 11,
             "grid, equal wall time": 13}
     print("\nmedian EDP ratio (baseline best / design best) over", len(rows), "cases:")
@@ -166,20 +178,24 @@ def main() -> None:
     parser.add_argument("--ceiling", type=int, default=0,
                         help="per case also a random search of this many replays, to bound what any search shows")
     parser.add_argument("--cases", default="", help="comma-separated workload/preset pairs (default: all six)")
+    parser.add_argument("--fields", choices=("default", "all"), default="default",
+                        help="the fields every method designs: design()'s default six, or all eight of SPACE (the "
+                             "vector unit's lanes and the NoC links too)")
+    parser.add_argument("--random-seeds", type=int, default=5,
+                        help="seeded draws of the random search at equal replays; the median's ratio is printed")
     a = parser.parse_args()
-    print(f"cores: {len(__import__('os').sched_getaffinity(0))}")
+    fields = DEFAULT_FIELDS if a.fields == "default" else tuple(SPACE)
+    print(f"cores: {len(__import__('os').sched_getaffinity(0))}; fields: {', '.join(fields)}")
     if a.cases:
-        for case in a.cases.split(","):
-            w, p = case.split("/")
-            compare((w,), (p,), a.budget, a.ceiling)
+        compare([tuple(case.split("/")) for case in a.cases.split(",")], a.budget, a.ceiling, fields, a.random_seeds)
         return
     if a.quick:
-        compare(("cnn",), ("npu_like",), a.budget, a.ceiling)
+        compare([("cnn", "npu_like")], a.budget, a.ceiling, fields, a.random_seeds)
         enumerable_grid("cnn", "npu_like", {"pe_rows": (4, 32), "pe_cols": (4, 32), "sram_kb": (16, 256)}, a.budget)
         return
     wall_time("bert_block", "tpu_like", a.budget)
     wall_time("encoder", "tpu_like", a.budget)
-    compare(WORKLOADS, PRESETS, a.budget, a.ceiling)
+    compare(list(itertools.product(WORKLOADS, PRESETS)), a.budget, a.ceiling, fields, a.random_seeds)
     enumerable_grid("bert_block", "tpu_like", {"pe_rows": (8, 128), "pe_cols": (8, 128), "tile_rows": (1, 8),
                                                "tile_cols": (1, 8), "sram_kb": (64, 4096)}, a.budget)
 
