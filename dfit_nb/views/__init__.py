@@ -10,12 +10,24 @@ from .._extras import require
 
 require("ui", "dfit_nb.views", ("altair", "vl_convert"))
 
-from ._common import MAX_ROWS, ViewInputError, describe, expect, in_region, png
+from ._common import (
+    MAX_PNG_PIXELS,
+    MAX_ROWS,
+    ViewInputError,
+    check_region,
+    check_window,
+    describe,
+    expect,
+    in_region,
+    png,
+    render_png,
+)
 from .calibration import calibration
 from .program import pareto_mask, policy, regions, reuse_map, roofline, sweep, traffic_mix
 from .run import buffer_pressure, compare, noc_load, timeline, utilization
 from .thermal import temperature
 
-__all__ = ["MAX_ROWS", "ViewInputError", "buffer_pressure", "calibration", "compare", "describe", "expect",
-           "in_region", "noc_load", "pareto_mask", "png", "policy", "regions", "reuse_map", "roofline", "sweep",
-           "temperature", "timeline", "traffic_mix", "utilization"]
+__all__ = ["MAX_PNG_PIXELS", "MAX_ROWS", "ViewInputError", "buffer_pressure", "calibration", "check_region",
+           "check_window", "compare", "describe", "expect", "in_region", "noc_load", "pareto_mask", "png", "policy",
+           "regions", "render_png", "reuse_map", "roofline", "sweep", "temperature", "timeline", "traffic_mix",
+           "utilization"]

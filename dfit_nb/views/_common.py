@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import numbers
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,10 @@ from ..errors import DfitError
 
 #: rows a chart may embed (Altair's MaxRowsError fires at 5,000 by default; specs stay small)
 MAX_ROWS = 4000
+#: pixels a PNG may have (width x height after scaling): 2**26, 256 MiB of RGBA in vl-convert's buffer
+MAX_PNG_PIXELS = 1 << 26
+# the drawing's size in CSS pixels, on the root element of vl-convert's SVG
+_SVG_SIZE = re.compile(r'<svg\b[^>]*?\swidth="(?P<width>[0-9.]+)"[^>]*?\sheight="(?P<height>[0-9.]+)"')
 
 
 class ViewInputError(DfitError, TypeError):
@@ -194,10 +200,47 @@ def window_mask(start: Any, end: Any, time_window: tuple[float, float] | None, w
 
 
 def png(chart: Any, scale: float = 1.0) -> bytes:
-    """Render ``chart`` to PNG offline with vl-convert (no browser, no network)."""
-    import vl_convert as vlc
+    """Render ``chart`` to PNG offline with vl-convert (no browser, no network).
 
+    ``scale`` (pixels per CSS pixel) must be a finite number > 0 that keeps the image within
+    :data:`MAX_PNG_PIXELS`; otherwise :class:`ViewInputError` (not a number) or ``ValueError`` names it.
+    """
     if not callable(getattr(chart, "to_json", None)):
         raise ViewInputError(f"png() needs an Altair chart (e.g. from a dfit_nb.views function), got "
                              f"{describe(chart)}")
-    return vlc.vegalite_to_png(chart.to_json(), scale=scale)
+    return render_png(chart.to_json(), scale, "png")
+
+
+def render_png(spec: str | dict[str, Any], scale: Any, view: str, **options: Any) -> bytes:
+    """PNG bytes of the Vega-Lite ``spec`` at ``scale``, after checking ``scale`` (``view`` names the caller).
+
+    vl-convert is handed only a scale it can draw: 0, a negative number or NaN make it panic (a Rust backtrace
+    on stderr) and a huge one makes it allocate the whole image at once, which aborts the Python process (the
+    notebook's kernel) when the memory is not there. So the chart is drawn as SVG first, its size read, and the
+    PNG rasterised from that SVG (the very bytes ``vegalite_to_png`` gives) only when it fits
+    :data:`MAX_PNG_PIXELS`. ``options`` go to ``vegalite_to_svg`` (e.g. ``allowed_base_urls``).
+
+    >>> render_png({"mark": "point"}, 0, "png")
+    Traceback (most recent call last):
+    ...
+    ValueError: png() needs scale as a finite number > 0 (pixels per CSS pixel, e.g. 1 or 2), got 0
+    """
+    import vl_convert as vlc
+
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise ViewInputError(f"{view}() needs scale as a number > 0 (pixels per CSS pixel, e.g. 1 or 2), got "
+                             f"{describe(scale)}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"{view}() needs scale as a finite number > 0 (pixels per CSS pixel, e.g. 1 or 2), got "
+                         f"{scale!r}")
+    svg = vlc.vegalite_to_svg(spec, **options)
+    size = _SVG_SIZE.search(svg[:2000])
+    if size is not None:
+        width, height = float(size["width"]), float(size["height"])
+        pixels = math.ceil(width * scale) * math.ceil(height * scale)
+        if pixels > MAX_PNG_PIXELS:
+            largest = math.sqrt(MAX_PNG_PIXELS / max(width * height, 1.0))
+            raise ValueError(f"{view}(): scale={scale!r} makes a {width:g} x {height:g} chart a PNG of {pixels:,} "
+                             f"pixels, more than the {MAX_PNG_PIXELS:,} one image may take; use a scale of at "
+                             f"most {math.floor(largest * 100) / 100:g}")
+    return vlc.svg_to_png(svg, scale=float(scale))

@@ -70,7 +70,7 @@ def static_png(spec: dict[str, Any], scale: float = 1.0, colors: int = 256) -> b
     spec : dict
         A Vega-Lite specification with its data inline (``chart.to_dict()``, or a ``JupyterChart``'s ``spec``).
     scale : float
-        Pixels per CSS pixel.
+        Pixels per CSS pixel: finite, > 0, and within :data:`dfit_nb.views.MAX_PNG_PIXELS` pixels in all.
     colors : int
         Palette size, 2 to 256.
 
@@ -85,11 +85,11 @@ def static_png(spec: dict[str, Any], scale: float = 1.0, colors: int = 256) -> b
     >>> png[:4] == b"\\x89PNG" and len(png) < 2_000
     True
     """
-    import vl_convert
+    from ..views import render_png
 
     if not 2 <= colors <= 256:
         raise ValueError(f"colors={colors!r}: a PNG palette holds 2 to 256 colours")
-    png = vl_convert.vegalite_to_png(spec, scale=scale, allowed_base_urls=[])
+    png = render_png(spec, scale, "static_png", allowed_base_urls=[])  # a scale vl-convert can draw, or named
     return _palette_png(_rgb_pixels(png), colors)
 
 

@@ -37,6 +37,27 @@ def _rows(spec: dict) -> int:
     return sum(len(v) for v in spec.get("datasets", {}).values())
 
 
+@pytest.mark.parametrize("scale, error, tokens", [
+    (0, ValueError, ("png()", "scale", "> 0", "got 0")),
+    (-2.0, ValueError, ("png()", "scale", "got -2.0")),
+    (float("nan"), ValueError, ("png()", "scale", "got nan")),
+    (float("inf"), ValueError, ("png()", "scale", "got inf")),
+    (1e6, ValueError, ("png()", "scale=1000000.0", "pixels", "at most")),
+    ("2", _common.ViewInputError, ("png()", "scale", "a str ('2')")),
+], ids=["zero", "negative", "nan", "inf", "huge", "str"])
+def test_png_refuses_a_scale_vl_convert_cannot_draw_naming_it(scale, error, tokens):
+    """0, a negative number or NaN made vl-convert panic (a Rust backtrace, then a bare 'conversion failed'); 1e6
+    asked it for 78 PB at once, which aborted the process (the kernel). Each is now refused before drawing."""
+    import altair as alt
+    import pandas as pd
+
+    chart = alt.Chart(pd.DataFrame({"a": [1, 2]})).mark_point().encode(x="a")
+    with pytest.raises(error) as info:
+        _common.png(chart, scale=scale)
+    assert all(t in str(info.value) for t in tokens), str(info.value)
+    assert _png_size(_common.png(chart, scale=2))[0] > _png_size(_common.png(chart))[0]  # valid scales still draw
+
+
 @pytest.fixture(scope="module")
 def encoder_trace(static_traces):
     """The session's encoder capture (the same build and mode: one capture and compile per test run)."""

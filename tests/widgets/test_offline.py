@@ -57,6 +57,12 @@ def test_bad_palettes_and_non_pngs_are_named():
         _offline.png_size(b"GIF89a" + b"\0" * 30)
 
 
+@pytest.mark.parametrize("scale", [0, -1.0, float("nan"), 1e5])
+def test_a_scale_vl_convert_cannot_draw_is_named_not_a_panic_or_an_abort(scale):
+    with pytest.raises(ValueError, match=r"static_png\(\).*scale"):
+        _offline.static_png(_chart(5), scale=scale)
+
+
 def _script():
     path = Path(__file__).resolve().parents[2] / "scripts" / "execute_notebooks.py"
     spec = importlib.util.spec_from_file_location("execute_notebooks", path)
