@@ -4,16 +4,8 @@ by hashing, a region path's ancestors, the length of the union of each group's i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import pandas as pd
-
-
-def _names(arg: str | Sequence[str] | None) -> list[str] | None:
-    if arg is None:
-        return None
-    return [arg] if isinstance(arg, str) else [str(a) for a in arg]
 
 
 def _strings(values: np.ndarray) -> np.ndarray:

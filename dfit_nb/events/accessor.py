@@ -21,14 +21,14 @@ Its building blocks are :mod:`dfit_nb.events._grouping`; the made-up events of t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import xarray as xr
 
 from ..errors import DfitError
-from ._grouping import _ancestors, _factorize, _names, _strings, _union_length
+from ._grouping import _ancestors, _factorize, _strings, _union_length
 from ._synthetic import demo_events as demo_events
 from ._synthetic import synthetic_events as synthetic_events
 from .binning import busy_fraction, time_edges
@@ -59,6 +59,44 @@ def _truncate(names: np.ndarray, depth: int | None) -> tuple[np.ndarray, np.ndar
 def _check_unit(unit: str) -> None:
     if unit not in UNITS:
         raise EventQueryError(f"unknown unit {unit!r}; valid: {', '.join(UNITS)}")
+
+
+def _names(arg: Any, what: str) -> list[str] | None:
+    """``arg`` (the parameter ``what``: one name, a sequence of names, or None) as a list of names.
+
+    A number, a dict or None inside a list would be iterated (or turned into text) and fail far from the call with
+    a bare ``TypeError``, or match nothing: each is named here.
+    """
+    if arg is None:
+        return None
+    if isinstance(arg, str):
+        return [arg]
+    if isinstance(arg, (bytes, Mapping)) or not isinstance(arg, Iterable):
+        raise EventQueryError(f"{what} must be a str or a sequence of str, got {_shown(arg)}")
+    names = list(arg)
+    bad = [a for a in names if not isinstance(a, str)]
+    if bad:
+        raise EventQueryError(f"{what} must be a str or a sequence of str, got {_shown(bad[0])} among them")
+    return names
+
+
+def _op_ids(op: Any) -> np.ndarray:
+    """``select``'s ``op`` as int64 ids: an int (or several). A float such as 1.5 would be truncated to op 1 by
+    an integer cast, and text such as "3" read as op 3, each silently selecting an op not asked for."""
+    try:
+        ids = np.atleast_1d(np.asarray(op))
+    except (TypeError, ValueError):  # ragged nesting
+        ids = np.asarray([object()])
+    if ids.ndim != 1 or not (ids.dtype.kind in "iu" or (ids.size == 0 and ids.dtype.kind == "f")):
+        raise EventQueryError(f"op must be an op id (an int, as in trace.ops['op']) or a sequence of them, got "
+                              f"{_shown(op)}")
+    return ids.astype(np.int64)
+
+
+def _shown(value: Any) -> str:
+    """What a message says it was given: the type and a short repr."""
+    text = repr(value)
+    return f"{type(value).__name__} ({text[:60] + '...' if len(text) > 60 else text})"
 
 
 def _check_choice(values: list[str] | None, valid: Sequence[str], what: str) -> None:
@@ -121,7 +159,7 @@ this one has no 'op', 'region', ... variable(s)
               mask: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, dict[str, Any]]]:
         _check_unit(unit)
         out = {}
-        for v in _names(var) or []:
+        for v in _names(var, "var") or []:
             vals, attrs = self._values(v, unit)
             if mask is not None:
                 vals = vals[mask]
@@ -242,7 +280,7 @@ this one has no 'op', 'region', ... variable(s)
                [  0.,  50.]])
         """
         ds = self._events()
-        kinds = _names(kind)
+        kinds = _names(kind, "kind")
         _check_choice(kinds, KINDS, "kind")
         on, ny, nx = self._grid()
         if kinds is not None:
@@ -422,11 +460,11 @@ this one has no 'op', 'region', ... variable(s)
         ds = self._events()
         mask = np.ones(ds.sizes["event"], dtype=bool)
         if op is not None:
-            mask &= np.isin(ds["op"].values, np.atleast_1d(np.asarray(op, dtype=np.int64)))
+            mask &= np.isin(ds["op"].values, _op_ids(op))
         if region is not None:
             regions = _strings(ds["region"].values)
             hit = np.zeros_like(mask)
-            for r in _names(region) or []:
+            for r in _names(region, "region") or []:
                 r = r.strip("/")
                 if not r:
                     hit[:] = True
@@ -434,7 +472,7 @@ this one has no 'op', 'region', ... variable(s)
                 hit |= (regions == r) | np.strings.startswith(regions, r + "/")
             mask &= hit
         for name, arg, valid in (("kind", kind, KINDS), ("source", source, SOURCES)):
-            values = _names(arg)
+            values = _names(arg, name)
             if values is not None:
                 _check_choice(values, valid, name)
                 mask &= np.isin(_strings(ds[name].values), values)
@@ -479,6 +517,9 @@ this one has no 'op', 'region', ... variable(s)
         """
         parts = [self._events()]
         if other is not None:
+            if not isinstance(other, xr.Dataset):  # a Run, a path or a DataArray has no events to read
+                raise EventQueryError(f"compare() needs other as an events Dataset (e.g. run.events or "
+                                      f"dfit_nb.events.measured_events(trace)) or None, got {_shown(other)}")
             parts.append(other.dfit._events())
         region = np.concatenate([_strings(p["region"].values) for p in parts])
         source = np.concatenate([_strings(p["source"].values) for p in parts])
@@ -536,7 +577,7 @@ this one has no 'op', 'region', ... variable(s)
         (5.0, array([0., 0., 1., 1., 1., 1., 0.]))
         """
         ds = self._events()
-        kinds = _names(kind)
+        kinds = _names(kind, "kind")
         _check_choice(kinds, KINDS, "kind")
         on, ny, nx = self._grid()
         s, e = ds["start"].values, ds["end"].values

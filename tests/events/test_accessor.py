@@ -194,6 +194,29 @@ def test_select_filters_and_region_prefix_on_path_boundaries(events):
         events.dfit.select(source="guessed")
 
 
+@pytest.mark.parametrize("call, tokens", [
+    (lambda ev: ev.dfit.select(op=1.5), ("op must be an op id", "float (1.5)")),
+    (lambda ev: ev.dfit.select(op="3"), ("op must be an op id", "str ('3')")),
+    (lambda ev: ev.dfit.select(op=[[1], [2, 3]]), ("op must be an op id",)),
+    (lambda ev: ev.dfit.select(region=3), ("region must be a str or a sequence of str", "int (3)")),
+    (lambda ev: ev.dfit.select(kind=[None]), ("kind must be a str", "NoneType (None) among them")),
+    (lambda ev: ev.dfit.by_tile(kind=3), ("kind must be a str", "int (3)")),
+    (lambda ev: ev.dfit.by_region(var=3), ("var must be a str", "int (3)")),
+    (lambda ev: ev.dfit.by_kind(var={"bytes": 1}), ("var must be a str", "dict")),
+    (lambda ev: ev.dfit.busy(kind=b"compute"), ("kind must be a str", "bytes")),
+], ids=["op-float", "op-str", "op-ragged", "region-int", "kind-None-in-list", "by_tile-kind-int",
+        "by_region-var-int", "var-dict", "busy-kind-bytes"])
+def test_a_filter_or_variable_of_the_wrong_type_is_named(events, call, tokens):
+    """op=1.5 selected op 1 (an integer cast) and op="3" op 3; an int where names go failed deep inside with
+    "'int' object is not iterable"."""
+    with pytest.raises(EventQueryError) as info:
+        call(events)
+    assert all(t in str(info.value) for t in tokens), str(info.value)
+    # whole numbers of any integer type, and an empty list, still select
+    assert events.dfit.select(op=np.int64(3)).sizes["event"] == events.dfit.select(op=[3]).sizes["event"] > 0
+    assert events.dfit.select(op=[]).sizes["event"] == 0
+
+
 def _measured(regions, durations):
     end = np.cumsum(durations)
     return events_dataset({"op": np.arange(len(regions)), "kind": ["compute"] * len(regions),
@@ -227,6 +250,13 @@ def test_compare_simulated_union_against_measured_sum():
 def test_compare_needs_both_sources(events):
     with pytest.raises(EventQueryError, match="no measured"):
         events.dfit.compare()
+
+
+@pytest.mark.parametrize("other", ["run.json", xr.DataArray([1.0]), 3])
+def test_compare_names_an_other_that_is_not_an_events_dataset(events, other):
+    """A str or a DataArray as other ended in AttributeError: "... has no attribute 'dfit'"."""
+    with pytest.raises(EventQueryError, match="compare\\(\\) needs other as an events Dataset"):
+        events.dfit.compare(other)
 
 
 def test_busy_cube_matches_busy_time(events):
