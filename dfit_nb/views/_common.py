@@ -121,14 +121,15 @@ def check_region(region: Any, view: str, name: str = "region") -> None:
                              f"got {describe(region)}")
 
 
-def check_window(time_window: Any, view: str) -> None:
-    """``time_window`` must be ``None`` or two numbers ``(start_s, end_s)`` (their order is checked on use)."""
+def check_window(time_window: Any, view: str, name: str = "time_window") -> None:
+    """``time_window`` (the parameter ``name``) must be ``None`` or two numbers ``(start_s, end_s)`` (their order
+    is checked on use)."""
     if time_window is None:
         return
     ok = (isinstance(time_window, (tuple, list, np.ndarray)) and len(time_window) == 2
           and all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in time_window))
     if not ok:
-        raise ViewInputError(f"{view}() needs time_window as two numbers (start_s, end_s) in seconds, or None; got "
+        raise ViewInputError(f"{view}() needs {name} as two numbers (start_s, end_s) in seconds, or None; got "
                              f"{describe(time_window)}")
 
 

@@ -67,7 +67,7 @@ from ..sim import REPLAY_DATAFLOWS, SpillWarning, presets, program_key, replay, 
 from ..sim.hardware import Hardware, check_hardware
 from ..sim.policy import OBJECTIVES
 from ..sim.run import Run
-from ..views import ViewInputError, describe, expect
+from ..views import ViewInputError, check_region, check_window, describe, expect
 from ._controls import _MENUS, _SLIDERS, _menu, _number
 from ._controls import DRAM_BW as DRAM_BW
 from ._controls import GRID as GRID
@@ -433,17 +433,22 @@ class Explorer(w.VBox):
 
         This is what brushing the timeline or clicking a region does; it can be called from code too.
         """
+        # both are checked before either is applied: a bad region must not leave a new window undrawn
         if window is not ...:
+            check_window(window, "Explorer.narrow", "window")  # a str, a number or three values: named here
             if window is not None:
                 lo, hi = (float(v) for v in window)
                 if not hi > lo:
                     raise ValueError(f"window must be (start_s, end_s) with end > start, got {window}")
                 window = (lo, hi)
-            self.window = window
+        check_region(region, "Explorer.narrow")  # a list would fail as an unhashable set member below
         if region is not None and region != self.region:
             options = {v for _, v in self.controls["region"].options}
             if region not in options:
                 raise ValueError(f"unknown region {region!r}; valid: the region tree's paths (trace.regions)")
+        if window is not ...:
+            self.window = window
+        if region is not None and region != self.region:
             self._syncing = True  # the dropdown's own observer would redraw a second time
             try:
                 self.controls["region"].value = region

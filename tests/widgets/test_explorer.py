@@ -176,6 +176,33 @@ def test_a_view_that_cannot_draw_says_why(explorer):
     explorer.tabs.selected_index = 0
 
 
+@pytest.mark.parametrize("kwargs, tokens", [
+    ({"window": "0,1e-7"}, ("Explorer.narrow()", "window", "two numbers", "a str ('0,1e-7')")),
+    ({"window": 1e-7}, ("Explorer.narrow()", "window", "a float (1e-07)")),
+    ({"window": (0.0, 1e-7, 2e-7)}, ("Explorer.narrow()", "window", "two numbers")),
+    ({"region": ["encoder"]}, ("Explorer.narrow()", "'region'", "a list (['encoder'])")),
+], ids=["window-str", "window-number", "window-three", "region-list"])
+def test_narrow_names_a_window_or_region_of_the_wrong_type(explorer, kwargs, tokens):
+    """These failed as bare ValueError / TypeError ("could not convert string to float", "'float' object is not
+    iterable", "too many values to unpack", "unhashable type: 'list'")."""
+    from dfit_nb.views import ViewInputError
+
+    before = explorer.window, explorer.region
+    with pytest.raises(ViewInputError) as info:
+        explorer.narrow(**kwargs)
+    assert all(t in str(info.value) for t in tokens), str(info.value)
+    assert (explorer.window, explorer.region) == before
+
+
+def test_a_refused_region_leaves_the_window_as_it_was(explorer):
+    """narrow(window=w, region="nope") set the window, then refused the region: the Explorer reported a window
+    that no view had been narrowed to."""
+    explorer.narrow(window=None, region="")
+    with pytest.raises(ValueError, match="unknown region 'nope'"):
+        explorer.narrow(window=(0.0, 1e-7), region="nope")
+    assert explorer.window is None and explorer.region == ""
+
+
 def test_an_extreme_machine_is_kept_valid_and_replays(explorer):
     explorer.controls["pe_rows"].value = 256
     explorer.controls["pe_cols"].value = 256
