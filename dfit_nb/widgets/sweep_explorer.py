@@ -56,6 +56,7 @@ class SweepExplorer(w.VBox):
         expect(ds, "SweepExplorer", "ds", "Dataset", dataset="from dfit_nb.sim.replay_batch or dfit_nb.sim.sweep")
         if trace is not None:
             expect(trace, "SweepExplorer", "trace", "Trace")
+            _check_same_program(ds, trace)
         if design is not None and not isinstance(design, Design):
             raise ViewInputError(f"SweepExplorer() needs design as a dfit_nb.sim.Design (from dfit_nb.sim.design), "
                                  f"got {describe(design)}")
@@ -120,6 +121,11 @@ class SweepExplorer(w.VBox):
         >>> m.name, m.pe_rows, m.pe_cols
         ('npu_like sweep (swept machine 1)', 16.0, 12.0)
         """
+        # a str would fail comparing with the bounds, a float deep inside isel, and True would open machine 1
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise ViewInputError(f"SweepExplorer.machine() needs index as a whole number (the machine's position "
+                                 f"in the sweep, as its points' config 'machine=<index>' says), got "
+                                 f"{describe(index)}")
         missing = [f for f in FIELDS if f not in self.ds.coords]
         if "machine" not in self.ds.dims or missing:
             raise ValueError("only a dfit_nb.sim.replay_batch Dataset names its machines' hardware fields"
@@ -171,6 +177,17 @@ class SweepExplorer(w.VBox):
         if self.explorer is not None:
             self.explorer._displayed()
         return super()._repr_mimebundle_(**kwargs)
+
+
+def _check_same_program(ds: xr.Dataset, trace: Any) -> None:
+    """Refuse a trace of another program than the sweep's: a picked machine would open replaying it, its charts
+    beside a front they do not belong to. Compared as :meth:`dfit_nb.sim.run.Run.comparable` compares two runs
+    (function and argument shapes), each only where both name it (a Dataset saved without them passes)."""
+    for key in ("function", "arg_shapes"):
+        ours, theirs = str(ds.attrs.get(key, "")), str(trace.attrs.get(key, ""))
+        if ours and theirs and ours != theirs:
+            raise ViewInputError(f"SweepExplorer() needs as 'trace' the Trace the sweep replayed: the sweep's "
+                                 f"{key} is {ours!r}, the trace's {theirs!r}")
 
 
 def _with_design(chart: Any, design: Design, xcol: str, ycol: str) -> Any:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import types
 import warnings
 
+import numpy as np
 import pytest
 
 from dfit_nb.sim import Hardware, SpillWarning, presets, replay, replay_batch, sweep
 from dfit_nb.sim.hardware import FIELDS
+from dfit_nb.views import ViewInputError
 from dfit_nb.widgets import SweepExplorer
 
 
@@ -80,6 +82,25 @@ def test_axes_redraw_and_bad_uses(static_traces, batch):
     assert "$schema" in view_only.chart.chart.to_dict()
     with pytest.raises(ValueError, match="replay_batch"):
         view_only.machine(0)
+
+
+@pytest.mark.parametrize("index", ["1", 1.5, True, None])
+def test_a_machine_index_that_is_not_a_whole_number_is_named(batch, index):
+    """"1" failed comparing with the bounds (TypeError '<=' not supported), 1.5 deep inside xarray's isel, and
+    True opened machine 1."""
+    sx = SweepExplorer(batch, None)
+    with pytest.raises(ViewInputError, match=r"SweepExplorer\.machine\(\) needs index as a whole number"):
+        sx.machine(index)
+    assert sx.machine(np.int64(1)).name == sx.machine(-2).name == "batch (swept machine 1)"
+
+
+def test_a_trace_of_another_program_is_refused_before_a_machine_opens_it(static_traces, batch):
+    """The sweep replayed mlp; given the encoder's trace, a picked machine opened replaying the encoder beside
+    mlp's front, with nothing said."""
+    with pytest.raises(ViewInputError) as info:
+        SweepExplorer(batch, static_traces["encoder"])
+    assert "'trace'" in str(info.value) and "function is 'mlp'" in str(info.value)
+    SweepExplorer(batch, static_traces["mlp"])  # its own trace is still taken
 
 
 def test_a_design_is_drawn_over_the_cloud_and_opens(static_traces, batch):
