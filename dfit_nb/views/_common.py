@@ -156,8 +156,10 @@ def aggregated(n_before: int, n_after: int, how: str) -> str:
     return f"{n_before:,} rows aggregated to {n_after:,} ({how})"
 
 
-def require(ds: Any, names: tuple[str, ...], view: str, part: str) -> None:
-    """Raise a clear error when ``ds`` lacks variables a view needs (a Run from an older schema, a foreign Dataset).
+def require(ds: Any, names: tuple[str, ...], view: str, part: str, nonempty: tuple[str, ...] = ()) -> None:
+    """Raise a clear error when ``ds`` lacks variables a view needs (a Run from an older schema, a foreign Dataset),
+    or has none of the dims in ``nonempty`` (a cube cut to an empty slice of time bins or tiles), which the view's
+    pooling would divide by.
 
     >>> import xarray as xr
     >>> require(xr.Dataset({"busy": 0.0}), ("busy", "time_end"), "utilization", "cube")
@@ -171,6 +173,11 @@ dfit_nb or a Dataset of another kind; replay the trace again
     if missing:
         raise ValueError(f"{view} needs {missing} in the run's {part}, which has {sorted(map(str, have))}: a Run saved "
                          "by an older dfit_nb or a Dataset of another kind; replay the trace again")
+    sizes = dict(getattr(ds, "sizes", {}))
+    empty = [d for d in nonempty if sizes.get(d, 1) == 0]
+    if empty:
+        raise ValueError(f"{view} needs at least one {' and one '.join(map(repr, empty))} in the run's {part}, which "
+                         f"has the sizes {sizes}: a slice (isel/sel) that kept none of them")
 
 
 def in_region(paths: Any, region: str | None) -> Any:

@@ -84,6 +84,10 @@ def timeline(run: Any, by: str = "tile", color: str = "kind", max_rows: int = MA
         ev = ev.assign(kernel=("event", lookup.reindex(ev["op"].values).fillna("").values.astype(object)))
     require(ev, ("source", "start_s", "end_s", "tile_y", "tile_x", "op", "region", "kind"), "timeline", "events")
     keep = ev["source"].values == "simulated"
+    if not keep.any():  # nothing to draw: the tracks' grid would be sized by the max of no tiles
+        raise ValueError(f"timeline needs simulated events; this run has none (of its {ev.sizes['event']:,} "
+                         "events, every one measured on the host)" if ev.sizes["event"] else
+                         "timeline needs simulated events; this run has no events at all")
     notes: list[str] = []
     if region:
         keep &= in_region(ev["region"].values, region)

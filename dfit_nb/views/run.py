@@ -89,7 +89,7 @@ def utilization(run: Any, time_window: tuple[float, float] | None = None, max_ro
     check_window(time_window, "utilization")
     check_region(region, "utilization")
     cube = _cube_of(run)
-    require(cube, ("busy", "time_end"), "utilization", "cube")
+    require(cube, ("busy", "time_end"), "utilization", "cube", nonempty=("time", "tile_y", "tile_x"))
     hz = _hz(cube.attrs)
     busy = _bins_in_window(_region_busy(run, cube, region) if region else cube["busy"], hz, time_window)
     n_t, rows, cols = busy.sizes["time"], busy.sizes["tile_y"], busy.sizes["tile_x"]
@@ -188,7 +188,7 @@ def noc_load(run: Any, max_rows: int = MAX_ROWS, time_window: tuple[float, float
     check_count(max_rows, "max_rows", "noc_load")
     check_window(time_window, "noc_load")
     cube = _cube_of(run)
-    require(cube, ("link_load", "time_end"), "noc_load", "cube")
+    require(cube, ("link_load", "time_end"), "noc_load", "cube", nonempty=("time", "link"))
     hz = _hz(cube.attrs)
     cube = _bins_in_window(cube, hz, time_window)
     load = cube["link_load"]

@@ -49,7 +49,8 @@ def temperature(analysis: xr.Dataset, max_rows: int = MAX_ROWS) -> alt.VConcatCh
         raise ViewInputError(f"temperature() needs the Dataset of dfit_nb.sim.thermal (or Run.thermal) as "
                              f"'analysis', got {describe(analysis)}")
     check_count(max_rows, "max_rows", "temperature")
-    require(analysis, ("temperature", "throttled", "hotspot", "time"), "temperature", "thermal analysis")
+    require(analysis, ("temperature", "throttled", "hotspot", "time"), "temperature", "thermal analysis",
+            nonempty=("time", "tile_y", "tile_x"))
     temp = analysis["temperature"]
     n_t, rows, cols = temp.sizes["time"], temp.sizes["tile_y"], temp.sizes["tile_x"]
     n_before = n_t * rows * cols

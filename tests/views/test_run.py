@@ -114,6 +114,28 @@ def test_utilization_time_window(all_runs):
         views.utilization(run, time_window=(2 * latency, 3 * latency))
 
 
+@pytest.mark.parametrize("view, dim", [("utilization", "time"), ("utilization", "tile_x"), ("noc_load", "time"),
+                                       ("noc_load", "link")])
+def test_a_cube_sliced_to_nothing_is_named(all_runs, view, dim):
+    """utilization of a cube with no time bins or tiles raised ZeroDivisionError, noc_load's an IndexError."""
+    cube = all_runs[("encoder", "npu_like")].cube.isel({dim: slice(0, 0)})
+    with pytest.raises(ValueError, match=f"{view} needs at least one '{dim}' in the run's cube"):
+        getattr(views, view)(cube)
+
+
+def test_a_run_without_simulated_events_is_named_by_the_timeline(all_runs):
+    """A Run whose events are all measured (or none) raised numpy's 'zero-size array to reduction operation'."""
+    from dfit_nb.sim.run import Run
+
+    run = all_runs[("encoder", "npu_like")]
+    parts = {"cube": run.cube, "summary": run.summary, "ops": run.ops, "regions": run.regions, "attrs": run.attrs}
+    with pytest.raises(ValueError, match="timeline needs simulated events; this run has no events at all"):
+        views.timeline(Run(events=run.events.isel(event=slice(0, 0)), **parts))
+    measured = run.events.isel(event=slice(0, 3)).assign(source=("event", ["measured"] * 3))
+    with pytest.raises(ValueError, match=r"this run has none \(of its 3 events, every one measured"):
+        views.timeline(Run(events=measured, **parts))
+
+
 def test_buffer_pressure_of_a_policy():
     import jax.numpy as jnp
 

@@ -76,3 +76,11 @@ def test_bad_input_is_named(hot):
         temperature(hot.drop_vars("hotspot"))
     with pytest.raises(_common.ViewInputError, match="max_rows"):
         temperature(hot, max_rows="many")
+
+
+
+@pytest.mark.parametrize("dim", ["time", "tile_y"])
+def test_an_analysis_sliced_to_nothing_is_named(hot, dim):
+    """An empty slice of steps or tiles ended in ZeroDivisionError inside the pooling."""
+    with pytest.raises(ValueError, match=f"temperature needs at least one '{dim}' in the run's thermal analysis"):
+        temperature(hot.isel({dim: slice(0, 0)}))
