@@ -100,19 +100,29 @@ def sweep(ds: xr.Dataset, x: str = "latency", y: str = "energy", color: str | No
                                  f"), got {describe(value)}")
     df, dims = _sweep_frame(ds)
     xcol, ycol = _ALIASES.get(x, x), _ALIASES.get(y, y)
-    for col in (xcol, ycol):
-        if col not in df:
-            raise ValueError(f"{col!r} is not a per-configuration value; have {[c for c in df if c not in dims]}")
+    # the swept dims are labels in the frame (and "config" their text): numbers only go on an axis
+    values = [c for c in df if c not in dims and c != "config" and df[c].dtype.kind in "biuf"]
+    for name, col in (("x", xcol), ("y", ycol)):
+        if col in dims or col == "config":
+            what = "the points' labels" if col == "config" else f"a swept dim: colour by it (color={col!r}) instead"
+            raise ValueError(f"sweep() needs {name} as a per-configuration value, not {col!r}, {what}; values: "
+                             f"{values}")
+        if col not in values:
+            raise ValueError(f"{col!r} is not a per-configuration value; have {values}")
     if color is None and "dataflow" in dims:
         color = "dataflow"
     if color is not None and color not in df:
         raise ValueError(f"color {color!r} is not a swept dim; have {dims}")
-    df = df[np.isfinite(df[xcol]) & np.isfinite(df[ycol])].reset_index(drop=True)
+    notes = []
+    finite = np.isfinite(df[xcol].to_numpy(np.float64)) & np.isfinite(df[ycol].to_numpy(np.float64))
+    if not finite.all():  # not drawable: said, not dropped unseen
+        notes.append(f"{int((~finite).sum())} of {len(df)} configurations not drawn: {xcol} or {ycol} is not "
+                     "finite (NaN or inf)")
+    df = df[finite].reset_index(drop=True)
     front = pareto_mask(df[xcol].values, df[ycol].values)
     df["pareto"] = front
     df["n"] = 1
     n_before = len(df)
-    notes = []
     if n_before > MAX_ROWS:  # the front stays; other points are binned on a log grid (mean position, count)
         rest, pf = df[~front], df[front].head(MAX_ROWS // 2)
         bins = int(np.sqrt(MAX_ROWS // 2))
@@ -134,9 +144,13 @@ def sweep(ds: xr.Dataset, x: str = "latency", y: str = "energy", color: str | No
     df = df[keep_cols]
     picked = alt.selection_point(name="picked", fields=["config"], on="click", clear="dblclick")
     names = {"latency_s": "latency (s)", "energy_j": "energy (J)", "total_cycles": "latency (cycles)"}
-    xe = alt.X(f"{xcol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(xcol, xcol),
+    # a log axis cannot place 0 or a negative value (Vega leaves such a point out, even a Pareto one): linear then
+    kinds = {col: "log" if (df[col] > 0).all() else "linear" for col in (xcol, ycol)}
+    notes += [f"{col} on a linear axis: it has values <= 0" for col in dict.fromkeys((xcol, ycol))
+              if kinds[col] == "linear"]
+    xe = alt.X(f"{xcol}:Q", scale=alt.Scale(type=kinds[xcol], zero=False), title=names.get(xcol, xcol),
                axis=alt.Axis(format="~s"))
-    ye = alt.Y(f"{ycol}:Q", scale=alt.Scale(type="log", zero=False), title=names.get(ycol, ycol),
+    ye = alt.Y(f"{ycol}:Q", scale=alt.Scale(type=kinds[ycol], zero=False), title=names.get(ycol, ycol),
                axis=alt.Axis(format="~s"))
     tooltip = [alt.Tooltip("config:N"), alt.Tooltip(f"{xcol}:Q", format=".4~s"),
                alt.Tooltip(f"{ycol}:Q", format=".4~s"), alt.Tooltip("pareto:N"), alt.Tooltip("n:Q", title="points")]

@@ -219,6 +219,34 @@ def test_sweep_rejects_unknown_inputs(grid_sweep):
         program.sweep(xr.Dataset({"a": ("x", [1.0])}))
 
 
+@pytest.mark.parametrize("x", ["dataflow", "pe", "config"])
+def test_sweep_names_a_swept_dim_given_as_an_axis(grid_sweep, x):
+    """A swept dim (or the points' label text) as x ended in numpy's "ufunc 'isfinite' not supported"."""
+    with pytest.raises(ValueError, match=f"sweep\\(\\) needs x as a per-configuration value, not '{x}'"):
+        program.sweep(grid_sweep, x=x)
+
+
+def test_sweep_says_which_points_it_cannot_draw(static_traces):
+    """A configuration with a NaN latency was dropped, the subtitle counting only the rest; one with 0 energy was
+    Pareto-optimal yet left out by the log axis. Both are now said, and the 0 drawn on a linear axis."""
+    from dfit_nb.sim import Hardware, replay_batch
+
+    hw = presets.get("npu_like")
+    batch = replay_batch(static_traces["mlp"], Hardware.stack([hw, hw.replace(pe_rows=8), hw.replace(pe_cols=8)]))
+    nan = batch.copy(deep=True)
+    nan["latency_s"].values[0] = np.nan
+    subtitle = program.sweep(nan).to_dict()["title"]["subtitle"]
+    assert "1 of 3 configurations not drawn: latency_s or energy_j is not finite (NaN or inf)" in subtitle
+    zero = batch.copy(deep=True)
+    zero["energy_j"].values[0] = 0.0
+    spec = program.sweep(zero).to_dict()
+    assert "energy_j on a linear axis: it has values <= 0" in spec["title"]["subtitle"]
+    assert {layer["encoding"]["y"]["scale"]["type"] for layer in spec["layer"]} == {"linear"}
+    plain = program.sweep(batch).to_dict()  # valid sweeps keep their log axes and one-line subtitle
+    assert {layer["encoding"]["y"]["scale"]["type"] for layer in plain["layer"]} == {"log"}
+    assert len(plain["title"]["subtitle"]) == 1 and plain["title"]["subtitle"][0].startswith("3 configurations, ")
+
+
 def test_roofline_refuses_a_trace_of_another_program():
     """trace= gives non-GEMM ops their FLOPs by op id: another program's Trace drew its FLOPs on this run's ops
     (and ops this run does not have). It is refused, naming the first op that differs."""
