@@ -7,6 +7,7 @@ events share one schema and one accessor (``ds.dfit.compare()``).
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +26,8 @@ MAC_CLASSES = ("gemm", "conv")
 
 
 class NotMeasuredError(DfitError, ValueError):
-    """The trace holds no measured times (captured in static mode)."""
+    """The trace holds no measured times (captured in static mode), or what was given is not a Trace (a Run, a
+    path): the message names what it was and where its measured events are."""
 
 
 def measured_events(trace: Trace, *, sequential: bool = True) -> xr.Dataset:
@@ -63,7 +65,7 @@ def measured_events(trace: Trace, *, sequential: bool = True) -> xr.Dataset:
     Raises
     ------
     NotMeasuredError
-        If the trace holds no measured time (static mode).
+        If the trace holds no measured time (static mode), or ``trace`` is not a Trace.
 
     Examples
     --------
@@ -79,6 +81,14 @@ def measured_events(trace: Trace, *, sequential: bool = True) -> xr.Dataset:
     ...
     dfit_nb.events.measured.NotMeasuredError: trace ... has no measured times (mode='static'); ...
     """
+    from ..capture.trace import Trace
+
+    if not isinstance(trace, Trace):  # a Run has ops too, without times: a KeyError 'time_s' naming nothing
+        hint = ("; a Run's measured events are already among its events: run.events.dfit.select(source='measured')"
+                if hasattr(trace, "events") else "; a saved trace is opened first: dfit_nb.load_trace(path)"
+                if isinstance(trace, (str, os.PathLike)) else "")
+        raise NotMeasuredError(f"measured_events() needs a Trace captured with mode='profile' or mode='eager' as "
+                               f"'trace', got {type(trace).__name__}{hint}")
     ops = trace.ops
     time_s = ops["time_s"].values.astype(np.float64)
     leaf = ops["container"].values.astype(str) == ""

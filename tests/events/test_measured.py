@@ -94,6 +94,20 @@ def test_static_trace_is_refused():
     assert isinstance(info.value, DfitError)
 
 
+def test_what_is_not_a_trace_is_named():
+    """A Run (it has ops, without times) raised KeyError 'time_s'; a path or None an AttributeError."""
+    from dfit_nb.sim import presets
+
+    static = dfit_nb.capture(tiny, *ARGS)
+    run = dfit_nb.replay(static, presets.get("npu_like"))
+    for wrong, tokens in ((run, ("'trace'", "got Run", "select(source='measured')")),
+                          ("trace.nc", ("'trace'", "got str", "dfit_nb.load_trace(path)")),
+                          (None, ("'trace'", "got NoneType"))):
+        with pytest.raises(NotMeasuredError) as info:
+            measured_events(wrong)
+        assert all(t in str(info.value) for t in tokens), str(info.value)
+
+
 def test_a_container_timed_as_a_whole_stands_for_its_untimed_ops():
     t = dfit_nb.capture(tiny, *ARGS, mode="eager")
     ops = t.ops
