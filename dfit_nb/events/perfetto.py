@@ -164,6 +164,10 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
                                "('\\x00'); give a path without it")
     if target.is_dir():
         raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
+    given = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
+    if isinstance(given, str) and given.endswith(("/", os.sep)):  # Path drops the '/': 'traces/' became a file
+        raise PerfettoExportError(f"{given!r} names a folder (it ends with '/'), and a Perfetto trace is one file; "
+                                  f"give a file name such as {str(target / 'run.json')!r}")
     special = special_file(target)
     if special:  # even with overwrite=True: the write renames over its path, which replaced /dev/null itself
         raise SaveRefusedError(f"refusing to replace {target}: it is {special}, a special file (not a regular "

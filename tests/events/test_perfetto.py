@@ -365,6 +365,14 @@ def test_bad_input_names_the_problem(tmp_path):
     assert not out.exists()
 
 
+def test_a_path_ending_in_a_slash_is_a_folder_not_a_file_of_its_name(tmp_path):
+    """to_perfetto(ds, "traces/") wrote a file named 'traces' (pathlib drops the slash)."""
+    given = f"{tmp_path}/traces/"
+    with pytest.raises(PerfettoExportError, match=r"'.*/traces/' names a folder .*traces/run\.json"):
+        to_perfetto(small_events(), given, clock_ghz=CLOCK)
+    assert not (tmp_path / "traces").exists()
+
+
 def test_non_finite_times_are_left_out_with_a_warning(tmp_path):
     ds = small_events()
     ds["start_s"][0] = np.nan
