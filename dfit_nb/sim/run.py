@@ -249,12 +249,17 @@ class Run:
         ``kernels`` track above the tiles' (:attr:`kernels`).
 
         A file at ``path`` that dfit_nb did not write is refused (:class:`dfit_nb.errors.SaveRefusedError`, before
-        any work) unless ``overwrite=True`` is passed; a trace dfit_nb wrote is replaced."""
+        any work) unless ``overwrite=True`` is passed; a trace dfit_nb wrote is replaced. ``chip``, ``link_load``
+        and ``kernels`` default to the run's own and may be given (``chip="my npu"``); a ``clock_ghz`` other than
+        the run's is refused by the export, naming both."""
         from ..events.perfetto import to_perfetto
 
+        # defaults, not fixed arguments: chip="..." raised "got multiple values for keyword argument 'chip'"
         options.setdefault("kernels", self.kernels)
-        return to_perfetto(self.events, path, clock_ghz=self.attrs["clock_ghz"], chip=self.attrs["hardware"],
-                           link_load=self.cube["link_load"], **options)
+        options.setdefault("chip", self.attrs["hardware"])
+        options.setdefault("link_load", self.cube["link_load"])
+        options.setdefault("clock_ghz", self.attrs["clock_ghz"])
+        return to_perfetto(self.events, path, **options)
 
     def __repr__(self) -> str:
         s = self.summary

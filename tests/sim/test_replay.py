@@ -351,6 +351,17 @@ def test_perfetto_export_of_a_run(all_runs, tmp_path):
     assert os.path.getsize(path) > 0
 
 
+def test_a_runs_perfetto_export_takes_its_own_chip_name_and_names_a_wrong_clock(all_runs, tmp_path):
+    """run.to_perfetto(path, chip="...") raised TypeError "got multiple values for keyword argument 'chip'"."""
+    from dfit_nb.events.perfetto import PerfettoExportError
+
+    run = all_runs[("encoder", "npu_like")]
+    doc = json.loads(run.to_perfetto(tmp_path / "mine.json", chip="my npu").read_text())
+    assert doc["otherData"]["chip"] == "my npu"
+    with pytest.raises(PerfettoExportError, match=r"clock_ghz=7 does not match the events"):
+        run.to_perfetto(tmp_path / "clock.json", clock_ghz=7)
+
+
 @pytest.mark.filterwarnings("ignore::dfit_nb.sim.SpillWarning")  # small SRAM spills: expected here
 @settings(max_examples=12)
 @given(m=st.integers(1, 300), k=st.integers(1, 300), n=st.integers(1, 300), pe=st.sampled_from([4, 8, 16]),
