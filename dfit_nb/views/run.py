@@ -273,7 +273,7 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
     check_window(time_window, "buffer_pressure")
     if hasattr(ds, "cube") or (isinstance(ds, xr.Dataset) and "sram_occupancy" in ds):
         cube = _cube_of(ds)
-        require(cube, ("sram_occupancy",), "buffer_pressure", "cube")
+        require(cube, ("sram_occupancy",), "buffer_pressure", "cube", nonempty=("time", "tile_y", "tile_x"))
         hz = _hz(cube.attrs)
         cube = _bins_in_window(cube, hz, time_window)
         occ = cube["sram_occupancy"]
@@ -283,6 +283,7 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
         t_s = (cube["time"].values / hz)[None]
         name = cube.attrs.get("hardware", "?")
     elif isinstance(ds, xr.Dataset) and {"mean", "busiest", "bin_start_s"} <= set(ds.data_vars):
+        require(ds, ("policy",), "buffer_pressure", "policy artifact", nonempty=("policy", "bin"))
         policies = [str(p) for p in ds["policy"].values]
         mean, busiest = ds["mean"].values, ds["busiest"].values
         t_s = ds["bin_start_s"].values

@@ -115,9 +115,10 @@ def test_utilization_time_window(all_runs):
 
 
 @pytest.mark.parametrize("view, dim", [("utilization", "time"), ("utilization", "tile_x"), ("noc_load", "time"),
-                                       ("noc_load", "link")])
+                                       ("noc_load", "link"), ("buffer_pressure", "tile_y")])
 def test_a_cube_sliced_to_nothing_is_named(all_runs, view, dim):
-    """utilization of a cube with no time bins or tiles raised ZeroDivisionError, noc_load's an IndexError."""
+    """utilization of a cube with no time bins or tiles raised ZeroDivisionError, noc_load's an IndexError;
+    buffer_pressure drew the mean and maximum of no tiles (NaN) as if they were occupancies."""
     cube = all_runs[("encoder", "npu_like")].cube.isel({dim: slice(0, 0)})
     with pytest.raises(ValueError, match=f"{view} needs at least one '{dim}' in the run's cube"):
         getattr(views, view)(cube)
@@ -150,6 +151,10 @@ def test_buffer_pressure_of_a_policy():
     assert _png_size(_common.png(chart))[0] > 100
     with pytest.raises(TypeError):
         views.buffer_pressure(run_or_dataset=ds[["mean"]])
+    # sliced to no policy or no bin: the merge divided by zero (ZeroDivisionError)
+    for dim in ("policy", "bin"):
+        with pytest.raises(ValueError, match=f"buffer_pressure needs at least one '{dim}' in the run's policy"):
+            views.buffer_pressure(ds.isel({dim: slice(0, 0)}))
 
 
 @pytest.mark.slow  # a million events replayed on the 64 x 64 grid
