@@ -50,7 +50,11 @@ def _truncate(names: np.ndarray, depth: int | None) -> tuple[np.ndarray, np.ndar
     """Map region names to their first ``depth`` segments: (index into new names, new sorted names)."""
     if depth is None:
         return np.arange(names.size), names
-    if int(depth) != depth or depth < 0:
+    try:  # int() of text, NaN, inf or a list raised its own ValueError/OverflowError/TypeError; True is no depth
+        whole = not isinstance(depth, bool) and int(depth) == depth >= 0
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
         raise EventQueryError(f"depth must be a whole number >= 0 or None, got {depth!r}")
     cut = np.array(["/".join(n.split("/")[: int(depth)]) if n else "" for n in names.tolist()], dtype=str)
     return _factorize(cut) if cut.size else (np.zeros(0, np.int64), cut)

@@ -217,6 +217,14 @@ def test_a_filter_or_variable_of_the_wrong_type_is_named(events, call, tokens):
     assert events.dfit.select(op=[]).sizes["event"] == 0
 
 
+@pytest.mark.parametrize("depth", ["2", float("nan"), float("inf"), [1], True, -1, 1.5])
+def test_a_depth_that_is_not_a_whole_number_is_named(events, depth):
+    """"2" and NaN raised int()'s ValueError, inf an OverflowError, [1] a TypeError, and True was depth 1."""
+    with pytest.raises(EventQueryError, match="depth must be a whole number >= 0 or None"):
+        events.dfit.by_region(depth=depth)
+    assert events.dfit.by_region(depth=np.int64(1)).sizes["region"] == events.dfit.by_region(depth=1.0).sizes["region"]
+
+
 def _measured(regions, durations):
     end = np.cumsum(durations)
     return events_dataset({"op": np.arange(len(regions)), "kind": ["compute"] * len(regions),
