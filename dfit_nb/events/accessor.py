@@ -411,7 +411,11 @@ this one has no 'op', 'region', ... variable(s)
         """
         ds = self._events()
         _check_unit(unit)
-        t0, t1 = float(t0), float(t1)
+        try:  # else float()'s own ValueError ('a') or TypeError (None), naming neither bound
+            t0, t1 = float(t0), float(t1)
+        except (TypeError, ValueError) as err:
+            units = "cycles" if unit == "cycle" else "seconds"
+            raise EventQueryError(f"a window needs t0 and t1 as numbers (in {units}), got {t0!r} and {t1!r}") from err
         if np.isnan(t0) or np.isnan(t1) or t1 < t0:
             raise EventQueryError(f"a window needs t0 <= t1, got [{t0}, {t1})")
         cols = ("start", "end"), ("start_s", "end_s")

@@ -225,6 +225,13 @@ def test_a_depth_that_is_not_a_whole_number_is_named(events, depth):
     assert events.dfit.by_region(depth=np.int64(1)).sizes["region"] == events.dfit.by_region(depth=1.0).sizes["region"]
 
 
+@pytest.mark.parametrize("t0, t1", [("start", 10.0), (None, 10.0), (0.0, [10.0])])
+def test_a_window_bound_that_is_not_a_number_is_named(events, t0, t1):
+    """float() raised its own ValueError ("could not convert string to float") or TypeError, naming no bound."""
+    with pytest.raises(EventQueryError, match="a window needs t0 and t1 as numbers"):
+        events.dfit.window(t0, t1)
+
+
 def _measured(regions, durations):
     end = np.cumsum(durations)
     return events_dataset({"op": np.arange(len(regions)), "kind": ["compute"] * len(regions),
