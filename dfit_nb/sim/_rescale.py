@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,26 @@ def _power(v1: np.ndarray, v2: np.ndarray, ratio: float) -> np.ndarray:
         return np.round(np.where((v1 > 0) & (v2 > 0), np.log(v2 / v1) / np.log(ratio), 0.0), 6)
 
 
+def check_base(base: Any, axis: str | None = None, error: type[Exception] = ShapeError) -> None:
+    """Refuse ``base`` unless it is a dict of one or more size axes, each a positive integer (the trace's size), and
+    holds ``axis`` when one is named; ``error``: the caller's class. A list or a float size would fail later, deep
+    in the rescale (``base.items()``, a size of 0 scales by infinity).
+
+    >>> check_base({"batch": 2}, "seq")
+    Traceback (most recent call last):
+    ...
+    dfit_nb.sim._rescale.ShapeError: axis 'seq' is not in base {'batch': 2}; name the captured size of 'seq' in base
+    """
+    if not isinstance(base, Mapping) or not base:
+        raise error(f"base must be a dict naming at least one size axis and its size in the trace, e.g. "
+                    f"base={{'batch': 2}}; got {base!r:.80}")
+    for name, size in base.items():
+        if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise error(f"base size {name}={size!r} must be a positive integer")
+    if axis is not None and axis not in base:
+        raise error(f"axis {axis!r} is not in base {dict(base)}; name the captured size of {axis!r} in base")
+
+
 def exponents(trace: Any, make_args: Callable[..., Sequence[Any]], base: Mapping[str, int],
               probe: float = 2.0) -> xr.Dataset:
     """Per replayed op, column and producer, the exponent of each size axis (see the module docstring).
@@ -52,13 +72,13 @@ def exponents(trace: Any, make_args: Callable[..., Sequence[Any]], base: Mapping
     if fn is None:
         raise ShapeError("the trace does not hold its function (it was loaded from a file): capture it again, "
                          "or study shapes on a trace from dfit_nb.capture")
-    if not base:
-        raise ShapeError("base must name at least one size axis, e.g. base={'batch': 2}")
+    check_base(base)
+    if not callable(make_args):
+        raise ShapeError(f"make_args must be a function: make_args(**sizes) -> the function's positional arguments "
+                         f"at those sizes (e.g. lambda batch: (np.ones((batch, 8)),)); got {type(make_args).__name__}")
     prep = prepare(trace)
     cols, preds = [], []
     for axis, size in base.items():
-        if not isinstance(size, (int, np.integer)) or size < 1:
-            raise ShapeError(f"base size {axis}={size!r} must be a positive integer")
         bigger = round(size * probe)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -123,21 +143,47 @@ def _weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs: Sequence[fl
     return np.array([v[min(np.searchsorted(cum, q - 1e-12), len(v) - 1)] for q in qs])
 
 
+def check_quantiles(quantiles: Any, error: type[Exception] = ShapeError) -> list[float]:
+    """``quantiles`` as a list of floats, each finite and in ``(0, 1]``, else ``error`` (the caller's class) naming
+    them: a NaN or a quantile above 1 would index past the distribution, so :func:`_weighted_quantiles` would read
+    its largest size as any quantile, silently.
+
+    >>> check_quantiles((0.5, 0.99))
+    [0.5, 0.99]
+    """
+    qs = [] if isinstance(quantiles, (str, bytes)) or np.ndim(quantiles) != 1 else list(quantiles)
+    bad = [q for q in qs if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, float, np.integer, np.floating))
+           or not (np.isfinite(q) and 0 < q <= 1)]
+    if not qs or bad:
+        raise error(f"quantiles must be a non-empty list of finite numbers in (0, 1] (e.g. (0.5, 0.95, 0.99)); "
+                    f"{'got ' + repr(quantiles) if not qs else f'these are not: {bad}'}")
+    return [float(q) for q in qs]
+
+
 def size_distribution(batch_sizes: Mapping[int, float] | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
     """``(sizes, weights)`` of a batch-size distribution: ``{size: probability}`` or a sample of sizes (each size
-    weighted by how often it occurs). Sizes are whole numbers >= 1; weights are >= 0 and sum above 0.
+    weighted by how often it occurs). Sizes are finite whole numbers >= 1; weights are finite, >= 0 and sum above 0.
 
     >>> [a.tolist() for a in size_distribution([1, 4, 1])]
     [[1.0, 4.0], [2.0, 1.0]]
     """
-    if isinstance(batch_sizes, Mapping):
-        sizes = np.array(list(batch_sizes), dtype=np.float64)
-        weights = np.array(list(batch_sizes.values()), dtype=np.float64)
-    else:
-        sizes, counts = np.unique(np.asarray(list(batch_sizes), dtype=np.float64), return_counts=True)
-        weights = counts.astype(np.float64)
-    if sizes.size == 0 or (sizes < 1).any() or (sizes != np.round(sizes)).any() or (weights < 0).any() \
+    valid = ("batch_sizes needs finite whole sizes >= 1 with finite weights >= 0 that sum above 0 ({size: weight} "
+             f"or a sample of sizes, e.g. {{1: 0.5, 4: 0.5}} or [1, 1, 4]), got {batch_sizes!r:.120}")
+    # a string is iterable (its characters) and a number is not: neither is a sample of sizes
+    if isinstance(batch_sizes, (str, bytes)) or not isinstance(batch_sizes, Iterable):
+        raise ShapeError(valid)
+    try:
+        if isinstance(batch_sizes, Mapping):
+            sizes = np.array(list(batch_sizes), dtype=np.float64)
+            weights = np.array(list(batch_sizes.values()), dtype=np.float64)
+        else:
+            sizes, counts = np.unique(np.asarray(list(batch_sizes), dtype=np.float64), return_counts=True)
+            weights = counts.astype(np.float64)
+    except (TypeError, ValueError):  # a size or weight that is not a number ("a", None, a list)
+        raise ShapeError(valid) from None
+    # an infinite weight makes every cumulative probability NaN (inf / inf), so each quantile would be one size
+    if sizes.ndim != 1 or sizes.size == 0 or not np.isfinite(sizes).all() or (sizes < 1).any() \
+            or (sizes != np.round(sizes)).any() or not np.isfinite(weights).all() or (weights < 0).any() \
             or not weights.sum() > 0:
-        raise ShapeError(f"batch_sizes needs whole sizes >= 1 with weights >= 0 that sum above 0 ({{size: weight}} "
-                         f"or a sample of sizes), got {batch_sizes!r}")
+        raise ShapeError(valid)
     return sizes, weights

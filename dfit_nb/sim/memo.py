@@ -37,7 +37,16 @@ from ..errors import DfitError
 from . import schedule
 from ._batch import batch_program
 from ._prepare import hardware_key, padded, pinned_layouts, prepare
-from ._rescale import ShapeError, _codes, _weighted_quantiles, exponents, scaled, size_distribution
+from ._rescale import (
+    ShapeError,
+    _codes,
+    _weighted_quantiles,
+    check_base,
+    check_quantiles,
+    exponents,
+    scaled,
+    size_distribution,
+)
 from .hardware import FIELDS, Hardware, program_copy
 from .kernels import splits_rows
 
@@ -286,11 +295,8 @@ def batch_variance(policy: Any, make_args: Callable[..., Sequence[Any]], base: M
     if policy.trace is None or policy.hw is None or policy.baselines is None:
         raise MemoError("batch variance needs an evaluated policy that knows its trace and machine "
                         "(select_dataflows(trace, hw, evaluate=True))")
-    if axis not in base:
-        raise MemoError(f"axis {axis!r} is not in base {dict(base)}; name the captured size of {axis!r} in base")
-    qs = np.asarray(quantiles, np.float64)
-    if qs.size == 0 or (qs <= 0).any() or (qs > 1).any():
-        raise MemoError(f"quantiles must lie in (0, 1], got {list(quantiles)!r}")
+    check_base(base, axis, MemoError)
+    qs = np.asarray(check_quantiles(quantiles, MemoError), np.float64)
     sizes, weights = _mix(batch_sizes, int(base[axis]))
     exps = exponents(policy.trace, make_args, base)
     lat, eng = replay_sizes(policy, exps, {axis: sizes / base[axis]})

@@ -36,11 +36,11 @@ from ._prepare import prepare
 from ._rescale import DIMS as DIMS
 from ._rescale import FIELDS as FIELDS
 from ._rescale import ShapeError as ShapeError
-from ._rescale import _codes, _weighted_quantiles
+from ._rescale import _codes, _weighted_quantiles, check_base, check_quantiles
 from ._rescale import exponents as exponents
 from ._rescale import scaled as scaled
 from ._rescale import size_distribution as size_distribution
-from .hardware import Hardware
+from .hardware import Hardware, check_hardware
 from .kernels import splits_rows
 from .machine import DATAFLOWS
 from .policy import select_dataflows
@@ -108,6 +108,8 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     >>> ds["latency_s"].dims
     ('batch', 'policy')
     """
+    # a batch of machines would reach the selection's per-op choices as a Dataset, far from here
+    check_hardware(hw, "shape_sensitivity()", error=ShapeError)
     scales = _check_scales(scales)
     exps = exponents(trace, make_args, base)
     prep = prepare(trace, None, splits_rows(hw))
@@ -167,15 +169,10 @@ def tail_latency(trace: Any, hw: Hardware, make_args: Callable[..., Sequence[Any
     Policies: each single style, and the hybrid chosen at the base shape (what a deployment would run).
     Quantiles are of the discrete distribution (the smallest value whose cumulative probability reaches q).
     """
+    check_hardware(hw, "tail_latency()", error=ShapeError)
     sizes, weights = size_distribution(batch_sizes)
-    qs = [] if isinstance(quantiles, (str, bytes)) or np.ndim(quantiles) != 1 else list(quantiles)
-    bad = [q for q in qs if isinstance(q, (bool, np.bool_)) or not isinstance(q, (int, float, np.integer, np.floating))
-           or not (np.isfinite(q) and 0 < q <= 1)]
-    if not qs or bad:  # a quantile of 1.5 or nan would index past the distribution, or read its largest size
-        raise ShapeError(f"quantiles must be a non-empty list of finite numbers in (0, 1] (e.g. (0.5, 0.95, 0.99)); "
-                         f"{'got ' + repr(quantiles) if not qs else f'these are not: {bad}'}")
-    if axis not in base:
-        raise ShapeError(f"axis {axis!r} is not in base {dict(base)}")
+    check_quantiles(quantiles)
+    check_base(base, axis)
     ds = shape_sensitivity(trace, hw, make_args, base, {axis: list(sizes / base[axis])}, objective)
     policies = [p for p in ds["policy"].values if p != "hybrid"]
     lat = ds["latency_s"].sel(policy=policies).values  # (sizes, policy)

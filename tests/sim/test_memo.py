@@ -184,6 +184,16 @@ def test_bad_memo_inputs(memo_policy, static_traces):
         batch_variance(memo_policy, mlp_args, {"batch": 8}, {0: 1.0})
     with pytest.raises(MemoError, match="axis 'seq' is not in base"):
         batch_variance(memo_policy, mlp_args, {"batch": 8}, axis="seq")
+    # a NaN quantile passed the range check (NaN compares false) and read the largest size as any quantile
+    with pytest.raises(MemoError, match=r"quantiles must be a non-empty list .*these are not: \[nan\]"):
+        batch_variance(memo_policy, mlp_args, {"batch": 8}, [8, 16], quantiles=[0.5, float("nan")])
+    with pytest.raises(MemoError, match=r"batch_sizes needs finite whole sizes >= 1 with finite weights"):
+        batch_variance(memo_policy, mlp_args, {"batch": 8}, {8: float("inf"), 16: 1.0})
+    # a base of 0 was reported as a bad batch_sizes {0: 0.02} the user never gave; a list failed on base[axis]
+    with pytest.raises(MemoError, match=r"base size batch=0 must be a positive integer"):
+        batch_variance(memo_policy, mlp_args, {"batch": 0})
+    with pytest.raises(MemoError, match=r"base must be a dict"):
+        batch_variance(memo_policy, mlp_args, [8])
     with pytest.raises(MemoError, match="seed must be an int"):
         tags(static_traces["mlp"], presets.get("npu_like"), seed="zero")
     with pytest.raises(MemoError, match=r"must be a dfit_nb\.sim\.Calibration"):

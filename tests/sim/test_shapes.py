@@ -116,6 +116,25 @@ def test_bad_inputs(encoder_trace, tmp_path):
     with pytest.raises(ShapeError, match="quantiles must be a non-empty list"):
         tail_latency(encoder_trace, hw, make_args, BASE, {1: 1.0}, quantiles=())
 
+    # an infinite weight made every cumulative probability NaN, so each quantile read one size; a string was
+    # taken as its characters ("816": sizes 8, 1, 6) and a number failed deep inside with a TypeError
+    for bad in ({2: float("inf"), 4: 1.0}, {2: 1.0, float("inf"): 1.0}, "816", 16, {"a": 1.0}, [2, None]):
+        with pytest.raises(ShapeError, match=r"batch_sizes needs finite whole sizes >= 1 with finite weights"):
+            tail_latency(encoder_trace, hw, make_args, BASE, bad)
+    # a batch of machines reached the selection's per-op choices as a Dataset (an AttributeError)
+    batch = dfit_nb.sim.Hardware.stack([hw, hw])
+    with pytest.raises(ShapeError, match=r"shape_sensitivity\(\) takes one machine.*hw"):
+        shape_sensitivity(encoder_trace, batch, make_args, BASE, {"batch": [1, 2]})
+    with pytest.raises(ShapeError, match=r"tail_latency\(\) takes one machine.*hw"):
+        tail_latency(encoder_trace, batch, make_args, BASE, [2, 4])
+    # a list for base failed on base.items() (and, in tail_latency, on dict(base) in the message)
+    with pytest.raises(ShapeError, match=r"base must be a dict naming at least one size axis"):
+        shape_sensitivity(encoder_trace, hw, make_args, [2, 32], {"batch": [1, 2]})
+    with pytest.raises(ShapeError, match=r"base must be a dict"):
+        tail_latency(encoder_trace, hw, make_args, [2], [2, 4])
+    with pytest.raises(ShapeError, match=r"make_args must be a function"):
+        exponents(encoder_trace, None, BASE)
+
     def unrolled(x):  # one op per row: the structure depends on the batch
         return sum(jnp.tanh(x[i]) for i in range(x.shape[0]))
 
