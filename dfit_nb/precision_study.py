@@ -224,6 +224,11 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, int)
                                      or region_depth < 1):
         raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")
+    # inferences divides the replayed energy: 0 raised ZeroDivisionError after the whole study, NaN a ValueError,
+    # and 2.5 gave an energy per inference for 2.5 calls while attrs recorded 2
+    if isinstance(inferences, bool) or not isinstance(inferences, (int, np.integer)) or inferences < 1:
+        raise PrecisionError(f"inferences must be a whole number >= 1 (the inferences one call serves), got "
+                             f"{inferences!r}")
     trace, dyn = trace_and_args(trace_or_fn, args, kwargs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", OpaquePrimitiveWarning)  # capture warned already
@@ -373,9 +378,10 @@ def precision_verdict(study: PrecisionStudy | xr.Dataset, tolerance: float = DEF
     recommend; not recommended. Drift carried by: <root>
     """
     ds = getattr(study, "data", study)
-    if not isinstance(ds, xr.Dataset) or "rel_error" not in ds or "format" not in ds.dims:
-        raise PrecisionError(f"precision_verdict() needs the result of dfit_nb.precision (or its .data), got "
-                             f"{type(study).__name__}")
+    if not isinstance(ds, xr.Dataset) or "rel_error" not in ds or "format" not in ds.dims \
+            or "region" not in ds.dims or ALL not in ds["region"].values:  # the verdict reads region "(all)"
+        raise PrecisionError(f"precision_verdict() needs the result of dfit_nb.precision (or its .data, with its "
+                             f"{ALL!r} region), got {type(study).__name__}")
     metrics = ("rel_error", "max_abs_error", "cosine")
     if metric not in metrics:
         raise PrecisionError(f"unknown metric {metric!r}; valid: {', '.join(metrics)}")

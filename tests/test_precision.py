@@ -313,6 +313,10 @@ def test_non_floating_outputs_are_refused():
     ({"dataflow": "xs"}, "unknown dataflow 'xs'"),
     ({"region_depth": 0}, "region_depth must be None or a whole number >= 1"),
     ({"logits": ["nope"]}, "logits names no output: 'nope'"),
+    # 0 raised ZeroDivisionError after the study, NaN a ValueError; 2.5 was priced as 2.5 calls, recorded as 2
+    ({"inferences": 0, "hw": presets.get("npu_like")}, r"inferences must be a whole number >= 1.*got 0"),
+    ({"inferences": float("nan"), "hw": presets.get("npu_like")}, r"inferences must be a whole number >= 1.*nan"),
+    ({"inferences": 2.5}, r"inferences must be a whole number >= 1.*got 2\.5"),
 ])
 def test_bad_options_raise_clear_errors(kwargs, match):
     with pytest.raises(PrecisionError, match=match):
@@ -343,3 +347,6 @@ def test_bad_verdict_inputs(mlp_study):
         mlp_study.verdict(min_top1=2)
     with pytest.raises(PrecisionError, match=r"needs the result of dfit_nb\.precision"):
         precision_verdict(mlp_study.data[["gemm_ops"]])
+    # without its "(all)" region the verdict failed on a KeyError from xarray's .sel
+    with pytest.raises(PrecisionError, match=r"needs the result of dfit_nb\.precision.*'\(all\)' region"):
+        precision_verdict(mlp_study.data.drop_sel(region="(all)"))
