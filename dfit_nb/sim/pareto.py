@@ -53,6 +53,13 @@ def pareto_mask(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return mask
 
 
+def _check_dataset(ds: Any, who: str) -> None:
+    """Refuse anything but a Dataset: its ``data_vars`` are read first, which a DataArray or None lacks."""
+    if not isinstance(ds, xr.Dataset):
+        raise ReductionError(f"{who} needs an xarray.Dataset (a sweep or replay_batch result), got "
+                             f"{type(ds).__name__}")
+
+
 def _objectives(ds: xr.Dataset, objectives: Sequence[str] | None) -> tuple[str, str]:
     if objectives is None:
         found = [next((v for v in pair if v in ds.data_vars), None) for pair in DEFAULT_OBJECTIVES]
@@ -60,12 +67,19 @@ def _objectives(ds: xr.Dataset, objectives: Sequence[str] | None) -> tuple[str, 
             raise ReductionError("pareto_front() needs objectives=(x, y) for this Dataset: it has none of "
                                  f"{DEFAULT_OBJECTIVES}; data variables: {', '.join(map(str, ds.data_vars))}")
         return found[0], found[1]  # type: ignore[return-value]
-    if isinstance(objectives, str) or len(objectives) != 2:
-        raise ReductionError(f"objectives must be two variable names (x, y), got {objectives!r}")
+    # a number has no len(), a dict's keys are not indexable as [0], a list of lists is unhashable as a name
+    if not isinstance(objectives, (Sequence, np.ndarray)) or isinstance(objectives, str) or len(objectives) != 2 \
+            or not all(isinstance(v, str) for v in objectives):
+        raise ReductionError(f"objectives must be two variable names (x, y), e.g. ('total_cycles', "
+                             f"'total_energy_j'), got {objectives!r:.80}")
     missing = [v for v in objectives if v not in ds.data_vars]
     if missing:
         raise ReductionError(f"objectives {missing} are not variables of the Dataset; have "
                              f"{', '.join(map(str, ds.data_vars))}")
+    text = [v for v in objectives if ds[v].dtype.kind not in "biuf"]
+    if text:  # lower is better needs numbers: text would fail in the float conversion of every block
+        raise ReductionError(f"objectives {text} are not numeric ({', '.join(str(ds[v].dtype) for v in text)}): "
+                             "a front needs two numeric variables, lower is better")
     if ds[objectives[0]].dims != ds[objectives[1]].dims:
         raise ReductionError(f"objectives {objectives[0]!r} {ds[objectives[0]].dims} and {objectives[1]!r} "
                              f"{ds[objectives[1]].dims} must have the same dims")
@@ -76,8 +90,10 @@ def _block_front(x: np.ndarray, y: np.ndarray, start: tuple[int, ...], shape: tu
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A block's front: the flat positions (in the whole array) and objectives of its front points."""
     keep = np.flatnonzero(pareto_mask(x, y))
+    if not shape:  # one point (0-d objectives, e.g. one machine's totals): no index to unravel
+        return keep.astype(np.int64), x.reshape(-1)[keep], y.reshape(-1)[keep]
     local = np.unravel_index(keep, x.shape)
-    flat = np.ravel_multi_index(tuple(i + s for i, s in zip(local, start, strict=True)), shape) if shape else keep
+    flat = np.ravel_multi_index(tuple(i + s for i, s in zip(local, start, strict=True)), shape)
     return flat.astype(np.int64), x.reshape(-1)[keep], y.reshape(-1)[keep]
 
 
@@ -116,9 +132,7 @@ def pareto_front(ds: xr.Dataset, objectives: Sequence[str] | None = None) -> xr.
     >>> pareto_front(ds)["machine"].values.tolist()
     [11, 12, 10]
     """
-    if not isinstance(ds, xr.Dataset):
-        raise ReductionError(f"pareto_front() needs an xarray.Dataset (a sweep or replay_batch result), got "
-                             f"{type(ds).__name__}")
+    _check_dataset(ds, "pareto_front()")
     xname, yname = _objectives(ds, objectives)
     xa, ya = ds[xname], ds[yname].transpose(*ds[xname].dims)
     dims, shape = xa.dims, xa.shape
@@ -169,6 +183,9 @@ def best(ds: xr.Dataset, objective: str, keep: Sequence[str] = ()) -> xr.Dataset
     >>> b["pe"].values.tolist(), b["dram_bw"].values.tolist()
     (['32x32', '32x32'], [64.0, 64.0])
     """
+    _check_dataset(ds, "best()")
+    if isinstance(keep, str):  # one dim named as a string: its characters are not dims
+        keep = (keep,)
     if objective not in ds.data_vars:
         raise ReductionError(f"best() objective {objective!r} is not a variable; have "
                              f"{', '.join(map(str, ds.data_vars))}")
@@ -176,11 +193,16 @@ def best(ds: xr.Dataset, objective: str, keep: Sequence[str] = ()) -> xr.Dataset
     if bad:
         raise ReductionError(f"best() keep dims {bad} are not dims of {objective!r}: {ds[objective].dims}")
     over = [d for d in ds[objective].dims if d not in keep]
-    where = ds[objective].argmin(dim=over)
-    if ds[objective].chunks is not None:  # lazy: the small argmin computed by Dask
-        import dask
+    try:
+        where = ds[objective].argmin(dim=over)
+        if ds[objective].chunks is not None:  # lazy: the small argmin computed by Dask
+            import dask
 
-        where = dict(zip(over, dask.compute(*where.values()), strict=True))
+            where = dict(zip(over, dask.compute(*where.values()), strict=True))
+    except ValueError as err:  # NumPy's "All-NaN slice" or "argmin of an empty sequence": nothing to pick
+        raise ReductionError(f"best() objective {objective!r} has no value to minimise over {over} (every value "
+                             f"NaN, or no points{' for some value of ' + str(list(keep)) if keep else ''}): "
+                             f"{err}") from None
     same = [v for v in ds.data_vars if set(ds[v].dims) == set(ds[objective].dims)]
     return ds[same].isel(where).compute()
 
@@ -193,16 +215,23 @@ def quantiles(ds: xr.Dataset, variable: str, q: Sequence[float] | float = (0.05,
     >>> quantiles(xr.Dataset({"v": ("m", [1.0, 2.0, 3.0])}), "v", [0.5]).values.tolist()
     [2.0]
     """
+    _check_dataset(ds, "quantiles()")
     if variable not in ds.data_vars:
         raise ReductionError(f"quantiles() variable {variable!r} is not in the Dataset; have "
                              f"{', '.join(map(str, ds.data_vars))}")
     var = ds[variable]
     _memory.Estimate(f"quantiles of {variable!r}", {"values": 8.0 * var.size * 3}, {"points": var.size}).check(
         "reduce the variable first (e.g. per-machine totals: per_op=False) or take quantiles of a slice")
+    try:
+        qs = np.atleast_1d(np.asarray(q, np.float64))
+    except (TypeError, ValueError):
+        qs = np.array([np.nan])  # not numbers ("a", None): refused below with the same message
+    if qs.size == 0 or not np.all((qs >= 0) & (qs <= 1)):  # NaN fails both comparisons, so it is refused too
+        raise ReductionError(f"quantiles q must be one or more numbers in [0, 1], got {q!r}")
+    if var.size == 0 or var.dtype.kind not in "biuf":  # NumPy's IndexError on no points, ValueError on text
+        raise ReductionError(f"quantiles() variable {variable!r} has no numeric points to take quantiles of "
+                             f"(size {var.size}, dtype {var.dtype})")
     values = np.asarray(var.values, np.float64).reshape(-1)
-    qs = np.atleast_1d(np.asarray(q, np.float64))
-    if np.any((qs < 0) | (qs > 1)):
-        raise ReductionError(f"quantiles q must be in [0, 1], got {q!r}")
     return xr.DataArray(np.quantile(values, qs), dims=("quantile",), coords={"quantile": qs}, attrs=var.attrs)
 
 
