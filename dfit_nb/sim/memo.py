@@ -47,7 +47,7 @@ from ._rescale import (
     scaled,
     size_distribution,
 )
-from .hardware import FIELDS, Hardware, program_copy
+from .hardware import FIELDS, Hardware, check_hardware, program_copy
 from .kernels import splits_rows
 
 #: the model's calibrated error used by the decision rule when no Calibration is given: the held-out pooled MAPE
@@ -86,7 +86,7 @@ def check_extra_tags(extra: Any, error: type[Exception] = MemoError) -> None:
                     f"{type(extra).__name__} {extra!r:.80}")
 
 
-def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+def tags(trace: Any, hw: Hardware, seed: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Build and runtime tags of a result: versions, XLA flags, backend, machine and model revision.
 
     ``hardware_hash`` is :func:`dfit_nb.sim._prepare.hardware_key` (every field and the execution style, not the
@@ -104,6 +104,8 @@ def tags(trace: Any, hw: Any, seed: int | None = None, extra: Mapping[str, Any] 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise MemoError(f"seed must be an int (the workload's random seed), got {seed!r}")
     check_extra_tags(extra)  # read by .items() below
+    # hashed field by field: None failed on a missing attribute, and a batch of machines is no one machine's tag
+    check_hardware(hw, "tags()", error=MemoError)
     attrs = getattr(trace, "attrs", {}) or {}
     jaxpr = str(getattr(trace, "jaxpr_text", "") or "")
     shapes = str(attrs.get("arg_shapes", ""))

@@ -71,8 +71,14 @@ def document(policy: Any) -> list[tuple[str, Any]]:
     Raises
     ------
     PlaybookError
-        The policy has not been replayed (``select_dataflows(..., evaluate=False)``, never evaluated).
+        ``policy`` is not a :class:`~dfit_nb.sim.Policy`, or has not been replayed
+        (``select_dataflows(..., evaluate=False)``, never evaluated).
     """
+    from .policy import Policy  # here: policy imports this module for Policy.report
+
+    if not isinstance(policy, Policy):  # a Run or a Dataset failed on a missing attribute (.baselines)
+        raise PlaybookError(f"the playbook needs a dfit_nb.sim.Policy (from select_dataflows), got "
+                            f"{type(policy).__name__}")
     b = policy.baselines
     if b is None or policy.runs is None:
         raise PlaybookError("the policy has not been replayed: use select_dataflows(..., evaluate=True) or "

@@ -194,6 +194,10 @@ def test_bad_memo_inputs(memo_policy, static_traces):
         batch_variance(memo_policy, mlp_args, {"batch": 0})
     with pytest.raises(MemoError, match=r"base must be a dict"):
         batch_variance(memo_policy, mlp_args, [8])
+    # None failed on hw.execution (AttributeError); a batch was hashed as if one machine
+    for hw in (None, Hardware.stack([presets.get("npu_like")] * 2)):
+        with pytest.raises(MemoError, match=r"tags\(\)( takes one machine.*hw|: hw must be one dfit_nb\.sim)"):
+            tags(static_traces["mlp"], hw)
     with pytest.raises(MemoError, match="seed must be an int"):
         tags(static_traces["mlp"], presets.get("npu_like"), seed="zero")
     with pytest.raises(MemoError, match=r"must be a dfit_nb\.sim\.Calibration"):

@@ -261,6 +261,11 @@ def test_report_errors(static_traces, eyeriss_policy):
         eyeriss_policy.report("pdf")
     with pytest.raises(PlaybookError, match="has not been replayed"):
         select_dataflows(static_traces["mlp"], presets.get("npu_like"), evaluate=False).report()
+    from dfit_nb.sim import playbook
+
+    for wrong in (None, eyeriss_policy.runs["hybrid"]):  # failed on a missing .baselines (AttributeError)
+        with pytest.raises(PlaybookError, match=r"needs a dfit_nb\.sim\.Policy .*got (NoneType|Run)"):
+            playbook.report(wrong)
 
 
 _UI = __import__("tests.events.perfetto_ui", fromlist=["missing"])
