@@ -47,6 +47,7 @@ the ``thermal`` bottleneck class.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -267,8 +268,12 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     clock_hz = float(hw.clock_ghz) * 1e9
     energy_bins, edges = tile_energy(run)
     cum = np.concatenate([np.zeros((1, tr, tc)), np.cumsum(energy_bins, axis=0)])
-    calls = float(inferences)
+    calls = float(inferences) if inferences < 2 ** 1023 else math.inf  # float() of a larger int raises OverflowError
     work = calls * edges[-1]
+    if not math.isfinite(work / clock_hz):  # the transient's seconds would be inf and every temperature NaN
+        raise ThermalError(f"inferences must be a positive integer whose run time is finite in float64: "
+                           f"{calls:.3g} calls of {edges[-1]:.6g} cycles overflow; use fewer (the steady state "
+                           "is reached after a few times the chip's R x C)")
     w = np.linspace(0.0, work, int(steps) + 1)
     step_energy = np.maximum(np.diff(_periodic(cum, edges, w), axis=0), 0.0)
     dt0 = (work / steps) / clock_hz

@@ -275,6 +275,11 @@ def test_bad_thermal_calls(small_run):
         thermal(small_run, 0)
     with pytest.raises(ThermalError, match="steps"):
         thermal(small_run, 10, steps=True)
+    # 10**308 calls overflowed the transient's seconds to inf (every temperature NaN, silently); 10**400 raised
+    # OverflowError in float()
+    for huge in (10**308, 10**400):
+        with pytest.raises(ThermalError, match=r"inferences must be .* finite in float64"):
+            thermal(small_run, huge, steps=4)
     with pytest.raises(ThermalError, match="grid"):
         thermal(small_run, 10, hw=presets.get("tpu_like"))
     with pytest.raises(ThermalError, match="Run"):
