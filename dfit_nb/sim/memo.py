@@ -157,8 +157,8 @@ def decide(gain: float, error: float, regression: float = 0.0) -> tuple[str, str
     ('ship', 'escalate', 'bounded rollout', 'rollback')
     """
     values = {"gain": gain, "error": error, "regression": regression}
-    bad = {k: v for k, v in values.items() if not isinstance(v, (int, float, np.floating, np.integer))
-           or not np.isfinite(v)}
+    bad = {k: v for k, v in values.items() if isinstance(v, (bool, np.bool_))  # True is no gain of 100 %
+           or not isinstance(v, (int, float, np.floating, np.integer)) or not np.isfinite(v)}
     if bad or error < 0:
         raise MemoError(f"decide needs finite numbers and error >= 0, got {bad or {'error': error}}")
     if gain < -error:

@@ -126,6 +126,8 @@ def test_the_decision_rule_refuses_bad_numbers():
         decide(0.1, -0.01)
     with pytest.raises(MemoError, match="gain"):
         decide(float("nan"), 0.079)
+    with pytest.raises(MemoError, match=r"'gain': True"):
+        decide(True, 0.079)  # was decided as a gain of 100 %: ship
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +155,9 @@ def test_compare_names_the_region_from_which_two_runs_diverge(encoder_ws, gemm):
     assert same.attrs["first_divergence"] == "" and same.attrs["first_divergence_index"] == -1
     with pytest.raises(CompareError, match="threshold must be a finite number >= 0"):
         compare(a, b, threshold=-1)
+    with pytest.raises(CompareError, match=r"threshold must be a finite number >= 0.*got True"):
+        compare(a, b, threshold=True)  # was taken as a threshold of 100 %
+    assert compare(a, b, threshold=np.int64(0)).attrs["divergence_threshold"] == 0.0  # was refused
 
 
 def test_batch_variance_is_the_per_size_replay_and_its_quantiles(memo_policy, static_traces):
