@@ -53,8 +53,8 @@ CHUNK_VARIABLES, CHUNK_DIMS, CHUNK_SPLIT, EAGER_CHECKSUMS = ("dfit_chunk_variabl
 
 def _lead(ds: xr.Dataset) -> tuple[list[str], tuple[str, ...], tuple[tuple[int, ...], ...]]:
     """The lazy variables of ``ds``, the dims their chunks split (the leading ones all share) and those chunks."""
-    lazy = [str(v) for v in ds.data_vars if isinstance(ds[v].data, da.Array)]
-    if not lazy:
+    lazy = [str(v) for v in ds.data_vars if isinstance(ds[v].data, da.Array)] if isinstance(ds, xr.Dataset) else []
+    if not lazy:  # an eager Dataset, or not a Dataset at all (None failed on a missing .data_vars)
         raise ScaleOutError("to_zarr() streams a lazy Dataset chunk by chunk: pass one from sweep(..., chunks=N) or "
                             "replay_batch(..., chunks=N) (an eager one: use ds.to_zarr)")
     lead: tuple[str, ...] = ds[lazy[0]].dims
@@ -125,7 +125,7 @@ def _local(store: str) -> bool:
 _READ_ONLY_PROTOCOLS = frozenset(("http", "https"))
 
 
-def _store_name(store: str, writing: bool) -> str:
+def _store_name(store: Any, writing: bool) -> str:
     """``store`` as zarr is to open it, checked before any work: a local path as given; a ``file://`` URL (of no
     host, or ``localhost``) as its local path, so that it is created, refused and resumed as a path is; any other
     URL as given, once fsspec (through which zarr opens URLs) has an implementation of each of its protocols here
@@ -137,8 +137,12 @@ def _store_name(store: str, writing: bool) -> str:
     naming ``store`` as the user gave it and what to do: a ``file://`` URL of another host, an unknown protocol,
     a protocol whose package is missing (fsspec's words name it: ``s3fs`` for ``s3://``, ``gcsfs`` for
     ``gs://``), or a write to a read-only one."""
+    refused = SaveRefusedError if writing else LoadRefusedError
+    if not isinstance(store, (str, bytes, os.PathLike)):  # else os.fspath's bare TypeError, naming no argument
+        raise refused(f"refusing to {'write a sweep to' if writing else 'open'} {store!r:.80}: the store must be a "
+                      f"path (a str or an os.PathLike, such as 'sweep.zarr') or a URL, got {type(store).__name__}")
+    store = os.fsdecode(os.fspath(store))  # bytes as the OS decodes them: the checks below test a str
     if "\x00" in store:  # else a bare ValueError("embedded null byte") from the first os call, naming nothing
-        refused = SaveRefusedError if writing else LoadRefusedError
         raise refused(f"refusing to {'write a sweep to' if writing else 'open'} {store!r}: a path cannot hold a "
                       "NUL character ('\\x00'); give a path without it")
     if _local(store):
@@ -290,13 +294,15 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     ------
     SaveRefusedError
         ``store`` is a file, a folder holding other files, or a folder dfit_nb never writes into (``.``, the home
-        directory), or holds a NUL character, or starts with ``~`` (not expanded); nothing is written.
+        directory), or holds a NUL character, or starts with ``~`` (not expanded), or is not a path at all (``None``,
+        a number); nothing is written.
     SaveError
         The store cannot be created (a parent that is a file, no permission, a full disk: nothing is left at
         ``store``), or a chunk could not be written (a full disk: the chunks on disk are kept, and the same call
         again writes the rest). ``errno`` is the cause's.
     ScaleOutError
-        ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start; or a URL of a protocol that
+        ``ds`` is not a lazy Dataset; ``store`` is a Zarr store of another sweep, or one ``to_zarr`` did not start; or
+        a URL of a protocol that
         fsspec does not know, whose package is not installed (``s3fs``, ``gcsfs``), or that it cannot write
         (``http://``, ``https://``), or a ``file://`` URL of another host; nothing is written.
 
@@ -312,7 +318,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     >>> xr.open_zarr(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
     True
     """
-    store = _store_name(os.fspath(store), writing=True)
+    store = _store_name(store, writing=True)
     if not _local(store):
         return _stream(ds, store, progress)
     # one call per local store at a time in this process: a second call waits, then resumes what the first left
@@ -429,8 +435,8 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     FileNotFoundError
         Nothing at ``store``.
     LoadRefusedError
-        ``store`` is a FIFO, a socket or a device, or a store holding one, or holds a NUL character; nothing is
-        opened.
+        ``store`` is a FIFO, a socket or a device, or a store holding one, or holds a NUL character, or is not a path
+        (``None``, a number); nothing is opened.
     ScaleOutError
         ``store`` is not a store :func:`to_zarr` wrote, or not all its chunks are written (resume it first); or a
         URL fsspec cannot open here (an unknown protocol, or its package not installed).
@@ -452,7 +458,7 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     """
     import zarr
 
-    name = _store_name(os.fspath(store), writing=False)
+    name = _store_name(store, writing=False)
     if _local(name):
         if not os.path.lexists(name):
             raise FileNotFoundError(f"no sweep store at {name!r}")

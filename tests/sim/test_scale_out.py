@@ -168,6 +168,20 @@ def test_bad_chunks_oversized_chunks_and_bad_variables_are_refused(monkeypatch):
     assert lazy.attrs["chunks"] == 1000
 
 
+def test_what_is_not_a_store_path_or_a_lazy_dataset_is_refused(tmp_path):
+    from dfit_nb.errors import LoadRefusedError, SaveRefusedError
+
+    lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)
+    for store in (None, 5):  # os.fspath's bare TypeError, naming no argument
+        with pytest.raises(SaveRefusedError, match=r"refusing to write a sweep to .*the store must be a path"):
+            to_zarr(lazy, store, progress=False)
+        with pytest.raises(LoadRefusedError, match=r"refusing to open .*the store must be a path"):
+            scale.open_sweep(store)
+    with pytest.raises(ScaleOutError, match=r"to_zarr\(\) streams a lazy Dataset"):  # was an AttributeError
+        to_zarr(None, tmp_path / "s.zarr", progress=False)
+    assert not os.listdir(tmp_path)
+
+
 def test_a_worker_with_another_version_fails_at_its_first_task(monkeypatch):
     monkeypatch.setattr(_chunks, "versions", lambda: {"dfit_nb": "0.0.1", "jax": "0.4.0"})
     lazy = sweep(OPS, HW, chunks=CHUNKS, per_op=False, **GRID)  # the "client" runs other versions
