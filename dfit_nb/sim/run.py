@@ -142,10 +142,12 @@ class Run:
         >>> round(float(s["stream_s"] / run.summary["latency_s"]), 9)   # time-multiplexed: one after another
         10.0
         """
+        from ._prepare import ReplayError
         from .hardware import from_provenance
 
+        # ReplayError, as replay(..., inferences=0) raises for the same figures (a ValueError too)
         if not isinstance(inferences, (int, np.integer)) or isinstance(inferences, bool) or inferences < 1:
-            raise ValueError(f"inferences must be a whole number >= 1, got {inferences!r}")
+            raise ReplayError(f"inferences must be a whole number >= 1, got {inferences!r}")
         hw = from_provenance(self.attrs)
         data = stream_variables(streaming.of_ops(self.ops, hw, int(inferences)), self.ops,
                                 float(self.attrs["clock_ghz"]) * 1e9)

@@ -41,6 +41,7 @@ import jax
 import numpy as np
 
 from . import machine
+from ._prepare import ReplayError
 from .hardware import Hardware
 
 #: inferences the CLI's replay table and the report stream when they show throughput
@@ -175,14 +176,14 @@ def of_ops(ops: Any, hw: Hardware, inferences: int) -> dict[str, Any]:
 
     Raises
     ------
-    ValueError
+    ReplayError
         The ops lack the per-op stage records (a run saved by a dfit_nb from before streaming): replay it again.
     """
     names = ("start", "end", "section", "stage_cycles", "stage_dram_bytes", "stage_compute_cycles",
              "stage_noc_cycles", "retile_cycles")
     missing = [k for k in names if k not in ops.variables]
     if missing:
-        raise ValueError(f"this run has no {', '.join(missing)} (saved by a dfit_nb from before streaming): "
+        raise ReplayError(f"this run has no {', '.join(missing)} (saved by a dfit_nb from before streaming): "
                          "replay the trace again to stream it")
     records = {k: ops[k].values for k in names}
     if "stage_op" in ops.variables:  # absent from runs saved before stages: there every op is its own

@@ -190,13 +190,16 @@ def test_a_runs_stream_without_replaying_is_the_replays_own():
         for k in later.data_vars:
             assert later[k].item() == streamed[k].item(), (name, k)
     run = dfit_nb.replay(trace, presets.get("npu_like"))
-    with pytest.raises(ValueError, match="inferences must be a whole number >= 1, got 0"):
+    from dfit_nb.sim import ReplayError
+
+    # a plain ValueError, where replay(..., inferences=0) raises ReplayError (still a ValueError)
+    with pytest.raises(ReplayError, match="inferences must be a whole number >= 1, got 0"):
         run.streamed(0)
     from dfit_nb.sim.run import Run
 
     old = Run(events=run.events, cube=run.cube, summary=run.summary, regions=run.regions, attrs=run.attrs,
               ops=run.ops.drop_vars(["stage_cycles", "stage_dram_bytes"]))
-    with pytest.raises(ValueError, match=r"this run has no stage_cycles, stage_dram_bytes .* replay the trace again"):
+    with pytest.raises(ReplayError, match=r"this run has no stage_cycles, stage_dram_bytes .* replay the trace again"):
         old.streamed(4)
 
 
