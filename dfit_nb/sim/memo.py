@@ -49,6 +49,7 @@ from ._rescale import (
 )
 from .hardware import FIELDS, Hardware, check_hardware, program_copy
 from .kernels import splits_rows
+from .memory import replay_estimate
 
 #: the model's calibrated error used by the decision rule when no Calibration is given: the held-out pooled MAPE
 #: of the calibrated ``tpu_v4`` model on measured TPU v4 matmuls (docs/validation.md, "Real hardware: TPU v4
@@ -333,14 +334,24 @@ def replay_sizes(policy: Any, exps: xr.Dataset, factors: Mapping[str, np.ndarray
     per_op = np.asarray(policy.per_op, dtype=object)
     per_op = per_op[prep.op] if len(per_op) != len(prep.op) else per_op  # aligned with trace.ops, as replay reads it
     codes = np.stack([_codes(np.where(per_op == "", "ws", per_op)), _codes(np.full(len(prep.op), best))])
-    rows = [padded(scaled(prep, exps, {k: float(v[i]) for k, v in factors.items()}), codes[0],
-                   pinned_layouts(prep, None)) for i in range(n_points)]
+    def at(i: int) -> Any:
+        return padded(scaled(prep, exps, {k: float(v[i]) for k, v in factors.items()}), codes[0],
+                      pinned_layouts(prep, None))
+
+    first = at(0)
+    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
+    # every (size, assignment) pair is one replay of the vmapped call, all at once: a sample of many distinct
+    # sizes is checked against the memory before the op tables of every size are built
+    replay_estimate(f"batch variance over {n_points} distinct sizes", first[0]["m"].shape[0], first[1].shape[1],
+                    int(hw.tile_rows), int(hw.tile_cols), None, machines=2 * n_points,
+                    padded_to=(grid.rows, grid.cols)).check(
+        "give fewer distinct batch sizes (each is one more replay: round a sample, e.g. to powers of two)")
+    rows = [first, *(at(i) for i in range(1, n_points))]
     arrays = {k: np.stack([r[0][k] for r in rows]) for k in rows[0][0]}
     pred_bytes = np.stack([r[2] for r in rows])
     preds, pin = rows[0][1], rows[0][4]
     n = len(prep.op)
     dfs = np.concatenate([codes, np.zeros((2, arrays["m"].shape[1] - n))], axis=1)
-    grid = schedule.bucket(int(hw.tile_rows), int(hw.tile_cols))
     tables = schedule.grid_tables(int(hw.tile_rows), int(hw.tile_cols), grid)
     machines = program_copy(Hardware.stack([hw]))
     reconfig = np.array([policy.reconfig_cycles, policy.reconfig_pj], np.float64)

@@ -212,6 +212,16 @@ def test_bad_memo_inputs(memo_policy, static_traces):
         unevaluated.with_batch_variance(mlp_args, {"batch": 8})
 
 
+def test_batch_variance_over_too_many_sizes_is_refused_before_building_them(memo_policy, monkeypatch):
+    from dfit_nb.sim.memory import MemoryGuardError
+
+    # a sample of 10**5 distinct sizes built one op table per size, then one replay of each at once
+    monkeypatch.setenv("DFIT_NB_MEMORY_LIMIT", "1GiB")
+    with pytest.raises(MemoryGuardError, match=r"batch variance over 100000 distinct sizes needs about .*"
+                                               r"fewer distinct batch sizes"):
+        batch_variance(memo_policy, mlp_args, {"batch": 8}, list(range(1, 100_001)))
+
+
 def test_segment_by_model_family(static_traces):
     from dfit_nb.sim.families import FamilyError, by_family, family_table, layer_classes
 
