@@ -84,6 +84,15 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
 
 
+def _same_attr(a: Any, b: Any) -> bool:
+    """Two provenance attrs name the same thing: numbers by value (a file gives 4 back as 4.0 or ``np.int64``),
+    anything else by its text."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
 class Run:
     """A replay: events, the tile x time cube, the summary, per-op and per-region results.
 
@@ -183,6 +192,14 @@ class Run:
         ops = self.ops["op"].values
         if not np.array_equal(np.asarray(analysis["op"].values, dtype=str), np.asarray(ops, dtype=str)):
             raise ThermalError("the thermal analysis is of another run (its ops differ): run it on this one")
+        # the same program replayed on another machine or dataflow has the same ops: the analysis keeps the
+        # provenance of the run it was made of (thermal() copies its attrs), which must be this run's
+        keys = ("function", "arg_shapes", "dataflow", "execution", "hardware")
+        differ = [k for k in analysis.attrs if (k in keys or k.startswith("hw_")) and k in self.attrs
+                  and not _same_attr(analysis.attrs[k], self.attrs[k])]
+        if differ:
+            shown = "; ".join(f"{k} {analysis.attrs[k]!r}, this run's {self.attrs[k]!r}" for k in differ[:3])
+            raise ThermalError(f"the thermal analysis is of another run ({shown}): run thermal() on this one")
         return self._with_cycles("thermal_cycles", analysis["thermal_cycles"].values)
 
     def with_precision(self, narrower: Run) -> Run:

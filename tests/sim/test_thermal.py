@@ -288,6 +288,13 @@ def test_bad_thermal_calls(small_run):
         steady_state(np.ones((2, 2)), GRID)
     with pytest.raises(ValueError, match="thermal_cycles"):
         small_run.with_thermal(small_run.summary)
+    # the same program on another machine or dataflow has the same ops: another run's analysis was attached silently
+    analysis = thermal(small_run, 10, steps=4)
+    trace = dfit_nb.capture(lambda a: a @ a, jnp.ones((64, 64)))  # small_run's program
+    for other in (dfit_nb.replay(trace, presets.get("scalesim_32")), dfit_nb.replay(trace, presets.get("npu_like"),
+                                                                                      "os")):
+        with pytest.raises(ThermalError, match=r"the thermal analysis is of another run \((hardware|dataflow) "):
+            other.with_thermal(analysis)
 
 
 def test_the_modal_step_equals_the_assembled_networks_exponential():
