@@ -221,7 +221,8 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
         raise PrecisionError(f"unknown dataflow {dataflow!r}; valid: {', '.join(REPLAY_DATAFLOWS)}")
     if hw is not None:
         check_hardware(hw, "precision()", error=PrecisionError, also_valid="or None (quality only)")
-    if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, int)
+    # a NumPy integer (np.int64(2), from an array of depths) is a whole number too
+    if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, (int, np.integer))
                                      or region_depth < 1):
         raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")
     # inferences divides the replayed energy: 0 raised ZeroDivisionError after the whole study, NaN a ValueError,

@@ -207,6 +207,8 @@ def test_a_trace_is_accepted_and_its_regions_are_the_traces(mlp_study):
     fn, args = dfit_nb.examples.get("mlp").build()
     grouped = dfit_nb.precision(fn, *args, formats="bf16", region_depth=1)
     assert grouped.data["region"].values.tolist() == [ALL, "mlp"]
+    deep = dfit_nb.precision(fn, *args, formats="bf16", region_depth=np.int64(1))  # was refused as not whole
+    assert deep.data["region"].values.tolist() == [ALL, "mlp"]
     np.testing.assert_allclose(grouped.data["rel_error"].sel(region="mlp").values,
                                grouped.data["rel_error"].sel(region=ALL).values)
 
