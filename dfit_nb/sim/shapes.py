@@ -111,6 +111,8 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     # a batch of machines would reach the selection's per-op choices as a Dataset, far from here
     check_hardware(hw, "shape_sensitivity()", error=ShapeError)
     scales = _check_scales(scales)
+    for axis in scales:  # before the probe captures (two per axis), which a misspelt axis would only waste
+        check_base(base, axis)
     exps = exponents(trace, make_args, base)
     prep = prepare(trace, None, splits_rows(hw))
     base_policy = select_dataflows(trace, hw, objective, evaluate=False)

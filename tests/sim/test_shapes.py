@@ -132,6 +132,8 @@ def test_bad_inputs(encoder_trace, tmp_path):
         shape_sensitivity(encoder_trace, hw, make_args, [2, 32], {"batch": [1, 2]})
     with pytest.raises(ShapeError, match=r"base must be a dict"):
         tail_latency(encoder_trace, hw, make_args, [2], [2, 4])
+    with pytest.raises(ShapeError, match=r"axis 'btach' is not in base"):  # was found after the probe captures
+        shape_sensitivity(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, {"btach": [1, 2]})
     with pytest.raises(ShapeError, match=r"make_args must be a function"):
         exponents(encoder_trace, None, BASE)
 
