@@ -185,6 +185,10 @@ def hypotheses(run: Any) -> list[dict[str, Any]]:
     before an analysis is attached). ``ops`` counts the ops the class dominates and ``top_region`` is where they
     take the most span.
     """
+    from .run import Run
+
+    if not isinstance(run, Run):  # its summary and ops are read: a Dataset or None failed on a missing attribute
+        raise MemoError(f"hypotheses() needs a dfit_nb Run (from dfit_nb.replay or load_run), got {type(run).__name__}")
     s = run.summary
     mechanisms = [str(m) for m in s["mechanism"].values]
     mech_ev = np.asarray(s["evidence"].values, np.float64)
@@ -219,6 +223,11 @@ def hypotheses(run: Any) -> list[dict[str, Any]]:
 
 def missing_evidence(policy: Any) -> list[str]:
     """What would confirm the memo, derived from the policy and its replays (each line says what is missing)."""
+    from .policy import Policy  # here: policy imports this module
+
+    if not isinstance(policy, Policy) or policy.runs is None:  # its machine and hybrid replay are read
+        raise MemoError(f"missing_evidence() needs an evaluated dfit_nb.sim.Policy (select_dataflows(..., "
+                        f"evaluate=True)), got {type(policy).__name__}")
     hw, run = policy.hw, policy.runs["hybrid"]
     name = getattr(hw, "name", "") or "the target"
     err, source = calibrated_error(policy.calibration)

@@ -203,6 +203,12 @@ def test_bad_memo_inputs(memo_policy, static_traces):
     for hw in (None, Hardware.stack([presets.get("npu_like")] * 2)):
         with pytest.raises(MemoError, match=r"tags\(\)( takes one machine.*hw|: hw must be one dfit_nb\.sim)"):
             tags(static_traces["mlp"], hw)
+    from dfit_nb.sim.memo import missing_evidence
+
+    with pytest.raises(MemoError, match=r"hypotheses\(\) needs a dfit_nb Run .*got Dataset"):
+        hypotheses(memo_policy.runs["hybrid"].summary)  # was an AttributeError
+    with pytest.raises(MemoError, match=r"missing_evidence\(\) needs an evaluated dfit_nb\.sim\.Policy .*NoneType"):
+        missing_evidence(None)
     with pytest.raises(MemoError, match="seed must be an int"):
         tags(static_traces["mlp"], presets.get("npu_like"), seed="zero")
     with pytest.raises(MemoError, match=r"must be a dfit_nb\.sim\.Calibration"):
