@@ -84,7 +84,8 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     base : dict
         The sizes of ``trace`` (e.g. ``{"batch": 2, "seq": 32}``).
     scales : dict
-        Factors of the base per axis (e.g. ``{"batch": [0.5, 1, 2, 4]}``); every combination is evaluated.
+        Factors of the base per axis (e.g. ``{"batch": [0.5, 1, 2, 4]}``), each an axis of ``base`` and each
+        factor giving a size of at least 1; every combination is evaluated.
     objective : {"energy", "latency", "edp"}
 
     Returns
@@ -113,6 +114,11 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     scales = _check_scales(scales)
     for axis in scales:  # before the probe captures (two per axis), which a misspelt axis would only waste
         check_base(base, axis)
+        # below one element the dims are held at 1 while FLOPs and bytes keep shrinking: a mix of two sizes
+        small = [f for f in scales[axis] if f * base[axis] < 1.0 - 1e-9]
+        if small:
+            raise ShapeError(f"scales[{axis!r}] factors {small} make {axis} smaller than 1 (base {axis}="
+                             f"{base[axis]}): the smallest factor is 1 / {base[axis]} = {1.0 / base[axis]:g}")
     exps = exponents(trace, make_args, base)
     prep = prepare(trace, None, splits_rows(hw))
     base_policy = select_dataflows(trace, hw, objective, evaluate=False)

@@ -134,6 +134,9 @@ def test_bad_inputs(encoder_trace, tmp_path):
         tail_latency(encoder_trace, hw, make_args, [2], [2, 4])
     with pytest.raises(ShapeError, match=r"axis 'btach' is not in base"):  # was found after the probe captures
         shape_sensitivity(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, {"btach": [1, 2]})
+    # 0.1 x batch 2 held the dims at batch 1 while FLOPs and bytes scaled to 0.2: a mix of two sizes, silently
+    with pytest.raises(ShapeError, match=r"scales\['batch'\] factors \[0\.1\] make batch smaller than 1 .*0\.5"):
+        shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": [0.1, 1.0]})
     with pytest.raises(ShapeError, match=r"make_args must be a function"):
         exponents(encoder_trace, None, BASE)
 
