@@ -35,6 +35,7 @@ loaded once.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -133,7 +134,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         stage_ids, stage_section = op_ids[first], op_section[first]
     else:
         stage_ids, stage_section = op_ids, op_section
-    n = float(inferences)
+    n = float(inferences) if inferences < 2 ** 1023 else math.inf  # float() of a larger int raises OverflowError
     latency = float(rec["end"].max()) if rec["end"].size else 0.0
     dram_bw, clock = float(hw.dram_bytes_per_cycle), float(hw.clock_ghz)
     sections = 1
@@ -162,6 +163,9 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
     else:
         period, total = latency, n * latency
         bottleneck, klass = -1, "inference"
+    if not (math.isfinite(n) and math.isfinite(total)):  # else a stream of inf seconds at 0 inferences a second
+        raise ReplayError(f"inferences must be a whole number >= 1 whose stream time is finite in float64: {n:.3g} "
+                          f"inferences of {period:.6g} cycles overflow; stream fewer")
     return {
         "period_cycles": period, "total_cycles": total, "fill_cycles": latency,
         "throughput_inferences_per_s": n / max(total, 1e-30) * clock * 1e9,
