@@ -43,6 +43,7 @@ from ._rescale import size_distribution as size_distribution
 from .hardware import Hardware, check_hardware
 from .kernels import splits_rows
 from .machine import DATAFLOWS
+from .policy import _check as _check_policy
 from .policy import select_dataflows
 
 
@@ -111,6 +112,7 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     """
     # a batch of machines would reach the selection's per-op choices as a Dataset, far from here
     check_hardware(hw, "shape_sensitivity()", error=ShapeError)
+    _check_policy(objective, DATAFLOWS, None)  # the selection's own check (PolicyError), before any capture
     scales = _check_scales(scales)
     for axis in scales:  # before the probe captures (two per axis), which a misspelt axis would only waste
         check_base(base, axis)

@@ -137,6 +137,10 @@ def test_bad_inputs(encoder_trace, tmp_path):
     # 0.1 x batch 2 held the dims at batch 1 while FLOPs and bytes scaled to 0.2: a mix of two sizes, silently
     with pytest.raises(ShapeError, match=r"scales\['batch'\] factors \[0\.1\] make batch smaller than 1 .*0\.5"):
         shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": [0.1, 1.0]})
+    from dfit_nb.sim import PolicyError
+
+    with pytest.raises(PolicyError, match=r"unknown objective 'energyy'; valid: energy"):  # was after the captures
+        tail_latency(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, [2, 4], objective="energyy")
     with pytest.raises(ShapeError, match=r"make_args must be a function"):
         exponents(encoder_trace, None, BASE)
 
