@@ -57,7 +57,7 @@ import xarray as xr
 
 from ..errors import DfitError
 from ..events import binning
-from .hardware import THERMAL_FIELDS, Hardware, check_hardware, from_provenance
+from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_provenance
 from .memory import Estimate
 
 #: float64 arrays over (steps + 1) x tiles the transient keeps at its peak (the periodic energies, the steps'
@@ -214,6 +214,15 @@ def _hardware(run: Any, hw: Hardware | None) -> Hardware:
     if (int(hw.tile_rows), int(hw.tile_cols)) != grid:
         raise ThermalError(f"hw has a {int(hw.tile_rows)}x{int(hw.tile_cols)} grid, the run a {grid[0]}x{grid[1]} "
                            "one: pass the machine the run was replayed on")
+    # the run's energies and cycles are its machine's: another clock would turn its cycles into other seconds
+    # (another power), and any other field would describe a machine the run's energies are not of
+    differ = [f for f in FIELDS if f not in THERMAL_FIELDS and f"hw_{f}" in attrs
+              and float(np.asarray(getattr(hw, f))) != float(attrs[f"hw_{f}"])]
+    if differ:
+        shown = ", ".join(f"{f} = {float(np.asarray(getattr(hw, f))):g} (the run's {float(attrs[f'hw_{f}']):g})"
+                          for f in differ[:3])
+        raise ThermalError(f"hw differs from the machine the run was replayed on in {shown}: pass that machine, "
+                           f"changing only its thermal fields ({', '.join(THERMAL_FIELDS)}) with hw.replace(...)")
     return hw
 
 
@@ -232,7 +241,8 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     steps : int
         Time steps of the transient (>= 1), each an equal share of the work.
     hw : Hardware, optional
-        The machine; by default rebuilt from the run's provenance (every field is recorded there).
+        The machine; by default rebuilt from the run's provenance (every field is recorded there). Only its
+        thermal fields may differ from the run's machine (:class:`ThermalError` otherwise).
 
     Returns
     -------

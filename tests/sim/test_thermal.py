@@ -282,6 +282,9 @@ def test_bad_thermal_calls(small_run):
             thermal(small_run, huge, steps=4)
     with pytest.raises(ThermalError, match="grid"):
         thermal(small_run, 10, hw=presets.get("tpu_like"))
+    # the same grid at another clock turned the run's cycles into other seconds (another power), silently
+    with pytest.raises(ThermalError, match=r"hw differs from the machine the run was replayed on in clock_ghz = 2"):
+        thermal(small_run, 10, steps=4, hw=presets.get("npu_like").replace(clock_ghz=2.0))
     with pytest.raises(ThermalError, match="Run"):
         thermal("not a run")
     with pytest.raises(ThermalError, match="shape"):
