@@ -79,7 +79,14 @@ def exponents(trace: Any, make_args: Callable[..., Sequence[Any]], base: Mapping
     prep = prepare(trace)
     cols, preds = [], []
     for axis, size in base.items():
-        bigger = round(size * probe)
+        # the exponent is log(v2 / v1) / log(bigger / size): the same size divides by log(1) = 0 (NaN exponents),
+        # a size of 0 gives empty operands (every exponent 0: nothing would scale)
+        bigger = round(size * probe) if isinstance(probe, (int, float, np.integer, np.floating)) \
+            and not isinstance(probe, (bool, np.bool_)) and np.isfinite(probe) else None
+        if bigger is None or bigger < 1 or bigger == size:
+            raise ShapeError(f"probe={probe!r} measures {axis} at {bigger if bigger is not None else probe!r}, not "
+                             f"another size of at least 1 (base {axis}={size}): give a finite probe that changes "
+                             "the size, e.g. 2 (the default)")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             other = prepare(capture(fn, *make_args(**{**base, axis: bigger})))

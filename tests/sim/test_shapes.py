@@ -141,6 +141,10 @@ def test_bad_inputs(encoder_trace, tmp_path):
 
     with pytest.raises(PolicyError, match=r"unknown objective 'energyy'; valid: energy"):  # was after the captures
         tail_latency(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, [2, 4], objective="energyy")
+    # probe=1 measured the base size again (log(1) = 0: NaN exponents), 0 an empty batch (every exponent 0)
+    for probe in (1.0, 1.1, 0.0, -1.0, float("nan")):
+        with pytest.raises(ShapeError, match=r"probe=.* not another size of at least 1 \(base batch=2\)"):
+            exponents(encoder_trace, lambda **kw: pytest.fail("captured"), BASE, probe=probe)
     with pytest.raises(ShapeError, match=r"make_args must be a function"):
         exponents(encoder_trace, None, BASE)
 
