@@ -150,6 +150,8 @@ def compare(run_a: Any, run_b: Any, *, force: bool = False, threshold: float = D
     0.05
     """
     _check_runs("compare()", run_a, run_b)
+    if not isinstance(force, (bool, np.bool_)):  # force="no" is truthy: two programs would be compared anyway
+        raise CompareError(f"force must be True or False (compare runs of different programs anyway), got {force!r}")
     if not force and not run_a.comparable(run_b):
         raise CompareError(
             f"the runs replay different programs ({run_a.attrs.get('function')!r} "

@@ -157,6 +157,8 @@ def test_compare_names_the_region_from_which_two_runs_diverge(encoder_ws, gemm):
         compare(a, b, threshold=-1)
     with pytest.raises(CompareError, match=r"threshold must be a finite number >= 0.*got True"):
         compare(a, b, threshold=True)  # was taken as a threshold of 100 %
+    with pytest.raises(CompareError, match=r"force must be True or False.*got 'no'"):
+        compare(a, b, force="no")  # truthy: compared runs of different programs anyway
     assert compare(a, b, threshold=np.int64(0)).attrs["divergence_threshold"] == 0.0  # was refused
 
 
