@@ -1220,6 +1220,27 @@ def test_a_sweep_whose_disk_fills_half_way_keeps_its_chunks_and_says_how_to_resu
     assert scale.open_sweep(path)["total_cycles"].values.tolist() == lazy_sweep["total_cycles"].values.tolist()
 
 
+@pytest.mark.parametrize("flag", ["no", "False", 0, None])
+def test_a_store_switch_that_is_no_bool_is_refused_naming_it(flag, tmp_path, lazy_sweep):
+    # "no" and "False" are truthy: they read as True before
+    path = tmp_path / "s.zarr"
+    with pytest.raises(scale.ScaleOutError, match=r"to_zarr\(\) needs progress as True or False"):
+        scale.to_zarr(lazy_sweep, path, progress=flag)
+    assert not path.exists()  # refused before any write
+    scale.to_zarr(lazy_sweep, path, progress=False)
+    with pytest.raises(scale.ScaleOutError, match=r"open_sweep\(\) needs check as True or False"):
+        scale.open_sweep(path, check=flag)
+
+
+@pytest.mark.parametrize("name", ["inferences", "time_bins"])
+def test_a_replay_count_given_as_a_bool_is_refused_naming_it(trace, name):
+    from dfit_nb.sim import ReplayError
+
+    # a bool is an int to Python: True replayed as 1 inference (or 1 time bin) before
+    with pytest.raises(ReplayError, match=rf"{name} must be a positive integer, got True"):
+        dfit_nb.replay(trace, presets.get("npu_like"), **{name: True})
+
+
 def _set_attr(path: Path, group: str, name: str, value) -> None:
     """Write (``value`` not None) or delete one attribute of ``group`` ("/" the root) in a saved file or store."""
     if path.is_dir():

@@ -442,7 +442,13 @@ def _counter_lines(link_load: Any, clock: float) -> list[str]:
     ts_ns = np.rint(t / clock)  # cycles / GHz = ns
     if t_end is not None and np.isfinite(t_end) and t_end > t[-1]:
         ts_ns = np.append(ts_ns, np.rint(t_end / clock))  # a last sample at 0 closes the last bin
-    vals = np.nan_to_num(np.asarray(da.values, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    raw = np.asarray(da.values, np.float64)
+    infinite = np.isinf(raw)
+    if infinite.any():  # NaN is "no data" (written as 0); an infinite fraction is a broken input, not a load
+        link = str(da["link"].values[np.argwhere(infinite)[0][1]])
+        raise PerfettoExportError(f"link_load holds {int(infinite.sum())} infinite load(s) (the first on link "
+                                  f"{link!r}): loads are fractions of a link's bandwidth, finite, NaN where unknown")
+    vals = np.nan_to_num(raw, nan=0.0)
     if vals.shape[0] < ts_ns.size:
         vals = np.vstack([vals, np.zeros((1, vals.shape[1]))])
     ts_us = (ts_ns / 1000.0).tolist()

@@ -88,7 +88,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
         ``time_end``, else after attr ``bin_cycles``, else after the usual bin width) and
         ``link`` (string names such as ``row3.east``). Each link group becomes
         a counter track ``noc <link> load`` in the chip's process; NaN loads
-        are written as 0.
+        are written as 0, an infinite one is refused.
     max_events : int
         Most slices to write. Larger runs are merged (see ``aggregate``).
         Metadata and counter events do not count.

@@ -195,10 +195,10 @@ def check_arguments(hw: Any, execution: str | None, time_bins: Any, inferences: 
     execution = hw.execution if execution is None else execution
     if execution not in EXECUTION_STYLES:
         raise ReplayError(f"unknown execution style {execution!r}; valid: {', '.join(EXECUTION_STYLES)}")
-    if not isinstance(time_bins, (int, np.integer)) or time_bins < 1:
-        raise ReplayError(f"time_bins must be a positive integer, got {time_bins!r}")
-    if not isinstance(inferences, (int, np.integer)) or inferences < 1:
-        raise ReplayError(f"inferences must be a positive integer, got {inferences!r}")
+    # a bool is an int to Python: True would pass as 1 where a count was meant
+    for name, value in (("time_bins", time_bins), ("inferences", inferences)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ReplayError(f"{name} must be a positive integer, got {value!r}")
     return execution
 
 

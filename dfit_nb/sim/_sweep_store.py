@@ -258,6 +258,12 @@ def _create_store(meta: xr.Dataset, store: str, encoding: dict[str, Any]) -> Non
         raise failed from err
 
 
+def _check_flag(fn: str, name: str, value: Any) -> None:
+    """A switch given as anything but a bool is refused: ``"no"`` or ``"False"`` would read as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ScaleOutError(f"{fn}() needs {name} as True or False, got {value!r}")
+
+
 def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True) -> int:
     """Stream a lazy Dataset to a Zarr store chunk by chunk; resumable: a run that was interrupted (killed,
     out of time) continues from the chunks already written.
@@ -318,6 +324,7 @@ def to_zarr(ds: xr.Dataset, store: str | os.PathLike[str], progress: bool = True
     >>> xr.open_zarr(path)["total_cycles"].values.tolist() == lazy["total_cycles"].values.tolist()
     True
     """
+    _check_flag("to_zarr", "progress", progress)
     store = _store_name(store, writing=True)
     if not _local(store):
         return _stream(ds, store, progress)
@@ -458,6 +465,7 @@ def open_sweep(store: str | os.PathLike[str], check: bool = True) -> xr.Dataset:
     """
     import zarr
 
+    _check_flag("open_sweep", "check", check)
     name = _store_name(store, writing=False)
     if _local(name):
         if not os.path.lexists(name):

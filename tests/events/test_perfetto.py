@@ -360,6 +360,10 @@ def test_bad_input_names_the_problem(tmp_path):
         to_perfetto(ds, out, clock_ghz=CLOCK, link_load=link_load().rename(link="group"))
     with pytest.raises(PerfettoExportError, match="DataArray"):
         to_perfetto(ds, out, clock_ghz=CLOCK, link_load=link_load().values)
+    broken = link_load()
+    broken[2, 1] = -np.inf  # was written as a load of 0, unsaid
+    with pytest.raises(PerfettoExportError, match=r"1 infinite load\(s\) \(the first on link 'row1.east'\)"):
+        to_perfetto(ds, out, clock_ghz=CLOCK, link_load=broken)
     with pytest.raises(PerfettoExportError, match="directory"):
         to_perfetto(ds, tmp_path, clock_ghz=CLOCK)
     assert not out.exists()
