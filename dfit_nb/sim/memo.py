@@ -221,11 +221,15 @@ def hypotheses(run: Any) -> list[dict[str, Any]]:
     return out
 
 
+def is_policy(obj: Any) -> bool:
+    """Whether ``obj`` reads as a :class:`~dfit_nb.sim.Policy` (what the memo and the playbook read of one);
+    by its attributes, since ``policy`` imports this module and the playbook, which cannot import it back."""
+    return all(hasattr(obj, a) for a in ("choices", "baselines", "runs", "hw", "calibration"))
+
+
 def missing_evidence(policy: Any) -> list[str]:
     """What would confirm the memo, derived from the policy and its replays (each line says what is missing)."""
-    from .policy import Policy  # here: policy imports this module
-
-    if not isinstance(policy, Policy) or policy.runs is None:  # its machine and hybrid replay are read
+    if not is_policy(policy) or policy.runs is None:  # its machine and hybrid replay are read
         raise MemoError(f"missing_evidence() needs an evaluated dfit_nb.sim.Policy (select_dataflows(..., "
                         f"evaluate=True)), got {type(policy).__name__}")
     hw, run = policy.hw, policy.runs["hybrid"]

@@ -31,7 +31,7 @@ from .._html import render, trusted
 from ..capture.trace import describe_arguments
 from ..errors import DfitError
 from ._compare import compare
-from .memo import OWNERS, SIGNS, calibrated_error, decide, hypotheses, missing_evidence
+from .memo import OWNERS, SIGNS, calibrated_error, decide, hypotheses, is_policy, missing_evidence
 
 CAVEATS = (
     "Costs come from dfit_nb's analytical model (SCALE-Sim fold structure per tile, fit-or-refetch memory, "
@@ -74,9 +74,7 @@ def document(policy: Any) -> list[tuple[str, Any]]:
         ``policy`` is not a :class:`~dfit_nb.sim.Policy`, or has not been replayed
         (``select_dataflows(..., evaluate=False)``, never evaluated).
     """
-    from .policy import Policy  # here: policy imports this module for Policy.report
-
-    if not isinstance(policy, Policy):  # a Run or a Dataset failed on a missing attribute (.baselines)
+    if not is_policy(policy):  # a Run or a Dataset failed on a missing attribute (.baselines)
         raise PlaybookError(f"the playbook needs a dfit_nb.sim.Policy (from select_dataflows), got "
                             f"{type(policy).__name__}")
     b = policy.baselines
