@@ -149,6 +149,12 @@ class Explorer(w.VBox):
         unknown = [v for v in views_shown if v not in VIEWS]
         if unknown:
             raise ValueError(f"unknown view(s) {unknown}; valid: {', '.join(VIEWS)}")
+        # no view builds a widget with no tabs; a view twice puts its one chart widget in two tabs
+        repeated = sorted({v for v in views_shown if list(views_shown).count(v) > 1})
+        if not views_shown or repeated:
+            twice = f" ({', '.join(repeated)} more than once)" if repeated else ""
+            raise ValueError(f"Explorer() needs views_shown as one or more distinct views of {', '.join(VIEWS)}; got "
+                             f"{tuple(views_shown)!r}{twice}")
         if dataflow not in REPLAY_DATAFLOWS:
             raise ValueError(f"unknown dataflow {dataflow!r}; valid: {', '.join(REPLAY_DATAFLOWS)}")
         if objective not in OBJECTIVES:

@@ -241,6 +241,10 @@ def test_offline_rendering_is_the_default_unless_the_user_chose():
 def test_bad_arguments(static_traces):
     with pytest.raises(ValueError, match="unknown view"):
         Explorer(static_traces["mlp"], views_shown=("gantt",))
+    with pytest.raises(ValueError, match=r"views_shown as one or more distinct views .*got \(\)"):
+        Explorer(static_traces["mlp"], views_shown=())
+    with pytest.raises(ValueError, match=r"\(regions more than once\)"):
+        Explorer(static_traces["mlp"], views_shown=("regions", "timeline", "regions"))
     with pytest.raises(ValueError, match="unknown dataflow"):
         Explorer(static_traces["mlp"], dataflow="xs")
     with pytest.raises(KeyError, match="no hardware preset"):
