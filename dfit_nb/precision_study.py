@@ -225,8 +225,8 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
     if region_depth is not None and (isinstance(region_depth, bool) or not isinstance(region_depth, (int, np.integer))
                                      or region_depth < 1):
         raise PrecisionError(f"region_depth must be None or a whole number >= 1, got {region_depth!r}")
-    # inferences divides the replayed energy: 0 raised ZeroDivisionError after the whole study, NaN a ValueError,
-    # and 2.5 gave an energy per inference for 2.5 calls while attrs recorded 2
+    # inferences divides the replayed energy, after the whole study, and is recorded as a whole number: checked
+    # first, so a 0 or a fraction fails before the work and is never priced one way and recorded another
     if isinstance(inferences, bool) or not isinstance(inferences, (int, np.integer)) or inferences < 1:
         raise PrecisionError(f"inferences must be a whole number >= 1 (the inferences one call serves), got "
                              f"{inferences!r}")

@@ -165,7 +165,7 @@ def to_perfetto(events: xr.Dataset, path: str | os.PathLike[str], *, clock_ghz: 
     if target.is_dir():
         raise PerfettoExportError(f"{target} is a directory; give a file name such as run.json")
     given = os.fspath(path) if isinstance(path, (str, os.PathLike)) else ""
-    if isinstance(given, str) and given.endswith(("/", os.sep)):  # Path drops the '/': 'traces/' became a file
+    if isinstance(given, str) and given.endswith(("/", os.sep)):  # Path drops a trailing '/': it names a folder
         raise PerfettoExportError(f"{given!r} names a folder (it ends with '/'), and a Perfetto trace is one file; "
                                   f"give a file name such as {str(target / 'run.json')!r}")
     special = special_file(target)

@@ -77,7 +77,7 @@ def divergence(run_a: Any, run_b: Any, threshold: float = DIVERGENCE_THRESHOLD) 
     -1
     """
     _check_runs("divergence()", run_a, run_b)
-    # NumPy integers are numbers (np.int64(0) was refused); a bool is not a fraction (True was taken as 100 %)
+    # NumPy integers are numbers; a bool is not a fraction (True would read as a threshold of 100 %)
     if isinstance(threshold, (bool, np.bool_)) or not (
             isinstance(threshold, (int, float, np.integer, np.floating)) and np.isfinite(threshold) and threshold >= 0):
         raise CompareError(f"threshold must be a finite number >= 0 (a fraction of a stage's own time and energy), "

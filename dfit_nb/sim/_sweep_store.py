@@ -54,7 +54,7 @@ CHUNK_VARIABLES, CHUNK_DIMS, CHUNK_SPLIT, EAGER_CHECKSUMS = ("dfit_chunk_variabl
 def _lead(ds: xr.Dataset) -> tuple[list[str], tuple[str, ...], tuple[tuple[int, ...], ...]]:
     """The lazy variables of ``ds``, the dims their chunks split (the leading ones all share) and those chunks."""
     lazy = [str(v) for v in ds.data_vars if isinstance(ds[v].data, da.Array)] if isinstance(ds, xr.Dataset) else []
-    if not lazy:  # an eager Dataset, or not a Dataset at all (None failed on a missing .data_vars)
+    if not lazy:  # an eager Dataset, or not a Dataset at all
         raise ScaleOutError("to_zarr() streams a lazy Dataset chunk by chunk: pass one from sweep(..., chunks=N) or "
                             "replay_batch(..., chunks=N) (an eager one: use ds.to_zarr)")
     lead: tuple[str, ...] = ds[lazy[0]].dims

@@ -105,7 +105,7 @@ def tags(trace: Any, hw: Hardware, seed: int | None = None, extra: Mapping[str, 
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise MemoError(f"seed must be an int (the workload's random seed), got {seed!r}")
     check_extra_tags(extra)  # read by .items() below
-    # hashed field by field: None failed on a missing attribute, and a batch of machines is no one machine's tag
+    # hashed field by field: one machine, whose tag a batch of machines would not be
     check_hardware(hw, "tags()", error=MemoError)
     attrs = getattr(trace, "attrs", {}) or {}
     jaxpr = str(getattr(trace, "jaxpr_text", "") or "")
@@ -187,7 +187,7 @@ def hypotheses(run: Any) -> list[dict[str, Any]]:
     """
     from .run import Run
 
-    if not isinstance(run, Run):  # its summary and ops are read: a Dataset or None failed on a missing attribute
+    if not isinstance(run, Run):  # its summary and ops are read below
         raise MemoError(f"hypotheses() needs a dfit_nb Run (from dfit_nb.replay or load_run), got {type(run).__name__}")
     s = run.summary
     mechanisms = [str(m) for m in s["mechanism"].values]

@@ -74,7 +74,7 @@ def document(policy: Any) -> list[tuple[str, Any]]:
         ``policy`` is not a :class:`~dfit_nb.sim.Policy`, or has not been replayed
         (``select_dataflows(..., evaluate=False)``, never evaluated).
     """
-    if not is_policy(policy):  # a Run or a Dataset failed on a missing attribute (.baselines)
+    if not is_policy(policy):  # its baselines and replays are read below
         raise PlaybookError(f"the playbook needs a dfit_nb.sim.Policy (from select_dataflows), got "
                             f"{type(policy).__name__}")
     b = policy.baselines

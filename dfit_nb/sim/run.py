@@ -84,6 +84,10 @@ def build_run(trace: Any, prep: Any, out: dict[str, np.ndarray], hw: Hardware, c
     return Run(events=events, cube=cube, summary=summary, ops=ops, regions=regions, attrs=attrs)
 
 
+#: the provenance attrs that name the program a run replayed (the function and its argument shapes)
+PROGRAM_ATTRS = ("function", "arg_shapes")
+
+
 def _same_attr(a: Any, b: Any) -> bool:
     """Two provenance attrs name the same thing: numbers by value (a file gives 4 back as 4.0 or ``np.int64``),
     anything else by its text."""
@@ -194,7 +198,7 @@ class Run:
             raise ThermalError("the thermal analysis is of another run (its ops differ): run it on this one")
         # the same program replayed on another machine or dataflow has the same ops: the analysis keeps the
         # provenance of the run it was made of (thermal() copies its attrs), which must be this run's
-        keys = ("function", "arg_shapes", "dataflow", "execution", "hardware")
+        keys = (*PROGRAM_ATTRS, "dataflow", "execution", "hardware")
         differ = [k for k in analysis.attrs if (k in keys or k.startswith("hw_")) and k in self.attrs
                   and not _same_attr(analysis.attrs[k], self.attrs[k])]
         if differ:
@@ -238,8 +242,7 @@ class Run:
 
     def comparable(self, other: Run) -> bool:
         """True when both runs replay the same program (function and argument shapes)."""
-        keys = ("function", "arg_shapes")
-        return all(self.attrs.get(k) == other.attrs.get(k) for k in keys)
+        return all(self.attrs.get(k) == other.attrs.get(k) for k in PROGRAM_ATTRS)
 
     def differs_from(self, trace: Any) -> str:
         """``""`` when every op this run replayed is ``trace``'s op of the same id and primitive, else the first op
@@ -273,7 +276,7 @@ class Run:
         the run's is refused by the export, naming both."""
         from ..events.perfetto import to_perfetto
 
-        # defaults, not fixed arguments: chip="..." raised "got multiple values for keyword argument 'chip'"
+        # the run's own figures, as defaults the caller may override (chip="my npu")
         options.setdefault("kernels", self.kernels)
         options.setdefault("chip", self.attrs["hardware"])
         options.setdefault("link_load", self.cube["link_load"])

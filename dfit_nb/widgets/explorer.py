@@ -448,13 +448,12 @@ class Explorer(w.VBox):
                     raise ValueError(f"window must be (start_s, end_s) with end > start, got {window}")
                 window = (lo, hi)
         check_region(region, "Explorer.narrow")  # a list would fail as an unhashable set member below
-        if region is not None and region != self.region:
-            options = {v for _, v in self.controls["region"].options}
-            if region not in options:
-                raise ValueError(f"unknown region {region!r}; valid: the region tree's paths (trace.regions)")
+        new_region = region is not None and region != self.region
+        if new_region and region not in {v for _, v in self.controls["region"].options}:
+            raise ValueError(f"unknown region {region!r}; valid: the region tree's paths (trace.regions)")
         if window is not ...:
             self.window = window
-        if region is not None and region != self.region:
+        if new_region:
             self._syncing = True  # the dropdown's own observer would redraw a second time
             try:
                 self.controls["region"].value = region

@@ -16,6 +16,7 @@ from .._html import macro
 from ..sim import DATAFLOWS, Design
 from ..sim.hardware import FIELDS, Hardware
 from ..sim.pareto import pareto_front
+from ..sim.run import PROGRAM_ATTRS
 from ..views import ViewInputError, describe, expect
 from .explorer import Explorer
 
@@ -183,7 +184,7 @@ def _check_same_program(ds: xr.Dataset, trace: Any) -> None:
     """Refuse a trace of another program than the sweep's: a picked machine would open replaying it, its charts
     beside a front they do not belong to. Compared as :meth:`dfit_nb.sim.run.Run.comparable` compares two runs
     (function and argument shapes), each only where both name it (a Dataset saved without them passes)."""
-    for key in ("function", "arg_shapes"):
+    for key in PROGRAM_ATTRS:
         ours, theirs = str(ds.attrs.get(key, "")), str(trace.attrs.get(key, ""))
         if ours and theirs and ours != theirs:
             raise ViewInputError(f"SweepExplorer() needs as 'trace' the Trace the sweep replayed: the sweep's "
