@@ -65,9 +65,11 @@ If a calibration ends on a machine that is not finite (a field whose gradient is
 
 Printed: every table (held-out MAPE and Spearman per op and per family, base and fitted machine; the fitted
 fields, marked where a field ends at its bound; the worst held-out rows), the per-harness fit's table beside the
-one-fixed-cost fit's, and the wall time of each part. A calibration of ~85 program rows took 107-175 s on 2 shared
-cores at a load average of ~8 (it differentiates through one replay per row); the GPU part alone (``--skip-cpu``)
-662 s, two calibrations per device (docs/validation.md has its tables). No timing is asserted. Run::
+one-fixed-cost fit's, on this CPU a per-implementation reference and the floor of any model of a kernel's
+contents on twin fusions (:func:`twin_floor`), and the wall time of each part. A calibration of ~85 program
+rows took 107-175 s on 2 shared cores at a load average of ~8 (it differentiates through one replay per row);
+the GPU part alone (``--skip-cpu``) 662 s, two calibrations per device (docs/validation.md has its tables). No
+timing is asserted. Run::
 
     python benchmarks/bench_vector_ops.py [--device A100|MI210|both] [--skip-cpu] [--skip-gpu] [--seed 0]
         [--dataflow ws] [--fields f1,f2] [--what-if-sram] [--profile-budget 2.0] [--profile-captures 3]
@@ -652,6 +654,71 @@ def implementation_reference(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd
     return metric_table(ref, "family")
 
 
+_HLO_NAME = re.compile(r"%[A-Za-z0-9_.\-]+")
+_HLO_METADATA = re.compile(r",? metadata=\{[^}]*\}")
+
+
+def fusion_signatures(hlo: str) -> dict[str, str]:
+    """Each fusion of a compiled HLO module's entry, by name, to what it computes: its kind, output shape and
+    backend config, and its fused computation's instructions, with instruction names and source metadata removed.
+    Two fusions with one signature run the same code on operands of the same shapes."""
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in hlo.splitlines():
+        head = re.match(r"^%?([A-Za-z0-9_.\-]+) \(.*\) -> .* \{$", line)
+        if head:
+            current = head.group(1)
+            bodies[current] = []
+        elif line.startswith("}"):
+            current = None
+        elif current is not None:
+            bodies[current].append(_HLO_NAME.sub("%", _HLO_METADATA.sub("", line)).strip())
+    out = {}
+    for line in hlo.splitlines():
+        m = re.match(r"\s*(?:ROOT )?%([A-Za-z0-9_.\-]+) = (\S+) fusion\(.*?calls=%([A-Za-z0-9_.\-]+)", line)
+        if m:
+            config = re.search(r"kind=(\w+)", line)
+            backend = re.search(r"backend_config=(\{.*\})", line)
+            out[m.group(1)] = "\n".join([m.group(2), config.group(1) if config else "",
+                                         backend.group(1) if backend else "", *bodies.get(m.group(3), [])])
+    return out
+
+
+def twin_floor(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd.DataFrame:
+    """The least error any model that prices a kernel from what it computes can make on these rows.
+
+    Fusions of one program with one signature (:func:`fusion_signatures`: the same code on operands of the same
+    shapes, e.g. a layer's softmax and the next layer's) are twins; a model that reads a kernel's ops and shapes
+    prices twins alike, one figure ``p`` per group, and its least MAPE over a group is ``min_p sum |p - t_i| / t_i``
+    (reached at one of the measured ``t_i``), whatever it was fitted on. Per family: the rows that have a twin,
+    that floor over them, the fitted machine's MAPE on the same rows (fitted and held-out alike), and the largest
+    max / min time within a group."""
+    sig = {}
+    for program, trace in traces.items():
+        for fusion, text in fusion_signatures(str(trace.lowering["hlo"].values)).items():
+            sig[program + "/" + fusion] = program + "\n" + text
+    rows = pooled.assign(signature=pooled["name"].map(sig))
+    rows = rows[rows["signature"].notna()]
+    rows = rows[rows.groupby("signature")["name"].transform("size") > 1]
+    floor, spread = {}, {}
+    for key, group in rows.groupby("signature"):
+        t = group["measured_s"].to_numpy()
+        cost = np.abs(t[:, None] - t[None, :]) / t[None, :]  # [candidate p, row]
+        best = t[int(np.argmin(cost.sum(axis=1)))]
+        floor.update(dict(zip(group.index, np.abs(best - t) / t, strict=True)))
+        spread[key] = t.max() / t.min()
+    rows = rows.assign(floor=pd.Series(floor), model=np.abs(rows["predicted_s"] / rows["measured_s"] - 1.0),
+                       spread=rows["signature"].map(spread))
+    out = []
+    for fam in [*sorted(pooled["family"].astype(str).unique()), "pooled"]:
+        sel = rows if fam == "pooled" else rows[rows["family"].astype(str) == fam]
+        out.append({"family": fam, "rows with a twin": len(sel), "groups": sel["signature"].nunique(),
+                    "floor MAPE": sel["floor"].mean() if len(sel) else np.nan,
+                    "fitted machine MAPE": sel["model"].mean() if len(sel) else np.nan,
+                    "largest max/min": sel["spread"].max() if len(sel) else np.nan})
+    return pd.DataFrame(out)
+
+
 def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
     t_part = time.perf_counter()
     hw = host_machine()
@@ -715,11 +782,18 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
               "squares on the log time of the same fitted half")
         reference = implementation_reference(pooled, traces)
         show(reference.drop(columns=["MAPE base", "Spearman base"]))
+        twins = twin_floor(pooled, traces)
+        print("\nthis CPU: the floor on twin fusions (one program, the same code on the same shapes, priced alike by "
+              "any model of a kernel's contents): min over one figure per group of the group's MAPE")
+        print(twins.to_string(index=False, na_rep="n/a", formatters={
+            "floor MAPE": lambda v: f"{v:8.1%}", "fitted machine MAPE": lambda v: f"{v:8.1%}",
+            "largest max/min": lambda v: f"{v:6.2f}x"}))
     took_part = time.perf_counter() - t_part
     print(f"\nthis CPU: part wall time {took_part:.1f} s (profile captures {sum(took_capture.values()):.1f} s, "
           f"pooled calibration {took_pool:.1f} s)")
     return {"per_family": per_family, "per_program": per_program, "alone": alone, "seconds": took_part,
-            "reference": reference if pooled is not None else None}
+            "reference": reference if pooled is not None else None,
+            "twins": twins if pooled is not None else None}
 
 
 # ----------------------------------------------------------------------------------------------------------------
