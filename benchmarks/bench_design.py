@@ -8,7 +8,8 @@ field, those within the limit). Each baseline runs twice: with as many replayed 
 and with as many as fit in ``design``'s wall time; the random search at equal replays is a draw, run with 5 seeds
 of its own (``--random-seeds``), and its median draw is compared. Every machine is replayed exactly
 (``replay_batch``, each of ws/os/is, the best kept); the printed ratio is the baseline's best EDP over
-``design``'s (> 1: design is better).
+``design``'s (> 1: design is better). The same at 4, 8 and 16 replays: ``design``'s best among the first of its
+replayed candidates (what ``replays=k`` replays) against the median of seeded random draws of as many.
 
 Then the enumerable-grid check: every machine of a grid of at most 5,000 (the same fields, narrower bounds) is
 replayed, and ``design`` on the same bounds must land within 2% of the grid's optimum. ``design``'s wall time on
@@ -92,12 +93,16 @@ def capture(name: str):
 
 
 def compare(cases, budget_s: float, ceiling: int = 0, fields: tuple = DEFAULT_FIELDS,
-            random_seeds: int = 5) -> None:
+            random_seeds: int = 5, budgets: tuple = (4, 8, 16)) -> None:
     """``ceiling``: per case also a long random search of that many replays; the best machine any method found
     then bounds the ratio any search could show against random search at equal replays. ``fields``: the fields
     every method designs. ``random_seeds``: seeded draws of the random search at equal replays (their median
-    EDP is the one compared)."""
+    EDP is the one compared). ``budgets``: smaller replay budgets compared the same way: ``design`` with
+    ``replays=k`` replays the first ``k`` of the candidates it replays with more (its priced ranking; the search
+    does not depend on ``replays``, ``tests/sim/test_design.py`` checks it), so its best at ``k`` is read from the
+    one run, against the median of seeded random draws of ``k``."""
     rows, bounds = [], []
+    at_budget: dict[int, list[float]] = {k: [] for k in budgets}
     traces: dict = {}
     for w, p in cases:
         if w not in traces:
@@ -119,12 +124,24 @@ def compare(cases, budget_s: float, ceiling: int = 0, fields: tuple = DEFAULT_FI
         g_edp, g_n, _ = grid_search(trace, base, sp, limit, n)
         gw_edp, gw_n, _ = grid_search(trace, base, sp, limit, n_wall)
         e = d.figures["edp_js"]
+        prefix = np.where(d.evaluated["feasible"].values, d.evaluated["edp_js"].values, np.inf)
+        small = []
+        for k in budgets:
+            if k >= n:
+                continue
+            e_k = float(prefix[:k].min())
+            r_k = float(np.median([random_search(trace, base, sp, limit, k, seed=100 + j)[0]
+                                   for j in range(random_seeds)]))
+            at_budget[k].append(r_k / e_k)
+            small.append(f"@{k}: design {e_k / e:.2f}x its best, random {r_k / e_k:.2f}x")
         rows.append((w, p, len(trace.ops.op), limit, d.figures["area_mm2"], n, wall, r_edp / e, n_wall,
                      rw_edp / e, g_n, g_edp / e, gw_n, gw_edp / e))
         print(f"{w:10s} {p:9s} ops {rows[-1][2]:4d} limit {limit:7.1f} mm2 designed {rows[-1][4]:7.1f} mm2 | "
               f"design {n} replays {wall:5.1f} s | random@{n} {r_edp / e:6.2f}x (median of {random_seeds} draws, "
               f"{draw_edps.min() / e:.2f}-{draw_edps.max() / e:.2f}x) random@{n_wall} "
               f"{rw_edp / e:6.2f}x | grid@{g_n} {g_edp / e:6.2f}x grid@{gw_n} {gw_edp / e:6.2f}x", flush=True)
+        if small:
+            print(f"{'':21s}fewer replays: " + "; ".join(small), flush=True)
         if ceiling:
             long_edp, _, long_s = random_search(trace, base, sp, limit, ceiling, seed=3)
             best = min(e, long_edp, rw_edp, g_edp, gw_edp)
@@ -137,6 +154,10 @@ def compare(cases, budget_s: float, ceiling: int = 0, fields: tuple = DEFAULT_FI
     print("\nmedian EDP ratio (baseline best / design best) over", len(rows), "cases:")
     for label, c in cols.items():
         print(f"  {label:26s} {np.median([r[c] for r in rows]):6.2f}x")
+    for k, ratios in at_budget.items():
+        if ratios:
+            print(f"  {f'random, equal replays ({k})':26s} {np.median(ratios):6.2f}x  (per case: "
+                  + ", ".join(f"{r:.2f}" for r in ratios) + ")")
     if bounds:
         print(f"  {'at most (best found)':26s} {np.median(bounds):6.2f}x: random at equal replays over the best "
               f"machine any method found, the median over the cases")
