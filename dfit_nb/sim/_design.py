@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import xarray as xr
+from tqdm.auto import tqdm
 
 from .._html import render
 from .._runtime import compile_options as _compile_options
@@ -453,7 +454,7 @@ def _check_inputs(objective: Any, constraints: Any, budget_s: Any) -> dict[str, 
 def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mapping[str, float] | None = None,
            fields: Sequence[str] | Mapping[str, tuple[float, float]] | None = None, budget_s: float = 60.0, *,
            starts: int = 8, replays: int = 32, dataflow: Sequence[str] = ("ws", "os", "is"), seed: int = 0,
-           max_steps: int = 60) -> Design:
+           max_steps: int = 60, progress: bool = True) -> Design:
     """The machine that minimises ``objective`` for ``trace`` under ``constraints``, by gradient descent through
     the one machine model (see the module docstring for the relaxation), its best candidates replayed exactly.
 
@@ -484,6 +485,8 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
         Seed of the random starts.
     max_steps : int
         The most Adam steps.
+    progress : bool
+        A ``tqdm.auto`` bar over the steps (the first, its compile included, takes longest).
 
     Returns
     -------
@@ -540,21 +543,23 @@ def design(trace: Any, hw: Hardware, objective: str = "edp", constraints: Mappin
         seen: dict[tuple[float, ...], tuple[float, float]] = {}
         path_u, path_value, path_area, path_t, path_e = [], [], [], [], []
         t_search = time.perf_counter()
-        for it in range(1, max_steps + 1):
-            path_u.append(np.asarray(u))
-            u, m, v, _, aux = step(u, m, v, jnp.float64(it))
-            aux = jax.device_get(aux)
-            path_value.append(np.asarray(aux["value"]))
-            path_area.append(np.asarray(aux["area"]))
-            path_t.append(np.exp(np.asarray(aux["blend_t"])))
-            path_e.append(np.exp(np.asarray(aux["blend_e"])))
-            _record(seen, aux, sp)
-            elapsed = time.perf_counter() - t0
-            if it == 1 and elapsed > budget_s:
-                raise DesignError(f"design() budget_s = {budget_s:g} s is too small: one step took {elapsed:.3g} s "
-                                  "(compile included); give a larger budget_s")
-            if elapsed > budget_s * SEARCH_SHARE:
-                break
+        with tqdm(total=max_steps, desc="design", unit="step", disable=not progress, leave=False) as bar:
+            for it in range(1, max_steps + 1):
+                path_u.append(np.asarray(u))
+                u, m, v, _, aux = step(u, m, v, jnp.float64(it))
+                aux = jax.device_get(aux)
+                path_value.append(np.asarray(aux["value"]))
+                path_area.append(np.asarray(aux["area"]))
+                path_t.append(np.exp(np.asarray(aux["blend_t"])))
+                path_e.append(np.exp(np.asarray(aux["blend_e"])))
+                _record(seen, aux, sp)
+                bar.update(1)
+                elapsed = time.perf_counter() - t0
+                if it == 1 and elapsed > budget_s:
+                    raise DesignError(f"design() budget_s = {budget_s:g} s is too small: one step took {elapsed:.3g} s "
+                                      "(compile included); give a larger budget_s")
+                if elapsed > budget_s * SEARCH_SHARE:
+                    break
         times["search"] = time.perf_counter() - t_search
         t_polish = time.perf_counter()
         # rounding: the best priced corners that meet the area limit, then the lattice around them, priced by the

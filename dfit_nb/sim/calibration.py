@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 import xarray as xr
+from tqdm.auto import tqdm
 
 from .._files import open_tree, save_tree
 from .._html import render, trusted
@@ -617,7 +618,7 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
 def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, dataflow: Any = "ws", *,
               fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
               max_iterations: int = 200, fusion: str | None = None,
-              per_group: Mapping[str, str] | None = None) -> Calibration:
+              per_group: Mapping[str, str] | None = None, progress: bool = True) -> Calibration:
     """Fit ``fields`` of ``hw`` to measured times of any op by gradient through the one machine model.
 
     Parameters
@@ -668,6 +669,9 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         over the groups as for a field set by a column); the field is fitted per group whether or not ``fields``
         names it, and ``Calibration.per_group`` reports the values (``Calibration.hw`` keeps the start's).
         GEMM rows and program rows (a table); every group needs a row in the fitted half.
+    progress : bool
+        ``tqdm.auto`` bars over the program rows' captures and the descents (the first, its compile included,
+        takes most of the time).
 
     Returns
     -------
@@ -720,7 +724,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     extra = sorted({column for column, _ in labels.values()} - read)
     if extra:  # the group columns name groups, not measurements: the rows are read without them
         measured = measured.drop(columns=extra)
-    kernel_rows = _kernel_rows(measured, fusion, splits_rows(hw))
+    kernel_rows = _kernel_rows(measured, fusion, splits_rows(hw), progress)
     table = measured_table(measured) if kernel_rows is None else kernel_rows.table
     fields = tuple((DEFAULT_FIELDS if kernel_rows is None else KERNEL_FIELDS) if fields is None else fields)
     _check_fields((*fields, *(f for f in labels if f not in fields)))
@@ -784,7 +788,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     y = np.log(table["time_s"].to_numpy(np.float64))
     fitted_hw, converged, final, status, group_values = _fit(
         seconds_of, y[fit] if kernel_rows is None else y, loss_rows, hw, fields, box, max_iterations,
-        {f: len(names) for f, (names, _) in grouped.items()})
+        {f: len(names) for f, (names, _) in grouped.items()}, progress=progress)
     pred = predicted(fitted_hw, group_values)
     base_pred = predicted(hw, start_values)
     # the loss reported is the returned machine's, priced as predict prices it (the descent's own figure for the
@@ -882,7 +886,7 @@ def _check_fields(fields: tuple[str, ...]) -> None:
         raise CalibrationError(f"fields must name one or more distinct Hardware fields, got {list(fields)}")
 
 
-def _kernel_rows(measured: Any, fusion: str | None, split: bool = False) -> Any:
+def _kernel_rows(measured: Any, fusion: str | None, split: bool = False, progress: bool = False) -> Any:
     """Program or kernel rows (:mod:`dfit_nb.sim.kernel_predictor`) when ``measured`` holds them, else None."""
     from .kernel_predictor import KernelRowError, fusion_rows, program_rows
 
@@ -894,7 +898,7 @@ def _kernel_rows(measured: Any, fusion: str | None, split: bool = False) -> Any:
             if time_col is None:
                 raise CalibrationError(f"measured lacks a time column; program rows need one of "
                                        f"{', '.join(TIME_COLUMNS)}")
-            return program_rows(measured, time_col, TIME_COLUMNS[time_col], fusion, split)
+            return program_rows(measured, time_col, TIME_COLUMNS[time_col], fusion, split, progress=progress)
     except KernelRowError as err:
         raise CalibrationError(str(err)) from err.__cause__
     return None
@@ -983,7 +987,7 @@ def _bfgs(loss: Callable[[Any], Any], z0: Any, max_iterations: int, gtol: float 
 
 def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, hw: Hardware,
          fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int,
-         groups: Mapping[str, int] | None = None
+         groups: Mapping[str, int] | None = None, *, progress: bool = False
          ) -> tuple[Hardware, bool, float, int, dict[str, np.ndarray]]:
     """BFGS on the mean squared log error of ``seconds_of`` against ``exp(y)`` over the ``fit`` rows, each field
     mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status, per-group
@@ -992,7 +996,8 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
     ``groups`` (``{field: number of groups}``): fields fitted once per group, within the field's bounds in
     ``box``; ``seconds_of`` is called with each as a vector of its groups' values (:func:`predictor`'s and
     :func:`~dfit_nb.sim.kernel_predictor.kernel_predictor`'s ``groups``), and the per-group values come back
-    as ``{field: values}``; the fitted machine keeps ``hw``'s value of those fields."""
+    as ``{field: values}``; the fitted machine keeps ``hw``'s value of those fields. ``progress``: a ``tqdm.auto``
+    bar over the descents (the first and the restarts)."""
     base_hw = for_jit(hw)
     groups = dict(groups or {})
     # one parameter per shared field, then one per group of each per-group field
@@ -1019,10 +1024,13 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         r = jnp.log(jnp.maximum(pred, 1e-30)) - y
         return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
 
-    with jax.enable_x64(True):
+    bar = tqdm(total=1 + RESTARTS, desc="calibrate", unit="descent", disable=not progress, leave=False)
+    with jax.enable_x64(True), bar:
         # one compiled descent for the first run and every restart
         solve = jax.jit(lambda z: _bfgs(loss, z, int(max_iterations)))
         result = solve(jnp.asarray(z0))
+        bar.update(1)
+        bar.set_postfix(loss=f"{float(result.fun):.4g}")
         # the descent stops where its line search finds no lower point along its curvature estimate (status 3),
         # often early on this piecewise model (a field the others mask moves little); started again from there,
         # with the estimate reset, it goes on while that still lowers the loss (not after running out of
@@ -1031,9 +1039,11 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
             if int(result.status) != 3:
                 break
             again = solve(result.x)
+            bar.update(1)
             if not float(again.fun) < float(result.fun) * (1.0 - 1e-6):
                 break
             result = again
+            bar.set_postfix(loss=f"{float(result.fun):.4g}")
         z = jnp.asarray(result.x)
         final = float(result.fun)
         # status 3: no further descent (a minimum to precision; common where the model is piecewise, e.g. the

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from . import schedule
 from ._prepare import BATCH_OPS, Prepared, padded, pinned_layouts, prepare
@@ -93,18 +94,21 @@ def _seconds(value: Any, where: str) -> float:
     return t
 
 
-def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str | None, split: bool = False
-                 ) -> KernelRows:
+def program_rows(frame: pd.DataFrame, time_col: str, scale: float, fusion: str | None, split: bool = False,
+                 *, progress: bool = False) -> KernelRows:
     """Rows of whole programs: a DataFrame with a ``trace`` column (Traces), or ``fn`` (JAX functions) and
     ``args`` (a tuple of their arguments, arrays or ``jax.ShapeDtypeStruct``), and a time column; optional
     ``name``, ``family`` and ``bucket``. Each function is captured (static mode); a row whose function cannot be
     captured, or whose time is not positive and finite, is refused by row number. ``split``: the machine's
-    compiler ends a kernel at a reduction over rows (:func:`dfit_nb.sim.kernels.splits_rows`)."""
+    compiler ends a kernel at a reduction over rows (:func:`dfit_nb.sim.kernels.splits_rows`). ``progress``: a
+    ``tqdm.auto`` bar over the rows (two or more)."""
     from .. import capture
 
     mode = check_mode(fusion)
     preps, rows, masks = [], [], []
-    for i, rec in enumerate(frame.to_dict("records")):
+    records = frame.to_dict("records")
+    for i, rec in enumerate(tqdm(records, desc="calibrate: rows", unit="row", leave=False,
+                                 disable=not progress or len(records) < 2)):
         where = f"row {i}" + (f" ({rec['name']})" if rec.get("name") is not None else "")
         seconds = _seconds(rec[time_col], where) * scale
         trace = rec.get("trace")

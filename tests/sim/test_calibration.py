@@ -336,9 +336,10 @@ def _vector_programs():
     return fns
 
 
-def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs():
+def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs(capsys):
     """Program rows of any op (a JAX function and its measured seconds): a known machine is recovered through
-    the replay of each program, and the error is reported per op family."""
+    the replay of each program, and the error is reported per op family; progress bars over the rows' captures
+    and the descents unless progress=False."""
     import dfit_nb
 
     fns = _vector_programs()
@@ -348,7 +349,10 @@ def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs():
     rows = pd.DataFrame({"name": [n for n, _, _ in fns], "fn": [f for _, f, _ in fns],
                          "args": [a for _, _, a in fns],
                          "time_s": [float(dfit_nb.replay(t, truth).summary["latency_s"]) for t in traces]})
+    capsys.readouterr()
     cal = calibrate(rows, hw, ["dram_bytes_per_cycle", "op_overhead_cycles"])
+    err = capsys.readouterr().err
+    assert "calibrate: rows" in err and "descent" in err
     assert set(cal.rows["family"].values) == {"gemm", "reduction", "transcendental"}
     held = cal.metrics.sel(split="held_out", machine="fitted")
     assert float(held["mape"].sel(bucket="pooled")) < 0.02
@@ -356,8 +360,9 @@ def test_calibration_on_a_mixed_table_of_gemm_and_vector_programs():
     assert float(cal.hw.dram_bytes_per_cycle) == pytest.approx(700.0, rel=0.05)
     # a Trace column does the same without capturing again
     again = calibrate(rows.drop(columns=["fn", "args"]).assign(trace=traces), hw,
-                      ["dram_bytes_per_cycle", "op_overhead_cycles"])
+                      ["dram_bytes_per_cycle", "op_overhead_cycles"], progress=False)
     np.testing.assert_allclose(again.rows["predicted_s"].values, cal.rows["predicted_s"].values, rtol=1e-9)
+    assert "calibrate" not in capsys.readouterr().err
 
 
 def test_program_rows_with_and_without_a_depthwise_convolution_calibrate_together():
