@@ -176,7 +176,7 @@ def _analyse_one(trace: Any, h: Hardware, dataflow: Any, objective: str, seed: i
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SpillWarning)
         try:
-            policy = select_dataflows(trace, h, objective, seed=seed, tags=tags, fusion=fusion)
+            policy = select_dataflows(trace, h, objective, seed=seed, tags=tags, fusion=fusion, progress=False)
             if batch_variance is not None:
                 policy = policy.with_batch_variance(**batch_variance)
         except DfitError as err:  # e.g. no GEMM to choose a dataflow for: the replay still goes in the report

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ._batch import assignments_per_call, style_costs
 from .hardware import Hardware
@@ -132,11 +133,11 @@ def neighbours(choice: np.ndarray, allowed: np.ndarray, max_switches: int | None
 
 def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands: list[str], allowed: np.ndarray,
             objective: str, max_switches: int | None, reconfig: Any, tied: np.ndarray | None = None,
-            budget_s: float | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+            budget_s: float | None = None, progress: bool = False) -> tuple[np.ndarray, dict[str, Any]]:
     """The best assignment a local search of the replayed ``objective`` finds from ``choice`` (module docstring).
 
     ``budget_s``: no call of the search's replays starts after this many seconds (the first always runs, the
-    single styles first; ``None``: no limit).
+    single styles first; ``None``: no limit). ``progress``: a ``tqdm.auto`` bar over the rounds.
 
     Returns
     -------
@@ -161,31 +162,34 @@ def improve(prep: Any, hw: Hardware, gemm: np.ndarray, choice: np.ndarray, cands
     deadline = np.inf if budget_s is None else time.perf_counter() + float(budget_s)
     current = float(replayed_objective(prep, hw, codes(best[None]), objective, reconfig, width)[0][0])
     start, replayed, rounds, out_of_time = current, 1, 0, False
-    while rounds < MAX_ROUNDS and not out_of_time:
-        rounds += 1
-        near = neighbours(best, allowed, max_switches, tied)
-        if not len(near):
-            break
-        # the single styles first: the first call of the first round always runs, so the search is never worse
-        # than they are, as replayed, however short its budget
-        single = (near == near[:, :1]).all(axis=1)
-        near = np.concatenate([near[single], near[~single]])
-        scores, done = replayed_objective(prep, hw, codes(near), objective, reconfig, width, deadline)
-        replayed += done
-        timed, partial = time.perf_counter() > deadline, done < len(near)  # keep the best of what was replayed
-        # a switch must pay for itself: of the assignments within MIN_ROUND_GAIN of the best, the one with the
-        # fewest switches (a single style, not a hybrid 1e-7 faster with two switches), and no move to more
-        # switches for less than that
-        close = np.flatnonzero(scores <= float(np.min(scores)) * (1.0 + MIN_ROUND_GAIN))
-        i = int(min(close, key=lambda j: (_switches(near[j]), float(scores[j]))))
-        small = float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
-        improved = bool(scores[i] < current * (1.0 - 1e-12)) and not (
-            small and _switches(near[i]) > _switches(best))
-        if improved:
-            best, current = near[i], float(scores[i])
-        more = improved and not small and rounds < MAX_ROUNDS
-        out_of_time = timed and (partial or more)  # the budget, not the search, ended it
-        if not more:
-            break
+    with tqdm(total=MAX_ROUNDS, desc="select_dataflows: search", unit="round", disable=not progress,
+              leave=False) as bar:
+        while rounds < MAX_ROUNDS and not out_of_time:
+            rounds += 1
+            bar.update(1)
+            near = neighbours(best, allowed, max_switches, tied)
+            if not len(near):
+                break
+            # the single styles first: the first call of the first round always runs, so the search is never worse
+            # than they are, as replayed, however short its budget
+            single = (near == near[:, :1]).all(axis=1)
+            near = np.concatenate([near[single], near[~single]])
+            scores, done = replayed_objective(prep, hw, codes(near), objective, reconfig, width, deadline)
+            replayed += done
+            timed, partial = time.perf_counter() > deadline, done < len(near)  # keep the best of what was replayed
+            # a switch must pay for itself: of the assignments within MIN_ROUND_GAIN of the best, the one with the
+            # fewest switches (a single style, not a hybrid 1e-7 faster with two switches), and no move to more
+            # switches for less than that
+            close = np.flatnonzero(scores <= float(np.min(scores)) * (1.0 + MIN_ROUND_GAIN))
+            i = int(min(close, key=lambda j: (_switches(near[j]), float(scores[j]))))
+            small = float(scores[i]) > current * (1.0 - MIN_ROUND_GAIN)
+            improved = bool(scores[i] < current * (1.0 - 1e-12)) and not (
+                small and _switches(near[i]) > _switches(best))
+            if improved:
+                best, current = near[i], float(scores[i])
+            more = improved and not small and rounds < MAX_ROUNDS
+            out_of_time = timed and (partial or more)  # the budget, not the search, ended it
+            if not more:
+                break
     return best, {"start": start, "found": current, "replayed": replayed, "rounds": rounds,
                   "out_of_time": out_of_time}

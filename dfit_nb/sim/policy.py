@@ -432,7 +432,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
                      reconfig_pj: float = 0.0, evaluate: bool = True,
                      prepared: Any = None, seed: int | None = None, tags: Mapping[str, Any] | None = None,
                      calibration: Any = None, fusion: str | None = None,
-                     search_budget_s: float | None = SEARCH_BUDGET_S) -> Policy | xr.Dataset:
+                     search_budget_s: float | None = SEARCH_BUDGET_S, progress: bool = True) -> Policy | xr.Dataset:
     """Choose a dataflow per GEMM (exact DP with switch costs; see the module docstring).
 
     Parameters
@@ -476,6 +476,8 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
         (:data:`SEARCH_BUDGET_S` explains the default). A search its budget stops depends on the machine's
         speed (the search note, ``policy.totals.attrs["search"]``, says so); ``None`` gives one policy on every
         machine.
+    progress : bool
+        A ``tqdm.auto`` bar over that search's rounds, where it runs.
 
     Examples
     --------
@@ -528,7 +530,7 @@ def select_dataflows(trace: Any, hw: Hardware, objective: str = "energy",
     if batch == () and searched(objective, hw.execution):
         # the DP's sum is not this objective here: search the replayed figure from the DP's choice
         choice, search = improve(prep, hw, gemm, choice, cands, allowed, objective, max_switches, reconfig, tied,
-                                 search_budget_s)
+                                 search_budget_s, progress)
         out = {**out, "choice": choice}
     names = np.asarray(cands, dtype=object)
     if batch != ():

@@ -511,13 +511,15 @@ def _replayed(policy, objective):
     pytest.param("mlp", "sambanova_like", "latency", marks=pytest.mark.slow),  # 320 tiles: one vmapped program
 ])
 def test_the_selection_searches_the_replayed_figure_where_the_dp_sum_is_not_the_objective(
-        static_traces, example, preset, objective):
+        static_traces, example, preset, objective, capsys):
     from dfit_nb.sim._search import improve, searched
 
     hw = presets.get(preset)
     assert searched(objective, hw.execution) and not searched("energy", hw.execution)
     assert not searched("latency", "time") and searched("latency", "spatial")
+    capsys.readouterr()
     policy = select_dataflows(static_traces[example], hw, objective)
+    assert "select_dataflows: search" in capsys.readouterr().err  # a bar over its rounds
     search = policy.totals.attrs["search"]
     start, found = (float(x) for x in search.rsplit(objective, 1)[1].split("->"))
     # the search keeps the DP's choice unless a replay beats it, and what it found is what the policy replays
