@@ -310,6 +310,14 @@ def test_non_floating_outputs_are_refused():
         dfit_nb.precision(lambda p, x: jnp.argmax(mlp(p, x), axis=-1), mlp_params(False), MLP_X)
 
 
+def test_a_reference_that_is_not_finite_is_named():
+    # every format's drift against a NaN reference read inf, which looked like a format to reject
+    x = MLP_X.at[0, 0].set(jnp.nan)
+    with pytest.raises(PrecisionError, match=r"float32 run .* gives NaN or inf in out \(\d+ of \d+ elements\).*"
+                                             r"finite reference"):
+        dfit_nb.precision(mlp, mlp_params(False), x)
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"hw": "npu_like"}, "hw must be one dfit_nb.sim.Hardware"),
     ({"dataflow": "xs"}, "unknown dataflow 'xs'"),
