@@ -75,7 +75,8 @@ def by_family(traces: Mapping[str, Any], hw: Hardware, objective: str = "energy"
         raise FamilyError(f"traces must be a non-empty dict {{family: Trace}}, got {type(traces).__name__}")
     check_hardware(hw, "by_family()", error=FamilyError)
     families = [str(f) for f in traces]
-    policies = {f: select_dataflows(t, hw, objective) for f, t in zip(families, traces.values(), strict=True)}
+    policies = {f: select_dataflows(t, hw, objective, progress=False)  # one after another: no bar each
+                for f, t in zip(families, traces.values(), strict=True)}
     cands = [str(c) for c in next(iter(policies.values())).choices["candidate"].values]
     classes_of = {f: layer_classes(traces[f])[1] for f in families}
     classes = sorted({c for v in classes_of.values() for c in v})

@@ -123,7 +123,7 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
                              f"{base[axis]}): the smallest factor is 1 / {base[axis]} = {1.0 / base[axis]:g}")
     exps = exponents(trace, make_args, base)
     prep = prepare(trace, None, splits_rows(hw))
-    base_policy = select_dataflows(trace, hw, objective, evaluate=False)
+    base_policy = select_dataflows(trace, hw, objective, evaluate=False, progress=False)
     fixed = _codes(np.asarray(base_policy.per_op))  # per replayed op; "" (non-GEMM) -> ws, which it ignores
     gemm_rows = np.flatnonzero(prep.arrays["gemm"] > 0)
     policies = [*DATAFLOWS, "hybrid@base", "hybrid"]
@@ -134,7 +134,7 @@ def shape_sensitivity(trace: Any, hw: Hardware, make_args: Callable[..., Sequenc
     chosen = np.empty_like(best)
     for i, point in enumerate(points):  # a handful of shapes: each is one compiled replay per policy
         p = scaled(prep, exps, point)
-        sel = select_dataflows(trace, hw, objective, evaluate=False, prepared=p)
+        sel = select_dataflows(trace, hw, objective, evaluate=False, prepared=p, progress=False)
         cands = list(sel.choices["candidate"].values)
         best[i] = np.asarray(cands, dtype=object)[np.argmin(sel.choices["cost"].values, axis=1)]
         chosen[i] = sel.choices["dataflow"].values
