@@ -65,8 +65,8 @@ If a calibration ends on a machine that is not finite (a field whose gradient is
 
 Printed: every table (held-out MAPE and Spearman per op and per family, base and fitted machine; the fitted
 fields, marked where a field ends at its bound; the worst held-out rows), the per-harness fit's table beside the
-one-fixed-cost fit's, on this CPU a per-implementation reference and the floor of any model of a kernel's
-contents on twin fusions (:func:`twin_floor`), and the wall time of each part. A calibration of ~85 program
+one-fixed-cost fit's, on this CPU a per-implementation reference and the floor of any model of a kernel's ops
+and shapes on twin fusions (:func:`twin_floor`), and the wall time of each part. A calibration of ~85 program
 rows took 107-175 s on 2 shared cores at a load average of ~8 (it differentiates through one replay per row);
 the GPU part alone (``--skip-cpu``) 662 s, two calibrations per device (docs/validation.md has its tables). No
 timing is asserted. Run::
@@ -654,40 +654,32 @@ def implementation_reference(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd
     return metric_table(ref, "family")
 
 
-_HLO_NAME = re.compile(r"%[A-Za-z0-9_.\-]+")
-_HLO_METADATA = re.compile(r",? metadata=\{[^}]*\}")
-
-
 def fusion_signatures(hlo: str) -> dict[str, str]:
-    """Each fusion of a compiled HLO module's entry, by name, to what it computes: its kind, output shape and
-    backend config, and its fused computation's instructions, with instruction names and source metadata removed.
-    Two fusions with one signature run the same code on operands of the same shapes."""
-    bodies: dict[str, list[str]] = {}
-    current = None
-    for line in hlo.splitlines():
-        head = re.match(r"^%?([A-Za-z0-9_.\-]+) \(.*\) -> .* \{$", line)
-        if head:
-            current = head.group(1)
-            bodies[current] = []
-        elif line.startswith("}"):
-            current = None
-        elif current is not None:
-            bodies[current].append(_HLO_NAME.sub("%", _HLO_METADATA.sub("", line)).strip())
+    """Each fusion of a compiled HLO module's entry, by name, to what it computes as a model of ops and shapes
+    sees it: its kind and output shape, and its fused computation's instructions (opcode, shape, operands by
+    position in the computation, parameter number), parsed by :func:`dfit_nb.capture.lowering.parse_hlo_module`.
+    Two fusions with one signature run the same ops on operands of the same shapes."""
+    from dfit_nb.capture.lowering import parse_hlo_module
+
+    comps = parse_hlo_module(hlo)
     out = {}
-    for line in hlo.splitlines():
-        m = re.match(r"\s*(?:ROOT )?%([A-Za-z0-9_.\-]+) = (\S+) fusion\(.*?calls=%([A-Za-z0-9_.\-]+)", line)
-        if m:
-            config = re.search(r"kind=(\w+)", line)
-            backend = re.search(r"backend_config=(\{.*\})", line)
-            out[m.group(1)] = "\n".join([m.group(2), config.group(1) if config else "",
-                                         backend.group(1) if backend else "", *bodies.get(m.group(3), [])])
+    for comp in comps.values():
+        if not comp.is_entry:
+            continue
+        for ins in comp.instructions:
+            if ins.opcode != "fusion" or not ins.calls or ins.calls[0] not in comps:
+                continue
+            body = comps[ins.calls[0]].instructions
+            at = {b.name: i for i, b in enumerate(body)}
+            out[ins.name] = repr((ins.shape, ins.fusion_kind, tuple(
+                (b.opcode, b.shape, tuple(at.get(o, -1) for o in b.operands), b.parameter_number) for b in body)))
     return out
 
 
 def twin_floor(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd.DataFrame:
     """The least error any model that prices a kernel from what it computes can make on these rows.
 
-    Fusions of one program with one signature (:func:`fusion_signatures`: the same code on operands of the same
+    Fusions of one program with one signature (:func:`fusion_signatures`: the same ops on operands of the same
     shapes, e.g. a layer's softmax and the next layer's) are twins; a model that reads a kernel's ops and shapes
     prices twins alike, one figure ``p`` per group, and its least MAPE over a group is ``min_p sum |p - t_i| / t_i``
     (reached at one of the measured ``t_i``), whatever it was fitted on. Per family: the rows that have a twin,
@@ -783,8 +775,8 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
         reference = implementation_reference(pooled, traces)
         show(reference.drop(columns=["MAPE base", "Spearman base"]))
         twins = twin_floor(pooled, traces)
-        print("\nthis CPU: the floor on twin fusions (one program, the same code on the same shapes, priced alike by "
-              "any model of a kernel's contents): min over one figure per group of the group's MAPE")
+        print("\nthis CPU: the floor on twin fusions (one program, the same ops on the same shapes, priced alike by "
+              "any model of a kernel's ops and shapes): min over one figure per group of the group's MAPE")
         print(twins.to_string(index=False, na_rep="n/a", formatters={
             "floor MAPE": lambda v: f"{v:8.1%}", "fitted machine MAPE": lambda v: f"{v:8.1%}",
             "largest max/min": lambda v: f"{v:6.2f}x"}))
