@@ -276,8 +276,9 @@ def precision(trace_or_fn: Trace | Callable[..., Any], *args: Any, formats: Sequ
         raise PrecisionError(f"no output of {trace.attrs.get('function', 'the function')} is floating point "
                              f"({described or 'it returns nothing'}): drift is measured on floating outputs")
     kept = [i for i, f in enumerate(floating) if f]
-    bad = [(names[k], int(np.size(x) - np.isfinite(np.asarray(x)).sum()), int(np.size(x)))
-           for k, x in enumerate(reference) if floating[k] and not bool(np.isfinite(np.asarray(x)).all())]
+    nonfinite = [int(np.size(x) - np.isfinite(np.asarray(x)).sum()) if floating[k] else 0
+                 for k, x in enumerate(reference)]
+    bad = [(names[k], c, int(np.size(reference[k]))) for k, c in enumerate(nonfinite) if c]
     if bad:  # drift against a NaN or inf reference has no meaning: every format would read inf or NaN
         described = ", ".join(f"{n} ({c} of {size} elements)" for n, c, size in bad)
         raise PrecisionError(f"the float32 run of {trace.attrs.get('function', 'the function')} gives NaN or inf in "

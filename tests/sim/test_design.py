@@ -90,19 +90,23 @@ def test_within_two_percent_of_the_enumerated_grid(designed, trace) -> None:  # 
     assert designed.evaluated.sizes["candidate"] <= 8 < len(machines)
 
 
-def test_fewer_replays_replay_the_first_candidates(designed, trace, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_fewer_replays_replay_the_first_candidates(designed, trace) -> None:  # type: ignore[no-untyped-def]
     # bench_design.py reads design(replays=k) from a run with more replays: the search does not depend on replays,
     # and the candidates replayed are the priced ranking's first
-    capsys.readouterr()
-    few = design(trace, presets.get(BASE), "edp", LIMITS, FIELDS, budget_s=300, starts=4, replays=3, max_steps=8,
-                 progress=False)
-    assert "design" not in capsys.readouterr().err
-    design(trace, presets.get(BASE), "edp", LIMITS, FIELDS, budget_s=300, starts=4, replays=2, max_steps=2)
-    assert "design" in capsys.readouterr().err  # a bar over the steps, by default
+    few = design(trace, presets.get(BASE), "edp", LIMITS, FIELDS, budget_s=300, starts=4, replays=3, max_steps=8)
     assert few.evaluated.sizes["candidate"] == 3
     for f in FIELDS:
         np.testing.assert_array_equal(few.evaluated[f].values, designed.evaluated[f].values[:3])
     np.testing.assert_array_equal(few.evaluated["edp_js"].values, designed.evaluated["edp_js"].values[:3])
+
+
+def test_a_progress_bar_over_the_steps_unless_turned_off(trace, capsys) -> None:  # type: ignore[no-untyped-def]
+    capsys.readouterr()
+    design(trace, presets.get(BASE), "edp", LIMITS, FIELDS, budget_s=300, starts=4, replays=2, max_steps=2)
+    assert "design" in capsys.readouterr().err
+    design(trace, presets.get(BASE), "edp", LIMITS, FIELDS, budget_s=300, starts=4, replays=2, max_steps=2,
+           progress=False)
+    assert "design" not in capsys.readouterr().err
 
 
 def test_result_object(designed) -> None:  # type: ignore[no-untyped-def]
