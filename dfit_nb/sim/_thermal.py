@@ -59,6 +59,7 @@ from ..errors import DfitError
 from ..events import binning
 from .hardware import FIELDS, THERMAL_FIELDS, Hardware, check_hardware, from_provenance
 from .memory import Estimate
+from .streaming import float_count
 
 #: float64 arrays over (steps + 1) x tiles the transient keeps at its peak (the periodic energies, the steps'
 #: energies, the scan's temperatures and their copies on the way back): an upper bound (about 3.3 measured)
@@ -278,8 +279,8 @@ def thermal(run: Any, inferences: int = 1000, *, steps: int = 256, hw: Hardware 
     clock_hz = float(hw.clock_ghz) * 1e9
     energy_bins, edges = tile_energy(run)
     cum = np.concatenate([np.zeros((1, tr, tc)), np.cumsum(energy_bins, axis=0)])
-    calls = float(inferences) if inferences < 2 ** 1023 else math.inf  # float() of a larger int raises OverflowError
-    work = calls * edges[-1]
+    calls = float_count(inferences)
+    work = calls * float(edges[-1])  # Python floats: an overflow is inf, refused below, not a NumPy warning
     if not math.isfinite(work / clock_hz):  # the transient's seconds would be inf and every temperature NaN
         raise ThermalError(f"inferences must be a positive integer whose run time is finite in float64: "
                            f"{calls:.3g} calls of {edges[-1]:.6g} cycles overflow; use fewer (the steady state "

@@ -53,6 +53,15 @@ REPORTED_STREAM = 64
 STAGE_CLASSES = ("compute", "noc", "retile", "dram", "fixed", "dram channel")
 
 
+def float_count(n: int) -> float:
+    """A whole count (inferences) as a float: ``inf`` where it exceeds float64, whose ``float()`` raises
+    ``OverflowError``; the callers then refuse a time that is not finite, naming the count."""
+    try:
+        return float(n)
+    except OverflowError:
+        return math.inf
+
+
 def section_periods(stage: Any, dram_bytes: Any, section: Any, dram_bytes_per_cycle: Any, sections: int,
                     xp: Any = np) -> tuple[Any, Any]:
     """Per section: its slowest stage's cycles and its stages' DRAM traffic through the one channel, in cycles; the
@@ -134,7 +143,7 @@ def steady_state(records: dict[str, Any], real: Any, macs: float, hw: Hardware, 
         stage_ids, stage_section = op_ids[first], op_section[first]
     else:
         stage_ids, stage_section = op_ids, op_section
-    n = float(inferences) if inferences < 2 ** 1023 else math.inf  # float() of a larger int raises OverflowError
+    n = float_count(inferences)
     latency = float(rec["end"].max()) if rec["end"].size else 0.0
     dram_bw, clock = float(hw.dram_bytes_per_cycle), float(hw.clock_ghz)
     sections = 1
