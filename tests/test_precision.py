@@ -207,7 +207,7 @@ def test_a_trace_is_accepted_and_its_regions_are_the_traces(mlp_study):
     fn, args = dfit_nb.examples.get("mlp").build()
     grouped = dfit_nb.precision(fn, *args, formats="bf16", region_depth=1)
     assert grouped.data["region"].values.tolist() == [ALL, "mlp"]
-    deep = dfit_nb.precision(fn, *args, formats="bf16", region_depth=np.int64(1))  # was refused as not whole
+    deep = dfit_nb.precision(fn, *args, formats="bf16", region_depth=np.int64(1))  # a NumPy integer is a whole number
     assert deep.data["region"].values.tolist() == [ALL, "mlp"]
     np.testing.assert_allclose(grouped.data["rel_error"].sel(region="mlp").values,
                                grouped.data["rel_error"].sel(region=ALL).values)
@@ -323,7 +323,7 @@ def test_a_reference_that_is_not_finite_is_named():
     ({"dataflow": "xs"}, "unknown dataflow 'xs'"),
     ({"region_depth": 0}, "region_depth must be None or a whole number >= 1"),
     ({"logits": ["nope"]}, "logits names no output: 'nope'"),
-    # 0 raised ZeroDivisionError after the study, NaN a ValueError; 2.5 was priced as 2.5 calls, recorded as 2
+    # inferences is a whole number >= 1, checked before the study (0, NaN and 2.5 are not)
     ({"inferences": 0, "hw": presets.get("npu_like")}, r"inferences must be a whole number >= 1.*got 0"),
     ({"inferences": float("nan"), "hw": presets.get("npu_like")}, r"inferences must be a whole number >= 1.*nan"),
     ({"inferences": 2.5}, r"inferences must be a whole number >= 1.*got 2\.5"),

@@ -361,7 +361,7 @@ def test_bad_input_names_the_problem(tmp_path):
     with pytest.raises(PerfettoExportError, match="DataArray"):
         to_perfetto(ds, out, clock_ghz=CLOCK, link_load=link_load().values)
     broken = link_load()
-    broken[2, 1] = -np.inf  # was written as a load of 0, unsaid
+    broken[2, 1] = -np.inf  # a load that is not finite is refused, not written as 0
     with pytest.raises(PerfettoExportError, match=r"1 infinite load\(s\) \(the first on link 'row1.east'\)"):
         to_perfetto(ds, out, clock_ghz=CLOCK, link_load=broken)
     with pytest.raises(PerfettoExportError, match="directory"):

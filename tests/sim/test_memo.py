@@ -127,7 +127,7 @@ def test_the_decision_rule_refuses_bad_numbers():
     with pytest.raises(MemoError, match="gain"):
         decide(float("nan"), 0.079)
     with pytest.raises(MemoError, match=r"'gain': True"):
-        decide(True, 0.079)  # was decided as a gain of 100 %: ship
+        decide(True, 0.079)  # a bool is not a gain (True would read as 100 %)
 
 
 @pytest.fixture(scope="module")
@@ -156,10 +156,10 @@ def test_compare_names_the_region_from_which_two_runs_diverge(encoder_ws, gemm):
     with pytest.raises(CompareError, match="threshold must be a finite number >= 0"):
         compare(a, b, threshold=-1)
     with pytest.raises(CompareError, match=r"threshold must be a finite number >= 0.*got True"):
-        compare(a, b, threshold=True)  # was taken as a threshold of 100 %
+        compare(a, b, threshold=True)  # a bool is not a threshold (True would read as 100 %)
     with pytest.raises(CompareError, match=r"force must be True or False.*got 'no'"):
         compare(a, b, force="no")  # truthy: compared runs of different programs anyway
-    assert compare(a, b, threshold=np.int64(0)).attrs["divergence_threshold"] == 0.0  # was refused
+    assert compare(a, b, threshold=np.int64(0)).attrs["divergence_threshold"] == 0.0  # a NumPy integer is a number
 
 
 def test_batch_variance_is_the_per_size_replay_and_its_quantiles(memo_policy, static_traces):
@@ -196,19 +196,19 @@ def test_bad_memo_inputs(memo_policy, static_traces):
         batch_variance(memo_policy, mlp_args, {"batch": 8}, [8, 16], quantiles=[0.5, float("nan")])
     with pytest.raises(MemoError, match=r"batch_sizes needs finite whole sizes >= 1 with finite weights"):
         batch_variance(memo_policy, mlp_args, {"batch": 8}, {8: float("inf"), 16: 1.0})
-    # a base of 0 was reported as a bad batch_sizes {0: 0.02} the user never gave; a list failed on base[axis]
+    # the base shape is checked as the base (not reported as batch sizes the user never gave); a list is no base
     with pytest.raises(MemoError, match=r"base size batch=0 must be a positive integer"):
         batch_variance(memo_policy, mlp_args, {"batch": 0})
     with pytest.raises(MemoError, match=r"base must be a dict"):
         batch_variance(memo_policy, mlp_args, [8])
-    # None failed on hw.execution (AttributeError); a batch was hashed as if one machine
+    # hw is one machine: None and a batch are named, not hashed or read as one
     for hw in (None, Hardware.stack([presets.get("npu_like")] * 2)):
         with pytest.raises(MemoError, match=r"tags\(\)( takes one machine.*hw|: hw must be one dfit_nb\.sim)"):
             tags(static_traces["mlp"], hw)
     from dfit_nb.sim.memo import missing_evidence
 
     with pytest.raises(MemoError, match=r"hypotheses\(\) needs a dfit_nb Run .*got Dataset"):
-        hypotheses(memo_policy.runs["hybrid"].summary)  # was an AttributeError
+        hypotheses(memo_policy.runs["hybrid"].summary)  # a summary is not a Run: named as such
     with pytest.raises(MemoError, match=r"missing_evidence\(\) needs an evaluated dfit_nb\.sim\.Policy .*NoneType"):
         missing_evidence(None)
     with pytest.raises(MemoError, match="seed must be an int"):

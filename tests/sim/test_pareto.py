@@ -52,7 +52,7 @@ def test_best_takes_one_keep_dim_as_a_string():
 
 @pytest.mark.parametrize("q", [float("nan"), "a", [], [0.5, 1.5]])
 def test_quantiles_outside_0_1_are_refused(q):
-    # NaN passed the range check and NumPy raised its own ValueError; "a" a conversion ValueError
+    # NaN fails both bounds of the range check; text is not a quantile: both named by ReductionError
     with pytest.raises(ReductionError, match=r"quantiles q must be one or more numbers in \[0, 1\]"):
         quantiles(DS, "energy_j", q)
 

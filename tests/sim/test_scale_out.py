@@ -177,7 +177,7 @@ def test_what_is_not_a_store_path_or_a_lazy_dataset_is_refused(tmp_path):
             to_zarr(lazy, store, progress=False)
         with pytest.raises(LoadRefusedError, match=r"refusing to open .*the store must be a path"):
             scale.open_sweep(store)
-    with pytest.raises(ScaleOutError, match=r"to_zarr\(\) streams a lazy Dataset"):  # was an AttributeError
+    with pytest.raises(ScaleOutError, match=r"to_zarr\(\) streams a lazy Dataset"):  # named, not an AttributeError
         to_zarr(None, tmp_path / "s.zarr", progress=False)
     assert not os.listdir(tmp_path)
 

@@ -132,14 +132,14 @@ def test_bad_inputs(encoder_trace, tmp_path):
         shape_sensitivity(encoder_trace, hw, make_args, [2, 32], {"batch": [1, 2]})
     with pytest.raises(ShapeError, match=r"base must be a dict"):
         tail_latency(encoder_trace, hw, make_args, [2], [2, 4])
-    with pytest.raises(ShapeError, match=r"axis 'btach' is not in base"):  # was found after the probe captures
+    with pytest.raises(ShapeError, match=r"axis 'btach' is not in base"):  # before the probe captures
         shape_sensitivity(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, {"btach": [1, 2]})
-    # 0.1 x batch 2 held the dims at batch 1 while FLOPs and bytes scaled to 0.2: a mix of two sizes, silently
+    # a size below 1 (0.1 x batch 2) would hold the dims at batch 1 while FLOPs and bytes scale to 0.2
     with pytest.raises(ShapeError, match=r"scales\['batch'\] factors \[0\.1\] make batch smaller than 1 .*0\.5"):
         shape_sensitivity(encoder_trace, hw, make_args, BASE, {"batch": [0.1, 1.0]})
     from dfit_nb.sim import PolicyError
 
-    with pytest.raises(PolicyError, match=r"unknown objective 'energyy'; valid: energy"):  # was after the captures
+    with pytest.raises(PolicyError, match=r"unknown objective 'energyy'; valid: energy"):  # before the captures
         tail_latency(encoder_trace, hw, lambda **kw: pytest.fail("captured"), BASE, [2, 4], objective="energyy")
     # probe=1 measured the base size again (log(1) = 0: NaN exponents), 0 an empty batch (every exponent 0)
     for probe in (1.0, 1.1, 0.0, -1.0, float("nan")):

@@ -195,7 +195,7 @@ def test_a_runs_stream_without_replaying_is_the_replays_own():
     # a plain ValueError, where replay(..., inferences=0) raises ReplayError (still a ValueError)
     with pytest.raises(ReplayError, match="inferences must be a whole number >= 1, got 0"):
         run.streamed(0)
-    # 10**306 streamed for inf seconds at 0 inferences a second, silently; 10**400 raised OverflowError in float()
+    # a stream time past float64 (10**306) and a count float() cannot hold (10**400) are refused by name
     for huge in (10**306, 10**400):
         with pytest.raises(ReplayError, match=r"inferences must be .*stream time is finite in float64"):
             run.streamed(huge)

@@ -275,14 +275,14 @@ def test_bad_thermal_calls(small_run):
         thermal(small_run, 0)
     with pytest.raises(ThermalError, match="steps"):
         thermal(small_run, 10, steps=True)
-    # 10**308 calls overflowed the transient's seconds to inf (every temperature NaN, silently); 10**400 raised
-    # OverflowError in float()
+    # a transient whose seconds pass float64 (10**308 calls) and a count float() cannot hold (10**400) are refused
+    # by name (else every temperature would be NaN)
     for huge in (10**308, 10**400):
         with pytest.raises(ThermalError, match=r"inferences must be .* finite in float64"):
             thermal(small_run, huge, steps=4)
     with pytest.raises(ThermalError, match="grid"):
         thermal(small_run, 10, hw=presets.get("tpu_like"))
-    # the same grid at another clock turned the run's cycles into other seconds (another power), silently
+    # the same grid at another clock would turn the run's cycles into other seconds (another power)
     with pytest.raises(ThermalError, match=r"hw differs from the machine the run was replayed on in clock_ghz = 2"):
         thermal(small_run, 10, steps=4, hw=presets.get("npu_like").replace(clock_ghz=2.0))
     with pytest.raises(ThermalError, match="Run"):
@@ -291,7 +291,7 @@ def test_bad_thermal_calls(small_run):
         steady_state(np.ones((2, 2)), GRID)
     with pytest.raises(ValueError, match="thermal_cycles"):
         small_run.with_thermal(small_run.summary)
-    # the same program on another machine or dataflow has the same ops: another run's analysis was attached silently
+    # the same program on another machine or dataflow has the same ops: only this run's analysis may be attached
     analysis = thermal(small_run, 10, steps=4)
     trace = dfit_nb.capture(lambda a: a @ a, jnp.ones((64, 64)))  # small_run's program
     for other in (dfit_nb.replay(trace, presets.get("scalesim_32")), dfit_nb.replay(trace, presets.get("npu_like"),
