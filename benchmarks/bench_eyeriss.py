@@ -109,6 +109,14 @@ def compare(data: pd.DataFrame, ds: xr.Dataset, hw_name: str = "eyeriss") -> pd.
     })
 
 
+def price_layers(preset: str = "eyeriss") -> tuple[xr.Dataset, pd.DataFrame]:
+    """``cost`` of the measured layers' convolutions on ``preset`` for each of :data:`DATAFLOWS`, and
+    :func:`compare`'s per-layer frame."""
+    data = pd.read_csv(DATA)
+    ds = cost(layer_ops(data), presets.get(preset), list(DATAFLOWS))
+    return ds, compare(data, ds, preset)
+
+
 def summary(c: pd.DataFrame) -> dict[str, dict[str, float]]:
     """MAPE and Spearman per compared metric (and the peer's, for latency)."""
     return {
@@ -127,9 +135,7 @@ def main() -> None:
         raise SystemExit(f"{DATA} is absent: the measured Eyeriss layers live in the project's shared data folder "
                          "(../shared/data/eyeriss_jssc2017, from the JSSC 2017 paper's Tables V and VI)")
     t0 = time.perf_counter()
-    data = pd.read_csv(DATA)
-    ds = cost(layer_ops(data), presets.get(a.preset), list(DATAFLOWS))
-    c = compare(data, ds, a.preset)
+    ds, c = price_layers(a.preset)
     print(f"{len(c)} measured Eyeriss conv layers (JSSC 2017 Tables V-VI); preset {a.preset}, uncalibrated; "
           f"jax {jax.__version__}, dfit_nb {dfit_nb.__version__}; per layer the fastest of {', '.join(DATAFLOWS)}")
     with pd.option_context("display.width", 250, "display.max_columns", 30):

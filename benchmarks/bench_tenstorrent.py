@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -82,6 +83,17 @@ def measured(rows: pd.DataFrame, dram_only: bool = False) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def calibrate_board(data: pd.DataFrame, board: str, seed: int, dram_only: bool = False
+                    ) -> tuple[pd.DataFrame, Any, Any, float]:
+    """One board's rows of ``data``, its preset, ``calibrate``'s result on a seeded half (every row on its own grid,
+    fidelity, dtype and placement) and the calibration's seconds."""
+    rows = data[data["board"] == board].reset_index(drop=True)
+    hw = presets.get(PRESETS[board])
+    t0 = time.perf_counter()
+    cal = calibrate(measured(rows, dram_only), hw, DEFAULT_FIELDS, DATAFLOW, seed=seed)
+    return rows, hw, cal, time.perf_counter() - t0
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
@@ -97,12 +109,7 @@ def main() -> None:
           f"jax {jax.__version__}, dfit_nb {dfit_nb.__version__}; dataflow {DATAFLOW}; split seed {a.seed}"
           + ("; placement ignored (--dram-only)" if a.dram_only else ""))
     for board, name in PRESETS.items():
-        rows = data[data["board"] == board].reset_index(drop=True)
-        hw = presets.get(name)
-        table = measured(rows, a.dram_only)
-        t0 = time.perf_counter()
-        cal = calibrate(table, hw, DEFAULT_FIELDS, DATAFLOW, seed=a.seed)
-        took = time.perf_counter() - t0
+        rows, hw, cal, took = calibrate_board(data, board, a.seed, a.dram_only)
         cal_hw, converged, loss = cal.hw, cal.converged, cal.loss
         fit = cal.rows["fitted"].values.astype(bool)
         meas = rows["time_s"].to_numpy()

@@ -38,6 +38,23 @@ def load() -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
+def calibrate_grid(rows: pd.DataFrame, hw, fields, dataflow, seed: int) -> tuple[object, float]:
+    """``calibrate`` on a seeded half of the grid's matmuls (half of each size range); and its seconds."""
+    t0 = time.perf_counter()
+    cal = calibrate(rows.drop(columns=["scale_sim_cycles"]), hw, list(fields), dataflow, seed=seed)
+    return cal, time.perf_counter() - t0
+
+
+def load_unaligned() -> tuple[pd.DataFrame, np.ndarray, float]:
+    """The 100 unaligned large matmuls as op rows, their measured seconds, and the peer's own fitted model's MAPE
+    on them (its figure, from the data)."""
+    big = pd.read_csv(DATA / "large_unaligned_verification.csv")
+    shapes = [ast.literal_eval(s) for s in big["Input_Shapes"]]
+    ops = pd.DataFrame({"m": [s[0][0] for s in shapes], "k": [s[0][1] for s in shapes],
+                        "n": [s[1][1] for s in shapes], "dtype": ["float16"] * len(shapes)})
+    return ops, big["Actual_Duration_us"].to_numpy() * 1e-6, float(np.mean(np.abs(big["Error_Percentage"]))) / 100
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed", type=int, default=0)
@@ -48,10 +65,8 @@ def main() -> None:
         raise SystemExit(f"{DATA} is absent: the measured TPU v4 matmuls live in the project's shared data folder")
     rows = load()
     hw = presets.get("tpu_v4")
-    t0 = time.perf_counter()
     dataflow = a.dataflow.split(",") if "," in a.dataflow else a.dataflow
-    cal = calibrate(rows.drop(columns=["scale_sim_cycles"]), hw, a.fields.split(","), dataflow, seed=a.seed)
-    took = time.perf_counter() - t0
+    cal, took = calibrate_grid(rows, hw, a.fields.split(","), dataflow, a.seed)
     fit = cal.rows["fitted"].values
     assert (fit == stratified_split(rows["bucket"].to_numpy(), 0.5, a.seed)).all()
     measured = rows["time_us"].to_numpy() * 1e-6
@@ -80,16 +95,11 @@ def main() -> None:
         for name, pred in preds.items():
             m = metrics(pred[sel], measured[sel])
             print(f"{bucket:14s} {name:28s} {m['pearson']:8.3f} {m['spearman']:9.3f} {m['mape']:8.1%}")
-    big = pd.read_csv(DATA / "large_unaligned_verification.csv")
-    shapes = [ast.literal_eval(s) for s in big["Input_Shapes"]]
-    ops = pd.DataFrame({"m": [s[0][0] for s in shapes], "k": [s[0][1] for s in shapes],
-                        "n": [s[1][1] for s in shapes], "dtype": ["float16"] * len(shapes)})
-    y = big["Actual_Duration_us"].to_numpy() * 1e-6
+    ops, y, peer_mape = load_unaligned()
     for name, machine in (("tpu_v4 preset", hw), ("calibrated", cal.hw)):
         m = metrics(predict(ops, machine, dataflow)["seconds"], y)
         print(f"{'unaligned 100':14s} {name:28s} {m['pearson']:8.3f} {m['spearman']:9.3f} {m['mape']:8.1%}")
-    print(f"{'unaligned 100':14s} {'peer unified model (theirs)':28s} {'':>8s} {'':>9s} "
-          f"{np.mean(np.abs(big['Error_Percentage'])) / 100:8.1%}")
+    print(f"{'unaligned 100':14s} {'peer unified model (theirs)':28s} {'':>8s} {'':>9s} {peer_mape:8.1%}")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,25 @@ def scores(pred: np.ndarray, meas: np.ndarray) -> tuple[float, float]:
     return float(np.mean(np.abs(pred - meas) / meas)), float(spearmanr(pred, meas).statistic)
 
 
+def calibrate_gemms(gemm: pd.DataFrame, hw, seed: int) -> tuple[object, float]:
+    """``calibrate`` on a seeded half of the GEMMs (half of each M range), the default fields, the faster of ``ws``
+    and ``is`` per GEMM; and its seconds."""
+    t0 = time.perf_counter()
+    cal = calibrate(gemm[["m", "k", "n", "dtype", "bucket", "time_s"]], hw, list(DEFAULT_FIELDS), ["ws", "is"],
+                    seed=seed)
+    return cal, time.perf_counter() - t0
+
+
+def capture_ffns(ffn: pd.DataFrame, device=None) -> list:
+    """Each FFN program captured statically (bf16, nothing allocated); lowered for ``device`` where one is given
+    (its XLA fusions then are that compiler's)."""
+    traces = []
+    for r in ffn.itertuples():
+        fn, args = ffn_program(r.kind, r.s, r.h, r.i)
+        traces.append(dfit_nb.capture(fn, *args) if device is None else dfit_nb.capture(fn, *args, lower_for=device))
+    return traces
+
+
 def replay_ffns(traces: list, hw, fusion: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per FFN program: the faster replayed latency of ws and is, its launching kernels and launch share."""
     secs, kernels, share = [], [], []
@@ -130,11 +149,9 @@ def main() -> None:
     print(f"tpu_v6e preset vs {len(gemm)} measured GEMMs and {len(ffn)} fused FFN programs "
           f"({(ffn['kind'] == 'gated').sum()} gated SiLU, {(ffn['kind'] == 'erf').sum()} erf-GELU); jax "
           f"{jax.__version__}, dfit_nb {dfit_nb.__version__}")
-    t0 = time.perf_counter()
-    cal = calibrate(gemm[["m", "k", "n", "dtype", "bucket", "time_s"]], hw, list(DEFAULT_FIELDS), ["ws", "is"],
-                    seed=a.seed)
+    cal, took = calibrate_gemms(gemm, hw, a.seed)
     print(f"calibrated on {int(cal.rows['fitted'].sum())} GEMMs (seed {a.seed}, half of each M range) in "
-          f"{time.perf_counter() - t0:.1f} s, converged {cal.converged}")
+          f"{took:.1f} s, converged {cal.converged}")
     print("fitted: " + ", ".join(f"{f} {float(np.asarray(getattr(hw, f))):.5g} -> "
                                  f"{float(np.asarray(getattr(cal.hw, f))):.5g}" for f in cal.fields))
     fit = cal.rows["fitted"].values
@@ -147,12 +164,8 @@ def main() -> None:
             report(f"{bucket}, {name}", pred, meas[sel], gemm["workload"][sel])
 
     t0 = time.perf_counter()
-    traces, tpu_traces = [], []
-    for r in ffn.itertuples():
-        fn, args = ffn_program(r.kind, r.s, r.h, r.i)
-        traces.append(dfit_nb.capture(fn, *args))
-        if device is not None:
-            tpu_traces.append(dfit_nb.capture(fn, *args, lower_for=device))
+    traces = capture_ffns(ffn)
+    tpu_traces = capture_ffns(ffn, device) if device is not None else []
     print(f"\nFFN programs: captured {len(traces)} in {time.perf_counter() - t0:.1f} s; "
           f"none was fitted (the calibration saw GEMMs only)")
     f_meas = ffn["time_s"].to_numpy()

@@ -24,7 +24,6 @@ Run: ``python benchmarks/tpu_v4_unaligned.py [--seed 0]``;
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 from pathlib import Path
 
@@ -32,18 +31,15 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tpu_v4 import DATA, load
+from bench_tpu_v4 import DATA, load, load_unaligned
 
 from dfit_nb.sim import presets
 from dfit_nb.sim.calibration import DEFAULT_FIELDS, calibrate, predict
 
 
 def unaligned() -> pd.DataFrame:
-    big = pd.read_csv(DATA / "large_unaligned_verification.csv")
-    shapes = [ast.literal_eval(s) for s in big["Input_Shapes"]]
-    return pd.DataFrame({"m": [s[0][0] for s in shapes], "k": [s[0][1] for s in shapes],
-                         "n": [s[1][1] for s in shapes], "dtype": "float16",
-                         "time_us": big["Actual_Duration_us"].to_numpy()})
+    ops, seconds, _ = load_unaligned()
+    return ops.assign(time_us=seconds * 1e6)
 
 
 def xla_plans(u: pd.DataFrame, topology: str) -> pd.DataFrame | None:
