@@ -46,7 +46,7 @@ import pandas as pd
 
 import dfit_nb
 from dfit_nb.sim import presets
-from dfit_nb.sim.calibration import DEFAULT_FIELDS, calibrate, metrics
+from dfit_nb.sim.calibration import DEFAULT_FIELDS, DEFAULT_LOSS, calibrate, metrics
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tenstorrent_gemm" / "tenstorrent_gemm.csv"
 PRESETS = {"N150": "tt_wormhole_n150", "P150": "tt_blackhole_p150"}
@@ -83,14 +83,14 @@ def measured(rows: pd.DataFrame, dram_only: bool = False) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def calibrate_board(data: pd.DataFrame, board: str, seed: int, dram_only: bool = False
+def calibrate_board(data: pd.DataFrame, board: str, seed: int, dram_only: bool = False, loss: str = DEFAULT_LOSS
                     ) -> tuple[pd.DataFrame, Any, Any, float]:
     """One board's rows of ``data``, its preset, ``calibrate``'s result on a seeded half (every row on its own grid,
-    fidelity, dtype and placement) and the calibration's seconds."""
+    fidelity, dtype and placement; ``loss`` minimised) and the calibration's seconds."""
     rows = data[data["board"] == board].reset_index(drop=True)
     hw = presets.get(PRESETS[board])
     t0 = time.perf_counter()
-    cal = calibrate(measured(rows, dram_only), hw, DEFAULT_FIELDS, DATAFLOW, seed=seed)
+    cal = calibrate(measured(rows, dram_only), hw, DEFAULT_FIELDS, DATAFLOW, seed=seed, loss=loss)
     return rows, hw, cal, time.perf_counter() - t0
 
 

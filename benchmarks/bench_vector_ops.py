@@ -96,7 +96,7 @@ import pandas as pd
 
 import dfit_nb
 from dfit_nb.sim import Hardware
-from dfit_nb.sim.calibration import KERNEL_FIELDS, Calibration, CalibrationError, calibrate, metrics
+from dfit_nb.sim.calibration import DEFAULT_LOSS, KERNEL_FIELDS, Calibration, CalibrationError, calibrate, metrics
 from dfit_nb.sim.hardware import HardwareError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpu_ops_llmcompass"
@@ -436,7 +436,7 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
     res["launches"], res["unfused ops"] = rows["launches"].to_numpy(), rows["unfused ops"].to_numpy()
     fam = res.groupby("bucket")["family"].first().to_dict()
     print(f"\ncalibration ({len(cal.fields)} fields, seed {a.seed}, half of each op fitted): {took_cal:.1f} s, "
-          f"converged {cal.converged}, final mean squared log error {cal.loss:.4g}")
+          f"converged {cal.converged}, final loss ({cal.objective}) {cal.loss:.4g}")
     print("op families (dfit_nb.sim.kernel_predictor.family): " + ", ".join(f"{k} -> {v}" for k, v in fam.items()))
     print_fields(hw, cal.hw, cal.fields)
     # the same numbers as cal.summary() (held-out split), with the fitted split's MAPE beside them
@@ -460,8 +460,8 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
     res_h["fitted"] = res_h["fitted"].astype(bool)
     assert (res_h["fitted"].to_numpy() == res["fitted"].to_numpy()).all()  # one split: the tables compare
     print(f"\ncalibration with op_overhead_cycles per harness ({', '.join(f'{o} {h}' for o, h in HARNESS.items())}; "
-          f"{len(cal_h.fields)} shared fields): {took_cal_h:.1f} s, converged {cal_h.converged}, final mean squared "
-          f"log error {cal_h.loss:.4g}")
+          f"{len(cal_h.fields)} shared fields): {took_cal_h:.1f} s, converged {cal_h.converged}, final loss "
+          f"({cal_h.objective}) {cal_h.loss:.4g}")
     print_fields(hw, cal_h.hw, cal_h.fields)
     for g, v in cal_h.per_group["op_overhead_cycles"].values.items():
         at = bounded(hw, "op_overhead_cycles", v)
@@ -487,7 +487,7 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
     res_o["fitted"] = res_o["fitted"].astype(bool)
     assert (res_o["fitted"].to_numpy() == res["fitted"].to_numpy()).all()
     print(f"\ncalibration with op_overhead_cycles per op ({len(cal_o.fields)} shared fields): {took_cal_o:.1f} s, "
-          f"converged {cal_o.converged}, final mean squared log error {cal_o.loss:.4g}")
+          f"converged {cal_o.converged}, final loss ({cal_o.objective}) {cal_o.loss:.4g}")
     for g, v in cal_o.per_group["op_overhead_cycles"].values.items():
         floor = float(rows[rows["bucket"] == g]["time_us"].min())
         print(f"  {'op_overhead_cycles':24s} {hw.op_overhead_cycles:12.5g} -> {v:12.5g} [{g}: "
@@ -759,8 +759,8 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
     per_family = per_program = None
     if pooled is not None:
         print(f"\npooled: {len(pooled)} fusion rows of {len(traces)} programs, half of each family fitted (seed "
-              f"{a.seed}); calibration {took_pool:.1f} s, converged {converged}, final mean squared log error "
-              f"{loss:.4g}")
+              f"{a.seed}); calibration {took_pool:.1f} s, converged {converged}, final loss "
+              f"({DEFAULT_LOSS}) {loss:.4g}")
         print_fields(hw, fitted, fields)
         per_family = metric_table(pooled, "family")
         per_program = metric_table(pooled, "program", list(traces))

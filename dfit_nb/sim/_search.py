@@ -40,7 +40,7 @@ MAX_ROUNDS = 8
 CALL_ROWS = 32
 
 #: a round whose best move saves less than this share of the replayed objective is kept, and is the last: under
-#: a five-hundredth of the model's calibrated error (6.8%), below what its figures can tell apart; on a large
+#: a five-hundredth of the model's calibrated error (6.7%), below what its figures can tell apart; on a large
 #: layer-pipelined grid each further round costs tens of seconds (Keras ResNet50 on ``cerebras_like``: eight
 #: rounds, 226 s, for 0.002%)
 MIN_ROUND_GAIN = 1e-4

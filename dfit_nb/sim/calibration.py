@@ -7,8 +7,9 @@ the mapping search, :func:`dfit_nb.sim.machine.model`, the body time), so
 continuous fields (clock, bandwidths, latencies, the per-op overhead, energies;
 the tile grid and array sizes are shapes of the search and stay fixed).
 
-:func:`calibrate` fits chosen fields to measured seconds: the log error, its
-gradient through the model, BFGS (:func:`_bfgs`: it returns the lowest point it
+:func:`calibrate` fits chosen fields to measured seconds: a loss of the log
+error (:func:`row_loss`: soft-L1 by default, so that a few rows the model cannot
+explain do not set a field), its gradient through the model, BFGS (:func:`_bfgs`: it returns the lowest point it
 evaluated, with that point's loss) over unconstrained parameters mapped into
 each field's bounds (a sigmoid), so the fitted machine is always valid; a field
 may be fitted once per group of rows (``per_group``). It fits on a seeded,
@@ -63,10 +64,42 @@ DEFAULT_FIELDS = ("clock_ghz", "dram_bytes_per_cycle", "dram_latency_cycles", "m
                   "short_reduction_cycles")
 #: default fields for program and kernel rows (any op): the GEMM defaults and the vector unit's
 KERNEL_FIELDS = (*DEFAULT_FIELDS, "vector_rate", "transcendental_cycles", "vector_overlap")
+#: the losses :func:`calibrate` minimises over the fitted rows' log errors r = log(predicted / measured):
+#: ``"soft_l1"`` (the default) is 2 s^2 (sqrt(1 + (r / s)^2) - 1) with s = :data:`SOFT_L1_SCALE`, r^2 while a
+#: row is off by well under s (about 10%) and 2 s |r| beyond, so a row the model cannot explain (a library's
+#: poor blocking, a preempted timing) pulls on the fields as an absolute error does, not as its square;
+#: ``"squared"`` is the mean squared log error, which lets a few such rows set a field (scipy's
+#: ``least_squares`` calls the first ``soft_l1`` and the second ``linear``)
+LOSSES = ("soft_l1", "squared")
+DEFAULT_LOSS = "soft_l1"
+#: the log error (about 10%) where the soft-L1 loss turns from squared to absolute
+SOFT_L1_SCALE = 0.1
 #: how many times :func:`calibrate` starts BFGS again from where it stopped, while that lowers the loss
 RESTARTS = 8
 #: measured-time columns accepted, with their scale to seconds
 TIME_COLUMNS = {"time_s": 1.0, "seconds": 1.0, "time_us": 1e-6, "time_ns": 1e-9}
+
+
+def row_loss(r: Any, loss: str = DEFAULT_LOSS) -> Any:
+    """Each row's term of :func:`calibrate`'s loss (:data:`LOSSES`) for log errors ``r``, in ``jax.numpy`` (so
+    the descent differentiates it) or NumPy alike.
+
+    >>> import numpy as np
+    >>> [round(float(v), 5) for v in row_loss(np.array([0.0, 0.01, 1.0]))]     # ~r^2 near 0, ~0.2 |r| far out
+    [0.0, 0.0001, 0.181]
+    >>> float(row_loss(np.array(0.5), "squared"))
+    0.25
+    """
+    if loss == "squared":
+        return r * r
+    s = SOFT_L1_SCALE
+    return 2.0 * s * s * ((1.0 + (r / s) ** 2) ** 0.5 - 1.0)
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, str) or loss not in LOSSES:
+        raise CalibrationError(f"loss must be one of {', '.join(repr(x) for x in LOSSES)} (the soft-L1 loss of the log "
+                               f"error, robust to rows the model cannot explain, or its square), got {loss!r}")
 
 
 def _time_column(columns: Any) -> str | None:
@@ -384,13 +417,16 @@ class Calibration:
         ``bucket``: each bucket and ``pooled``), and ``rows``.
     converged : bool
     loss : float
-        The final mean squared log error on the fitted rows, of the fitted machine as :func:`predict` prices it.
+        The final value of the loss (``objective``) on the fitted rows: the mean of :func:`row_loss` of the
+        fitted machine's log errors, as :func:`predict` prices it.
     seed : int
         The seed of the split.
     per_group : dict
         ``{field: PerGroup}``: the fields fitted once per group of rows (``calibrate``'s ``per_group``), with
         the column naming the groups and each group's value; ``hw`` keeps the start's value of those fields.
         :meth:`predict` prices new rows with them.
+    objective : str
+        The loss minimised (:data:`LOSSES`): ``"soft_l1"`` or ``"squared"``.
     """
 
     hw: Hardware
@@ -402,6 +438,7 @@ class Calibration:
     loss: float
     seed: int
     per_group: Mapping[str, PerGroup] = dataclasses.field(default_factory=dict)
+    objective: str = DEFAULT_LOSS
 
     def predict(self, ops: Any, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
         """:func:`predict` of op rows on the fitted machine, each row with its group's fitted values
@@ -448,7 +485,7 @@ class Calibration:
         # pandas escapes the table's text itself (to_html's escape=True)
         metrics = trusted(table.to_html(float_format=lambda v: f"{v:.3f}"))
         return render("calibration.html.j2", name=self.base.name, converged=self.converged, loss=self.loss,
-                      seed=self.seed, fields=fields, metrics=metrics)
+                      objective=self.objective, seed=self.seed, fields=fields, metrics=metrics)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the rows and metrics (groups ``rows``, ``metrics``; the machines in the root's attrs) to one
@@ -456,7 +493,7 @@ class Calibration:
         (``docs/architecture.md``, "What save promises": it replaces only a previous dfit_nb save, atomically);
         see :func:`load`."""
         doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
-               "converged": self.converged, "loss": self.loss, "seed": self.seed,
+               "converged": self.converged, "loss": self.loss, "objective": self.objective, "seed": self.seed,
                "per_group": {f: {"column": p.column, "values": dict(p.values)} for f, p in self.per_group.items()}}
         root = xr.Dataset(attrs={"dfit_calibration": json.dumps(doc)})
         return save_tree(xr.DataTree.from_dict({"/": root, "rows": self.rows, "metrics": self.metrics}), path)
@@ -471,7 +508,7 @@ def load(path: str | os.PathLike[str]) -> Calibration:
     rows, metrics = tree["rows"].to_dataset(), tree["metrics"].to_dataset()
     return Calibration(hw=Hardware(**doc["hw"]), base=Hardware(**doc["base"]), fields=tuple(doc["fields"]),
                        rows=rows, metrics=metrics, converged=bool(doc["converged"]), loss=float(doc["loss"]),
-                       seed=int(doc["seed"]),
+                       seed=int(doc["seed"]), objective=str(doc.get("objective", "squared")),
                        per_group={f: PerGroup(str(p["column"]), {str(g): float(v) for g, v in p["values"].items()})
                                   for f, p in doc.get("per_group", {}).items()})
 
@@ -618,7 +655,8 @@ def _bounds(hw: Hardware, fields: Sequence[str], bounds: Mapping[str, tuple[floa
 def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, dataflow: Any = "ws", *,
               fit_fraction: float = 0.5, seed: int = 0, bounds: Mapping[str, tuple[float, float]] | None = None,
               max_iterations: int = 200, fusion: str | None = None,
-              per_group: Mapping[str, str] | None = None, progress: bool = True) -> Calibration:
+              per_group: Mapping[str, str] | None = None, loss: str = DEFAULT_LOSS,
+              progress: bool = True) -> Calibration:
     """Fit ``fields`` of ``hw`` to measured times of any op by gradient through the one machine model.
 
     Parameters
@@ -669,6 +707,10 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
         over the groups as for a field set by a column); the field is fitted per group whether or not ``fields``
         names it, and ``Calibration.per_group`` reports the values (``Calibration.hw`` keeps the start's).
         GEMM rows and program rows (a table); every group needs a row in the fitted half.
+    loss : {"soft_l1", "squared"}
+        What the fit minimises over the fitted rows' log errors (:func:`row_loss`): the soft-L1 loss (default:
+        squared within about 10%, absolute beyond, so that a few rows the model cannot explain do not set a
+        field) or the mean squared log error.
     progress : bool
         ``tqdm.auto`` bars over the program rows' captures and the descents (the first, its compile included,
         takes most of the time).
@@ -717,6 +759,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     if isinstance(max_iterations, bool) or not isinstance(max_iterations, (int, np.integer)) or max_iterations < 1:
         raise CalibrationError(f"max_iterations must be a whole number >= 1 (BFGS iterations at most), got "
                                f"{max_iterations!r}")
+    _check_loss(loss)
     if isinstance(fields, str):  # one field by name, not its letters
         fields = (fields,)
     labels = _group_labels(measured, per_group)
@@ -788,15 +831,15 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     y = np.log(table["time_s"].to_numpy(np.float64))
     fitted_hw, converged, final, status, group_values = _fit(
         seconds_of, y[fit] if kernel_rows is None else y, loss_rows, hw, fields, box, max_iterations,
-        {f: len(names) for f, (names, _) in grouped.items()}, progress=progress)
+        {f: len(names) for f, (names, _) in grouped.items()}, loss=loss, progress=progress)
     pred = predicted(fitted_hw, group_values)
     base_pred = predicted(hw, start_values)
     # the loss reported is the returned machine's, priced as predict prices it (the descent's own figure for the
     # same point, to rounding)
-    final = float(np.mean((np.log(np.maximum(pred[fit], 1e-30)) - y[fit]) ** 2))
+    final = float(np.mean(row_loss(np.log(np.maximum(pred[fit], 1e-30)) - y[fit], loss)))
     if not converged:
         warnings.warn(f"calibration of {hw.name!r} did not converge in {max_iterations} iterations (status "
-                      f"{status}); last mean squared log error {final:.4g} "
+                      f"{status}); last loss ({loss}) {final:.4g} "
                       f"(MAPE on fitted rows {np.mean(np.abs(pred[fit] - np.exp(y[fit])) / np.exp(y[fit])):.1%}): "
                       "the machine returned is the last iterate (calibration.converged is False)",
                       CalibrationWarning, stacklevel=2)
@@ -816,7 +859,8 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
     per = {f: PerGroup(labels[f][0], {str(n): float(v) for n, v in zip(names, group_values[f], strict=True)})
            for f, (names, _) in grouped.items()}
     return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
-                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed, per_group=per)
+                       metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed, per_group=per,
+                       objective=loss)
 
 
 def _group_labels(measured: Any, per_group: Mapping[str, str] | None) -> dict[str, tuple[str, np.ndarray]]:
@@ -987,9 +1031,10 @@ def _bfgs(loss: Callable[[Any], Any], z0: Any, max_iterations: int, gtol: float 
 
 def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, hw: Hardware,
          fields: tuple[str, ...], box: Mapping[str, tuple[float, float]], max_iterations: int,
-         groups: Mapping[str, int] | None = None, *, progress: bool = False
+         groups: Mapping[str, int] | None = None, *, loss: str = DEFAULT_LOSS, progress: bool = False
          ) -> tuple[Hardware, bool, float, int, dict[str, np.ndarray]]:
-    """BFGS on the mean squared log error of ``seconds_of`` against ``exp(y)`` over the ``fit`` rows, each field
+    """BFGS on the mean ``loss`` (:func:`row_loss`) of the log error of ``seconds_of`` against ``exp(y)`` over the
+    ``fit`` rows, each field
     mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status, per-group
     values)``.
 
@@ -1019,15 +1064,15 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
         return dataclasses.replace(base_hw, **{k: values[i] for i, k in enumerate(fields)},
                                    **{f: values[cut] for f, cut in slots.items()})
 
-    def loss(z: Any) -> Any:
+    def objective(z: Any) -> Any:
         pred = seconds_of(machine_of(z))
         r = jnp.log(jnp.maximum(pred, 1e-30)) - y
-        return jnp.sum(jnp.where(fit, r * r, 0.0)) / fit.sum()
+        return jnp.sum(jnp.where(fit, row_loss(r, loss), 0.0)) / fit.sum()
 
     bar = tqdm(total=1 + RESTARTS, desc="calibrate", unit="descent", disable=not progress, leave=False)
     with jax.enable_x64(True), bar:
         # one compiled descent for the first run and every restart
-        solve = jax.jit(lambda z: _bfgs(loss, z, int(max_iterations)))
+        solve = jax.jit(lambda z: _bfgs(objective, z, int(max_iterations)))
         result = solve(jnp.asarray(z0))
         bar.update(1)
         bar.set_postfix(loss=f"{float(result.fun):.4g}")

@@ -22,6 +22,7 @@ from dfit_nb.sim.calibration import (
     metrics,
     predict,
     predictor,
+    row_loss,
     stratified_split,
     vector_predictor,
 )
@@ -188,7 +189,7 @@ def test_a_fit_that_does_not_converge_says_so():
     hw = presets.get("tpu_v4")
     rows = ROWS.assign(time_us=np.linspace(1.0, 1e4, len(ROWS))[::-1])  # time falling with size: nothing fits
     with pytest.warns(CalibrationWarning, match="did not converge"):
-        cal = calibrate(rows, hw, ["clock_ghz"], max_iterations=2)
+        cal = calibrate(rows, hw, ["clock_ghz"], max_iterations=1)
     assert not cal.converged and "NOT converged" in repr(cal)
 
 
@@ -208,10 +209,40 @@ def test_the_machine_returned_is_the_one_whose_loss_is_reported():
     fit = cal.rows["fitted"].values.astype(bool)
     priced = predict(rows.drop(columns="time_s")[fit], cal.hw, "os")["seconds"]
     np.testing.assert_allclose(priced, cal.rows["predicted_s"].values[fit], rtol=1e-12)
-    loss = np.mean(np.log(priced / rows["time_s"].to_numpy()[fit]) ** 2)
-    assert cal.loss == pytest.approx(loss, rel=1e-9)
-    start = np.mean(np.log(cal.rows["base_predicted_s"].values[fit] / rows["time_s"].to_numpy()[fit]) ** 2)
+    loss = np.mean(row_loss(np.log(priced / rows["time_s"].to_numpy()[fit])))
+    assert cal.objective == "soft_l1" and cal.loss == pytest.approx(loss, rel=1e-9)
+    start = np.mean(row_loss(np.log(cal.rows["base_predicted_s"].values[fit] / rows["time_s"].to_numpy()[fit])))
     assert cal.loss < start
+
+
+def test_the_default_loss_keeps_a_few_rows_the_model_cannot_explain_from_setting_the_fields(tmp_path):
+    """Two of the eight fitted rows taken 3x slower than the machine they came from (a library's poor blocking,
+    a preempted timing): the soft-L1 loss finds the machine from the other six (clock within 1.2%), the mean
+    squared log error moves it toward the two (10% off, the clean rows 23% off). Each reports its own loss (as
+    computed here by hand) and says which it minimised."""
+    hw = presets.get("tpu_v4")
+    truth = hw.replace(clock_ghz=0.8, op_overhead_cycles=1500.0)
+    rows = ROWS.assign(bucket="all", time_s=predict(ROWS, truth)["seconds"])
+    fit = stratified_split(rows["bucket"].to_numpy(), 0.5, 0)
+    slow = np.flatnonzero(fit)[[0, 3]]
+    rows.loc[slow, "time_s"] *= 3.0
+    fields = ["clock_ghz", "op_overhead_cycles"]
+    soft, squared = calibrate(rows, hw, fields), calibrate(rows, hw, fields, loss="squared")
+    assert soft.objective == "soft_l1" and squared.objective == "squared"
+    off = lambda cal: abs(float(cal.hw.clock_ghz) / 0.8 - 1.0)
+    assert off(soft) < 0.03 < 0.08 < off(squared)
+    clean = np.ones(len(rows), bool)
+    clean[slow] = False
+    err = lambda cal: metrics(cal.rows["predicted_s"].values[clean], predict(ROWS, truth)["seconds"][clean])["mape"]
+    assert err(soft) < 0.05 < 0.15 < err(squared)
+    for cal in (soft, squared):
+        r = np.log(cal.rows["predicted_s"].values[fit] / rows["time_s"].to_numpy()[fit])
+        assert cal.loss == pytest.approx(float(np.mean(row_loss(r, cal.objective))), rel=1e-9)
+    assert float(np.mean(row_loss(np.array([0.3, -0.2]), "squared"))) == pytest.approx((0.09 + 0.04) / 2)
+    again = load(squared.save(tmp_path / "squared.nc"))
+    assert again.objective == "squared" and "loss (squared)" in squared._repr_html_()
+    with pytest.raises(CalibrationError, match=r"loss must be one of 'soft_l1', 'squared'.*got 'huber'"):
+        calibrate(rows, hw, fields, loss="huber")
 
 
 def test_the_descent_ends_on_the_lowest_point_it_evaluated():
@@ -445,7 +476,8 @@ def test_program_rows_fit_a_field_per_group():
 
 def test_bad_per_group_input_is_named():
     hw = presets.get("tpu_v4")
-    rows = ROWS.assign(time_us=np.linspace(10.0, 100.0, len(ROWS)), harness=["a", "b"] * (len(ROWS) // 2))
+    harness = np.array(["a", "b"] * (len(ROWS) // 2))
+    rows = ROWS.assign(time_us=predict(ROWS, hw)["seconds"] * np.where(harness == "a", 1.2e6, 1e6), harness=harness)
     with pytest.raises(CalibrationError, match=r"per_group: Hardware has no field.*op_overhead"):
         calibrate(rows, hw, ["clock_ghz"], per_group={"op_overhead": "harness"})
     with pytest.raises(CalibrationError, match=r"per_group: cannot fit.*tile_rows"):
@@ -569,11 +601,11 @@ TENSTORRENT = Path(__file__).resolve().parents[3] / "shared" / "data" / "tenstor
 
 
 @pytest.mark.slow  # a calibration per board: ~20-60 s each on 2 shared cores
-@pytest.mark.parametrize(("board", "name", "bar"), [("N150", "tt_wormhole_n150", 0.21),
-                                                    ("P150", "tt_blackhole_p150", 0.13)])
+@pytest.mark.parametrize(("board", "name", "bar"), [("N150", "tt_wormhole_n150", 0.13),
+                                                    ("P150", "tt_blackhole_p150", 0.10)])
 def test_one_calibrate_call_per_tenstorrent_board_with_per_row_settings(board, name, bar):
     """Each board's measured GEMMs in one call, every row with its grid, dtype, fidelity and placement: held-out
-    pooled MAPE 19.7% on Wormhole and 12.1% on Blackhole (benchmarks/bench_tenstorrent.py, seed 0)."""
+    pooled MAPE 11.4% on Wormhole and 8.7% on Blackhole (benchmarks/bench_tenstorrent.py, seed 0, 2026-12-08)."""
     if not TENSTORRENT.is_file():
         pytest.skip(f"{TENSTORRENT} is absent: the measured Tenstorrent GEMMs live in the project's shared data "
                     "folder (../shared/data/tenstorrent_gemm, from tt-metal's GEMM_FLOPS tech report)")
