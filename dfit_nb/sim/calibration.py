@@ -1125,5 +1125,6 @@ def _metric_dataset(rows: xr.Dataset) -> xr.Dataset:
                       coords={"machine": list(machines), "split": list(splits), "bucket": buckets})
 
 
-__all__ = ("DEFAULT_FIELDS", "FITTABLE", "KERNEL_FIELDS", "Calibration", "CalibrationError", "CalibrationWarning",
-           "PerGroup", "calibrate", "load", "predict", "predictor", "vector_predictor")
+__all__ = ("DEFAULT_FIELDS", "DEFAULT_LOSS", "FITTABLE", "KERNEL_FIELDS", "LOSSES", "SOFT_L1_SCALE", "Calibration",
+           "CalibrationError", "CalibrationWarning", "PerGroup", "calibrate", "load", "predict", "predictor",
+           "row_loss", "vector_predictor")
