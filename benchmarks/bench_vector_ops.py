@@ -53,12 +53,10 @@ held-out MAPE <= 20%. This script reports whether it is met; nothing here assert
    (each fusion's time the median of the captures': one capture's mean over its calls can catch a preempted call on a
    shared host); every XLA fusion profile mode timed is a row, priced as the replay's kernel of that fusion
    (``fusion="compiler"``). The host machine is a 1x1 grid built from what ``lscpu`` and ``/proc/cpuinfo`` report
-   (see :func:`host_machine`). ``calibrate`` takes one profile-mode Trace at a time, so each program is calibrated
-   alone (a program with fewer fitted rows than fields is refused by ``calibrate``, and said so), and then all
-   programs' fusions are pooled into one calibration, built here from the steps ``calibrate`` runs
-   (``kernel_predictor.fusion_rows`` per trace, ``kernel_predictor``, ``calibration.stratified_split`` by family and
-   ``calibration._fit``), since the public function has no way to take several Traces. Held out by fusion (the seeded
-   split), reported per family.
+   (see :func:`host_machine`). Each program is calibrated alone (``calibrate(trace, host)``; a program with fewer
+   fitted rows than fields is refused by ``calibrate``, and said so), and then all programs' fusions in one call
+   (``calibrate({name: trace, ...}, host)``: several profile-mode Traces, rows named ``program/fusion``). Held out
+   by fusion (the seeded split, half of each family), reported per family and per program.
 
 If a calibration ends on a machine that is not finite (a field whose gradient is NaN: ``calibrate`` then raises
 ``HardwareError``), the script says so and fits again without the fields whose gradient at the start is not finite.
@@ -96,7 +94,7 @@ import pandas as pd
 
 import dfit_nb
 from dfit_nb.sim import Hardware
-from dfit_nb.sim.calibration import DEFAULT_LOSS, KERNEL_FIELDS, Calibration, CalibrationError, calibrate, metrics
+from dfit_nb.sim.calibration import KERNEL_FIELDS, Calibration, CalibrationError, calibrate, metrics
 from dfit_nb.sim.hardware import HardwareError
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "gpu_ops_llmcompass"
@@ -585,37 +583,13 @@ def median_trace(shots: Sequence[Any]) -> tuple[Any, tuple[float, float, str]]:
 
 
 def pooled_fusion_calibration(traces: dict[str, Any], hw: Hardware, a: argparse.Namespace
-                              ) -> tuple[pd.DataFrame, Hardware, bool, float, tuple[str, ...]]:
-    """All programs' fusion rows in one calibration: the steps of ``calibrate`` for one profile Trace, over several
-    (the public function takes one Trace)."""
-    from dfit_nb.sim import calibration as C
-    from dfit_nb.sim import kernel_predictor as KP
-    from dfit_nb.sim._cost import for_jit
-
-    preps, prep_of, masks, tables = [], [], [], []
-    for i, (name, trace) in enumerate(traces.items()):
-        part = KP.fusion_rows(trace)
-        preps.append(part.preps[0])
-        prep_of.append(np.full(len(part.table), i))
-        masks.extend(part.masks)
-        tables.append(part.table.assign(program=name, name=name + "/" + part.table["name"]))
-    table = pd.concat(tables, ignore_index=True)
-    rows = KP.KernelRows(tuple(preps), np.concatenate(prep_of), tuple(masks), table, whole=False)
-    seconds_of = KP.kernel_predictor(rows, hw, a.dataflow)
-    fields = tuple(a.fields.split(",") if a.fields else KERNEL_FIELDS)
-    bad = nonfinite_fields(seconds_of, hw, fields)
-    if bad:  # calibrate would end on a machine that is not finite (see fit())
-        print(f"  the gradient along {', '.join(bad)} is not finite at the start: fitted without")
-        fields = tuple(f for f in fields if f not in bad)
-    fit = C.stratified_split(table["family"].astype(str).to_numpy(), 0.5, a.seed)
-    y = np.log(table["time_s"].to_numpy(np.float64))
-    fitted, converged, loss, _, _ = C._fit(seconds_of, y, fit, hw, fields, C._bounds(hw, fields, None),
-                                           a.max_iterations)
-    with jax.enable_x64(True):
-        f = jax.jit(seconds_of)
-        pred, base = np.asarray(f(for_jit(fitted))), np.asarray(f(for_jit(hw)))
-    table = table.assign(measured_s=np.exp(y), predicted_s=pred, base_predicted_s=base, fitted=fit)
-    return table, fitted, converged, loss, fields
+                              ) -> tuple[pd.DataFrame, Calibration]:
+    """All programs' fusion rows in one ``calibrate`` call (several profile Traces, named by program), half of each
+    family fitted: its rows as a table (``program``, ``name``, ``family``, ``measured_s``, ``predicted_s``,
+    ``base_predicted_s``, ``fitted``) and the calibration."""
+    cal, _ = fit(traces, hw, a)
+    table = cal.rows.to_dataframe().reset_index(drop=True)
+    return table.assign(fitted=table["fitted"].astype(bool)), cal
 
 
 def implementation_reference(pooled: pd.DataFrame, traces: dict[str, Any]) -> pd.DataFrame:
@@ -750,18 +724,18 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
         show(alone[name])
 
     t = time.perf_counter()
-    pooled = fitted = None
+    pooled = None
     try:
-        pooled, fitted, converged, loss, fields = pooled_fusion_calibration(traces, hw, a)
-    except Exception as err:  # private steps of calibrate: say so if they moved
-        print(f"\npooled calibration unavailable ({type(err).__name__}: {err})")
+        pooled, cal = pooled_fusion_calibration(traces, hw, a)
+    except CalibrationError as err:
+        print(f"\npooled calibration refused: {err}")
     took_pool = time.perf_counter() - t
     per_family = per_program = None
     if pooled is not None:
-        print(f"\npooled: {len(pooled)} fusion rows of {len(traces)} programs, half of each family fitted (seed "
-              f"{a.seed}); calibration {took_pool:.1f} s, converged {converged}, final loss "
-              f"({DEFAULT_LOSS}) {loss:.4g}")
-        print_fields(hw, fitted, fields)
+        print(f"\npooled: {len(pooled)} fusion rows of {len(traces)} programs in one calibrate() call, half of each "
+              f"family fitted (seed {a.seed}); calibration {took_pool:.1f} s, converged {cal.converged}, final loss "
+              f"({cal.objective}) {cal.loss:.4g}")
+        print_fields(hw, cal.hw, cal.fields)
         per_family = metric_table(pooled, "family")
         per_program = metric_table(pooled, "program", list(traces))
         print("\nthis CPU, pooled: held-out error per op family")

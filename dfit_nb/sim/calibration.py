@@ -677,7 +677,9 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
           of their arguments or ``jax.ShapeDtypeStruct``), a time column, optional ``name``, ``family``,
           ``bucket``; each priced as :func:`dfit_nb.replay` prices the program (its kernels by ``fusion``);
         * a Trace captured in ``profile`` mode on your device, of any program: each XLA fusion it timed is a
-          row, priced as the replay's kernel of that fusion (``fusion="compiler"``).
+          row, priced as the replay's kernel of that fusion (``fusion="compiler"``);
+        * several such Traces, one fit over all their fusions: a list (each program named by its function) or a
+          dict naming each; rows are named ``program/fusion`` and ``Calibration.rows["program"]`` says whose.
 
         Program and kernel rows report their error per op family (``gemm``, ``reduction``,
         ``transcendental``, ``elementwise``, ``data_movement``) unless a ``bucket`` column says otherwise.
@@ -851,7 +853,9 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
          "bucket": ("row", buckets.astype(object)),
          **{c: ("row", table[c].to_numpy(np.float64)) for c in (*OP_SETTINGS, *FIELDS) if c in table},
          **({} if kernel_rows is None else {"name": ("row", table["name"].astype(str).to_numpy().astype(object)),
-                                            "family": ("row", table["family"].astype(str).to_numpy().astype(object))})},
+                                            "family": ("row", table["family"].astype(str).to_numpy().astype(object))}),
+         **({"program": ("row", table["program"].astype(str).to_numpy().astype(object))}
+            if kernel_rows is not None and "program" in table else {})},
         coords={"row": np.arange(len(table))})
     for column, values in {c: v for c, v in labels.values()}.items():
         if column not in rows:  # the group of each row, as the measurements named it
@@ -932,11 +936,13 @@ def _check_fields(fields: tuple[str, ...]) -> None:
 
 def _kernel_rows(measured: Any, fusion: str | None, split: bool = False, progress: bool = False) -> Any:
     """Program or kernel rows (:mod:`dfit_nb.sim.kernel_predictor`) when ``measured`` holds them, else None."""
-    from .kernel_predictor import KernelRowError, fusion_rows, program_rows
+    from .kernel_predictor import KernelRowError, fusion_rows, fusion_rows_of, program_names, program_rows
 
     try:
         if isinstance(getattr(measured, "ops", None), xr.Dataset):
             return fusion_rows(measured)
+        if _several_traces(measured):
+            return fusion_rows_of(program_names(measured))
         if isinstance(measured, pd.DataFrame) and ("trace" in measured.columns or "fn" in measured.columns):
             time_col = _time_column(measured.columns)
             if time_col is None:
@@ -946,6 +952,25 @@ def _kernel_rows(measured: Any, fusion: str | None, split: bool = False, progres
     except KernelRowError as err:
         raise CalibrationError(str(err)) from err.__cause__
     return None
+
+
+def _several_traces(measured: Any) -> bool:
+    """Whether ``measured`` is several Traces: a non-empty list or tuple of them, or a mapping of names to them (a
+    Trace holds its ops as an ``xarray.Dataset``); a mix of Traces and other things is refused by position."""
+    if isinstance(measured, Mapping):
+        items = list(measured.items())
+    elif isinstance(measured, (list, tuple)):
+        items = list(enumerate(measured))
+    else:
+        return False
+    traces = [isinstance(getattr(v, "ops", None), xr.Dataset) for _, v in items]
+    if items and any(traces) and not all(traces):
+        bad = [f"{k!r} ({type(v).__name__})" for (k, v), ok in zip(items, traces, strict=True) if not ok]
+        raise CalibrationError(f"measured mixes Traces with other things: {', '.join(bad)}; give profile-mode Traces "
+                               "only (a list, or a dict naming each program)")
+    if not items:
+        raise CalibrationError("measured is empty: give a table of rows, a profile-mode Trace, or several of them")
+    return all(traces)
 
 
 class _Descent(NamedTuple):

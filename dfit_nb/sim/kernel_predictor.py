@@ -168,6 +168,40 @@ def fusion_rows(trace: Any) -> KernelRows:
     return KernelRows((prep,), np.zeros(len(rows), np.int64), tuple(masks), pd.DataFrame(rows), whole=False)
 
 
+def program_names(traces: Any) -> dict[str, Any]:
+    """Several Traces by name: a mapping as given (names as strings), a sequence by each Trace's function name
+    (``attrs["function"]``), numbered where two share one (``mlp``, ``mlp#2``)."""
+    if isinstance(traces, Mapping):
+        return {str(k): v for k, v in traces.items()}
+    out: dict[str, Any] = {}
+    for trace in traces:
+        base = str(getattr(trace, "attrs", {}).get("function", "program"))
+        name, n = base, 1
+        while name in out:
+            n += 1
+            name = f"{base}#{n}"
+        out[name] = trace
+    return out
+
+
+def fusion_rows_of(traces: Mapping[str, Any]) -> KernelRows:
+    """Rows of several profile-mode Traces' executed fusions, one calibration over all of them: each program's
+    :func:`fusion_rows`, named ``program/fusion`` with a ``program`` column; a program whose fusions cannot be rows is
+    named in the error."""
+    preps, prep_of, masks, tables = [], [], [], []
+    for i, (label, trace) in enumerate(traces.items()):
+        try:
+            part = fusion_rows(trace)
+        except KernelRowError as err:
+            raise KernelRowError(f"program {label!r}: {err}") from err
+        preps.append(part.preps[0])
+        prep_of.append(np.full(len(part.table), i, np.int64))
+        masks.extend(part.masks)
+        tables.append(part.table.assign(program=label, name=label + "/" + part.table["name"]))
+    return KernelRows(tuple(preps), np.concatenate(prep_of), tuple(masks), pd.concat(tables, ignore_index=True),
+                      whole=False)
+
+
 def _broadcast(x: Any, n: int) -> Any:
     return jnp.broadcast_to(jnp.asarray(x, jnp.float64), (n,))
 

@@ -351,6 +351,36 @@ def test_calibrate_on_a_profile_mode_trace_of_this_machine():
     with pytest.raises(CalibrationError, match="no measured fusion times"):
         calibrate(dfit_nb.capture(fn, *args), hw)
 
+    # several programs, one fit over all their fusions: a list names each by its function, a dict as given
+    from dfit_nb.sim._cost import for_jit
+    from dfit_nb.sim.calibration import _kernel_rows
+    from dfit_nb.sim.kernel_predictor import fusion_rows, kernel_predictor
+
+    def softmax(x):
+        return jax.nn.softmax(x, axis=-1)
+
+    other = dfit_nb.capture(softmax, jnp.ones((64, 256), jnp.float32), mode="profile", profile_rounds=2,
+                            profile_calls=5)
+    listed = _kernel_rows([trace, other, trace], None).table
+    mlp = trace.attrs["function"]
+    assert list(dict.fromkeys(listed["program"])) == [mlp, "softmax", f"{mlp}#2"]
+    assert (listed["program"] == mlp).sum() == (listed["program"] == f"{mlp}#2").sum() == cal.rows.sizes["row"]
+    assert all(n.startswith(p + "/") for n, p in zip(listed["name"], listed["program"], strict=True))
+    named = calibrate({"mlp": trace, "softmax": other}, hw, ["clock_ghz", "op_overhead_cycles"])
+    assert set(named.rows["program"].values) == {"mlp", "softmax"}
+    # the one fit prices each program's rows as that program's own rows are priced
+    for program, alone in (("mlp", trace), ("softmax", other)):
+        rows = named.rows["program"].values == program
+        with jax.enable_x64(True):
+            own = np.asarray(jax.jit(kernel_predictor(fusion_rows(alone), hw))(for_jit(named.hw)))
+        np.testing.assert_allclose(own, named.rows["predicted_s"].values[rows], rtol=1e-9)
+    with pytest.raises(CalibrationError, match=r"program 'plain': the trace has no measured fusion times"):
+        calibrate({"mlp": trace, "plain": dfit_nb.capture(fn, *args)}, hw)
+    with pytest.raises(CalibrationError, match=r"mixes Traces with other things: 1 \(DataFrame\)"):
+        calibrate([trace, ROWS], hw)
+    with pytest.raises(CalibrationError, match="measured is empty"):
+        calibrate([], hw)
+
 
 def _vector_programs():
     """Softmax, layer norm, GELU and a matmul at a few sizes: programs of every op family."""
