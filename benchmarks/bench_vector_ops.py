@@ -217,24 +217,19 @@ def describe_host() -> str:
 # ----------------------------------------------------------------------------------------------------------------
 # Tables
 # ----------------------------------------------------------------------------------------------------------------
-def bounded(hw: Hardware, field: str, value: float) -> str:
-    """' (at bound)' when a fitted value ends at calibrate's default bounds (a factor 20 around the start, within
-    1%; a share's 0..1, within 0.002; (0, 1e5) from a zero start), else ''."""
-    start = float(np.asarray(getattr(hw, field)))
-    if field in ("memory_overlap", "vector_overlap", "fold_overlap"):
-        near = min(value, 1.0 - value) <= 0.002
-    elif start > 0:
-        near = value <= start / 20.0 * 1.01 or value >= start * 20.0 * 0.99
-    else:
-        near = value >= 0.99e5
-    return " (at bound)" if near else ""
-
-
-def print_fields(base: Hardware, fitted: Hardware, fields: Sequence[str]) -> None:
+def print_fields(cal: Calibration) -> None:
+    """The fitted fields, base -> fitted, each marked where it ended on an edge of its box
+    (``Calibration.at_bounds``)."""
     print("fitted fields (base -> fitted):")
-    for f in fields:
-        b, v = float(np.asarray(getattr(base, f))), float(np.asarray(getattr(fitted, f)))
-        print(f"  {f:24s} {b:12.5g} -> {v:12.5g}{bounded(base, f, v)}")
+    for f in cal.fields:
+        b, v = float(np.asarray(getattr(cal.base, f))), float(np.asarray(getattr(cal.hw, f)))
+        print(f"  {f:24s} {b:12.5g} -> {v:12.5g}{edge(cal, f)}")
+
+
+def edge(cal: Calibration, name: str) -> str:
+    """' (at its lower bound)' / ' (at its upper bound)' where ``cal.at_bounds`` names ``name``, else ''."""
+    side = cal.at_bounds.get(name)
+    return f" (at its {side} bound)" if side else ""
 
 
 def metric_table(rows: pd.DataFrame, key: str, order: Sequence[str] | None = None) -> pd.DataFrame:
@@ -436,7 +431,7 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
     print(f"\ncalibration ({len(cal.fields)} fields, seed {a.seed}, half of each op fitted): {took_cal:.1f} s, "
           f"converged {cal.converged}, final loss ({cal.objective}) {cal.loss:.4g}")
     print("op families (dfit_nb.sim.kernel_predictor.family): " + ", ".join(f"{k} -> {v}" for k, v in fam.items()))
-    print_fields(hw, cal.hw, cal.fields)
+    print_fields(cal)
     # the same numbers as cal.summary() (held-out split), with the fitted split's MAPE beside them
     per_op = metric_table(res, "bucket", [o for o in OPS if o in fam])
     per_family = metric_table(res, "family")
@@ -460,11 +455,11 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
     print(f"\ncalibration with op_overhead_cycles per harness ({', '.join(f'{o} {h}' for o, h in HARNESS.items())}; "
           f"{len(cal_h.fields)} shared fields): {took_cal_h:.1f} s, converged {cal_h.converged}, final loss "
           f"({cal_h.objective}) {cal_h.loss:.4g}")
-    print_fields(hw, cal_h.hw, cal_h.fields)
+    print_fields(cal_h)
     for g, v in cal_h.per_group["op_overhead_cycles"].values.items():
-        at = bounded(hw, "op_overhead_cycles", v)
         print(f"  {'op_overhead_cycles':24s} {hw.op_overhead_cycles:12.5g} -> {v:12.5g} [{g}: "
-              f"{v / float(cal_h.hw.clock_ghz) / 1e3:.1f} us at the fitted clock]{at}")
+              f"{v / float(cal_h.hw.clock_ghz) / 1e3:.1f} us at the fitted clock]"
+              f"{edge(cal_h, f'op_overhead_cycles[{g}]')}")
     per_op_h = metric_table(res_h, "bucket", [o for o in OPS if o in fam])
     per_family_h = metric_table(res_h, "family")
     print(f"\n{device}: held-out MAPE per op, one fixed cost for all rows vs one per harness")
@@ -490,7 +485,7 @@ def gpu_part(data: pd.DataFrame, device: str, a: argparse.Namespace) -> dict[str
         floor = float(rows[rows["bucket"] == g]["time_us"].min())
         print(f"  {'op_overhead_cycles':24s} {hw.op_overhead_cycles:12.5g} -> {v:12.5g} [{g}: "
               f"{v / float(cal_o.hw.clock_ghz) / 1e3:.1f} us at the fitted clock; its fastest measured row "
-              f"{floor:.1f} us]{bounded(hw, 'op_overhead_cycles', v)}")
+              f"{floor:.1f} us]{edge(cal_o, f'op_overhead_cycles[{g}]')}")
     per_op_o = metric_table(res_o, "bucket", [o for o in OPS if o in fam])
     per_family_o = metric_table(res_o, "family")
     print(f"\n{device}: held-out MAPE per op family, the fixed cost fitted per op")
@@ -533,7 +528,7 @@ def what_if_sram(rows: pd.DataFrame, hw: Hardware, a: argparse.Namespace) -> pd.
         tables[label] = metric_table(res, "bucket", [o for o in OPS if o != "matmul"])
         print(f"\nwhat-if ({label}, vector ops only): calibration {time.perf_counter() - t:.1f} s, converged "
               f"{cal.converged}")
-        print_fields(machine, cal.hw, cal.fields)
+        print_fields(cal)
         show(tables[label].rename(columns={"bucket": "op"}))
     return pd.concat(tables, names=["machine"])
 
@@ -735,7 +730,7 @@ def cpu_part(a: argparse.Namespace) -> dict[str, Any]:
         print(f"\npooled: {len(pooled)} fusion rows of {len(traces)} programs in one calibrate() call, half of each "
               f"family fitted (seed {a.seed}); calibration {took_pool:.1f} s, converged {cal.converged}, final loss "
               f"({cal.objective}) {cal.loss:.4g}")
-        print_fields(hw, cal.hw, cal.fields)
+        print_fields(cal)
         per_family = metric_table(pooled, "family")
         per_program = metric_table(pooled, "program", list(traces))
         print("\nthis CPU, pooled: held-out error per op family")

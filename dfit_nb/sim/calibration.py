@@ -427,6 +427,9 @@ class Calibration:
         :meth:`predict` prices new rows with them.
     objective : str
         The loss minimised (:data:`LOSSES`): ``"soft_l1"`` or ``"squared"``.
+    bounds : dict
+        ``{field: (low, high)}``: the box each fitted field (and per-group field) was held in;
+        :attr:`at_bounds` names those that ended on an edge of it.
     """
 
     hw: Hardware
@@ -439,6 +442,39 @@ class Calibration:
     seed: int
     per_group: Mapping[str, PerGroup] = dataclasses.field(default_factory=dict)
     objective: str = DEFAULT_LOSS
+    bounds: Mapping[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def at_bounds(self) -> dict[str, str]:
+        """The fitted values that ended on an edge of their box, ``{field: "lower" | "upper"}`` (a per-group value
+        as ``field[group]``): the rows pushed them as far as allowed, so each is a limit of the fit, not a measured
+        figure (no row pins it, or another field explains what it would); widen its ``bounds=`` or fit without it.
+        An edge is within 1% of a positive bound's value, within 0.2% of a share's 0..1, or within 0.01% of the box
+        from a lower bound of 0.
+
+        >>> import numpy as np, pandas as pd
+        >>> from dfit_nb.sim import presets
+        >>> from dfit_nb.sim.calibration import calibrate, predict
+        >>> hw = presets.get("tpu_v4")
+        >>> sizes = np.array([128, 256, 512, 1024, 2048, 3072, 4096] * 2)
+        >>> rows = pd.DataFrame({"m": sizes, "k": sizes[::-1], "n": sizes, "dtype": "float16"})
+        >>> rows["time_s"] = predict(rows, hw.replace(clock_ghz=0.2))["seconds"]   # slower than the box allows
+        >>> calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghz": (0.5, 2.0)}, progress=False).at_bounds
+        {'clock_ghz': 'lower'}
+        """
+        values = {f: float(np.asarray(getattr(self.hw, f))) for f in self.fields}
+        values.update({f"{f}[{g}]": v for f, per in self.per_group.items() for g, v in per.values.items()})
+        out = {}
+        for name, v in values.items():
+            lo, hi = self.bounds.get(name.split("[")[0], (np.nan, np.nan))
+            share = lo == 0.0 and hi == 1.0
+            low_edge = lo + 0.002 if share else lo * 1.01 if lo > 0 else lo + 1e-4 * (hi - lo)
+            high_edge = hi - 0.002 if share else hi * 0.99
+            if v <= low_edge:
+                out[name] = "lower"
+            elif v >= high_edge:
+                out[name] = "upper"
+        return out
 
     def predict(self, ops: Any, dataflow: Any = "ws", memory: str = "finite") -> dict[str, np.ndarray]:
         """:func:`predict` of op rows on the fitted machine, each row with its group's fitted values
@@ -468,8 +504,10 @@ class Calibration:
         fit = {f: float(np.asarray(getattr(self.hw, f))) for f in self.fields}
         fit.update({f"{f}[{g}]": v for f, per in self.per_group.items() for g, v in per.values.items()})
         state = "" if self.converged else " (NOT converged)"
+        edges = self.at_bounds
         return (f"<dfit_nb.Calibration of {self.base.name!r}{state}: "
-                + ", ".join(f"{k}={v:.4g}" for k, v in fit.items())
+                + ", ".join(f"{k}={v:.4g}" + (f" (at its {edges[k]} bound)" if k in edges else "")
+                            for k, v in fit.items())
                 + f"; held-out MAPE {float(held['mape'].sel(machine='fitted')):.1%} "
                 f"(base {float(held['mape'].sel(machine='base')):.1%}), Spearman "
                 f"{float(held['spearman'].sel(machine='fitted')):.3f}; {int(self.rows.sizes['row'])} rows, "
@@ -478,10 +516,11 @@ class Calibration:
     def _repr_html_(self) -> str:
         table = self.summary().pivot_table(index=["split", "bucket"], columns="machine",
                                            values=["mape", "spearman", "pearson"])
-        fields = [(f, float(np.asarray(getattr(self.base, f))), float(np.asarray(getattr(self.hw, f))))
-                  for f in self.fields]
-        fields += [(f"{f} [{per.column} = {g}]", float(np.asarray(getattr(self.base, f))), v)
-                   for f, per in self.per_group.items() for g, v in per.values.items()]
+        edges = self.at_bounds
+        fields = [(f, float(np.asarray(getattr(self.base, f))), float(np.asarray(getattr(self.hw, f))),
+                   edges.get(f, "")) for f in self.fields]
+        fields += [(f"{f} [{per.column} = {g}]", float(np.asarray(getattr(self.base, f))), v,
+                    edges.get(f"{f}[{g}]", "")) for f, per in self.per_group.items() for g, v in per.values.items()]
         # pandas escapes the table's text itself (to_html's escape=True)
         metrics = trusted(table.to_html(float_format=lambda v: f"{v:.3f}"))
         return render("calibration.html.j2", name=self.base.name, converged=self.converged, loss=self.loss,
@@ -494,6 +533,7 @@ class Calibration:
         see :func:`load`."""
         doc = {"hw": _hw_doc(self.hw), "base": _hw_doc(self.base), "fields": list(self.fields),
                "converged": self.converged, "loss": self.loss, "objective": self.objective, "seed": self.seed,
+               "bounds": {f: list(b) for f, b in self.bounds.items()},
                "per_group": {f: {"column": p.column, "values": dict(p.values)} for f, p in self.per_group.items()}}
         root = xr.Dataset(attrs={"dfit_calibration": json.dumps(doc)})
         return save_tree(xr.DataTree.from_dict({"/": root, "rows": self.rows, "metrics": self.metrics}), path)
@@ -509,6 +549,7 @@ def load(path: str | os.PathLike[str]) -> Calibration:
     return Calibration(hw=Hardware(**doc["hw"]), base=Hardware(**doc["base"]), fields=tuple(doc["fields"]),
                        rows=rows, metrics=metrics, converged=bool(doc["converged"]), loss=float(doc["loss"]),
                        seed=int(doc["seed"]), objective=str(doc.get("objective", "squared")),
+                       bounds={str(f): (float(b[0]), float(b[1])) for f, b in doc.get("bounds", {}).items()},
                        per_group={f: PerGroup(str(p["column"]), {str(g): float(v) for g, v in p["values"].items()})
                                   for f, p in doc.get("per_group", {}).items()})
 
@@ -864,7 +905,7 @@ def calibrate(measured: Any, hw: Hardware, fields: Sequence[str] | None = None, 
            for f, (names, _) in grouped.items()}
     return Calibration(hw=fitted_hw, base=hw, fields=fields, rows=rows,
                        metrics=_metric_dataset(rows), converged=converged, loss=final, seed=seed, per_group=per,
-                       objective=loss)
+                       objective=loss, bounds=dict(box))
 
 
 def _group_labels(measured: Any, per_group: Mapping[str, str] | None) -> dict[str, tuple[str, np.ndarray]]:

@@ -122,8 +122,9 @@ def test_calibration_recovers_a_known_machine_and_reports_held_out_rows(tmp_path
     assert float(held["mape"].sel(machine="fitted")) < 0.01 < 0.1 < float(held["mape"].sel(machine="base"))
     assert int(cal.metrics["rows"].sel(split="held_out", bucket="pooled")) == int((~cal.rows["fitted"]).sum())
     assert "held-out MAPE" in repr(cal) and "<table>" in cal._repr_html_()
+    assert cal.at_bounds == {} and set(cal.bounds) == {"clock_ghz", "op_overhead_cycles"}
     again = load(cal.save(tmp_path / "cal.nc"))
-    assert isinstance(again, Calibration) and again.fields == cal.fields
+    assert isinstance(again, Calibration) and again.fields == cal.fields and again.bounds == cal.bounds
     assert float(again.hw.clock_ghz) == float(cal.hw.clock_ghz)
     np.testing.assert_array_equal(again.rows["predicted_s"].values, cal.rows["predicted_s"].values)
     assert again.metrics.equals(cal.metrics)
@@ -136,6 +137,21 @@ def test_calibration_recovers_a_known_machine_and_reports_held_out_rows(tmp_path
     with pytest.raises(SaveRefusedError):
         cal.save(tmp_path / "notes")
     assert (tmp_path / "notes").is_dir()
+
+
+def test_a_fitted_value_on_an_edge_of_its_box_is_named():
+    """Rows slower than the clock's box allows, a fixed cost per group one of whose groups needs more than its box:
+    each value that ends on an edge is named, with the side, in ``at_bounds``, the repr and the HTML."""
+    hw = presets.get("tpu_v4")
+    harness = np.array(["a", "b"] * (len(ROWS) // 2))
+    overhead = np.where(harness == "a", 400.0, 30000.0)  # b's cost is past 20x the start (500 cycles)
+    rows = ROWS.assign(time_s=predict(ROWS.assign(op_overhead_cycles=overhead), hw.replace(clock_ghz=0.3))["seconds"],
+                       harness=harness)
+    cal = calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghz": (0.5, 2.0)},
+                    per_group={"op_overhead_cycles": "harness"}, progress=False)
+    assert cal.at_bounds == {"clock_ghz": "lower", "op_overhead_cycles[b]": "upper"}
+    assert "clock_ghz=0.5 (at its lower bound)" in repr(cal) and "at its upper bound" in cal._repr_html_()
+    assert float(cal.hw.clock_ghz) == pytest.approx(0.5, rel=0.01)
 
 
 def test_the_split_is_stratified_and_seeded():
