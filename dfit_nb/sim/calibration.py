@@ -452,14 +452,13 @@ class Calibration:
         An edge is within 1% of a positive bound's value, within 0.2% of a share's 0..1, or within 0.01% of the box
         from a lower bound of 0.
 
-        >>> import numpy as np, pandas as pd
+        >>> import pandas as pd
         >>> from dfit_nb.sim import presets
         >>> from dfit_nb.sim.calibration import calibrate, predict
-        >>> hw = presets.get("tpu_v4")
-        >>> sizes = np.array([128, 256, 512, 1024, 2048, 3072, 4096] * 2)
-        >>> rows = pd.DataFrame({"m": sizes, "k": sizes[::-1], "n": sizes, "dtype": "float16"})
-        >>> rows["time_s"] = predict(rows, hw.replace(clock_ghz=0.2))["seconds"]   # slower than the box allows
-        >>> calibrate(rows, hw, ["clock_ghz"], bounds={"clock_ghz": (0.5, 2.0)}, progress=False).at_bounds
+        >>> tpu = presets.get("tpu_v4")
+        >>> square = pd.DataFrame({"m": [256, 1024, 4096] * 4, "k": [256, 1024, 4096] * 4, "n": [512] * 12})
+        >>> square["time_s"] = predict(square, tpu.replace(clock_ghz=0.2))["seconds"]   # slower than the box allows
+        >>> calibrate(square, tpu, ["clock_ghz"], bounds={"clock_ghz": (0.5, 2.0)}, progress=False).at_bounds
         {'clock_ghz': 'lower'}
         """
         values = {f: float(np.asarray(getattr(self.hw, f))) for f in self.fields}
