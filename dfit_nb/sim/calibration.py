@@ -9,12 +9,14 @@ the tile grid and array sizes are shapes of the search and stay fixed).
 
 :func:`calibrate` fits chosen fields to measured seconds: a loss of the log
 error (:func:`row_loss`: soft-L1 by default, so that a few rows the model cannot
-explain do not set a field), its gradient through the model, BFGS (:func:`_bfgs`: it returns the lowest point it
-evaluated, with that point's loss) over unconstrained parameters mapped into
-each field's bounds (a sigmoid), so the fitted machine is always valid; a field
-may be fitted once per group of rows (``per_group``). It fits on a seeded,
-stratified half of the rows and reports on the other half: MAPE, Pearson and
-Spearman correlation, per size bucket and pooled.
+explain do not set a field), its gradient through the model, BFGS (:func:`_bfgs`:
+it returns the lowest point it evaluated, with that point's loss) over
+unconstrained parameters mapped into each field's bounds (a sigmoid), so the
+fitted machine is always valid (:attr:`Calibration.at_bounds` names the values
+that ended on an edge of their box); a field may be fitted once per group of
+rows (``per_group``). It fits on a seeded, stratified half of the rows and
+reports on the other half: MAPE, Pearson and Spearman correlation, per size
+bucket and pooled.
 """
 
 from __future__ import annotations
@@ -1099,9 +1101,8 @@ def _fit(seconds_of: Callable[[Hardware], Any], y: np.ndarray, fit: np.ndarray, 
          groups: Mapping[str, int] | None = None, *, loss: str = DEFAULT_LOSS, progress: bool = False
          ) -> tuple[Hardware, bool, float, int, dict[str, np.ndarray]]:
     """BFGS on the mean ``loss`` (:func:`row_loss`) of the log error of ``seconds_of`` against ``exp(y)`` over the
-    ``fit`` rows, each field
-    mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS status, per-group
-    values)``.
+    ``fit`` rows, each field mapped into its bounds by a sigmoid: ``(fitted machine, converged, final loss, BFGS
+    status, per-group values)``.
 
     ``groups`` (``{field: number of groups}``): fields fitted once per group, within the field's bounds in
     ``box``; ``seconds_of`` is called with each as a vector of its groups' values (:func:`predictor`'s and
