@@ -248,7 +248,8 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
         A replay, its ``cube``, or a policy's ``artifacts["buffer_pressure"]`` (``mean``, ``busiest`` and
         ``bin_start_s`` over ``policy`` x ``bin``).
     max_rows : int
-        Rows the chart may embed (time bins are merged beyond it; the subtitle says so).
+        Rows the chart may embed (time bins are merged beyond it; the subtitle says so): at least two per policy,
+        one point of each line.
     time_window : (float, float), optional
         ``(start_s, end_s)``: only the time bins that overlap it.
 
@@ -294,8 +295,10 @@ def buffer_pressure(run_or_dataset: Any, max_rows: int = MAX_ROWS,
         raise ViewInputError("buffer_pressure() takes a Run, its cube, or a policy's artifacts['buffer_pressure'] "
                              f"Dataset (mean, busiest, bin_start_s); got {describe(ds)}")
     n_p, n_t = mean.shape
+    # two lines per policy (the mean and the busiest tile), each at least one point
+    check_count(max_rows, "max_rows", "buffer_pressure", low=2 * n_p)
     n_before = 2 * n_p * n_t
-    factor = -(-n_t // max(1, max_rows // (2 * n_p)))
+    factor = -(-n_t // (max_rows // (2 * n_p)))
     if factor > 1:
         pad = (-n_t) % factor
         def merge(a: np.ndarray, how: Any) -> np.ndarray:

@@ -155,6 +155,13 @@ def test_buffer_pressure_of_a_policy():
     for dim in ("policy", "bin"):
         with pytest.raises(ValueError, match=f"buffer_pressure needs at least one '{dim}' in the run's policy"):
             views.buffer_pressure(ds.isel({dim: slice(0, 0)}))
+    # a row budget is kept: each policy draws two lines of at least one point, so fewer rows are refused
+    n = ds.sizes["policy"]
+    rows = lambda chart: len(next(iter(chart.to_dict()["datasets"].values())))
+    assert rows(views.buffer_pressure(ds, max_rows=2 * n)) == 2 * n
+    assert rows(views.buffer_pressure(ds, max_rows=2 * n + 5)) <= 2 * n + 5
+    with pytest.raises(ValueError, match=rf"buffer_pressure\(\) needs max_rows >= {2 * n}, got 1"):
+        views.buffer_pressure(ds, max_rows=1)
 
 
 @pytest.mark.slow  # a million events replayed on the 64 x 64 grid
