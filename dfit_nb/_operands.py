@@ -186,16 +186,19 @@ def elements(operands: xr.Dataset) -> np.ndarray:
     return np.where(rank >= 0, np.prod(np.where(shape >= 0, shape, 1.0), axis=1), 0.0)
 
 
-def input_table(operands: xr.Dataset, op: Sequence[int], default_itemsize: float) -> tuple[np.ndarray, np.ndarray]:
+def input_table(operands: xr.Dataset, op: Sequence[int], default_itemsize: float, with_elements: bool = False
+                ) -> tuple[np.ndarray, ...]:
     """``(start, nbytes)``: the bytes of every input of the ops ``op`` (ids, in that order), a ragged array: op
     ``i``'s inputs are ``nbytes[start[i]:start[i + 1]]`` in position order. An array whose dtype has no known
     width (JAX's key and float0 types) counts ``default_itemsize`` bytes per element; a value that is not an array
-    counts 0.
+    counts 0. ``with_elements``: ``(start, nbytes, elements)``, each input's element count beside its bytes.
 
     >>> ds = operands_dataset([5, 7], [[("float32", (2, 3)), ("bfloat16", (4,))], [("int32", ())]],
     ...                       [[("float32", (2,))], []])
     >>> [x.tolist() for x in input_table(ds, [7, 5], 4.0)]
     [[0, 1, 3], [4.0, 24.0, 8.0]]
+    >>> input_table(ds, [7, 5], 4.0, with_elements=True)[2].tolist()
+    [1.0, 6.0, 4.0]
     """
     op = np.asarray(op, np.int64).reshape(-1)
     is_input = operands["role"].values == "input"
@@ -208,9 +211,11 @@ def input_table(operands: xr.Dataset, op: Sequence[int], default_itemsize: float
     dtypes = operands["dtype"].values[is_input][mine][order]
     names, inverse = np.unique(dtypes.astype(str), return_inverse=True)
     sizes = np.array([_dtypes.itemsize(n) or default_itemsize for n in names])
-    nbytes = elements(operands.isel(operand=np.flatnonzero(is_input)[mine][order])) * sizes[inverse.reshape(-1)]
+    elems = elements(operands.isel(operand=np.flatnonzero(is_input)[mine][order]))
+    nbytes = elems * sizes[inverse.reshape(-1)]
     counts = np.bincount(row[owner[mine]], minlength=len(op))
-    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), nbytes
+    start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return (start, nbytes, elems) if with_elements else (start, nbytes)
 
 
 def input_bytes_at(start: np.ndarray, nbytes: np.ndarray, row: np.ndarray, position: np.ndarray) -> np.ndarray:

@@ -109,7 +109,7 @@ def _dram_reads(costs: xr.Dataset) -> list[float]:
 
 
 def test_an_op_table_gives_shapes_as_text_and_a_malformed_one_names_its_row():
-    hw = presets.get("eyeriss_like")
+    hw = presets.get("eyeriss_like").replace(word_bytes=4)  # a native float32 word: widths are not cast down
     table = {"m": [16, 16], "k": [32, 32], "n": [8, 8], "dtype": ["float32", "float32"]}
     plain = dfit_nb.sim.cost(table, hw, "ws")
     # bfloat16 operands: half the bytes of the GEMM view's float32 ones

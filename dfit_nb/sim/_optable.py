@@ -284,12 +284,13 @@ def dataflow_codes(dataflow: Any, n_ops: int) -> tuple[np.ndarray, list[str] | N
     return np.array([code(d) for d in per_op]), None
 
 
-def input_table(ops: Any, op: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def input_table(ops: Any, op: np.ndarray | None = None, with_elements: bool = False
+                ) -> tuple[np.ndarray, ...] | None:
     """``(start, nbytes)``: the bytes (program dtype) of every input of the ops of ``ops``, a ragged array (op ``i``'s
     inputs are ``nbytes[start[i]:start[i + 1]]``, :func:`dfit_nb._operands.input_table`); ``op``: the ids of the
     ops to read, in order (default every row). A Trace's are read from ``trace.operands``; a table's from its
     ``in_shapes`` column, text such as ``float32[2,3] int32[]`` (an error names the row of a malformed one);
-    None when it has neither.
+    None when it has neither. ``with_elements``: each input's element count as a third array.
 
     >>> start, nbytes = input_table({"in_shapes": ["float32[2,3] bfloat16[4]", "int32[]"]})
     >>> start.tolist(), nbytes.tolist()
@@ -298,7 +299,7 @@ def input_table(ops: Any, op: np.ndarray | None = None) -> tuple[np.ndarray, np.
     operands = getattr(ops, "operands", None)
     if isinstance(operands, xr.Dataset) and hasattr(ops, "ops"):
         ids = _table(ops)["op"].values if op is None else op
-        return _operands.input_table(operands, ids, machine.DEFAULT_ITEMSIZE)
+        return _operands.input_table(operands, ids, machine.DEFAULT_ITEMSIZE, with_elements)
     shapes = _raw_columns(_table(ops))("in_shapes")
     if shapes is None:
         return None
@@ -308,7 +309,35 @@ def input_table(ops: Any, op: np.ndarray | None = None) -> tuple[np.ndarray, np.
         operands = _operands.from_text(np.arange(len(texts)), texts, [""] * len(texts))
     except _operands.ShapeTextError as err:
         raise CostInputError(str(err)) from None
-    return _operands.input_table(operands, np.arange(len(texts)) if op is None else op, machine.DEFAULT_ITEMSIZE)
+    return _operands.input_table(operands, np.arange(len(texts)) if op is None else op, machine.DEFAULT_ITEMSIZE,
+                                 with_elements)
+
+
+#: op-table columns of the inputs' widths (bytes per element; 0: unknown, the op's own ``itemsize``)
+ITEMSIZE_COLUMNS = ("in_itemsize", "lhs_itemsize", "rhs_itemsize")
+
+
+def operand_itemsizes(start: np.ndarray, nbytes: np.ndarray, elems: np.ndarray) -> dict[str, np.ndarray]:
+    """Bytes per element of each op's inputs, from an :func:`input_table` with elements: ``in_itemsize`` over all
+    of them (bytes over elements), ``lhs_itemsize`` and ``rhs_itemsize`` of its first and second (a GEMM's
+    operands); 0 where an op has no such input. The model scales each operand's program bytes by its own width
+    (:func:`dfit_nb.sim.machine.model`): a bfloat16 matmul into float32 reads two bytes per element, not one.
+
+    >>> sizes = operand_itemsizes(np.array([0, 2, 3]), np.array([24.0, 8.0, 4.0]), np.array([6.0, 4.0, 1.0]))
+    >>> {k: v.tolist() for k, v in sizes.items()}
+    {'in_itemsize': [3.2, 4.0], 'lhs_itemsize': [4.0, 4.0], 'rhs_itemsize': [2.0, 0.0]}
+    """
+    n = len(start) - 1
+    owner = np.repeat(np.arange(n), np.diff(start))
+    total_b = np.bincount(owner, weights=nbytes, minlength=n)
+    total_e = np.bincount(owner, weights=elems, minlength=n)
+    rows = np.arange(n)
+    out = {"in_itemsize": np.where(total_e > 0, total_b / np.maximum(total_e, 1.0), 0.0)}
+    for key, position in (("lhs_itemsize", 0), ("rhs_itemsize", 1)):
+        b = _operands.input_bytes_at(start, nbytes, rows, np.full(n, position))
+        e = _operands.input_bytes_at(start, elems, rows, np.full(n, position))
+        out[key] = np.where(e > 0, b / np.maximum(e, 1.0), 0.0)
+    return out
 
 
 def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -339,17 +368,25 @@ def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
             f"there (hw.replace({fields[0]}=...)), price several machines with dfit_nb.sim.sweep(), or give "
             "per-row machine settings to dfit_nb.sim.calibrate() / dfit_nb.sim.calibration.predict()")
     arrays, coord = _ops_arrays(table, column)
-    inputs = input_table(ops)
+    inputs = input_table(ops, with_elements=True)
     if inputs is None:
         arrays["lhs_given"] = arrays["rhs_given"] = np.full(len(coord), np.nan)
+        arrays.update({key: np.zeros(len(coord)) for key in ITEMSIZE_COLUMNS})  # unknown: the op's own dtype
     else:
-        start, nbytes = inputs
+        start, nbytes, elems = inputs
         if len(start) - 1 != len(coord):
             raise CostInputError(f"ops columns must have one value per op; 'in_shapes' has {len(start) - 1}, m "
                                  f"{len(coord)}")
         rows, have = np.arange(len(coord)), np.diff(start)
         for key, position in (("lhs_given", 0), ("rhs_given", 1)):
             arrays[key] = np.where(have > position, _operands.input_bytes_at(start, nbytes, rows, position), np.nan)
+        arrays.update(operand_itemsizes(start, nbytes, elems))
+        # the inputs' elements at their own width (a converting op's input is not the width of its result)
+        read = column("bytes_read")
+        if read is not None:
+            arrays["elems_in"] = np.where(arrays["in_itemsize"] > 0, np.ceil(
+                numeric(read, "ops column 'bytes_read'") / np.maximum(arrays["in_itemsize"], 1e-30)),
+                arrays["elems_in"])
     return arrays, coord
 
 
@@ -361,11 +398,12 @@ def alone_inputs(columns: Mapping[str, Any], xp: Any = np) -> dict[str, Any]:
     m, k, n = columns["m"], columns["k"], columns["n"]
     b = xp.maximum(columns["batch"], 1.0)
     unit = xp.where(columns["itemsize"] > 0, columns["itemsize"], machine.DEFAULT_ITEMSIZE)
+    in_unit = xp.where(columns["in_itemsize"] > 0, columns["in_itemsize"], unit)
     gemm = (m > 0) & (k > 0) & (n > 0)
     bm = b * m
     lhs = xp.where(xp.isnan(columns["lhs_given"]), bm * k * unit, columns["lhs_given"])
     rhs = xp.where(xp.isnan(columns["rhs_given"]), b * k * n * unit, columns["rhs_given"])
-    read, written = columns["elems_in"] * unit, columns["elems_out"] * unit
+    read, written = columns["elems_in"] * in_unit, columns["elems_out"] * unit
     zeros, ones = xp.zeros_like(m), xp.ones_like(m)
     out = {key: value for key, value in columns.items() if key not in ("lhs_given", "rhs_given", *PLACEMENTS[:2])}
     # an operand already in SRAM (a_on_chip, b_on_chip) is one the model's fed fractions say arrives on chip; alone,

@@ -22,7 +22,16 @@ from .. import _operands
 from .._runtime.padding import padded_count
 from ..errors import DfitError
 from . import kernels, mapping
-from ._optable import CostInputError, alone_arrays, dataflow_codes, input_table, op_counts, ops_arrays
+from ._optable import (
+    ITEMSIZE_COLUMNS,
+    CostInputError,
+    alone_arrays,
+    dataflow_codes,
+    input_table,
+    op_counts,
+    operand_itemsizes,
+    ops_arrays,
+)
 from .hardware import FIELDS, Hardware
 from .kernels import Kernels
 from .machine import DATAFLOWS
@@ -314,8 +323,8 @@ def kernel_alone(prep: Prepared) -> dict[str, np.ndarray]:
     shared = _later_reads(kernel, np.concatenate([arg_row, dst[outside]]), np.concatenate([arg_pos, pos[outside]]),
                           np.concatenate([arg, first_source + src[outside]]),
                           np.concatenate([arg_bytes, prep.feed_bytes[outside]]), a["gemm"])
-    keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", "gemm",
-            "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
+    keep = ("m", "k", "n", "batch", "flops", "transcendentals", "elems_in", "elems_out", "itemsize", *ITEMSIZE_COLUMNS,
+            "gemm", "lhs_bytes", "rhs_bytes", "bytes_written", "is_output", "kernel", "kernel_size", "payer", "free",
             "internal", "kernel_ws", "kernel_row", "kernel_weight", "kernel_in")
     ones = np.ones(n)
     return {**{key: np.asarray(a[key], np.float64) for key in keep}, **shared,
@@ -357,10 +366,16 @@ def _prepare_ops(trace: Any) -> Prepared:
     row = np.full(int(ops.sizes["op"]), -1, np.int64)
     row[op_ids] = np.arange(n)
 
-    # operand sizes (program dtype), of the GEMM's lhs and rhs among them
-    in_start, in_bytes = input_table(trace, op_ids)
+    # operand sizes (program dtype), of the GEMM's lhs and rhs among them, and each op's inputs' widths
+    in_start, in_bytes, in_elems = input_table(trace, op_ids, with_elements=True)
     rows = np.arange(n)
     lhs, rhs = (_operands.input_bytes_at(in_start, in_bytes, rows, np.full(n, p)) for p in (0, 1))
+    widths = operand_itemsizes(in_start, in_bytes, in_elems)
+    read = table["bytes_read"].values.astype(np.float64)
+    # the inputs' elements at their own width (a converting op's input is not the width of its result)
+    arrays["elems_in"] = np.where(widths["in_itemsize"] > 0,
+                                  np.ceil(read / np.maximum(widths["in_itemsize"], 1e-30)), arrays["elems_in"])
+    arrays.update(widths)
 
     e = trace.edges
     src, dst = row[e["src"].values], row[e["dst"].values]

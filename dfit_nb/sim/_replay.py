@@ -79,7 +79,8 @@ def program(ops: dict[str, Any], preds: Any, pred_bytes: Any, tables: Any, hw: H
     n_tiles = machine.tiles(hw)
     n_ops = ops["m"].shape[0]
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
-    scale = machine.word_scale(ops["itemsize"], word)
+    # what a producer feeds a consumer is the consumer's input, at the input's width
+    scale = machine.input_scales(ops, hw, machine.word_scale(ops["itemsize"], word))[0]
     # dataflow switches: where the assignment changes between GEMMs adjacent in program order (as the DP)
     paid = switched(df, ops["gemm"]) & (ops["real"] > 0)
     price = switch_cost(ops, hw, reconfig[0], reconfig[1])
@@ -338,7 +339,8 @@ def _warn_spills(prep: Prepared, out: dict[str, np.ndarray], hw: Hardware) -> No
     byte once) is not named: that is how it runs on any chip."""
     spilled = out["spilled_bytes"] * prep.arrays["count"]
     words = machine.word_scale(prep.arrays["itemsize"], out["word"], np)
-    once = (prep.table["bytes_read"].values + prep.arrays["bytes_written"]) * words * prep.arrays["count"]
+    in_words = machine.input_scales(prep.arrays, hw, words, np)[0]
+    once = (prep.table["bytes_read"].values * in_words + prep.arrays["bytes_written"] * words) * prep.arrays["count"]
     k = prep.kernels
     unfused: list[int] = []
     looped: list[int] = []

@@ -162,8 +162,9 @@ ENERGY_LEVELS = ("mac", "rf", "sram", "noc", "dram")
 DEFAULT_ITEMSIZE = 4.0
 #: Inputs of :func:`model` that an op table carries only where it needs them (an op's passes through the array
 #: for its math fidelity, a depthwise convolution's flag, a result kept in SRAM, the length of the rows a reduction
-#: reduces), each with the value that prices an op as its absence does.
-OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0, "row_reduce": 0.0}
+#: reduces, its inputs' widths), each with the value that prices an op as its absence does.
+OPTIONAL_INPUTS = {"passes": 1.0, "depthwise": 0.0, "out_on_chip": 0.0, "row_reduce": 0.0, "in_itemsize": 0.0,
+                   "lhs_itemsize": 0.0, "rhs_itemsize": 0.0}
 
 _f64 = jnp.float64
 
@@ -305,6 +306,27 @@ def accumulator_word(word: Any, hw: Hardware) -> Any:
 def word_scale(itemsize: Any, word: Any, xp: Any = jnp) -> Any:
     """Program bytes -> bytes in the machine's words (an unknown dtype counts as float32)."""
     return word / xp.where(itemsize > 0, itemsize, DEFAULT_ITEMSIZE)
+
+
+def input_scales(ops: dict[str, Any], hw: Hardware, scale: Any, xp: Any = jnp) -> tuple[Any, Any, Any]:
+    """Program bytes -> machine words for an op's inputs: ``(all inputs, lhs, rhs)``, each at its own width
+    (``in_itemsize``, ``lhs_itemsize``, ``rhs_itemsize``: a bfloat16 matmul into float32, or a convert from
+    bfloat16, reads two bytes per element, not the result's four cast down), cast down to the machine's widest
+    native word as the result is; ``scale`` (the result's) where the width is unknown (0).
+
+    >>> import numpy as np
+    >>> from dfit_nb.sim import presets
+    >>> ops = {"in_itemsize": np.array([2.0, 4.0, 0.0]), "lhs_itemsize": np.zeros(3), "rhs_itemsize": np.zeros(3)}
+    >>> [v.tolist() for v in input_scales(ops, presets.get("tpu_v4"), np.full(3, 0.5), np)][0]   # 2-byte words
+    [1.0, 0.5, 0.5]
+    """
+    native = field(hw, "word_bytes", xp)
+
+    def own(key: str) -> Any:
+        item = xp.asarray(ops.get(key, 0.0), xp.float64)
+        return xp.where(item > 0, xp.minimum(item, native) / xp.where(item > 0, item, 1.0), scale)
+
+    return own("in_itemsize"), own("lhs_itemsize"), own("rhs_itemsize")
 
 
 def ceil_div(a: Any, b: Any, xp: Any = jnp) -> Any:
@@ -457,6 +479,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     gemm = ops["gemm"] > 0
     word, mac_pj = word_and_mac_energy(ops["itemsize"], hw)
     scale = word_scale(ops["itemsize"], word)
+    in_scale, lhs_scale, rhs_scale = input_scales(ops, hw, scale)
     acc = accumulator_word(word, hw)
     gx = jnp.where(gemm, gx, 1.0)
     v = gy * gx
@@ -520,7 +543,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # column block along a grid column, unless each GEMM of a batch has weights of its own (attention's per-head
     # operands, a grouped convolution's filters) and the grid's rows hold different GEMMs. So the distinct pieces
     # re-read are gy (or every tile's, mk) and gx (times the grid rows' distinct GEMMs, up to the batch).
-    own_weights = (ops["batch"] > 1) & (ops["rhs_bytes"] * scale > 1.5 * ops["k"] * ops["n"] * word)
+    own_weights = (ops["batch"] > 1) & (ops["rhs_bytes"] * rhs_scale > 1.5 * ops["k"] * ops["n"] * word)
     pieces_in = jnp.where(mk, v, gy)
     pieces_w = gx * jnp.where(own_weights, jnp.minimum(gy, jnp.maximum(ops["batch"], 1.0)), 1.0)
     refetch_in = jnp.where(gemm & input_outer, input_again, 0.0) * p["bt"] * pieces_in
@@ -569,7 +592,7 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
     # (dfit_nb.sim._prepare.kernel_alone) reads what its own producers feed from DRAM where it runs unfused
     fused = fused_in_kernel(ops, hw)
     # a kernel that cannot keep its rows streams its inputs again after each reduction over them (looped)
-    looped = row_rereads(ops, hw, fused, scale)
+    looped = row_rereads(ops, hw, fused, in_scale)
     refetch_in, sram_in = refetch_in + looped, sram_in + looped
     on = jnp.where(fused, 1.0, 0.0)
     ext0 = jnp.maximum(1.0 - ops["fed0"] + (1.0 - on) * ops.get("kernel_fed0", 0.0)
@@ -578,8 +601,8 @@ def model(ops: dict[str, Any], hw: Hardware, df: Any, layout: Any, gy: Any, gx: 
                        - on * ops.get("rhs_shared", 0.0), 0.0)
     ext_bytes = jnp.maximum(ops["ext_bytes"] + (1.0 - on) * ops.get("kernel_fed_bytes", 0.0)
                             - on * ops.get("ext_shared", 0.0), 0.0)
-    ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * scale, ext_bytes * scale)
-    ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * scale, 0.0)
+    ext_in_dram = jnp.where(gemm, ext0 * ops["lhs_bytes"] * lhs_scale, ext_bytes * in_scale)
+    ext_w_dram = jnp.where(gemm, ext1 * ops["rhs_bytes"] * rhs_scale, 0.0)
     # a result stays on chip for its consumers when its pieces fit half the output partitions of its tiles, when
     # they all run in its fused kernel, or when the op table says it stays there (out_on_chip: a measured op whose
     # result was kept sharded in SRAM); program outputs and results that do not fit are written to DRAM
@@ -677,7 +700,7 @@ def pipeline_demand(ops: dict[str, Any], hw: Hardware) -> tuple[Any, Any]:
                      vector / field(hw, "vector_lanes")) * ops["count"]
     word, _ = word_and_mac_energy(ops["itemsize"], hw)
     scale = word_scale(ops["itemsize"], word)
-    weights = jnp.where(gemm, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * scale, 0.0)
+    weights = jnp.where(gemm, (1.0 - ops["fed1"]) * ops["rhs_bytes"] * input_scales(ops, hw, scale)[2], 0.0)
     outs = ceil_div(ops["bytes_written"] * scale, 0.5 * field(hw, "sram_output_bytes"))
     return work, jnp.maximum(ceil_div(weights, field(hw, "sram_weight_bytes")), outs)
 
@@ -957,7 +980,7 @@ def switch_cost(ops: dict[str, Any], hw: Hardware, reconfig_cycles: Any = 0.0, r
     """
     itemsize = jnp.asarray(ops["itemsize"], _f64)
     word, _ = word_and_mac_energy(itemsize, hw)
-    nbytes = jnp.asarray(ops["lhs_bytes"], _f64) * word_scale(itemsize, word)
+    nbytes = jnp.asarray(ops["lhs_bytes"], _f64) * input_scales(ops, hw, word_scale(itemsize, word))[1]
     multi = multi_tile(hw)
     energy = move_energy(nbytes, jnp.where(multi, nbytes * avg_hops(hw), 0.0), hw)
     cycles = jnp.where(multi, nbytes / (field(hw, "tile_rows") * field(hw, "noc_link_bytes_per_cycle")),

@@ -643,3 +643,28 @@ def test_a_dataflow_that_is_no_name_nor_array_is_named(dataflow):
 def test_a_dataflow_list_naming_one_twice_is_refused():
     with pytest.raises(CostInputError, match=r"names 'ws' more than once"):
         cost({"m": [8], "k": [8], "n": [8]}, presets.get("npu_like"), ["ws", "ws"])
+
+
+def test_each_operand_moves_at_its_own_width():
+    """On ``tpu_v4`` (2-byte words) a bfloat16 operand reads two bytes per element whatever its result's dtype: a
+    matmul into float32 reads what the bfloat16 matmul reads, and a column sum of a bfloat16 tensor through float32
+    reads the tensor once, at least its bytes over the HBM rate (each operand used to be scaled by the result's
+    width, 4 bytes cast down to 2, so both read one byte per element: the sum came out faster than HBM delivers its
+    input). A float32 operand is still cast down to the machine's word."""
+    import dfit_nb
+
+    hw = presets.get("tpu_v4")
+    x = jax.ShapeDtypeStruct((1024, 1024), jax.numpy.bfloat16)
+    f32 = jax.ShapeDtypeStruct((1024, 1024), jax.numpy.float32)
+
+    def dram_reads(fn, *args):
+        ops = dfit_nb.replay(dfit_nb.capture(fn, *args), hw, "ws").ops
+        return float((ops["dram_reads_input"] + ops["dram_reads_weight"]).sum())
+
+    mixed = dram_reads(lambda a, b: jax.numpy.matmul(a, b, preferred_element_type=jax.numpy.float32), x, x)
+    assert mixed == dram_reads(lambda a, b: a @ b, x, x) == 2 * 1024 * 1024 * 2
+    assert dram_reads(lambda a: a.astype(jax.numpy.float32).sum(0), x) == 1024 * 1024 * 2
+    assert dram_reads(lambda a: a.sum(0), f32) == 1024 * 1024 * 2  # float32 cast down to the 2-byte word
+    run = dfit_nb.replay(dfit_nb.capture(lambda a: a.astype(jax.numpy.float32).sum(0), x), hw, "ws")
+    hbm = float(hw.dram_bytes_per_cycle) * float(hw.clock_ghz) * 1e9
+    assert float(run.summary["latency_s"]) >= 1024 * 1024 * 2 / hbm
