@@ -340,6 +340,17 @@ def operand_itemsizes(start: np.ndarray, nbytes: np.ndarray, elems: np.ndarray) 
     return out
 
 
+def whole_elements(nbytes: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
+    """Elements in ``nbytes`` at ``itemsize`` bytes each (0 where the width is unknown): rounded up, after rounding
+    away the float error of a width averaged over mixed inputs (3 x 5/3 bytes is 5 bytes, not 5.0000000001).
+
+    >>> whole_elements(np.array([5.0, 10.0, 7.0]), np.array([5 / 3, 2.0, 0.0])).tolist()
+    [3.0, 5.0, 0.0]
+    """
+    w = np.asarray(itemsize, np.float64)
+    return np.where(w > 0, np.ceil(np.round(np.asarray(nbytes, np.float64) / np.where(w > 0, w, 1.0), 6)), 0.0)
+
+
 def alone_arrays(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The model's inputs for every op of ``ops`` taken alone: as a one-op program replays it.
 
@@ -384,9 +395,8 @@ def alone_columns(ops: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
         # the inputs' elements at their own width (a converting op's input is not the width of its result)
         read = column("bytes_read")
         if read is not None:
-            arrays["elems_in"] = np.where(arrays["in_itemsize"] > 0, np.ceil(
-                numeric(read, "ops column 'bytes_read'") / np.maximum(arrays["in_itemsize"], 1e-30)),
-                arrays["elems_in"])
+            arrays["elems_in"] = np.where(arrays["in_itemsize"] > 0, whole_elements(
+                numeric(read, "ops column 'bytes_read'"), arrays["in_itemsize"]), arrays["elems_in"])
     return arrays, coord
 
 

@@ -31,6 +31,7 @@ from ._optable import (
     op_counts,
     operand_itemsizes,
     ops_arrays,
+    whole_elements,
 )
 from .hardware import FIELDS, Hardware
 from .kernels import Kernels
@@ -373,8 +374,8 @@ def _prepare_ops(trace: Any) -> Prepared:
     widths = operand_itemsizes(in_start, in_bytes, in_elems)
     read = table["bytes_read"].values.astype(np.float64)
     # the inputs' elements at their own width (a converting op's input is not the width of its result)
-    arrays["elems_in"] = np.where(widths["in_itemsize"] > 0,
-                                  np.ceil(read / np.maximum(widths["in_itemsize"], 1e-30)), arrays["elems_in"])
+    arrays["elems_in"] = np.where(widths["in_itemsize"] > 0, whole_elements(read, widths["in_itemsize"]),
+                                  arrays["elems_in"])
     arrays.update(widths)
 
     e = trace.edges
