@@ -320,11 +320,10 @@ def input_scales(ops: dict[str, Any], hw: Hardware, scale: Any, xp: Any = jnp) -
     >>> [v.tolist() for v in input_scales(ops, presets.get("tpu_v4"), np.full(3, 0.5), np)][0]   # 2-byte words
     [1.0, 0.5, 0.5]
     """
-    native = field(hw, "word_bytes", xp)
-
     def own(key: str) -> Any:
         item = xp.asarray(ops.get(key, 0.0), xp.float64)
-        return xp.where(item > 0, xp.minimum(item, native) / xp.where(item > 0, item, 1.0), scale)
+        word, _ = word_and_mac_energy(item, hw, xp)  # the one cast-down rule, at the operand's width
+        return xp.where(item > 0, word_scale(item, word, xp), scale)
 
     return own("in_itemsize"), own("lhs_itemsize"), own("rhs_itemsize")
 

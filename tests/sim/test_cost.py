@@ -648,9 +648,8 @@ def test_a_dataflow_list_naming_one_twice_is_refused():
 def test_each_operand_moves_at_its_own_width():
     """On ``tpu_v4`` (2-byte words) a bfloat16 operand reads two bytes per element whatever its result's dtype: a
     matmul into float32 reads what the bfloat16 matmul reads, and a column sum of a bfloat16 tensor through float32
-    reads the tensor once, at least its bytes over the HBM rate (each operand used to be scaled by the result's
-    width, 4 bytes cast down to 2, so both read one byte per element: the sum came out faster than HBM delivers its
-    input). A float32 operand is still cast down to the machine's word."""
+    reads the tensor once and takes at least its bytes over the HBM rate (sized by the float32 result, cast down to
+    2 bytes, each would read one byte per element). A float32 operand is cast down to the machine's word."""
     import dfit_nb
 
     hw = presets.get("tpu_v4")
